@@ -1,0 +1,1 @@
+//! files executor (in progress).

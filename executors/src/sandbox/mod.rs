@@ -1,0 +1,1 @@
+//! sandbox executor (in progress).

@@ -1,0 +1,1 @@
+//! hpcgate (in progress).

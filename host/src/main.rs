@@ -1,0 +1,2 @@
+//! The `hpcgate` binary.
+fn main() {}

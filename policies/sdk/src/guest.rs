@@ -1,0 +1,53 @@
+//! The glue between the WIT exports and a [`Policy`](crate::Policy) type. Used by
+//! [`export_policy!`](crate::export_policy); not part of the authoring API.
+
+#[cfg(target_arch = "wasm32")]
+mod wasm {
+    use std::sync::Mutex;
+
+    use crate::bindings::hpcgate::policy::types as wit;
+    use crate::{Call, Decision, Phase, Policy};
+
+    pub fn configure<P: Policy>(slot: &Mutex<Option<P>>, settings: &str) -> Result<(), String> {
+        let policy = P::configure(settings)?;
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(policy);
+        Ok(())
+    }
+
+    pub fn evaluate<P: Policy>(slot: &Mutex<Option<P>>, call: wit::Call) -> wit::Decision {
+        let guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(policy) = guard.as_ref() else {
+            return wit::Decision::Deny("policy was evaluated before it was configured".into());
+        };
+        let arguments = match serde_json::from_str::<serde_json::Value>(&call.arguments) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => return wit::Decision::Deny("call arguments are not a JSON object".into()),
+        };
+        let call = Call {
+            phase: match call.phase {
+                wit::Phase::List => Phase::List,
+                wit::Phase::Call => Phase::Call,
+            },
+            tenant: call.tenant,
+            principal: call.principal,
+            tool: call.tool,
+            server: call.server,
+            remote_tool: call.remote_tool,
+            instance: call.instance,
+            arguments,
+            read_only: call.read_only,
+            usage: call.usage.into_iter().map(|c| (c.name, c.value)).collect(),
+        };
+        match policy.evaluate(&call) {
+            Decision::Allow => wit::Decision::Allow,
+            Decision::Deny { reason } => wit::Decision::Deny(reason),
+            Decision::Rewrite { arguments, note } => wit::Decision::Rewrite(wit::Rewrite {
+                arguments: serde_json::Value::Object(arguments).to_string(),
+                note,
+            }),
+        }
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+pub use wasm::{configure, evaluate};
