@@ -1,0 +1,139 @@
+//! [`SandboxSpec`] → bwrap argv: the one place where the hardened profile is written down.
+//!
+//! The argv is a vector of separate elements, never a shell string: the user's command comes
+//! after `--` element by element, so `;`, `$(…)`, newlines or a leading `-` stay data.
+//! The profile, in order:
+//!
+//! - `--unshare-all --unshare-user` (every namespace; user explicitly so that
+//!   `--disable-userns` applies), `--share-net` only for [`Network::Host`];
+//! - `--disable-userns --assert-userns-disabled`: no nested user namespaces;
+//! - `--uid/--gid`, `--hostname`;
+//! - `--new-session` (no controlling terminal: TIOCSTI is impossible), `--die-with-parent`;
+//! - `--cap-drop ALL`;
+//! - `--clearenv` then `--setenv` for allow-listed and explicit variables, `HOME=/tmp`;
+//! - system mounts read-only, fresh `/proc` and `/dev`, `/tmp` tmpfs with `--size`;
+//! - workspace and output read-write, extras read-only, `--chdir /workspace`.
+//!
+//! Limits are not part of the argv: the runners apply them around bwrap (rlimits, cgroups).
+//! This function reads the caller's environment for the allow-list (ambient input).
+
+use std::ffi::OsString;
+
+use super::spec::{Network, OUTPUT_MOUNT, SandboxSpec, SystemMount, WORKSPACE_MOUNT};
+
+/// Builds the complete bwrap argv (starting with the bwrap binary) for `command`.
+///
+/// Keep this signature stable: the Slurm executor runs job bodies through it.
+pub fn bwrap_argv(spec: &SandboxSpec, command: &[String]) -> Vec<OsString> {
+    let mut a = Argv(Vec::with_capacity(64 + command.len()));
+    a.push(spec.bwrap.as_os_str());
+
+    a.push("--unshare-all");
+    a.push("--unshare-user");
+    if spec.network == Network::Host {
+        a.push("--share-net");
+    }
+    a.push("--disable-userns");
+    a.push("--assert-userns-disabled");
+    a.push("--uid");
+    a.push(spec.identity.uid.to_string());
+    a.push("--gid");
+    a.push(spec.identity.gid.to_string());
+    a.push("--hostname");
+    a.push(&spec.hostname);
+    a.push("--new-session");
+    a.push("--die-with-parent");
+    a.push("--cap-drop");
+    a.push("ALL");
+
+    a.push("--clearenv");
+    for (name, value) in resolved_env(spec) {
+        a.push("--setenv");
+        a.push(name);
+        a.push(value);
+    }
+
+    for mount in &spec.system {
+        match mount {
+            SystemMount::RoBind { path, optional } => {
+                a.push(if *optional {
+                    "--ro-bind-try"
+                } else {
+                    "--ro-bind"
+                });
+                a.push(path.as_os_str());
+                a.push(path.as_os_str());
+            }
+            SystemMount::Symlink { target, link } => {
+                a.push("--symlink");
+                a.push(target.as_os_str());
+                a.push(link.as_os_str());
+            }
+        }
+    }
+    if spec.network == Network::Host {
+        a.push("--ro-bind-try");
+        a.push("/etc/resolv.conf");
+        a.push("/etc/resolv.conf");
+    }
+    a.push("--proc");
+    a.push("/proc");
+    a.push("--dev");
+    a.push("/dev");
+    a.push("--size");
+    a.push((spec.tmp_size_mb.max(1) * 1024 * 1024).to_string());
+    a.push("--tmpfs");
+    a.push("/tmp");
+
+    a.push("--bind");
+    a.push(spec.workspace.as_os_str());
+    a.push(WORKSPACE_MOUNT);
+    a.push("--bind");
+    a.push(spec.output.as_os_str());
+    a.push(OUTPUT_MOUNT);
+    for bind in &spec.extra_ro_binds {
+        a.push("--ro-bind");
+        a.push(bind.source.as_os_str());
+        a.push(bind.target.as_os_str());
+    }
+    a.push("--chdir");
+    a.push(WORKSPACE_MOUNT);
+
+    a.push("--");
+    for arg in command {
+        a.push(arg);
+    }
+    a.0
+}
+
+/// The sandbox environment: allow-listed variables from the caller, then explicit ones
+/// (explicit wins), then `HOME=/tmp` unless set explicitly. Invalid names are dropped here
+/// and rejected by [`SandboxSpec`] validation before any run.
+pub(crate) fn resolved_env(spec: &SandboxSpec) -> Vec<(String, OsString)> {
+    let mut env: Vec<(String, OsString)> = Vec::new();
+    let mut set = |name: &str, value: OsString| {
+        if !super::validate::env_name_ok(name) {
+            return;
+        }
+        env.retain(|(n, _)| n != name);
+        env.push((name.to_owned(), value));
+    };
+    for name in &spec.env.allow {
+        if let Some(value) = std::env::var_os(name) {
+            set(name, value);
+        }
+    }
+    set("HOME", OsString::from("/tmp"));
+    for (name, value) in &spec.env.set {
+        set(name, OsString::from(value));
+    }
+    env
+}
+
+struct Argv(Vec<OsString>);
+
+impl Argv {
+    fn push(&mut self, s: impl Into<OsString>) {
+        self.0.push(s.into());
+    }
+}

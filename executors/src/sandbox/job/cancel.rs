@@ -1,0 +1,38 @@
+//! `cancel_job`: kill a job's whole sandbox and wait (≤ 2 s) for the supervisor's record.
+//!
+//! The cancel marker tells the supervisor to kill and record `cancelled`; we also kill bwrap
+//! directly through a pidfd opened and then identity-checked, so a recycled pid is never
+//! signalled and cancellation does not depend on the supervisor's next tick.
+
+use std::io;
+use std::path::Path;
+use std::time::Duration;
+
+use super::state::{CANCEL, JobPhase, JobState, create_new};
+use super::status::{job_status, wait_job};
+use crate::sandbox::error::SandboxError;
+
+/// Cancels the job in `job_dir`; a finished job is returned unchanged.
+pub fn cancel_job(job_dir: &Path) -> Result<JobState, SandboxError> {
+    let state = job_status(job_dir)?;
+    if state.phase == JobPhase::Finished {
+        return Ok(state);
+    }
+    let marker = job_dir.join(CANCEL);
+    match create_new(&marker) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(SandboxError::Io {
+                path: marker,
+                source: e,
+            });
+        }
+    }
+    if let Some(pidfd) = state.sandbox.as_ref().and_then(|s| s.pidfd()) {
+        pidfd
+            .signal(libc::SIGKILL)
+            .map_err(SandboxError::io(job_dir))?;
+    }
+    wait_job(job_dir, Duration::from_secs(2))
+}

@@ -1,0 +1,153 @@
+//! Which mechanism enforces which limit, and the rlimits applied when no cgroup is usable.
+//!
+//! With a delegated cgroup v2 the kernel enforces memory, pids and CPUs for the whole
+//! sandbox. Without one we fall back to what a single process can inherit:
+//!
+//! - memory: a resident-set watchdog in the monitor (sums the sandbox tree, kills it and
+//!   reports `oom`), backed by `RLIMIT_AS` at memory + 1 GiB per process against spikes;
+//! - pids: `RLIMIT_NPROC`, which counts every process of the host user that runs bwrap —
+//!   meaningful with a dedicated [`super::HostUser`] (`run_as`), and ignored by the kernel
+//!   for root, which the record then says;
+//! - cpus: only CPU seconds (`RLIMIT_CPU` at cpus × wall time), parallelism is not limited.
+//!
+//! Wall time and output bytes are always enforced by the monitor. Every run records the
+//! resulting [`EnforcedLimits`] so an operator can see what really held.
+
+use serde::{Deserialize, Serialize};
+
+use super::spec::Limits;
+
+/// How one limit was enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitMechanism {
+    /// A cgroup v2 controller (`memory.max`, `pids.max`, `cpu.max`).
+    CgroupV2,
+    /// A resource limit inherited by every process of the sandbox.
+    Rlimit,
+    /// The monitor's resident-memory watchdog plus `RLIMIT_AS`.
+    WatchdogAndRlimit,
+    /// The monitor (supervisor or `run_sync`): wall time and output bytes.
+    Monitor,
+    /// Not enforced on this host; `detail` says why.
+    NotEnforced,
+}
+
+/// One limit, its mechanism and a human-readable detail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnforcedLimit {
+    pub mechanism: LimitMechanism,
+    pub detail: String,
+}
+
+/// What enforced each limit of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnforcedLimits {
+    pub wall_time: EnforcedLimit,
+    pub output_bytes: EnforcedLimit,
+    pub cpus: EnforcedLimit,
+    pub memory: EnforcedLimit,
+    pub pids: EnforcedLimit,
+}
+
+/// Rlimits to apply in the child before bwrap starts: `(resource, soft, hard)`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RlimitPlan(pub Vec<(libc::__rlimit_resource_t, u64, u64)>);
+
+/// The plan for one run: rlimits, the record, and the watchdog threshold in bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct LimitPlan {
+    pub rlimits: RlimitPlan,
+    pub enforced: EnforcedLimits,
+    pub watch_memory_bytes: Option<u64>,
+}
+
+fn lim(mechanism: LimitMechanism, detail: String) -> EnforcedLimit {
+    EnforcedLimit { mechanism, detail }
+}
+
+/// Plans the limits; `cgroup` is the job cgroup path when one was created, `host_uid` the
+/// uid bwrap will run as.
+pub(crate) fn plan(limits: &Limits, cgroup: Option<&str>, host_uid: u32) -> LimitPlan {
+    use LimitMechanism::*;
+    let mem_bytes = limits.memory_mb.saturating_mul(1024 * 1024);
+    let wall_s = limits.wall_time.as_secs().max(1);
+    let mut rl = vec![(libc::RLIMIT_CORE, 0, 0)];
+    let wall_time = lim(Monitor, format!("killed after {wall_s} s"));
+    let output_bytes = lim(
+        Monitor,
+        format!("killed after {} bytes", limits.output_bytes),
+    );
+    if let Some(cg) = cgroup {
+        return LimitPlan {
+            rlimits: RlimitPlan(rl),
+            enforced: EnforcedLimits {
+                wall_time,
+                output_bytes,
+                cpus: lim(
+                    CgroupV2,
+                    format!("cpu.max {}00000 100000 in {cg}", limits.cpus),
+                ),
+                memory: lim(CgroupV2, format!("memory.max {mem_bytes} in {cg}")),
+                pids: lim(CgroupV2, format!("pids.max {} in {cg}", limits.pids)),
+            },
+            watch_memory_bytes: None,
+        };
+    }
+    let cpu_s = wall_s.saturating_mul(u64::from(limits.cpus));
+    rl.push((libc::RLIMIT_CPU, cpu_s, cpu_s + 5));
+    let as_bytes = mem_bytes.saturating_add(1 << 30);
+    rl.push((libc::RLIMIT_AS, as_bytes, as_bytes));
+    let pids = if host_uid == 0 {
+        lim(
+            NotEnforced,
+            "RLIMIT_NPROC does not bind root: set run_as or delegate a cgroup v2".to_owned(),
+        )
+    } else {
+        let n = u64::from(limits.pids);
+        rl.push((libc::RLIMIT_NPROC, n, n));
+        lim(
+            Rlimit,
+            format!("RLIMIT_NPROC {n} for every process of host uid {host_uid}"),
+        )
+    };
+    LimitPlan {
+        rlimits: RlimitPlan(rl),
+        enforced: EnforcedLimits {
+            wall_time,
+            output_bytes,
+            cpus: lim(
+                Rlimit,
+                format!("RLIMIT_CPU {cpu_s} s per process; parallelism not limited"),
+            ),
+            memory: lim(
+                WatchdogAndRlimit,
+                format!(
+                    "resident set of the sandbox killed above {mem_bytes} bytes; RLIMIT_AS {as_bytes}"
+                ),
+            ),
+            pids,
+        },
+        watch_memory_bytes: Some(mem_bytes),
+    }
+}
+
+impl RlimitPlan {
+    /// Applies the rlimits to the calling process. Async-signal-safe: only `setrlimit`.
+    #[allow(unsafe_code)]
+    pub(crate) fn apply(&self) -> std::io::Result<()> {
+        for &(resource, soft, hard) in &self.0 {
+            let rl = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            // SAFETY: setrlimit reads the struct we pass by pointer; it lives on our stack.
+            if unsafe { libc::setrlimit(resource, &rl) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,306 @@
+//! Watches one running sandbox until it ends: output, wall time, memory, cancellation.
+//!
+//! Shared by [`super::run_sync`] and the job supervisor, so both enforce the same limits the
+//! same way. One thread, one `poll(2)` over the two output pipes and a pidfd of bwrap (so a
+//! finished sandbox is noticed at once, not at the next tick); every 50 ms at most it also
+//! checks the deadline, the cancel request and, without a cgroup, the resident memory of the
+//! sandbox tree.
+//!
+//! Killing a sandbox means killing all of it: `SIGKILL` to bwrap, whose `--die-with-parent`
+//! makes the kernel kill the pid-namespace init and with it every process in the namespace,
+//! daemons and double forks included (plus `cgroup.kill` when there is a cgroup).
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::cgroup::JobCgroup;
+use super::proc::{PidFd, descendants, page_size};
+
+/// Why a sandbox run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// The command exited on its own (any exit code).
+    Exited,
+    /// The wall time ran out; the whole sandbox was killed.
+    Timeout,
+    /// Cancelled by request; the whole sandbox was killed.
+    Cancelled,
+    /// Over its memory limit; the whole sandbox was killed.
+    Oom,
+    /// Wrote more than its output cap; the whole sandbox was killed.
+    OutputCap,
+    /// The supervisor vanished without recording an end (e.g. killed, machine rebooted).
+    Lost,
+    /// The sandbox could not be started; the job state's message says why.
+    StartFailed,
+}
+
+/// How the sandbox process ended. bwrap passes the command's exit code through; a command
+/// killed by a signal inside the sandbox shows as code 128 + signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitInfo {
+    Code(i32),
+    Signal(i32),
+}
+
+impl From<ExitStatus> for ExitInfo {
+    fn from(status: ExitStatus) -> Self {
+        match (status.code(), status.signal()) {
+            (Some(code), _) => ExitInfo::Code(code),
+            (None, Some(sig)) => ExitInfo::Signal(sig),
+            (None, None) => ExitInfo::Code(-1),
+        }
+    }
+}
+
+/// Where one output stream goes.
+pub(crate) trait Sink {
+    fn put(&mut self, data: &[u8]) -> io::Result<()>;
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, data: &[u8]) -> io::Result<()> {
+        self.extend_from_slice(data);
+        Ok(())
+    }
+}
+
+impl Sink for std::fs::File {
+    fn put(&mut self, data: &[u8]) -> io::Result<()> {
+        self.write_all(data)
+    }
+}
+
+/// What the monitor watches besides the process.
+pub(crate) struct Watch<'a> {
+    pub wall_time: Duration,
+    pub output_bytes: u64,
+    pub watch_memory_bytes: Option<u64>,
+    pub cgroup: Option<&'a JobCgroup>,
+    pub cancel_requested: &'a dyn Fn() -> bool,
+    pub started: Instant,
+}
+
+/// How a monitored run ended.
+#[derive(Debug, Clone)]
+pub(crate) struct Outcome {
+    pub exit: ExitInfo,
+    pub reason: EndReason,
+    pub bytes: [u64; 2],
+    pub truncated: [bool; 2],
+    pub duration: Duration,
+}
+
+const TICK: Duration = Duration::from_millis(50);
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// Runs the watch loop until bwrap has exited and its output is drained.
+pub(crate) fn monitor(
+    child: &mut Child,
+    sinks: [&mut dyn Sink; 2],
+    w: &Watch<'_>,
+) -> io::Result<Outcome> {
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let mut pipes: [Option<Box<dyn ReadFd>>; 2] = [
+        stdout.map(|p| Box::new(p) as Box<dyn ReadFd>),
+        stderr.map(|p| Box::new(p) as Box<dyn ReadFd>),
+    ];
+    for p in pipes.iter().flatten() {
+        set_nonblocking(p.raw())?;
+    }
+    let pidfd = PidFd::open(child.id() as i32)?;
+    let deadline = w.started + w.wall_time;
+    let mut written = 0u64;
+    let mut bytes = [0u64; 2];
+    let mut truncated = [false; 2];
+    let mut killed: Option<EndReason> = None;
+    let mut status: Option<ExitStatus> = None;
+    let mut exited_at: Option<Instant> = None;
+    let mut last_mem = Instant::now() - TICK;
+    let mut buf = vec![0u8; 64 * 1024];
+
+    loop {
+        let now = Instant::now();
+        let timeout = if status.is_some() {
+            TICK
+        } else {
+            deadline.saturating_duration_since(now).min(TICK)
+        };
+        let mut fds: Vec<libc::pollfd> = pipes.iter().flatten().map(|p| pollfd(p.raw())).collect();
+        if status.is_none() {
+            fds.push(pollfd(pidfd_raw(&pidfd)));
+        }
+        poll(&mut fds, timeout)?;
+
+        for (i, slot) in pipes.iter_mut().enumerate() {
+            let Some(pipe) = slot else { continue };
+            // Bounded per round so one flooding stream cannot starve the checks below.
+            for _ in 0..16 {
+                match pipe.read(&mut buf) {
+                    Ok(0) => {
+                        *slot = None;
+                        break;
+                    }
+                    Ok(n) => {
+                        let room = w.output_bytes.saturating_sub(written);
+                        let keep = (n as u64).min(room) as usize;
+                        if keep > 0 {
+                            sinks[i].put(&buf[..keep])?;
+                            written += keep as u64;
+                            bytes[i] += keep as u64;
+                        }
+                        if keep < n {
+                            truncated[i] = true;
+                            if killed.is_none() && status.is_none() {
+                                killed = Some(EndReason::OutputCap);
+                                kill(child, w.cgroup);
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+
+        if status.is_none()
+            && let Some(st) = child.try_wait()?
+        {
+            status = Some(st);
+            exited_at = Some(Instant::now());
+        }
+        if let Some(at) = exited_at {
+            if pipes.iter().all(Option::is_none) || at.elapsed() >= DRAIN {
+                break;
+            }
+            continue;
+        }
+        if killed.is_some() {
+            continue;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            killed = Some(EndReason::Timeout);
+        } else if (w.cancel_requested)() {
+            killed = Some(EndReason::Cancelled);
+        } else if let Some(limit) = w.watch_memory_bytes
+            && now.duration_since(last_mem) >= TICK
+        {
+            last_mem = now;
+            let rss: u64 = descendants(child.id() as i32)
+                .iter()
+                .map(|(_, s)| s.rss_pages)
+                .sum::<u64>()
+                * page_size();
+            if rss > limit {
+                killed = Some(EndReason::Oom);
+            }
+        }
+        if killed.is_some() {
+            kill(child, w.cgroup);
+        }
+    }
+
+    let status = status.unwrap_or_else(|| ExitStatus::from_raw(libc::SIGKILL));
+    let exit = ExitInfo::from(status);
+    let reason = match killed {
+        Some(r) => r,
+        None if w.cgroup.is_some_and(JobCgroup::oom_killed) => EndReason::Oom,
+        None if exit == ExitInfo::Signal(libc::SIGKILL) && (w.cancel_requested)() => {
+            EndReason::Cancelled
+        }
+        None => EndReason::Exited,
+    };
+    if let Some(cg) = w.cgroup {
+        cg.kill();
+    }
+    Ok(Outcome {
+        exit,
+        reason,
+        bytes,
+        truncated,
+        duration: w.started.elapsed(),
+    })
+}
+
+fn kill(child: &mut Child, cgroup: Option<&JobCgroup>) {
+    if let Some(cg) = cgroup {
+        cg.kill();
+    }
+    // bwrap --die-with-parent takes the pid-namespace init, and so the namespace, with it.
+    let _ = child.kill();
+}
+
+trait ReadFd: Read {
+    fn raw(&self) -> RawFd;
+}
+
+impl<T: Read + AsRawFd> ReadFd for T {
+    fn raw(&self) -> RawFd {
+        self.as_raw_fd()
+    }
+}
+
+fn pidfd_raw(p: &PidFd) -> RawFd {
+    p.as_raw()
+}
+
+fn pollfd(fd: RawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+#[allow(unsafe_code)]
+fn poll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<()> {
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `fds` is a valid, exclusively borrowed slice of pollfd for the call's duration.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Waits until `fd` is readable (for a pidfd: the process exited); false on timeout.
+pub(crate) fn poll_readable(fd: RawFd, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut fds = [pollfd(fd)];
+        if poll(&mut fds, deadline.saturating_duration_since(Instant::now())).is_err() {
+            return false;
+        }
+        if fds[0].revents != 0 {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+    }
+}
+
+#[allow(unsafe_code)]
+fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an fd we own, with integer arguments only.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

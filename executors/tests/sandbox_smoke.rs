@@ -1,0 +1,54 @@
+//! Smoke tests: a sandbox runs a command, a job runs under its supervisor.
+
+#[path = "sandbox_harness.rs"]
+mod harness;
+
+use std::time::Duration;
+
+use harness::{Instance, sh, supervisor};
+use hpcgate_executors::sandbox::{
+    EndReason, ExitInfo, JobPhase, OutputStream, run_sync, spawn_job, tail, wait_job,
+};
+
+#[test]
+fn run_sync_echoes_and_reports_exit_code() {
+    let inst = Instance::create();
+    let r = run_sync(&inst.spec, &sh("echo hello; echo err >&2; exit 3"), None).expect("runs");
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "hello\n", "{r:?}");
+    assert_eq!(String::from_utf8_lossy(&r.stderr), "err\n");
+    assert_eq!(r.exit, ExitInfo::Code(3));
+    assert_eq!(r.reason, EndReason::Exited);
+}
+
+#[test]
+fn run_sync_feeds_stdin() {
+    let inst = Instance::create();
+    let r = run_sync(&inst.spec, &["/bin/cat".to_owned()], Some(b"abc")).expect("runs");
+    assert_eq!(r.stdout, b"abc");
+}
+
+#[test]
+fn job_runs_to_completion_and_output_is_kept_host_side() {
+    let inst = Instance::create();
+    let dir = inst.job_dir("j1");
+    let h = spawn_job(
+        &dir,
+        &inst.spec,
+        &sh("echo out; echo err >&2"),
+        &supervisor(),
+    )
+    .expect("spawn");
+    assert_eq!(h.state.phase, JobPhase::Running);
+    let s = wait_job(&dir, Duration::from_secs(10)).expect("wait");
+    assert_eq!(s.phase, JobPhase::Finished, "{s:?}");
+    assert_eq!(s.reason, Some(EndReason::Exited));
+    assert_eq!(s.exit, Some(ExitInfo::Code(0)));
+    assert_eq!(
+        tail(&dir, OutputStream::Stdout, 100).expect("tail").data,
+        b"out\n"
+    );
+    assert_eq!(
+        tail(&dir, OutputStream::Stderr, 100).expect("tail").data,
+        b"err\n"
+    );
+}
