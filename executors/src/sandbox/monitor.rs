@@ -84,6 +84,8 @@ pub(crate) struct Watch<'a> {
     pub output_bytes: u64,
     pub watch_memory_bytes: Option<u64>,
     pub cgroup: Option<&'a JobCgroup>,
+    /// The sandbox's pid-namespace init: killing it ends every process of the sandbox.
+    pub init: Option<&'a PidFd>,
     pub cancel_requested: &'a dyn Fn() -> bool,
     pub started: Instant,
 }
@@ -161,7 +163,7 @@ pub(crate) fn monitor(
                             truncated[i] = true;
                             if killed.is_none() && status.is_none() {
                                 killed = Some(EndReason::OutputCap);
-                                kill(child, w.cgroup);
+                                kill(child, w);
                             }
                         }
                     }
@@ -206,7 +208,7 @@ pub(crate) fn monitor(
             }
         }
         if killed.is_some() {
-            kill(child, w.cgroup);
+            kill(child, w);
         }
     }
 
@@ -232,11 +234,16 @@ pub(crate) fn monitor(
     })
 }
 
-fn kill(child: &mut Child, cgroup: Option<&JobCgroup>) {
-    if let Some(cg) = cgroup {
+fn kill(child: &mut Child, w: &Watch<'_>) {
+    if let Some(cg) = w.cgroup {
         cg.kill();
     }
-    // bwrap --die-with-parent takes the pid-namespace init, and so the namespace, with it.
+    // Killing the pid-namespace init makes the kernel kill every process in the namespace;
+    // bwrap's --die-with-parent would do the same once armed, the direct kill covers the
+    // instant before.
+    if let Some(init) = w.init {
+        let _ = init.signal(libc::SIGKILL);
+    }
     let _ = child.kill();
 }
 

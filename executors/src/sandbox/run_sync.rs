@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::error::SandboxError;
 use super::limits::EnforcedLimits;
 use super::monitor::{EndReason, ExitInfo, Watch, monitor};
-use super::spawn::prepare;
+use super::spawn::{prepare, sandbox_init};
 use super::spec::SandboxSpec;
 
 /// The result of a synchronous sandbox run.
@@ -48,7 +48,8 @@ pub fn run_sync(
         Stdio::null()
     };
     let mut prepared = prepare(spec, command, stdin_mode, &name)?;
-    let mut child = prepared.command.spawn().map_err(SandboxError::Spawn)?;
+    let mut child = prepared.spawn().map_err(SandboxError::Spawn)?;
+    let init = sandbox_init(&mut prepared.info, child.id() as i32);
 
     let feeder = match (stdin, child.stdin.take()) {
         (Some(data), Some(mut pipe)) => {
@@ -68,6 +69,7 @@ pub fn run_sync(
         output_bytes: spec.limits.output_bytes,
         watch_memory_bytes: prepared.plan.watch_memory_bytes,
         cgroup: prepared.cgroup.as_ref(),
+        init: init.as_ref().map(|(fd, _)| fd),
         cancel_requested: &never,
         started,
     };

@@ -8,11 +8,23 @@
 //!    bwrap; std's own exec-error pipe keeps working because it is only marked, not closed;
 //! 2. joins the sandbox's cgroup when there is one;
 //! 3. applies the rlimits;
-//! 4. becomes `run_as` (groups, gid, then uid) when set.
+//! 4. becomes `run_as` (groups, gid, then uid) when set;
+//! 5. arms `PR_SET_PDEATHSIG` = `SIGKILL` (last: a credential change would clear it) and
+//!    checks the parent is still there, so bwrap dies with its parent even before bwrap's own
+//!    `--die-with-parent` is armed.
 //!
-//! bwrap itself gets an empty environment and its own process group.
+//! bwrap itself gets an empty environment and its own process group, plus one extra fd: the
+//! write end of an `--info-fd` pipe (its own number, so nothing is `dup2`ed over an fd std
+//! uses). bwrap writes the host pid of the pid-namespace init there; [`read_init_pid`] gets
+//! it so the sandbox can be killed through its init even in the instant before bwrap has
+//! armed `--die-with-parent`.
 
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
+use std::time::Duration;
+
+use serde::Deserialize;
 use std::process::{Command, Stdio};
 
 use super::argv::bwrap_argv;
@@ -28,6 +40,18 @@ pub(crate) struct Prepared {
     pub command: Command,
     pub plan: LimitPlan,
     pub cgroup: Option<JobCgroup>,
+    /// Read end of the `--info-fd` pipe; the write end is dropped with `command`'s spawn.
+    pub info: std::fs::File,
+    info_write: Option<OwnedFd>,
+}
+
+impl Prepared {
+    /// Spawns bwrap and closes our copy of the info pipe's write end.
+    pub(crate) fn spawn(&mut self) -> std::io::Result<std::process::Child> {
+        let child = self.command.spawn();
+        self.info_write = None;
+        child
+    }
 }
 
 /// Validates and prepares one sandbox; `name` labels its cgroup.
@@ -56,9 +80,12 @@ pub(crate) fn prepare(
         host_uid,
     );
 
+    let (info_read, info_write) = pipe().map_err(SandboxError::Spawn)?;
+    let info_fd = info_write.as_raw_fd();
     let argv = bwrap_argv(spec, command);
     let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
+    cmd.args(["--info-fd".to_owned(), info_fd.to_string()])
+        .args(&argv[1..])
         .env_clear()
         .stdin(stdin)
         .stdout(Stdio::piped())
@@ -71,6 +98,7 @@ pub(crate) fn prepare(
         procs: c.procs.clone(),
     });
     let run_as = spec.run_as;
+    let parent = std::process::id() as libc::pid_t;
     #[allow(unsafe_code)]
     // SAFETY: the closure runs between fork and exec; it only calls async-signal-safe
     // syscalls (close_range, open/write/close, setrlimit, setgroups, setgid, setuid) on data
@@ -78,6 +106,7 @@ pub(crate) fn prepare(
     unsafe {
         cmd.pre_exec(move || {
             cloexec_from_3()?;
+            keep_open(info_fd)?;
             if let Some(cg) = &join {
                 cg.join_self()?;
             }
@@ -85,13 +114,15 @@ pub(crate) fn prepare(
             if let Some(user) = run_as {
                 become_user(user)?;
             }
-            Ok(())
+            die_with_parent(parent)
         });
     }
     Ok(Prepared {
         command: cmd,
         plan,
         cgroup,
+        info: std::fs::File::from(info_read),
+        info_write: Some(info_write),
     })
 }
 
@@ -128,4 +159,101 @@ fn become_user(user: HostUser) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Waits for bwrap's report and opens a pidfd on the namespace init, checking that it is
+/// bwrap's child. The identity is returned for recording.
+pub(crate) fn sandbox_init(
+    info: &mut std::fs::File,
+    bwrap_pid: i32,
+) -> Option<(super::proc::PidFd, super::proc::ProcessIdentity)> {
+    let pid = read_init_pid(info, Duration::from_secs(10))?;
+    let pidfd = super::proc::PidFd::open(pid).ok()?;
+    let stat = super::proc::read_stat(pid).ok()?;
+    if stat.ppid != bwrap_pid {
+        return None;
+    }
+    let identity = super::proc::ProcessIdentity::of(pid).ok()?;
+    Some((pidfd, identity))
+}
+
+/// Asks for SIGKILL when the parent (thread) dies; fails if it already died.
+/// Async-signal-safe (prctl, getppid).
+#[allow(unsafe_code)]
+fn die_with_parent(parent: libc::pid_t) -> std::io::Result<()> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) and getppid take and return integers only.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::getppid() != parent {
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        }
+    }
+    Ok(())
+}
+
+/// Waits (≤ 2 s) until the sandboxed command runs: bwrap's init has a child. Until then bwrap
+/// is still setting up and has not armed the namespace's parent-death signal.
+pub(crate) fn wait_until_running(child: &mut std::process::Child, init_pid: i32) {
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < until {
+        if !super::proc::descendants(init_pid).is_empty() || !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A close-on-exec pipe: (read, write).
+#[allow(unsafe_code)]
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two fds into the array we pass; on success we own both.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
+    }
+}
+
+/// Clears close-on-exec on one fd. Async-signal-safe (one fcntl).
+#[allow(unsafe_code)]
+fn keep_open(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: fcntl with integer arguments on an fd that is open in this process.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct Info {
+    #[serde(rename = "child-pid")]
+    child_pid: i32,
+}
+
+/// Reads bwrap's `--info-fd` document: the host pid of the sandbox's pid-namespace init.
+/// `None` if bwrap exited before creating the sandbox or said nothing within `timeout`.
+pub(crate) fn read_init_pid(info: &mut std::fs::File, timeout: Duration) -> Option<i32> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut text = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if !super::monitor::poll_readable(info.as_raw_fd(), left) {
+            return None;
+        }
+        match info.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+        }
+        if let Ok(info) = serde_json::from_slice::<Info>(&text) {
+            return Some(info.child_pid);
+        }
+    }
+    serde_json::from_slice::<Info>(&text)
+        .ok()
+        .map(|i| i.child_pid)
 }

@@ -29,10 +29,13 @@ pub fn cancel_job(job_dir: &Path) -> Result<JobState, SandboxError> {
             });
         }
     }
-    if let Some(pidfd) = state.sandbox.as_ref().and_then(|s| s.pidfd()) {
-        pidfd
-            .signal(libc::SIGKILL)
-            .map_err(SandboxError::io(job_dir))?;
+    // The namespace init first (that ends every sandbox process), then bwrap.
+    for identity in [&state.sandbox_init, &state.sandbox].into_iter().flatten() {
+        if let Some(pidfd) = identity.pidfd() {
+            pidfd
+                .signal(libc::SIGKILL)
+                .map_err(SandboxError::io(job_dir))?;
+        }
     }
     wait_job(job_dir, Duration::from_secs(2))
 }

@@ -53,6 +53,8 @@ pub struct JobState {
     pub supervisor: ProcessIdentity,
     /// The outer bwrap process, once started.
     pub sandbox: Option<ProcessIdentity>,
+    /// The sandbox's pid-namespace init (bwrap's child): killing it ends the whole sandbox.
+    pub sandbox_init: Option<ProcessIdentity>,
     pub exit: Option<ExitInfo>,
     /// Set when `phase` is `finished`.
     pub reason: Option<EndReason>,

@@ -3,7 +3,8 @@
 //!
 //! A job is running only while its supervisor — the process with the recorded pid, start
 //! time and boot id — is alive. If it is gone and the state still says running, the job is
-//! reported `lost` (the supervisor always writes a final state before it exits).
+//! reported `lost` (the supervisor always writes a final state before it exits), and what
+//! may remain of its sandbox is killed by verified identity.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,6 +22,13 @@ pub fn job_status(job_dir: &Path) -> Result<JobState, SandboxError> {
     // The supervisor may have written its final state and exited between our two reads.
     let mut state = read_state(job_dir)?;
     if state.phase == JobPhase::Running {
+        // Reconcile: a sandbox must never outlive its supervisor. Killed through pidfds whose
+        // identity is checked, so a recycled pid is never signalled.
+        for identity in [&state.sandbox_init, &state.sandbox].into_iter().flatten() {
+            if let Some(pidfd) = identity.pidfd() {
+                let _ = pidfd.signal(libc::SIGKILL);
+            }
+        }
         state.phase = JobPhase::Finished;
         state.reason = Some(EndReason::Lost);
         state.message = Some("the job supervisor ended without recording an end".to_owned());

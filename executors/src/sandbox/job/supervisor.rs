@@ -19,7 +19,7 @@ use super::state::{
 };
 use crate::sandbox::monitor::{EndReason, Watch, monitor};
 use crate::sandbox::proc::ProcessIdentity;
-use crate::sandbox::spawn::prepare;
+use crate::sandbox::spawn::{prepare, sandbox_init, wait_until_running};
 
 /// Runs the supervisor for `job_dir`; returns the process exit code. Call it first thing in
 /// `main`, before any thread exists.
@@ -58,6 +58,7 @@ fn supervise(job_dir: &Path) -> Result<(), String> {
         finished_at_ms: None,
         supervisor: me,
         sandbox: None,
+        sandbox_init: None,
         exit: None,
         reason: None,
         stdout_bytes: 0,
@@ -89,11 +90,17 @@ fn supervise(job_dir: &Path) -> Result<(), String> {
         Ok(p) => p,
         Err(e) => return fail(state, e.to_string()),
     };
-    let mut child = match prepared.command.spawn() {
+    let mut child = match prepared.spawn() {
         Ok(c) => c,
         Err(e) => return fail(state, format!("could not start the sandbox: {e}")),
     };
     state.sandbox = ProcessIdentity::of(child.id() as i32).ok();
+    // Ready only once the sandbox exists: from here on its init is known and killable.
+    let init = sandbox_init(&mut prepared.info, child.id() as i32);
+    state.sandbox_init = init.as_ref().map(|(_, id)| id.clone());
+    if let Some((_, id)) = &init {
+        wait_until_running(&mut child, id.pid);
+    }
     state.limits = Some(prepared.plan.enforced.clone());
     record(&state)?;
     reply("ready");
@@ -106,6 +113,7 @@ fn supervise(job_dir: &Path) -> Result<(), String> {
         output_bytes: request.spec.limits.output_bytes,
         watch_memory_bytes: prepared.plan.watch_memory_bytes,
         cgroup: prepared.cgroup.as_ref(),
+        init: init.as_ref().map(|(fd, _)| fd),
         cancel_requested: &cancel_requested,
         started,
     };
