@@ -1,0 +1,152 @@
+//! The typed request for one batch job, and the `sbatch` argv built from it.
+//!
+//! Every limit goes on the `sbatch` command line, each as a single `--option=value` element:
+//! options on the command line override `#SBATCH` lines in the script and `SBATCH_*`
+//! variables, and a value glued to its option cannot be read as another option.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::{SlurmError, validate};
+use crate::sandbox::SandboxSpec;
+
+/// Longest accepted time limit (Slurm counts in minutes; one year is far beyond any partition).
+pub const MAX_TIME_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// One batch job: what to run, where its output goes, and every limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmJobSpec {
+    /// `--job-name`; validated (see [`validate::name`]).
+    pub job_name: String,
+    /// `--partition`; `None` uses the cluster's default partition.
+    pub partition: Option<String>,
+    /// `--account`; `None` uses the user's default account.
+    pub account: Option<String>,
+    /// `--qos`; `None` uses the default qos.
+    pub qos: Option<String>,
+    /// `--cpus-per-task` of the single task (at least 1).
+    pub cpus: u32,
+    /// `--mem` in MiB (at least 1).
+    pub memory_mb: u64,
+    /// `--time`, rounded up to whole minutes (Slurm's granularity), at least one minute.
+    pub time_limit: Duration,
+    /// `--gres=gpu:N`; 0 passes `--gres=none`.
+    pub gpus: u32,
+    /// `--chdir`: the job's working directory on the compute node (absolute).
+    pub working_dir: PathBuf,
+    /// `--output`: where Slurm writes the job's stdout, host-side (absolute, no `%`).
+    pub stdout_path: PathBuf,
+    /// `--error`: where Slurm writes the job's stderr, host-side (absolute, no `%`).
+    pub stderr_path: PathBuf,
+    /// The program and its arguments, run exactly as given (never through a shell).
+    pub command: Vec<String>,
+    /// What the command runs inside on the compute node.
+    pub sandbox: JobSandbox,
+}
+
+/// The wrapper around a job's command on the compute node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobSandbox {
+    /// `exec bwrap …` built by [`crate::sandbox::bwrap_argv`]: the normal case.
+    Bwrap(Box<SandboxSpec>),
+    /// The command runs directly with the compute node's ambient authority: the job user's
+    /// files, network and environment. Only for trusted admin work and tests.
+    UnsandboxedAmbient,
+}
+
+impl SlurmJobSpec {
+    /// Checks every user-supplied value and limit; [`super::SlurmRunner::submit`] calls this.
+    pub fn validate(&self) -> Result<(), SlurmError> {
+        validate::name("job_name", &self.job_name)?;
+        for (field, value) in [
+            ("partition", &self.partition),
+            ("account", &self.account),
+            ("qos", &self.qos),
+        ] {
+            if let Some(value) = value {
+                validate::name(field, value)?;
+            }
+        }
+        if self.cpus == 0 {
+            return Err(limit("cpus", "must be at least 1"));
+        }
+        if self.memory_mb == 0 {
+            return Err(limit("memory_mb", "must be at least 1"));
+        }
+        if self.time_limit.is_zero() || self.time_limit > MAX_TIME_LIMIT {
+            return Err(limit("time_limit", "must be between 1 s and 365 days"));
+        }
+        validate::path("working_dir", &self.working_dir)?;
+        validate::path("stdout_path", &self.stdout_path)?;
+        validate::path("stderr_path", &self.stderr_path)?;
+        if self.command.is_empty() || self.command[0].is_empty() {
+            return Err(SlurmError::InvalidCommand {
+                problem: "the program is missing; give at least one argv element",
+            });
+        }
+        if self.command.iter().any(|arg| arg.contains('\0')) {
+            return Err(SlurmError::InvalidCommand {
+                problem: "an argument contains a NUL byte, which no argv can carry",
+            });
+        }
+        Ok(())
+    }
+
+    /// Time limit in whole minutes, rounded up, as Slurm counts it.
+    pub fn time_limit_minutes(&self) -> u64 {
+        self.time_limit.as_secs().div_ceil(60).max(1)
+    }
+
+    /// The `sbatch` arguments (after the program name) for this spec and a script path.
+    ///
+    /// Call [`Self::validate`] first; this only formats.
+    pub fn sbatch_args(&self, script: &Path) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec![
+            "--parsable".into(),
+            "--export=NONE".into(),
+            "--no-requeue".into(),
+            "--nodes=1".into(),
+            "--ntasks=1".into(),
+            format!("--job-name={}", self.job_name).into(),
+            format!("--cpus-per-task={}", self.cpus).into(),
+            format!("--mem={}M", self.memory_mb).into(),
+            format!("--time={}", self.time_limit_minutes()).into(),
+            if self.gpus == 0 {
+                "--gres=none".into()
+            } else {
+                format!("--gres=gpu:{}", self.gpus).into()
+            },
+            path_arg("--chdir=", &self.working_dir),
+            path_arg("--output=", &self.stdout_path),
+            path_arg("--error=", &self.stderr_path),
+            "--input=/dev/null".into(),
+        ];
+        for (option, value) in [
+            ("--partition=", &self.partition),
+            ("--account=", &self.account),
+            ("--qos=", &self.qos),
+        ] {
+            if let Some(value) = value {
+                args.push(format!("{option}{value}").into());
+            }
+        }
+        // `--` ends sbatch's options: the script path can never be read as one.
+        args.push("--".into());
+        args.push(script.as_os_str().to_owned());
+        args
+    }
+}
+
+fn limit(field: &'static str, problem: &str) -> SlurmError {
+    SlurmError::InvalidLimit {
+        field,
+        problem: problem.to_owned(),
+    }
+}
+
+fn path_arg(option: &str, path: &Path) -> OsString {
+    let mut arg = OsString::from(option);
+    arg.push(path.as_os_str());
+    arg
+}
