@@ -119,7 +119,15 @@ pub fn parse_settings<T: DeserializeOwned>(settings: &str) -> Result<T, String> 
     } else {
         trimmed
     };
-    serde_json::from_str(text).map_err(|e| format!("invalid config: {e}"))
+    serde_json::from_str(text).map_err(|e| {
+        // The position is in JSON the host generated from the admin's TOML: meaningless to them.
+        let message = e.to_string();
+        let position = format!(" at line {} column {}", e.line(), e.column());
+        format!(
+            "invalid config: {}",
+            message.strip_suffix(&position).unwrap_or(&message)
+        )
+    })
 }
 
 #[cfg(test)]
@@ -262,5 +270,6 @@ mod tests {
             err.contains("unknown field `alow`") && err.contains("`allow`"),
             "{err}"
         );
+        assert!(!err.contains("line 1"), "{err}");
     }
 }
