@@ -1,1 +1,13 @@
-//! hpcgate (in progress).
+//! hpcgate: an MCP gateway that lets AI agents use an HPC cluster safely.
+//!
+//! Every tool call is first judged by WebAssembly policy components ([`policy`]); only then
+//! does a native executor run it (`hpcgate-executors`), and every step is appended to a
+//! tamper-evident audit log. See `ARCHITECTURE.md` for the map of the code.
+//!
+//! - [`policy`]: the policy engine (wasmtime components, the chain, isolation, faults)
+//! - [`config`]: the TOML configuration, raw and resolved
+//! - [`cli`]: the `hpcgate` command line
+
+pub mod cli;
+pub mod config;
+pub mod policy;

@@ -1,0 +1,29 @@
+//! Builds the stock policies from `policies/stock/` for wasm32, turns them into components, and
+//! generates `stock.rs`, which embeds them in the binary as `stock:<name>`.
+
+use std::path::PathBuf;
+
+const STOCK: [&str; 4] = ["tool-filter", "path-rules", "resource-caps", "proxy-filter"];
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
+    let workspace = manifest.parent().expect("host/ lives in the workspace").to_path_buf();
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo"));
+    hpcgate_policy_build::rerun_if_changed(&[
+        &workspace.join("wit"),
+        &workspace.join("policies/sdk"),
+        &workspace.join("policies/stock"),
+    ]);
+
+    let guests = hpcgate_policy_build::build_guests(&workspace, &STOCK, &out_dir);
+    let mut table = String::from("/// The stock policies, built from `policies/stock/`.\npub const STOCK: &[(&str, &[u8])] = &[\n");
+    for guest in guests {
+        table.push_str(&format!(
+            "    ({:?}, include_bytes!({:?})),\n",
+            guest.package,
+            guest.component.display().to_string()
+        ));
+    }
+    table.push_str("];\n");
+    std::fs::write(out_dir.join("stock.rs"), table).expect("write stock.rs");
+}

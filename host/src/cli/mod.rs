@@ -1,0 +1,46 @@
+//! The `hpcgate` command line. Commands return an exit code; errors are printed once, with
+//! their causes, by [`main`].
+
+mod policy;
+mod scaffold;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// MCP gateway that lets AI agents use an HPC cluster under WebAssembly policy.
+#[derive(Debug, Parser)]
+#[command(name = "hpcgate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check, test, benchmark and scaffold policies.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
+}
+
+/// Parses the command line and runs the command.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Policy(command) => policy::run(command),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            let _ = writeln!(std::io::stderr().lock(), "error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Writes one line to stdout. The CLI's only way to print: a stray `println!` in the gateway
+/// would corrupt the stdio MCP stream, so the lint forbids it everywhere else.
+pub(crate) fn out(line: impl std::fmt::Display) {
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}

@@ -1,0 +1,178 @@
+//! `hpcgate policy check|test|bench|new`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Subcommand;
+use serde_json::json;
+
+use super::{out, scaffold};
+use crate::config::Config;
+use crate::policy::bench::{BenchOptions, bench};
+use crate::policy::cases::{parse_cases, run_cases};
+use crate::policy::{Chain, ChainPolicy, Mode, ModuleSource, PolicyEngine};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum PolicyCommand {
+    /// Load and validate a policy component and its settings; exit 1 with the reason otherwise.
+    Check {
+        /// A `.wasm` component (or a core module built with wit-bindgen), or `stock:<name>`.
+        module: String,
+        /// The policy's `config` table as JSON.
+        #[arg(long, default_value = "{}")]
+        settings: String,
+    },
+    /// Evaluate recorded calls (a cases file or an audit log) with a config's policies and
+    /// report every decision that differs; exit 0 iff none does.
+    Test {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        calls: PathBuf,
+        /// Print `{"total", "matched", "mismatched", "mismatches"}` as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure latency and throughput per policy and for the whole chain.
+    Bench {
+        #[arg(long)]
+        config: PathBuf,
+        /// Calls to evaluate (a cases file or audit log); a built-in mix when absent.
+        #[arg(long)]
+        calls: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        /// Samples per latency run.
+        #[arg(long, default_value_t = 5_000)]
+        samples: usize,
+        /// Arrival rate of the latency runs, calls per second.
+        #[arg(long, default_value_t = 2_000.0)]
+        rate: f64,
+        /// Evaluations per throughput run.
+        #[arg(long, default_value_t = 20_000)]
+        iterations: usize,
+    },
+    /// Scaffold a Rust policy crate that builds to a component and passes its own test.
+    New {
+        /// Crate name (lowercase letters, digits and `-`).
+        name: String,
+        /// Directory to create the crate in.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+}
+
+pub(crate) fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        PolicyCommand::Check { module, settings } => check(&module, &settings),
+        PolicyCommand::Test { config, calls, json } => test(&config, &calls, json),
+        PolicyCommand::Bench { config, calls, json, samples, rate, iterations } => {
+            anyhow::ensure!(rate > 0.0 && samples > 0 && iterations > 0, "`--rate`, `--samples` and `--iterations` must be positive");
+            run_bench(&config, calls.as_deref(), json, &BenchOptions { samples, rate, iterations })
+        }
+        PolicyCommand::New { name, dir } => {
+            let path = scaffold::new_policy(&name, &dir)?;
+            out(format!("created `{}`", path.display()));
+            out(format!(
+                "next: cd {} && cargo test && cargo build --release --target wasm32-unknown-unknown \
+                 && hpcgate policy check target/wasm32-unknown-unknown/release/{}.wasm",
+                path.display(),
+                name.replace('-', "_")
+            ));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn check(module: &str, settings: &str) -> anyhow::Result<ExitCode> {
+    let settings: serde_json::Value =
+        serde_json::from_str(settings).context("`--settings` is not JSON; pass the policy's config table as a JSON object")?;
+    anyhow::ensure!(settings.is_object(), "`--settings` must be a JSON object, like the policy's `config` table");
+    let engine = PolicyEngine::new(crate::policy::EngineSettings::default())?;
+    let source: ModuleSource = module.parse().unwrap_or_else(|never| match never {});
+    let loaded = match engine.load(&source) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            out(format!("invalid: {}", chain_text(&anyhow::Error::from(e))));
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let digest = loaded.digest().to_owned();
+    let policy = ChainPolicy {
+        name: source.to_string(),
+        module: loaded,
+        settings: settings.to_string(),
+        mode: Mode::Enforce,
+        tenants: vec!["*".to_owned()],
+        deadline: Duration::from_millis(100),
+        memory_bytes: 64 << 20,
+        reuse: true,
+        prepared: 0,
+    };
+    if let Err(e) = Chain::new(vec![policy]) {
+        out(format!("invalid: {e}"));
+        return Ok(ExitCode::from(1));
+    }
+    out(format!("ok: `{source}` ({digest}) loads, imports only the hpcgate world and accepts its settings"));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn load_chain_policies(config: &Path) -> anyhow::Result<Vec<ChainPolicy>> {
+    let (config, base) = Config::load(config)?;
+    let engine = PolicyEngine::new(config.engine_settings())?;
+    config.chain_policies(&engine, &base)
+}
+
+fn test(config: &Path, calls: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let chain = Chain::new(load_chain_policies(config)?)?;
+    let text = std::fs::read_to_string(calls).with_context(|| format!("cannot read calls file `{}`", calls.display()))?;
+    let (cases, skipped) = parse_cases(&text).with_context(|| format!("`{}`", calls.display()))?;
+    let mismatches = run_cases(&chain, &cases);
+    let total = cases.len();
+    let matched = total - mismatches.len();
+    if json {
+        out(json!({ "total": total, "matched": matched, "mismatched": mismatches.len(), "mismatches": mismatches }));
+    } else {
+        for m in &mismatches {
+            out(format!("MISMATCH {} (line {}): {}", m.name, m.line, m.problem));
+        }
+        let skipped = if skipped > 0 { format!(" ({skipped} lines without a call skipped)") } else { String::new() };
+        out(format!("{total} calls checked: {matched} matched, {} mismatched{skipped}", mismatches.len()));
+    }
+    Ok(if mismatches.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The mix `bench` evaluates without `--calls`: one call aimed at each stock policy, plus a
+/// listing.
+const DEFAULT_CALLS: &str = include_str!("bench_calls.jsonl");
+
+fn run_bench(config: &Path, calls: Option<&Path>, json: bool, options: &BenchOptions) -> anyhow::Result<ExitCode> {
+    let policies = load_chain_policies(config)?;
+    anyhow::ensure!(!policies.is_empty(), "`{}` configures no policies; add a `[[policies]]` entry", config.display());
+    let text = match calls {
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("cannot read calls file `{}`", path.display()))?,
+        None => DEFAULT_CALLS.to_owned(),
+    };
+    let (cases, _) = parse_cases(&text)?;
+    anyhow::ensure!(!cases.is_empty(), "the calls file holds no calls");
+    let calls: Vec<_> = cases.into_iter().map(|c| c.call).collect();
+    let report = bench(policies, &calls, options)?;
+    if json {
+        out(serde_json::to_string_pretty(&report)?);
+    } else {
+        out(format!("latency at {} calls/s; throughput flat out, one caller", options.rate));
+        out(format!("{:<24} {:>10} {:>10} {:>14}", "policy", "p50 µs", "p99 µs", "evals/s"));
+        for p in &report.policies {
+            out(format!("{:<24} {:>10.2} {:>10.2} {:>14.0}", p.name, p.p50_us, p.p99_us, p.evals_per_s));
+        }
+        let c = &report.chain;
+        out(format!("{:<24} {:>10.2} {:>10.2} {:>14.0}", "(whole chain)", c.p50_us, c.p99_us, c.decisions_per_s));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn chain_text(error: &anyhow::Error) -> String {
+    error.chain().map(ToString::to_string).collect::<Vec<_>>().join(": ")
+}

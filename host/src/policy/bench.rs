@@ -1,0 +1,120 @@
+//! `hpcgate policy bench`: call-path latency and throughput per policy and for the whole chain.
+//!
+//! Two runs each. *Latency* is measured at a steady arrival rate (default 2,000 calls/s), the
+//! way a gateway sees traffic: fresh instances are prepared between calls, as they are in
+//! production, and each sample is the time the caller waits for the decision. *Throughput* is
+//! measured flat out from one caller: every evaluation still gets a fresh instance, so it
+//! includes preparing and dropping instances (on the background threads, on the other core).
+
+use std::time::{Duration, Instant};
+
+use hpcgate_policy_sdk::Call;
+use serde::Serialize;
+
+use super::chain::{Chain, ChainError, ChainPolicy};
+use super::normalize::normalize_call;
+
+/// How to run the benchmark.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Samples in each latency run.
+    pub samples: usize,
+    /// Arrival rate for latency runs, calls per second.
+    pub rate: f64,
+    /// Evaluations in each throughput run.
+    pub iterations: usize,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions { samples: 5_000, rate: 2_000.0, iterations: 20_000 }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyBench {
+    pub name: String,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub evals_per_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChainBench {
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub decisions_per_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub policies: Vec<PolicyBench>,
+    pub chain: ChainBench,
+    /// The arrival rate of the latency runs, calls per second.
+    pub rate_per_s: f64,
+}
+
+/// Benchmarks each policy alone, then the chain, over `calls` (cycled).
+pub fn bench(policies: Vec<ChainPolicy>, calls: &[Call], options: &BenchOptions) -> Result<BenchReport, ChainError> {
+    let calls: Vec<Call> = calls
+        .iter()
+        .cloned()
+        .map(|mut call| {
+            normalize_call(&mut call);
+            call
+        })
+        .collect();
+    let mut report = Vec::with_capacity(policies.len());
+    for policy in &policies {
+        let name = policy.name.clone();
+        let chain = Chain::new(vec![policy.clone()])?;
+        let (p50_us, p99_us) = latency(&chain, &calls, options);
+        let evals_per_s = throughput(&chain, &calls, options);
+        report.push(PolicyBench { name, p50_us, p99_us, evals_per_s });
+    }
+    let chain = Chain::new(policies)?;
+    let (p50_us, p99_us) = latency(&chain, &calls, options);
+    let decisions_per_s = throughput(&chain, &calls, options);
+    Ok(BenchReport {
+        policies: report,
+        chain: ChainBench { p50_us, p99_us, decisions_per_s },
+        rate_per_s: options.rate,
+    })
+}
+
+fn latency(chain: &Chain, calls: &[Call], options: &BenchOptions) -> (f64, f64) {
+    let period = Duration::from_secs_f64(1.0 / options.rate);
+    // Let the background threads fill the pools before the first sample.
+    std::thread::sleep(Duration::from_millis(50));
+    let mut samples = Vec::with_capacity(options.samples);
+    let mut next = Instant::now();
+    for i in 0..options.samples {
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        }
+        next += period;
+        let started = Instant::now();
+        let outcome = chain.evaluate(&calls[i % calls.len()]);
+        samples.push(started.elapsed());
+        drop(outcome);
+    }
+    samples.sort_unstable();
+    (percentile_us(&samples, 0.50), percentile_us(&samples, 0.99))
+}
+
+fn throughput(chain: &Chain, calls: &[Call], options: &BenchOptions) -> f64 {
+    let started = Instant::now();
+    for i in 0..options.iterations {
+        std::hint::black_box(chain.evaluate(&calls[i % calls.len()]));
+    }
+    options.iterations as f64 / started.elapsed().as_secs_f64()
+}
+
+fn percentile_us(sorted: &[Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+    (sorted[index].as_nanos() as f64 / 10.0).round() / 100.0
+}

@@ -1,0 +1,251 @@
+//! The policy chain: the contract's semantics in one loop.
+//!
+//! Policies run in configured order, each only for tenants matching its `tenants` globs. The
+//! first enforced deny stops the chain; an enforced rewrite replaces the arguments seen by the
+//! next policy and by the executor; a monitor-mode policy is evaluated and recorded but never
+//! stops the chain or changes the arguments. In the list phase the arguments are `{}` and a
+//! rewrite counts as allow. A fault is a deny that names the policy and the fault.
+
+use std::time::{Duration, Instant};
+
+use hpcgate_policy_sdk::glob::GlobSet;
+use hpcgate_policy_sdk::{Call, Phase};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::bindings::{Counter, WitCall, WitPhase};
+use super::instance::{Fault, Limits};
+use super::module::PolicyModule;
+use super::pool::InstancePool;
+
+/// Whether a policy's decisions are enforced or only recorded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Enforce,
+    Monitor,
+}
+
+/// One policy's answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "decision", rename_all = "lowercase")]
+pub enum Verdict {
+    Allow,
+    Deny { reason: String },
+    Rewrite { arguments: Map<String, Value>, note: String },
+}
+
+/// What one policy decided about one call, as recorded in the audit log.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyDecision {
+    pub policy: String,
+    /// `sha256:<hex>` of the module that decided.
+    pub module: String,
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// False for monitor-mode policies.
+    pub enforced: bool,
+    /// Set when the policy faulted; the verdict is then a deny.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fault: Option<String>,
+    pub duration_us: f64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<String>,
+}
+
+/// The kind of a final decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecisionKind {
+    Allow,
+    Deny,
+    Rewrite,
+}
+
+/// The chain's final decision, in the shape test cases `expect` and audit records store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FinalDecision {
+    pub decision: DecisionKind,
+    /// For deny: the policy that denied; for rewrite: the last policy that rewrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// For rewrite: the final arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Map<String, Value>>,
+}
+
+/// Everything the chain decided about one call.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChainOutcome {
+    #[serde(flatten)]
+    pub decision: FinalDecision,
+    pub policies: Vec<PolicyDecision>,
+}
+
+impl ChainOutcome {
+    pub fn is_denied(&self) -> bool {
+        self.decision.decision == DecisionKind::Deny
+    }
+}
+
+/// How to run one policy in a chain (built from a `[[policies]]` entry).
+#[derive(Debug, Clone)]
+pub struct ChainPolicy {
+    pub name: String,
+    pub module: PolicyModule,
+    /// The policy's `config` table as JSON.
+    pub settings: String,
+    pub mode: Mode,
+    pub tenants: Vec<String>,
+    pub deadline: Duration,
+    pub memory_bytes: usize,
+    /// Keep one configured instance per tenant instead of a fresh one per evaluation.
+    pub reuse: bool,
+    /// Instances prepared ahead of the call.
+    pub prepared: usize,
+}
+
+/// Why a chain could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ChainError {
+    #[error("policy `{policy}` rejected its config: {message}")]
+    Configure { policy: String, message: String },
+    #[error("policy `{policy}` {fault}")]
+    Fault { policy: String, fault: Fault },
+    #[error("policy `{policy}`: invalid `tenants` glob: {message}")]
+    TenantGlob { policy: String, message: String },
+    #[error("two policies are named `{0}`; names must be unique")]
+    DuplicateName(String),
+}
+
+struct Link {
+    name: String,
+    mode: Mode,
+    digest: String,
+    tenants: GlobSet,
+    pool: InstancePool,
+}
+
+/// A loaded, configured policy chain.
+pub struct Chain {
+    links: Vec<Link>,
+}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.links.iter().map(|l| &l.name)).finish()
+    }
+}
+
+impl Chain {
+    /// Configures every policy once (a settings error names the policy) and starts preparing
+    /// their instances.
+    pub fn new(policies: Vec<ChainPolicy>) -> Result<Chain, ChainError> {
+        let mut links: Vec<Link> = Vec::with_capacity(policies.len());
+        for p in policies {
+            if links.iter().any(|l| l.name == p.name) {
+                return Err(ChainError::DuplicateName(p.name));
+            }
+            let tenants = GlobSet::new(&p.tenants)
+                .map_err(|e| ChainError::TenantGlob { policy: p.name.clone(), message: e.to_string() })?;
+            let memory_bytes = p.memory_bytes.min(p.module.inner.engine.settings.max_memory_bytes);
+            let limits = Limits { deadline: p.deadline, memory_bytes };
+            let retire = p.module.inner.engine.retire.clone();
+            let digest = p.module.digest().to_owned();
+            let pool = InstancePool::new(p.module, p.settings, limits, p.prepared, p.reuse, retire)
+                .map_err(|fault| match fault {
+                    Fault::Configure(message) => ChainError::Configure { policy: p.name.clone(), message },
+                    fault => ChainError::Fault { policy: p.name.clone(), fault },
+                })?;
+            links.push(Link { name: p.name, mode: p.mode, digest, tenants, pool });
+        }
+        Ok(Chain { links })
+    }
+
+    /// The names of the policies, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.links.iter().map(|l| l.name.as_str())
+    }
+
+    /// Judges one call.
+    pub fn evaluate(&self, call: &Call) -> ChainOutcome {
+        let listing = call.phase == Phase::List;
+        let mut arguments = if listing { Map::new() } else { call.arguments.clone() };
+        let mut wit = to_wit(call, &arguments);
+        let mut policies = Vec::new();
+        let mut rewriter: Option<&str> = None;
+        for link in self.links.iter().filter(|l| l.tenants.is_match(&call.tenant)) {
+            let started = Instant::now();
+            let (result, logs) = link.pool.evaluate(&call.tenant, &wit);
+            let duration_us = started.elapsed().as_nanos() as f64 / 1000.0;
+            let (verdict, fault) = match result {
+                Ok(verdict) => (verdict, None),
+                Err(fault) => {
+                    let reason = format!("policy `{}` {fault}; the call is refused (policies fail closed)", link.name);
+                    (Verdict::Deny { reason }, Some(fault.to_string()))
+                }
+            };
+            let enforced = link.mode == Mode::Enforce;
+            policies.push(PolicyDecision {
+                policy: link.name.clone(),
+                module: link.digest.clone(),
+                verdict: verdict.clone(),
+                enforced,
+                fault,
+                duration_us,
+                logs,
+            });
+            if !enforced {
+                continue;
+            }
+            match verdict {
+                Verdict::Deny { reason } => {
+                    let decision = FinalDecision {
+                        decision: DecisionKind::Deny,
+                        policy: Some(link.name.clone()),
+                        reason: Some(reason),
+                        arguments: None,
+                    };
+                    return ChainOutcome { decision, policies };
+                }
+                Verdict::Rewrite { arguments: new, .. } if !listing => {
+                    wit.arguments = Value::Object(new.clone()).to_string();
+                    arguments = new;
+                    rewriter = Some(&link.name);
+                }
+                _ => {}
+            }
+        }
+        let decision = match rewriter {
+            Some(policy) => FinalDecision {
+                decision: DecisionKind::Rewrite,
+                policy: Some(policy.to_owned()),
+                reason: None,
+                arguments: Some(arguments),
+            },
+            None => FinalDecision { decision: DecisionKind::Allow, policy: None, reason: None, arguments: None },
+        };
+        ChainOutcome { decision, policies }
+    }
+}
+
+fn to_wit(call: &Call, arguments: &Map<String, Value>) -> WitCall {
+    WitCall {
+        phase: match call.phase {
+            Phase::List => WitPhase::List,
+            Phase::Call => WitPhase::Call,
+        },
+        tenant: call.tenant.clone(),
+        principal: call.principal.clone(),
+        tool: call.tool.clone(),
+        server: call.server.clone(),
+        remote_tool: call.remote_tool.clone(),
+        instance: call.instance.clone(),
+        arguments: Value::Object(arguments.clone()).to_string(),
+        read_only: call.read_only,
+        usage: call.usage.iter().map(|(name, value)| Counter { name: name.clone(), value: *value }).collect(),
+    }
+}

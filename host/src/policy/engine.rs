@@ -1,0 +1,125 @@
+//! The wasmtime engine shared by every policy: its settings, the epoch ticker that gives
+//! evaluations a millisecond deadline, and loading modules through the compile cache.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::cache::CompileCache;
+use super::module::{LoadError, ModuleSource, PolicyModule};
+
+/// How often the epoch advances: the resolution of evaluation deadlines.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// Engine-wide settings (`[policy_engine]` in the config).
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Where compiled modules are cached; `None` compiles every load.
+    pub cache_dir: Option<PathBuf>,
+    /// Instance slots in the pooling allocator: prepared, in-flight and dropping instances
+    /// of all policies together.
+    pub instance_slots: u32,
+    /// The largest memory cap any policy may be given, in bytes.
+    pub max_memory_bytes: usize,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        EngineSettings {
+            cache_dir: default_cache_dir(),
+            instance_slots: 512,
+            max_memory_bytes: 256 << 20,
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME/hpcgate/policies`, or `~/.cache/hpcgate/policies`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("hpcgate").join("policies"))
+}
+
+/// The policy engine: one wasmtime engine, its epoch ticker and the compile cache.
+#[derive(Clone)]
+pub struct PolicyEngine {
+    pub(crate) engine: Engine,
+    pub(crate) settings: Arc<EngineSettings>,
+    cache: Option<CompileCache>,
+    /// Used instances go here to be dropped off the call path.
+    pub(crate) retire: crossbeam_channel::Sender<super::instance::Instance>,
+    _ticker: Arc<Ticker>,
+}
+
+impl std::fmt::Debug for PolicyEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyEngine").field("settings", &self.settings).finish()
+    }
+}
+
+impl PolicyEngine {
+    pub fn new(settings: EngineSettings) -> anyhow::Result<Self> {
+        let mut pooling = PoolingAllocationConfig::default();
+        pooling
+            .total_component_instances(settings.instance_slots)
+            .total_core_instances(settings.instance_slots)
+            .total_memories(settings.instance_slots)
+            .total_tables(settings.instance_slots)
+            .max_memory_size(settings.max_memory_bytes)
+            // Reset the first pages of a returned slot with memset instead of madvise, so the
+            // next instance does not take page faults on the memory every policy touches.
+            .linear_memory_keep_resident(256 << 10)
+            .table_keep_resident(64 << 10);
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
+        let engine = Engine::new(&config)?;
+        let cache = settings
+            .cache_dir
+            .as_ref()
+            .map(|dir| CompileCache::new(dir.clone(), &engine));
+        let ticker = Ticker::start(engine.clone());
+        let retire = super::pool::spawn_retirer();
+        Ok(PolicyEngine { engine, settings: Arc::new(settings), cache, retire, _ticker: ticker })
+    }
+
+    /// Loads, validates and compiles a policy component (through the cache).
+    pub fn load(&self, source: &ModuleSource) -> Result<PolicyModule, LoadError> {
+        PolicyModule::load(self, self.cache.as_ref(), source)
+    }
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.
+struct Ticker {
+    stop: Arc<AtomicBool>,
+}
+
+impl Ticker {
+    fn start(engine: Engine) -> Arc<Ticker> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::Builder::new()
+            .name("hpcgate-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })
+            .expect("spawn the epoch ticker thread");
+        Arc::new(Ticker { stop })
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,167 @@
+//! One policy instance: its store (memory cap, log lines), how it is prepared (instantiated and
+//! configured), and how one evaluation runs under a deadline with every failure turned into a
+//! [`Fault`].
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use wasmtime::{ResourceLimiter, Store, Trap};
+
+use super::bindings::{self, Level, Policy, WitCall, WitDecision};
+use super::chain::Verdict;
+use super::engine::EPOCH_TICK;
+use super::module::PolicyModule;
+
+/// The most log lines kept per evaluation, and their length.
+const MAX_LOG_LINES: usize = 16;
+const MAX_LOG_LINE: usize = 512;
+/// Longer deny reasons and rewrite notes are cut; longer rewrites are a fault.
+const MAX_REASON: usize = 4096;
+const MAX_REWRITE: usize = 1 << 20;
+
+/// Per-evaluation bounds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) deadline: Duration,
+    pub(crate) memory_bytes: usize,
+}
+
+impl Limits {
+    fn deadline_ticks(&self) -> u64 {
+        // A deadline of N ms fires between N and N + 1 ticks from now.
+        (self.deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
+    }
+}
+
+/// The data a policy's store carries.
+pub(crate) struct GuestState {
+    memory_cap: usize,
+    memory_cap_hit: bool,
+    logs: Vec<String>,
+}
+
+impl ResourceLimiter for GuestState {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.memory_cap {
+            self.memory_cap_hit = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 65_536)
+    }
+}
+
+impl bindings::hpcgate::policy::log::Host for GuestState {
+    fn log(&mut self, level: Level, message: String) {
+        if self.logs.len() < MAX_LOG_LINES {
+            let level = match level {
+                Level::Debug => "debug",
+                Level::Info => "info",
+                Level::Warn => "warn",
+            };
+            self.logs.push(format!("{level}: {}", truncate(&message, MAX_LOG_LINE)));
+        }
+    }
+}
+
+impl bindings::hpcgate::policy::types::Host for GuestState {}
+
+/// Why an evaluation produced no decision. Every fault becomes a deny.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Fault {
+    #[error("timed out after {0} ms")]
+    Timeout(u128),
+    #[error("exceeded its memory limit of {0} MiB")]
+    MemoryLimit(usize),
+    #[error("trapped: {0}")]
+    Trap(String),
+    #[error("returned a malformed decision: {0}")]
+    Malformed(String),
+    #[error("could not be instantiated: {0}")]
+    Instantiate(String),
+    #[error("rejected its settings on a fresh instance: {0}")]
+    Configure(String),
+}
+
+/// An instantiated, configured policy, ready for one evaluation (or several, with reuse).
+pub(crate) struct Instance {
+    store: Store<GuestState>,
+    policy: Policy,
+}
+
+impl Instance {
+    /// Instantiates `module` and calls `configure(settings)` under the limits.
+    pub(crate) fn prepare(module: &PolicyModule, settings: &str, limits: &Limits) -> Result<Instance, Fault> {
+        let inner = &module.inner;
+        let state = GuestState { memory_cap: limits.memory_bytes, memory_cap_hit: false, logs: Vec::new() };
+        let mut store = Store::new(&inner.engine.engine, state);
+        store.limiter(|state| state);
+        store.set_epoch_deadline(limits.deadline_ticks());
+        let policy = inner
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| classify(&e, &store, limits).unwrap_or_else(|| Fault::Instantiate(format!("{e:#}"))))?;
+        match policy.call_configure(&mut store, settings) {
+            Ok(Ok(())) => Ok(Instance { store, policy }),
+            Ok(Err(message)) => Err(Fault::Configure(truncate(&message, MAX_REASON))),
+            Err(e) => Err(classify(&e, &store, limits).unwrap_or_else(|| Fault::Trap(format!("{e:#}")))),
+        }
+    }
+
+    /// Runs one evaluation. The instance must not be used again after a fault.
+    pub(crate) fn evaluate(&mut self, call: &WitCall, limits: &Limits) -> (Result<Verdict, Fault>, Vec<String>) {
+        self.store.data_mut().logs.clear();
+        self.store.set_epoch_deadline(limits.deadline_ticks());
+        let result = match self.policy.call_evaluate(&mut self.store, call) {
+            Ok(decision) => verdict(decision),
+            Err(e) => Err(classify(&e, &self.store, limits).unwrap_or_else(|| Fault::Trap(format!("{e:#}")))),
+        };
+        (result, std::mem::take(&mut self.store.data_mut().logs))
+    }
+}
+
+/// Names the fault behind a wasmtime error: a deadline, the memory cap, or a trap.
+fn classify(error: &wasmtime::Error, store: &Store<GuestState>, limits: &Limits) -> Option<Fault> {
+    if store.data().memory_cap_hit {
+        return Some(Fault::MemoryLimit(limits.memory_bytes >> 20));
+    }
+    match error.downcast_ref::<Trap>()? {
+        Trap::Interrupt => Some(Fault::Timeout(limits.deadline.as_millis())),
+        trap => Some(Fault::Trap(trap.to_string())),
+    }
+}
+
+fn verdict(decision: WitDecision) -> Result<Verdict, Fault> {
+    Ok(match decision {
+        WitDecision::Allow => Verdict::Allow,
+        WitDecision::Deny(reason) => Verdict::Deny { reason: truncate(&reason, MAX_REASON) },
+        WitDecision::Rewrite(rewrite) => {
+            if rewrite.arguments.len() > MAX_REWRITE {
+                return Err(Fault::Malformed(format!(
+                    "rewrite arguments are {} bytes, over the limit of {MAX_REWRITE}",
+                    rewrite.arguments.len()
+                )));
+            }
+            let arguments: Map<String, Value> = match serde_json::from_str(&rewrite.arguments) {
+                Ok(Value::Object(map)) => map,
+                Ok(_) => return Err(Fault::Malformed("rewrite arguments are not a JSON object".into())),
+                Err(e) => return Err(Fault::Malformed(format!("rewrite arguments are not JSON: {e}"))),
+            };
+            Verdict::Rewrite { arguments, note: truncate(&rewrite.note, MAX_REASON) }
+        }
+    })
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes cut)", &text[..end], text.len() - end)
+}

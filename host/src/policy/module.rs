@@ -1,0 +1,188 @@
+//! Loading a policy: read the bytes (a file or `stock:<name>`), digest them, compile through
+//! the cache, and validate that the component fits the `hpcgate:policy` world and imports
+//! nothing else.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, HasSelf, Linker};
+
+use super::bindings::{Policy, PolicyPre};
+use super::cache::CompileCache;
+use super::engine::PolicyEngine;
+use super::instance::GuestState;
+use super::stock;
+
+/// The interfaces a policy may import: the contract's types and the log.
+const ALLOWED_IMPORTS: [&str; 2] = ["hpcgate:policy/types@0.1.", "hpcgate:policy/log@0.1."];
+
+/// Where a policy module comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModuleSource {
+    /// `stock:<name>`: a policy embedded in the binary.
+    Stock(String),
+    /// A `.wasm` component (or a core module built with wit-bindgen) on disk.
+    Path(PathBuf),
+}
+
+impl FromStr for ModuleSource {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s.strip_prefix("stock:") {
+            Some(name) => ModuleSource::Stock(name.to_owned()),
+            None => ModuleSource::Path(PathBuf::from(s)),
+        })
+    }
+}
+
+impl fmt::Display for ModuleSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModuleSource::Stock(name) => write!(f, "stock:{name}"),
+            ModuleSource::Path(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// Why a policy module could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read policy module `{path}`")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("unknown stock policy `stock:{name}`; the stock policies are {known}")]
+    UnknownStock { name: String, known: String },
+    #[error(
+        "`{0}` is a core module without a component type; build it with wit-bindgen for the \
+         `hpcgate:policy` world, or wrap it with `wasm-tools component new`"
+    )]
+    Componentize(String),
+    #[error("`{source_name}` is not a valid WebAssembly component: {detail}")]
+    Invalid { source_name: String, detail: String },
+    #[error(
+        "`{source_name}` imports `{import}`, which hpcgate does not provide: policies get no \
+         filesystem, network, clocks or randomness; build for wasm32-unknown-unknown and import \
+         only `hpcgate:policy/log`"
+    )]
+    ForeignImport { source_name: String, import: String },
+    #[error("`{source_name}` does not implement the `hpcgate:policy` world: {detail}")]
+    WrongWorld { source_name: String, detail: String },
+}
+
+/// A compiled, validated policy component, ready to be instantiated.
+#[derive(Clone)]
+pub struct PolicyModule {
+    pub(crate) inner: Arc<ModuleInner>,
+}
+
+pub(crate) struct ModuleInner {
+    pub(crate) engine: PolicyEngine,
+    pub(crate) source: ModuleSource,
+    pub(crate) digest: String,
+    pub(crate) pre: PolicyPre<GuestState>,
+}
+
+impl fmt::Debug for PolicyModule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyModule")
+            .field("source", &self.inner.source)
+            .field("digest", &self.inner.digest)
+            .finish()
+    }
+}
+
+impl PolicyModule {
+    /// `sha256:<hex>` of the module bytes as shipped.
+    pub fn digest(&self) -> &str {
+        &self.inner.digest
+    }
+
+    pub fn source(&self) -> &ModuleSource {
+        &self.inner.source
+    }
+
+    pub(crate) fn load(
+        engine: &PolicyEngine,
+        cache: Option<&CompileCache>,
+        source: &ModuleSource,
+    ) -> Result<Self, LoadError> {
+        let bytes = read(source)?;
+        let hex = hex::encode(Sha256::digest(&bytes));
+        let source_name = source.to_string();
+        let component = match cache.and_then(|c| c.get(&engine.engine, &hex)) {
+            Some(component) => component,
+            None => {
+                let component = compile(engine, &bytes, &source_name)?;
+                if let Some(cache) = cache {
+                    cache.put(&hex, &component);
+                }
+                component
+            }
+        };
+        check_imports(engine, &component, &source_name)?;
+        let mut linker = Linker::<GuestState>::new(&engine.engine);
+        Policy::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
+            .map_err(|e| LoadError::Invalid { source_name: source_name.clone(), detail: format!("{e:#}") })?;
+        let pre = linker
+            .instantiate_pre(&component)
+            .and_then(PolicyPre::new)
+            .map_err(|e| LoadError::WrongWorld { source_name: source_name.clone(), detail: format!("{e:#}") })?;
+        Ok(PolicyModule {
+            inner: Arc::new(ModuleInner {
+                engine: engine.clone(),
+                source: source.clone(),
+                digest: format!("sha256:{hex}"),
+                pre,
+            }),
+        })
+    }
+}
+
+fn read(source: &ModuleSource) -> Result<Vec<u8>, LoadError> {
+    match source {
+        ModuleSource::Stock(name) => stock::bytes(name).map(<[u8]>::to_vec).ok_or_else(|| {
+            LoadError::UnknownStock { name: name.clone(), known: stock::names().join(", ") }
+        }),
+        ModuleSource::Path(path) => {
+            std::fs::read(path).map_err(|source| LoadError::Read { path: path.clone(), source })
+        }
+    }
+}
+
+/// A core module (`\0asm` version 1) is wrapped into a component first; components and `.wat`
+/// text go to wasmtime as they are.
+fn compile(engine: &PolicyEngine, bytes: &[u8], source_name: &str) -> Result<Component, LoadError> {
+    const CORE_MODULE: [u8; 8] = [0, b'a', b's', b'm', 1, 0, 0, 0];
+    let owned;
+    let bytes = if bytes.starts_with(&CORE_MODULE) {
+        owned = hpcgate_policy_build::componentize(bytes)
+            .map_err(|_| LoadError::Componentize(source_name.to_owned()))?;
+        &owned[..]
+    } else {
+        bytes
+    };
+    Component::new(&engine.engine, bytes).map_err(|e| LoadError::Invalid {
+        source_name: source_name.to_owned(),
+        detail: format!("{e:#}"),
+    })
+}
+
+fn check_imports(engine: &PolicyEngine, component: &Component, source_name: &str) -> Result<(), LoadError> {
+    let ty = component.component_type();
+    for (name, _) in ty.imports(&engine.engine) {
+        if !ALLOWED_IMPORTS.iter().any(|allowed| name.starts_with(allowed)) {
+            return Err(LoadError::ForeignImport {
+                source_name: source_name.to_owned(),
+                import: name.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}

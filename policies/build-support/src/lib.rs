@@ -1,0 +1,113 @@
+//! Build-script support shared by the crates that embed policy guests (`hpcgate` embeds the stock
+//! policies, `hpcgate-tests` the hostile ones).
+//!
+//! [`build_guests`] runs a nested `cargo build` of the named workspace packages for
+//! `wasm32-unknown-unknown` with the `policy` profile, in a target directory of its own (so the
+//! outer cargo's lock on its own directory cannot deadlock it), then wraps each core module into
+//! a component with `wit-component`. Nothing opaque is committed: every guest is built from source.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A built guest: the package name and the path of its component.
+#[derive(Debug)]
+pub struct Guest {
+    pub package: String,
+    pub component: PathBuf,
+}
+
+/// Builds `packages` of the workspace at `workspace` and writes `<package>.wasm` components into
+/// `out_dir`. Panics with a message saying what to do when the build fails (this runs in a build
+/// script, where a panic is the error channel).
+pub fn build_guests(workspace: &Path, packages: &[&str], out_dir: &Path) -> Vec<Guest> {
+    let target_dir = guest_target_dir(workspace);
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace)
+        .args(["build", "--profile", "policy", "--target", "wasm32-unknown-unknown"])
+        .arg("--target-dir")
+        .arg(&target_dir);
+    for package in packages {
+        cmd.args(["-p", package]);
+    }
+    // The outer build's wrappers (clippy-driver, coverage) and flags are for the host target;
+    // the guests are built plainly.
+    for var in [
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_MANIFEST_DIR",
+    ] {
+        cmd.env_remove(var);
+    }
+    // A small stack (64 KiB instead of 1 MiB) keeps every fresh instance's memory small: fewer
+    // pages to map, touch and reset per evaluation.
+    cmd.env(
+        "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS",
+        "-C link-arg=-zstack-size=65536",
+    );
+    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run cargo to build policy guests: {e}"));
+    assert!(
+        status.success(),
+        "building policy guests {packages:?} for wasm32-unknown-unknown failed; \
+         if the target is missing run `rustup target add wasm32-unknown-unknown`"
+    );
+
+    let wasm_dir = target_dir.join("wasm32-unknown-unknown").join("policy");
+    packages
+        .iter()
+        .map(|package| {
+            let core = wasm_dir.join(format!("{}.wasm", package.replace('-', "_")));
+            let bytes = std::fs::read(&core)
+                .unwrap_or_else(|e| panic!("cannot read built guest `{}`: {e}", core.display()));
+            let component = componentize(&bytes)
+                .unwrap_or_else(|e| panic!("cannot turn `{package}` into a component: {e}"));
+            let out = out_dir.join(format!("{package}.wasm"));
+            std::fs::write(&out, component)
+                .unwrap_or_else(|e| panic!("cannot write `{}`: {e}", out.display()));
+            Guest { package: (*package).to_owned(), component: out }
+        })
+        .collect()
+}
+
+/// Wraps a core module that carries its component type (as `wit-bindgen` emits it) into a
+/// component.
+pub fn componentize(core: &[u8]) -> Result<Vec<u8>, String> {
+    wit_component::ComponentEncoder::default()
+        .module(core)
+        .and_then(|encoder| encoder.validate(true).encode())
+        .map_err(|e| format!("{e:#}"))
+}
+
+/// Turns a hand-written core module (WebAssembly text) into a component of `world` from the WIT
+/// package in `wit_dir`, by embedding the world's type information the way wit-bindgen does.
+/// Used for hostile guests that return what no generated binding can.
+pub fn componentize_core_wat(wat: &str, wit_dir: &Path, world: &str) -> Result<Vec<u8>, String> {
+    let mut module = wat::parse_str(wat).map_err(|e| e.to_string())?;
+    let mut resolve = wit_parser::Resolve::default();
+    let (package, _) = resolve.push_path(wit_dir).map_err(|e| format!("{e:#}"))?;
+    let world = resolve.select_world(&[package], Some(world)).map_err(|e| format!("{e:#}"))?;
+    wit_component::embed_component_metadata(&mut module, &resolve, world, wit_component::StringEncoding::UTF8, false)
+        .map_err(|e| format!("{e:#}"))?;
+    componentize(&module)
+}
+
+/// Prints `cargo:rerun-if-changed` lines for the guest sources.
+#[allow(clippy::print_stdout)] // build-script directives go to stdout by definition
+pub fn rerun_if_changed(paths: &[&Path]) {
+    for path in paths {
+        println!("cargo:rerun-if-changed={}", path.display());
+    }
+}
+
+fn guest_target_dir(workspace: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => PathBuf::from(dir).join("policy-guests"),
+        None => workspace.join("target").join("policy-guests"),
+    }
+}

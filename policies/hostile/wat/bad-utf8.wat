@@ -1,0 +1,20 @@
+;; Like bad-discriminant.wat, but `evaluate` returns `deny` with a reason that is not UTF-8.
+(module
+  (memory (export "memory") 1)
+  (data (i32.const 3072) "\ff\fe\fd")
+  (global $next (mut i32) (i32.const 4096))
+  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
+    (local $ptr i32)
+    (local.set $ptr (global.get $next))
+    (global.set $next (i32.add (global.get $next) (local.get 3)))
+    (local.get $ptr))
+  (func (export "configure") (param i32 i32) (result i32)
+    (i32.store8 (i32.const 1024) (i32.const 0))
+    (i32.const 1024))
+  ;; deny (discriminant 1) with the string at 3072, 3 bytes long.
+  (func (export "evaluate") (param i32) (result i32)
+    (i32.store8 (i32.const 2048) (i32.const 1))
+    (i32.store (i32.const 2052) (i32.const 3072))
+    (i32.store (i32.const 2056) (i32.const 3))
+    (i32.const 2048))
+)

@@ -1,0 +1,5 @@
+//! hpcgate's integration tests: one binary, one shared harness.
+
+mod harness;
+mod policy_chain;
+mod policy_hostile;
