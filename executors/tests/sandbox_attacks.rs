@@ -128,27 +128,32 @@ fn inheritable_secret_fd(inst: &Instance) -> (std::fs::File, i32) {
 fn inherited_open_fd_is_invisible_to_run_sync_and_jobs() {
     let inst = Instance::create();
     let (_file, fd) = inheritable_secret_fd(&inst);
-    let script = format!("ls /proc/self/fd | wc -l; cat /proc/self/fd/{fd}; cat <&{fd}; echo end");
+    // Control: an ordinary child of the test really inherits the fd, so the attack is live.
+    let plain = std::process::Command::new("/bin/cat")
+        .arg(format!("/proc/self/fd/{fd}"))
+        .output()
+        .expect("cat");
+    assert_eq!(plain.stdout, b"TOP-SECRET-FD");
+
+    let script = format!(
+        "ls /proc/self/fd | tr '\\n' ' '; echo; cat /proc/self/fd/{fd}; cat <&{fd}; echo end"
+    );
     let (out, err, _) = run(&inst, &script);
     assert!(
         !out.contains("TOP-SECRET") && !err.contains("TOP-SECRET"),
         "{out}{err}"
     );
-    let open: u32 = out
-        .lines()
-        .next()
-        .expect("count")
-        .trim()
-        .parse()
-        .expect("n");
-    assert!(open <= 4, "fds 0-2 plus ls's own directory fd, got {open}");
+    // 0-2 and ls's own directory handle, nothing else.
+    assert_eq!(out.lines().next(), Some("0 1 2 3 "), "{out}");
 
     let dir = inst.job_dir("fd");
     spawn_job(&dir, &inst.spec, &sh(&script), &supervisor()).expect("spawn");
     let s = wait_job(&dir, Duration::from_secs(10)).expect("wait");
     assert_eq!(s.reason, Some(EndReason::Exited));
     let out = tail(&dir, OutputStream::Stdout, 4096).expect("tail").data;
-    assert!(!String::from_utf8_lossy(&out).contains("TOP-SECRET"));
+    let out = String::from_utf8_lossy(&out);
+    assert!(!out.contains("TOP-SECRET"), "{out}");
+    assert_eq!(out.lines().next(), Some("0 1 2 3 "), "{out}");
 }
 
 #[test]

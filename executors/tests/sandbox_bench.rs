@@ -48,7 +48,7 @@ fn sandbox_launch_overhead() {
             let dir = inst.job_dir(&format!("b{i}"));
             spawn_job(&dir, &inst.spec, &cmd, &harness::supervisor()).expect("spawn");
             let s = wait_job(&dir, Duration::from_secs(10)).expect("wait");
-            assert_eq!(s.reason, Some(EndReason::Exited));
+            assert_eq!(s.reason, Some(EndReason::Exited), "{s:?}");
             start.elapsed()
         })
         .collect();

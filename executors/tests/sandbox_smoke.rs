@@ -52,3 +52,19 @@ fn job_runs_to_completion_and_output_is_kept_host_side() {
         b"err\n"
     );
 }
+
+#[test]
+fn jobs_that_exit_at_once_are_recorded_as_exited() {
+    // Regression: bwrap may exit (and be reaped) before the monitor starts.
+    let inst = Instance::create();
+    for i in 0..5 {
+        let dir = inst.job_dir(&format!("fast{i}"));
+        spawn_job(&dir, &inst.spec, &["/bin/true".to_owned()], &supervisor()).expect("spawn");
+        let s = wait_job(&dir, Duration::from_secs(10)).expect("wait");
+        assert_eq!(
+            (s.reason, s.exit),
+            (Some(EndReason::Exited), Some(ExitInfo::Code(0))),
+            "{s:?}"
+        );
+    }
+}

@@ -137,3 +137,83 @@ impl Argv {
         self.0.push(s.into());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::spec::{Bind, SandboxSpec};
+
+    fn strings(spec: &SandboxSpec, cmd: &[&str]) -> Vec<String> {
+        let cmd: Vec<String> = cmd.iter().map(|s| (*s).to_owned()).collect();
+        bwrap_argv(spec, &cmd)
+            .into_iter()
+            .map(|s| s.into_string().expect("utf8"))
+            .collect()
+    }
+
+    #[test]
+    fn hardened_profile_is_complete_and_the_command_follows_the_separator() {
+        let spec = SandboxSpec::new("/w", "/o");
+        let argv = strings(&spec, &["--bind", "/", "/x"]);
+        assert_eq!(argv[0], "/usr/bin/bwrap");
+        for flag in [
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--assert-userns-disabled",
+            "--new-session",
+            "--die-with-parent",
+            "--clearenv",
+        ] {
+            assert!(argv.iter().any(|a| a == flag), "missing {flag}");
+        }
+        assert!(!argv.iter().any(|a| a == "--share-net"));
+        let has = |w: &[&str]| argv.windows(w.len()).any(|x| x == w);
+        assert!(has(&["--cap-drop", "ALL"]));
+        assert!(has(&["--size", "67108864", "--tmpfs", "/tmp"]));
+        assert!(has(&["--proc", "/proc"]) && has(&["--dev", "/dev"]));
+        assert!(has(&["--bind", "/w", "/workspace"]) && has(&["--bind", "/o", "/output"]));
+        assert!(has(&["--setenv", "HOME", "/tmp"]));
+        assert!(
+            !argv
+                .iter()
+                .any(|a| a == "/etc" || a == "/home" || a == "/root")
+        );
+        let sep = argv.iter().position(|a| a == "--").expect("separator");
+        assert_eq!(argv[sep + 1..], ["--bind", "/", "/x"]);
+    }
+
+    #[test]
+    fn host_network_shares_the_namespace_and_resolv_conf() {
+        let mut spec = SandboxSpec::new("/w", "/o");
+        spec.network = Network::Host;
+        spec.extra_ro_binds.push(Bind {
+            source: "/data".into(),
+            target: "/data".into(),
+        });
+        let argv = strings(&spec, &["true"]);
+        let has = |w: &[&str]| argv.windows(w.len()).any(|x| x == w);
+        assert!(has(&["--share-net"]));
+        assert!(has(&[
+            "--ro-bind-try",
+            "/etc/resolv.conf",
+            "/etc/resolv.conf"
+        ]));
+        assert!(has(&["--ro-bind", "/data", "/data"]));
+    }
+
+    #[test]
+    fn explicit_env_wins_and_invalid_names_are_dropped() {
+        let mut spec = SandboxSpec::new("/w", "/o");
+        spec.env.allow.clear();
+        spec.env.set = vec![
+            ("HOME".into(), "/workspace".into()),
+            ("BAD=NAME".into(), "x".into()),
+        ];
+        let argv = strings(&spec, &["true"]);
+        let homes: Vec<_> = argv.windows(2).filter(|w| w[0] == "HOME").collect();
+        assert_eq!(homes.len(), 1);
+        assert_eq!(homes[0][1], "/workspace");
+        assert!(!argv.iter().any(|a| a.contains("BAD")));
+    }
+}

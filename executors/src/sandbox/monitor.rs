@@ -118,7 +118,13 @@ pub(crate) fn monitor(
     for p in pipes.iter().flatten() {
         set_nonblocking(p.raw())?;
     }
-    let pidfd = PidFd::open(child.id() as i32)?;
+    // No pidfd if bwrap already exited and was reaped (e.g. by the start-up wait): its
+    // status is cached in `child` and the first `try_wait` below returns it.
+    let pidfd = match PidFd::open(child.id() as i32) {
+        Ok(fd) => Some(fd),
+        Err(_) if child.try_wait()?.is_some() => None,
+        Err(e) => return Err(e),
+    };
     let deadline = w.started + w.wall_time;
     let mut written = 0u64;
     let mut bytes = [0u64; 2];
@@ -137,8 +143,10 @@ pub(crate) fn monitor(
             deadline.saturating_duration_since(now).min(TICK)
         };
         let mut fds: Vec<libc::pollfd> = pipes.iter().flatten().map(|p| pollfd(p.raw())).collect();
-        if status.is_none() {
-            fds.push(pollfd(pidfd_raw(&pidfd)));
+        if status.is_none()
+            && let Some(pidfd) = &pidfd
+        {
+            fds.push(pollfd(pidfd.as_raw()));
         }
         poll(&mut fds, timeout)?;
 
@@ -255,10 +263,6 @@ impl<T: Read + AsRawFd> ReadFd for T {
     fn raw(&self) -> RawFd {
         self.as_raw_fd()
     }
-}
-
-fn pidfd_raw(p: &PidFd) -> RawFd {
-    p.as_raw()
 }
 
 fn pollfd(fd: RawFd) -> libc::pollfd {

@@ -68,3 +68,61 @@ pub(crate) fn env_name_ok(name: &str) -> bool {
     matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::spec::Bind;
+
+    fn cmd() -> Vec<String> {
+        vec!["true".to_owned()]
+    }
+
+    #[test]
+    fn refusal_table() {
+        let ok = SandboxSpec::new("/w", "/o");
+        assert!(validate(&ok, &cmd()).is_ok());
+        assert!(matches!(
+            validate(&ok, &[]),
+            Err(SandboxError::EmptyCommand)
+        ));
+        assert!(matches!(
+            validate(&ok, &["a\0b".to_owned()]),
+            Err(SandboxError::NulInArgument { .. })
+        ));
+        let mut s = ok.clone();
+        s.workspace = "rel".into();
+        assert!(matches!(
+            validate(&s, &cmd()),
+            Err(SandboxError::RelativePath { .. })
+        ));
+        for target in ["/", "/workspace/x", "/output", "/proc/self", "/dev"] {
+            let mut s = ok.clone();
+            s.extra_ro_binds.push(Bind {
+                source: "/data".into(),
+                target: target.into(),
+            });
+            assert!(
+                matches!(
+                    validate(&s, &cmd()),
+                    Err(SandboxError::ReservedMountTarget { .. })
+                ),
+                "{target}"
+            );
+        }
+        for name in ["", "1A", "A-B", "A=B", "A B"] {
+            let mut s = ok.clone();
+            s.env.set.push((name.into(), "v".into()));
+            assert!(
+                matches!(
+                    validate(&s, &cmd()),
+                    Err(SandboxError::InvalidEnvName { .. })
+                ),
+                "{name:?}"
+            );
+        }
+        let mut s = ok.clone();
+        s.limits.pids = 0;
+        assert!(matches!(validate(&s, &cmd()), Err(SandboxError::ZeroLimit)));
+    }
+}
