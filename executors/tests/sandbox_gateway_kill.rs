@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::{Instance, gone_within, processes_with, sh, supervisor};
+use harness::{Instance, gone_within, processes_with, running, sh, supervisor};
 use hpcgate_executors::sandbox::{
     EndReason, JobPhase, SandboxSpec, attach_job, cancel_job, run_sync, spawn_job,
 };
@@ -75,7 +75,9 @@ fn gateway_killed_supervised_job_survives_and_run_sync_sandbox_dies() {
     let spawned = lines.find(|l| l.as_deref().is_ok_and(|l| l == "spawned"));
     assert!(spawned.is_some(), "the gateway process spawned the job");
     let until = Instant::now() + Duration::from_secs(10);
-    while processes_with(&format!("1008.{token}")).is_empty() {
+    // Wait for the sandboxed command itself: bwrap's argv mentions the token too, and during
+    // bwrap's own set-up (a few ms) the namespace's parent-death signal is not yet armed.
+    while running("sleep", &format!("1008.{token}")).is_empty() {
         assert!(Instant::now() < until, "run_sync sandbox never started");
         std::thread::sleep(Duration::from_millis(20));
     }

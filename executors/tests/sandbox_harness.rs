@@ -109,6 +109,17 @@ pub fn processes_with(needle: &str) -> Vec<i32> {
     found
 }
 
+/// Pids of host processes named `comm` whose command line contains `needle` (so a bwrap
+/// whose argv mentions the command does not count as the command running).
+pub fn running(comm: &str, needle: &str) -> Vec<i32> {
+    processes_with(needle)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == comm)
+        })
+        .collect()
+}
+
 /// Waits (bounded) until no process has `needle` on its command line.
 pub fn gone_within(needle: &str, limit: Duration) -> bool {
     let until = std::time::Instant::now() + limit;

@@ -68,3 +68,28 @@ fn jobs_that_exit_at_once_are_recorded_as_exited() {
         );
     }
 }
+
+#[test]
+fn the_result_says_which_mechanism_enforced_each_limit() {
+    use hpcgate_executors::sandbox::LimitMechanism;
+    let mut inst = Instance::create();
+    let r = run_sync(&inst.spec, &["/bin/true".to_owned()], None).expect("runs");
+    assert_eq!(r.limits.wall_time.mechanism, LimitMechanism::Monitor);
+    assert_eq!(r.limits.output_bytes.mechanism, LimitMechanism::Monitor);
+    // On this kind of host (no delegated cgroup v2) the fallbacks are named as such.
+    if r.limits.memory.mechanism != LimitMechanism::CgroupV2 {
+        assert_eq!(r.limits.memory.mechanism, LimitMechanism::WatchdogAndRlimit);
+        let expected = if inst.host_uid.is_some() {
+            LimitMechanism::Rlimit
+        } else {
+            r.limits.pids.mechanism
+        };
+        assert_eq!(r.limits.pids.mechanism, expected);
+        if harness::is_root() {
+            // Root without a dedicated uid: RLIMIT_NPROC would not bind, and we say so.
+            inst.spec.run_as = None;
+            let r = run_sync(&inst.spec, &["/bin/true".to_owned()], None).expect("runs");
+            assert_eq!(r.limits.pids.mechanism, LimitMechanism::NotEnforced);
+        }
+    }
+}

@@ -69,8 +69,13 @@ fn lim(mechanism: LimitMechanism, detail: String) -> EnforcedLimit {
 }
 
 /// Plans the limits; `cgroup` is the job cgroup path when one was created, `host_uid` the
-/// uid bwrap will run as.
-pub(crate) fn plan(limits: &Limits, cgroup: Option<&str>, host_uid: u32) -> LimitPlan {
+/// uid bwrap will run as, `dedicated` whether that uid runs nothing but this sandbox.
+pub(crate) fn plan(
+    limits: &Limits,
+    cgroup: Option<&str>,
+    host_uid: u32,
+    dedicated: bool,
+) -> LimitPlan {
     use LimitMechanism::*;
     let mem_bytes = limits.memory_mb.saturating_mul(1024 * 1024);
     let wall_s = limits.wall_time.as_secs().max(1);
@@ -105,12 +110,22 @@ pub(crate) fn plan(limits: &Limits, cgroup: Option<&str>, host_uid: u32) -> Limi
             NotEnforced,
             "RLIMIT_NPROC does not bind root: set run_as or delegate a cgroup v2".to_owned(),
         )
-    } else {
+    } else if dedicated {
         let n = u64::from(limits.pids);
+        rl.push((libc::RLIMIT_NPROC, n, n));
+        lim(Rlimit, format!("RLIMIT_NPROC {n} for host uid {host_uid}"))
+    } else {
+        // The uid is shared with the gateway and other sandboxes: the limit counts all of
+        // their tasks, so grant the sandbox `pids` on top of what already runs.
+        let running = tasks_of_uid(host_uid);
+        let n = u64::from(limits.pids) + running;
         rl.push((libc::RLIMIT_NPROC, n, n));
         lim(
             Rlimit,
-            format!("RLIMIT_NPROC {n} for every process of host uid {host_uid}"),
+            format!(
+                "RLIMIT_NPROC {n} ({running} tasks already running + {}) shared by host uid {host_uid}",
+                limits.pids
+            ),
         )
     };
     LimitPlan {
@@ -132,6 +147,24 @@ pub(crate) fn plan(limits: &Limits, cgroup: Option<&str>, host_uid: u32) -> Limi
         },
         watch_memory_bytes: Some(mem_bytes),
     }
+}
+
+/// Tasks (threads included, as `RLIMIT_NPROC` counts them) of processes owned by `uid`.
+fn tasks_of_uid(uid: u32) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
+        .filter_map(|e| std::fs::read_dir(e.path().join("task")).ok())
+        .map(|tasks| tasks.count() as u64)
+        .sum()
 }
 
 impl RlimitPlan {

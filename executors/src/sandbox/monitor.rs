@@ -132,7 +132,8 @@ pub(crate) fn monitor(
     let mut killed: Option<EndReason> = None;
     let mut status: Option<ExitStatus> = None;
     let mut exited_at: Option<Instant> = None;
-    let mut last_mem = Instant::now() - TICK;
+    // The first memory check comes one tick in: a short run never pays for a /proc scan.
+    let mut last_mem = Instant::now();
     let mut buf = vec![0u8; 64 * 1024];
 
     loop {
@@ -225,7 +226,12 @@ pub(crate) fn monitor(
     let reason = match killed {
         Some(r) => r,
         None if w.cgroup.is_some_and(JobCgroup::oom_killed) => EndReason::Oom,
-        None if exit == ExitInfo::Signal(libc::SIGKILL) && (w.cancel_requested)() => {
+        // Killed from outside after a cancel request (bwrap itself, or its init: then bwrap
+        // reports 128 + SIGKILL).
+        None if (exit == ExitInfo::Signal(libc::SIGKILL)
+            || exit == ExitInfo::Code(128 + libc::SIGKILL))
+            && (w.cancel_requested)() =>
+        {
             EndReason::Cancelled
         }
         None => EndReason::Exited,

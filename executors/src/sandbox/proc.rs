@@ -9,6 +9,7 @@
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -86,8 +87,44 @@ fn boot_id() -> io::Result<String> {
         .to_owned())
 }
 
-/// All live descendants of `root` (not `root` itself), with their stat.
+/// All live descendants of `root` (not `root` itself), with their stat. Walks the
+/// `/proc/<pid>/task/<tid>/children` lists, so the cost follows the size of the sandbox, not
+/// of the host; falls back to a scan of `/proc` on kernels without those lists.
 pub(crate) fn descendants(root: i32) -> Vec<(i32, Stat)> {
+    if !Path::new(&format!("/proc/{root}/task/{root}/children")).exists() {
+        return descendants_by_scan(root);
+    }
+    let mut found: Vec<(i32, Stat)> = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for child in children_of(parent) {
+            if let Ok(stat) = read_stat(child)
+                && !found.iter().any(|(p, _)| *p == child)
+            {
+                found.push((child, stat));
+                frontier.push(child);
+            }
+        }
+    }
+    found
+}
+
+fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_ascii_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+fn descendants_by_scan(root: i32) -> Vec<(i32, Stat)> {
     let mut all: Vec<(i32, Stat)> = Vec::new();
     if let Ok(dir) = fs::read_dir("/proc") {
         for entry in dir.flatten() {
@@ -184,6 +221,27 @@ mod tests {
         assert_eq!(stat.ppid, 7);
         assert_eq!(stat.start_time, 123456);
         assert_eq!(stat.rss_pages, 99);
+    }
+
+    #[test]
+    fn descendants_are_found_through_children_lists() {
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 5 & wait"])
+            .spawn()
+            .expect("sh");
+        let me = std::process::id() as i32;
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        let mut found = descendants(me);
+        while found.len() < 2 && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+            found = descendants(me);
+        }
+        let scanned = descendants_by_scan(me);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.iter().any(|(p, _)| *p == child.id() as i32));
+        assert!(found.len() >= 2, "sh and its sleep: {found:?}");
+        assert!(scanned.len() >= found.len());
     }
 
     #[test]

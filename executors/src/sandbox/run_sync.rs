@@ -4,6 +4,12 @@
 //! the gateway dies, the sandbox dies with it (no orphans). Because the parent-death signal
 //! follows the *thread*, call this from a thread that lives until it returns (e.g. inside
 //! `spawn_blocking`, never by handing the child to another thread).
+//!
+//! Known window: bwrap arms the namespace's parent-death signal only at the end of its
+//! set-up (a few ms). If the gateway is SIGKILLed inside that window, bwrap's half-built
+//! child stays behind, blocked before it ever runs the command (observed: it waits for the
+//! uid map its dead parent would have written). It runs nothing but is a leaked process;
+//! a delegated cgroup (`cgroup.kill`) closes the window.
 
 use std::io::Write;
 use std::process::Stdio;

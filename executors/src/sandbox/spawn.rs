@@ -78,6 +78,7 @@ pub(crate) fn prepare(
         &spec.limits,
         cgroup.as_ref().map(|c| c.dir.to_string_lossy()).as_deref(),
         host_uid,
+        spec.run_as.is_some(),
     );
 
     let (info_read, info_write) = pipe().map_err(SandboxError::Spawn)?;

@@ -42,6 +42,16 @@ impl SupervisorCommand {
             args: Vec::new(),
         }
     }
+
+    /// A binary that re-executes itself into [`super::supervisor_main`] when called as
+    /// `program <subcommand> <job_dir>`; e.g. the gateway with `std::env::current_exe()` and
+    /// a hidden `__supervise` subcommand dispatched first thing in `main`, before any thread.
+    pub fn reexec(program: impl Into<PathBuf>, subcommand: impl Into<OsString>) -> Self {
+        SupervisorCommand {
+            program: program.into(),
+            args: vec![subcommand.into()],
+        }
+    }
 }
 
 const START_TIMEOUT: Duration = Duration::from_secs(10);
