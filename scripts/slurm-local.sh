@@ -81,6 +81,8 @@ MpiDefault=none
 MailProg=/bin/true
 ReturnToService=2
 SchedulerType=sched/backfill
+# Schedule a submitted batch job at once (default: up to 3 s later, for high throughput).
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 AccountingStorageType=accounting_storage/none
@@ -170,23 +172,42 @@ cmd_start() {
     cmd_env
 }
 
-stop_one() {
-    local pidfile="$DIR/run/$1.pid" pid
-    pid_alive "$pidfile" "$1" || { rm -f "$pidfile"; return 0; }
-    pid="$(cat "$pidfile")"
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do
-        [ -d "/proc/$pid" ] || break
+# stop_all <name>...: SIGTERM each named daemon of ours (found by pid file and verified by name),
+# wait for all of them together (each takes ~2 s to shut down), then SIGKILL leftovers.
+stop_all() {
+    local name pid pids=()
+    for name in "$@"; do
+        if pid_alive "$DIR/run/$name.pid" "$name"; then
+            pid="$(cat "$DIR/run/$name.pid")"
+            kill "$pid" 2>/dev/null || true
+            pids+=("$pid")
+        fi
+        rm -f "$DIR/run/$name.pid"
+    done
+    for _ in $(seq 1 100); do
+        local alive=0
+        for pid in "${pids[@]}"; do [ -d "/proc/$pid" ] && alive=1; done
+        [ "$alive" -eq 0 ] && return 0
         sleep 0.1
     done
-    if [ -d "/proc/$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi
-    rm -f "$pidfile"
+    for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
 }
 
 cmd_stop() {
-    stop_one slurmd
-    stop_one slurmctld
-    stop_one munged
+    # Cancel this cluster's own jobs first, so no slurmstepd outlives the daemons.
+    if pid_alive "$DIR/run/slurmctld.pid" slurmctld; then
+        local jobs
+        jobs="$(SLURM_CONF="$CONF" timeout 5 squeue -h -o '%i' 2>/dev/null || true)"
+        if [ -n "$jobs" ]; then
+            # shellcheck disable=SC2086 # one job id per word
+            SLURM_CONF="$CONF" timeout 5 scancel $jobs 2>/dev/null || true
+            for _ in $(seq 1 50); do
+                [ -z "$(SLURM_CONF="$CONF" timeout 5 squeue -h -o '%i' 2>/dev/null)" ] && break
+                sleep 0.1
+            done
+        fi
+    fi
+    stop_all slurmd slurmctld munged
     log "stopped ($DIR)"
 }
 

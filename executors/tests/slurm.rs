@@ -98,9 +98,10 @@ fn a_memory_hog_is_killed_and_final() {
     let dirs = JobDirs::new();
     let runner = dirs.runner();
     let mut spec = dirs.spec(&[
-        "/usr/bin/python3",
+        "/bin/sh",
         "-c",
-        "import time; a = bytearray(800 << 20); time.sleep(60)",
+        // tail keeps a line without newline whole: 800 MiB resident, then a long sleep.
+        "head -c 800M /dev/zero | tail >/dev/null; sleep 60",
     ]);
     spec.memory_mb = 100;
     let job = runner.submit(&spec).unwrap();

@@ -35,9 +35,10 @@ pub struct SlurmJobSpec {
     pub gpus: u32,
     /// `--chdir`: the job's working directory on the compute node (absolute).
     pub working_dir: PathBuf,
-    /// `--output`: where Slurm writes the job's stdout, host-side (absolute, no `%`).
+    /// `--output`: where Slurm writes the job's stdout, host-side (absolute, no `%`, outside
+    /// every sandbox mount so the job cannot plant a symlink there).
     pub stdout_path: PathBuf,
-    /// `--error`: where Slurm writes the job's stderr, host-side (absolute, no `%`).
+    /// `--error`: where Slurm writes the job's stderr, host-side (same rules as `stdout_path`).
     pub stderr_path: PathBuf,
     /// The program and its arguments, run exactly as given (never through a shell).
     pub command: Vec<String>,
@@ -80,6 +81,11 @@ impl SlurmJobSpec {
         validate::path("working_dir", &self.working_dir)?;
         validate::path("stdout_path", &self.stdout_path)?;
         validate::path("stderr_path", &self.stderr_path)?;
+        if let JobSandbox::Bwrap(sandbox) = &self.sandbox {
+            let mounts: Vec<&Path> = sandbox.host_sources().collect();
+            validate::outside("stdout_path", &self.stdout_path, &mounts)?;
+            validate::outside("stderr_path", &self.stderr_path, &mounts)?;
+        }
         if self.command.is_empty() || self.command[0].is_empty() {
             return Err(SlurmError::InvalidCommand {
                 problem: "the program is missing; give at least one argv element",

@@ -60,6 +60,11 @@ pub fn path(field: &'static str, path: &Path) -> Result<(), SlurmError> {
         Some("contains `%`, which Slurm expands as a filename pattern")
     } else if bytes.contains(&b'\\') {
         Some("contains `\\`, which Slurm treats as an escape")
+    } else if path
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        Some("contains `..`")
     } else {
         None
     };
@@ -71,6 +76,19 @@ pub fn path(field: &'static str, path: &Path) -> Result<(), SlurmError> {
         }),
         None => Ok(()),
     }
+}
+
+/// Checks that a host-side job log is outside every directory the sandbox can see: a job must
+/// not be able to plant a symlink where Slurm (running as the job user) will open its output.
+pub fn outside(field: &'static str, path: &Path, mounts: &[&Path]) -> Result<(), SlurmError> {
+    if mounts.iter().any(|mount| path.starts_with(mount)) {
+        return Err(SlurmError::InvalidPath {
+            field,
+            path: path.to_owned(),
+            problem: "is inside a directory the sandbox can write; keep job logs outside its mounts",
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -108,7 +126,13 @@ mod tests {
 
     #[test]
     fn refuses_bad_paths() {
-        for bad in ["rel/out", "/tmp/a\nb", "/tmp/%j.out", "/tmp/a\\b"] {
+        for bad in [
+            "rel/out",
+            "/tmp/a\nb",
+            "/tmp/%j.out",
+            "/tmp/a\\b",
+            "/tmp/x/../y",
+        ] {
             assert!(path("stdout", Path::new(bad)).is_err(), "{bad:?}");
         }
         assert!(path("stdout", Path::new("/tmp/job 1/out.txt")).is_ok());

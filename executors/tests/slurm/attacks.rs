@@ -42,9 +42,20 @@ fn hostile_names_are_refused_before_anything_is_submitted() {
             }
         }
     }
-    for path in ["/tmp/%u.out", "/tmp/a\nb", "relative/out"] {
+    let in_workspace = dirs.path("workspace/job.out");
+    let in_output = dirs.path("output/job.out");
+    let hostile_paths = [
+        PathBuf::from("/tmp/%u.out"),
+        PathBuf::from("/tmp/a\nb"),
+        PathBuf::from("relative/out"),
+        PathBuf::from("/tmp/../etc/passwd"),
+        // A job could plant a symlink there before Slurm opens it.
+        in_workspace,
+        in_output,
+    ];
+    for path in hostile_paths {
         let mut spec = dirs.spec(&["/bin/true"]);
-        spec.stdout_path = PathBuf::from(path);
+        spec.stdout_path = path.clone();
         assert!(
             matches!(runner.submit(&spec), Err(SlurmError::InvalidPath { .. })),
             "{path:?}"
@@ -116,7 +127,11 @@ fn gateway_environment_has_no_effect() {
     let dirs = JobDirs::new();
     let done = dirs.path("probe-ran");
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "attacks::probe_gateway_environment", "--test-threads=1"])
+        .args([
+            "--exact",
+            "attacks::probe_gateway_environment",
+            "--test-threads=1",
+        ])
         .env("HPCGATE_ENV_PROBE_DONE", &done)
         .env("HPCGATE_SECRET", "x-secret-x")
         .env("SBATCH_PARTITION", "batch")
