@@ -93,3 +93,35 @@ fn the_result_says_which_mechanism_enforced_each_limit() {
         }
     }
 }
+
+#[test]
+fn a_missing_bwrap_is_an_error_that_says_what_to_install() {
+    use hpcgate_executors::sandbox::SandboxError;
+    let mut inst = Instance::create();
+    inst.spec.bwrap = "/nonexistent/bwrap".into();
+    let err = run_sync(&inst.spec, &sh("true"), None).expect_err("no bwrap");
+    assert!(matches!(err, SandboxError::BwrapMissing { .. }), "{err}");
+    assert!(
+        err.to_string().contains("apt-get install bubblewrap"),
+        "{err}"
+    );
+    let err = spawn_job(
+        &inst.job_dir("nobwrap"),
+        &inst.spec,
+        &sh("true"),
+        &supervisor(),
+    )
+    .expect_err("no bwrap");
+    assert!(matches!(err, SandboxError::BwrapMissing { .. }), "{err}");
+}
+
+#[test]
+fn a_job_dir_cannot_be_reused() {
+    use hpcgate_executors::sandbox::SandboxError;
+    let inst = Instance::create();
+    let dir = inst.job_dir("once");
+    spawn_job(&dir, &inst.spec, &sh("true"), &supervisor()).expect("spawn");
+    wait_job(&dir, Duration::from_secs(10)).expect("wait");
+    let err = spawn_job(&dir, &inst.spec, &sh("true"), &supervisor()).expect_err("reused");
+    assert!(matches!(err, SandboxError::JobDirExists { .. }), "{err}");
+}

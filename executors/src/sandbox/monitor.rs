@@ -103,12 +103,23 @@ pub(crate) struct Outcome {
 const TICK: Duration = Duration::from_millis(50);
 const DRAIN: Duration = Duration::from_secs(2);
 
-/// Runs the watch loop until bwrap has exited and its output is drained.
+/// Runs the watch loop until bwrap has exited and its output is drained. If watching fails
+/// (e.g. the output disk is full) the sandbox is killed and reaped before the error returns:
+/// nothing runs unwatched.
 pub(crate) fn monitor(
     child: &mut Child,
     sinks: [&mut dyn Sink; 2],
     w: &Watch<'_>,
 ) -> io::Result<Outcome> {
+    let outcome = watch(child, sinks, w);
+    if outcome.is_err() {
+        kill(child, w);
+        let _ = child.wait();
+    }
+    outcome
+}
+
+fn watch(child: &mut Child, sinks: [&mut dyn Sink; 2], w: &Watch<'_>) -> io::Result<Outcome> {
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let mut pipes: [Option<Box<dyn ReadFd>>; 2] = [

@@ -64,6 +64,11 @@ pub fn spawn_job(
     supervisor: &SupervisorCommand,
 ) -> Result<JobHandle, SandboxError> {
     validate(spec, command)?;
+    if !spec.bwrap.is_file() {
+        return Err(SandboxError::BwrapMissing {
+            path: spec.bwrap.clone(),
+        });
+    }
     let job_dir = absolute_job_dir(job_dir)?;
     for source in spec.host_sources() {
         if let Ok(source) = source.canonicalize()

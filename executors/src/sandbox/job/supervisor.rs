@@ -133,8 +133,7 @@ fn supervise(job_dir: &Path) -> Result<(), String> {
             state.output_truncated = o.truncated.iter().any(|t| *t);
         }
         Err(e) => {
-            let _ = child.kill();
-            let _ = child.wait();
+            // The monitor already killed and reaped the sandbox.
             state.reason = Some(EndReason::Lost);
             state.message = Some(format!("monitoring failed: {e}"));
         }
