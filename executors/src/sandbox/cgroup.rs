@@ -121,3 +121,30 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod file_tests {
+    use super::JobCgroup;
+    use crate::sandbox::spec::Limits;
+
+    #[test]
+    fn limits_are_written_in_cgroup_v2_syntax() {
+        // A plain directory stands in for the cgroup parent: this checks the files and
+        // values, not the kernel (no delegated cgroup v2 on the development host).
+        let parent = tempfile::tempdir().expect("tmp");
+        let limits = Limits {
+            cpus: 2,
+            memory_mb: 64,
+            pids: 10,
+            ..Limits::default()
+        };
+        let cg = JobCgroup::create(parent.path(), "job", &limits).expect("create");
+        let read = |f: &str| std::fs::read_to_string(cg.dir.join(f)).expect(f);
+        assert_eq!(read("memory.max"), "67108864");
+        assert_eq!(read("pids.max"), "10");
+        assert_eq!(read("cpu.max"), "200000 100000");
+        assert!(!cg.oom_killed());
+        std::fs::write(cg.dir.join("memory.events"), "low 0\noom 1\noom_kill 1\n").expect("w");
+        assert!(cg.oom_killed());
+    }
+}
