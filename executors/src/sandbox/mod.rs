@@ -11,6 +11,20 @@
 //!   are recognised by pid plus start time (and boot id), never by name.
 //! - Limits: cgroup v2 when a delegated cgroup is usable, rlimits plus a resident-memory
 //!   watchdog otherwise; every result says which mechanism enforced which limit.
+//!
+//! Invariants, stated as absences:
+//! - no shell string is ever built: the command reaches bwrap after `--`, element by element;
+//! - no environment variable, fd above 2, capability, network, host `$HOME`, `/etc/shadow`
+//!   or host pid reaches a sandbox unless the spec asks for it;
+//! - no job output is read or written through a path the sandbox can see or a symlink;
+//! - no process is recognised by name: only pid + start time + boot id, signalled via pidfd;
+//! - no sandbox outlives the wall time, its supervisor, or (for `run_sync`) the gateway.
+//!
+//! Using it from the gateway: call [`run_sync`] inside the blocking bridge; for jobs, give
+//! [`spawn_job`] a fresh directory under the state directory (outside every bind) and a
+//! [`SupervisorCommand`] — the `hpcgate-supervisor` binary, or the gateway itself through
+//! [`SupervisorCommand::reexec`] with a hidden subcommand whose handler calls
+//! [`supervisor_main`] before any thread starts. Everything else takes that directory.
 
 mod argv;
 mod cgroup;
