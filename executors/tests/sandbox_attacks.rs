@@ -20,6 +20,11 @@
 //! | forged pid identity in the job state | reported `lost`, never signalled |
 //! | shell metacharacters and leading `-` in argv | passed as single argv elements |
 //! | host `$HOME`, `/etc/shadow`, a big `/tmp` | invisible / absent / capped |
+//!
+//! More rows live in their own binaries because they need a process of their own:
+//! `sandbox_tty.rs` (TIOCSTI with a real controlling terminal), `sandbox_env.rs` (a secret
+//! in the gateway's environment), `sandbox_gateway_kill.rs` (gateway SIGKILLed: job survives
+//! and is re-attached, `run_sync` sandbox dies).
 
 #[path = "sandbox_harness.rs"]
 mod harness;
