@@ -121,6 +121,9 @@ fn cancel_ends_as_cancelled() {
     assert_eq!(runner.cancel(job.id).unwrap(), CancelOutcome::Requested);
     let status = wait_final(&runner, job.id, Duration::from_secs(30));
     assert_eq!(status.phase, JobPhase::Cancelled, "{status:?}");
+    let both = runner.statuses(&[60_000_000, job.id]).unwrap();
+    let phases: Vec<&JobPhase> = both.iter().map(|s| &s.phase).collect();
+    assert_eq!(phases, [&JobPhase::Lost, &JobPhase::Cancelled]);
     assert_eq!(
         runner.cancel(job.id).unwrap(),
         CancelOutcome::AlreadyFinished

@@ -40,6 +40,9 @@ pub enum SlurmError {
         #[source]
         source: crate::sandbox::SandboxError,
     },
+    /// The sandbox asks to switch host user, which a Slurm job cannot do.
+    #[error("`run_as` is not supported for Slurm jobs: they run as the submitting user; unset it")]
+    RunAsUnsupported,
     /// The batch script could not be written to the script directory.
     #[error("cannot write the batch script `{}`: check the Slurm script directory", path.display())]
     ScriptWrite {

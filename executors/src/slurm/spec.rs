@@ -49,7 +49,9 @@ pub struct SlurmJobSpec {
 /// The wrapper around a job's command on the compute node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobSandbox {
-    /// `exec bwrap …` built by [`crate::sandbox::bwrap_argv`]: the normal case.
+    /// `exec bwrap …` built by [`crate::sandbox::bwrap_argv`]: the normal case. The sandbox's
+    /// `limits` are not applied here: Slurm enforces the job's own `cpus`, `memory_mb` and
+    /// `time_limit`. `run_as` is refused: a Slurm job runs as the user who submits it.
     Bwrap(Box<SandboxSpec>),
     /// The command runs directly with the compute node's ambient authority: the job user's
     /// files, network and environment. Only for trusted admin work and tests.
@@ -82,6 +84,9 @@ impl SlurmJobSpec {
         validate::path("stdout_path", &self.stdout_path)?;
         validate::path("stderr_path", &self.stderr_path)?;
         if let JobSandbox::Bwrap(sandbox) = &self.sandbox {
+            if sandbox.run_as.is_some() {
+                return Err(SlurmError::RunAsUnsupported);
+            }
             let mounts: Vec<&Path> = sandbox.host_sources().collect();
             validate::outside("stdout_path", &self.stdout_path, &mounts)?;
             validate::outside("stderr_path", &self.stderr_path, &mounts)?;

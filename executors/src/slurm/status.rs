@@ -7,6 +7,8 @@
 //!
 //! [`JobPhase::Lost`]: super::JobPhase::Lost
 
+use std::collections::HashMap;
+
 use super::{JobStatus, SlurmError, SlurmRunner, parse};
 
 /// What Slurm's clients print for a job id they do not know (`… specified`) or that is beyond
@@ -16,12 +18,38 @@ const UNKNOWN_JOB: &str = "Invalid job id";
 impl SlurmRunner {
     /// The current status of a job.
     pub fn status(&self, job_id: u64) -> Result<JobStatus, SlurmError> {
-        let id = job_id.to_string();
-        let queue =
-            self.query_or_unknown("squeue", &["-h", "-j", &id, "-o", parse::SQUEUE_FORMAT])?;
-        if let Some(status) = find(&queue, job_id, parse::squeue_line)? {
-            return Ok(status);
+        let mut statuses = self.statuses(&[job_id])?;
+        Ok(statuses.pop().unwrap_or_else(|| JobStatus::lost(job_id)))
+    }
+
+    /// The current status of several jobs, in the order asked: one `squeue` call for all of
+    /// them, then `scontrol` (and `sacct`) for each job no longer in the queue.
+    pub fn statuses(&self, job_ids: &[u64]) -> Result<Vec<JobStatus>, SlurmError> {
+        if job_ids.is_empty() {
+            return Ok(Vec::new());
         }
+        let list: Vec<String> = job_ids.iter().map(u64::to_string).collect();
+        let queue = self.query_or_unknown(
+            "squeue",
+            &["-h", "-j", &list.join(","), "-o", parse::SQUEUE_FORMAT],
+        )?;
+        let mut live = HashMap::new();
+        for line in queue.lines().filter(|l| !l.trim().is_empty()) {
+            let status = parse::squeue_line(line)?;
+            live.insert(status.job_id, status);
+        }
+        job_ids
+            .iter()
+            .map(|&id| match live.remove(&id) {
+                Some(status) => Ok(status),
+                None => self.status_after_queue(id),
+            })
+            .collect()
+    }
+
+    /// A job `squeue` no longer lists: `scontrol`, then `sacct`, then lost.
+    fn status_after_queue(&self, job_id: u64) -> Result<JobStatus, SlurmError> {
+        let id = job_id.to_string();
         let record = self.query_or_unknown("scontrol", &["-o", "show", "job", &id])?;
         if let Some(status) = find(&record, job_id, parse::scontrol_line)? {
             return Ok(status);

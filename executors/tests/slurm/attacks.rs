@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use hpcgate_executors::sandbox::HostUser;
 use hpcgate_executors::slurm::{JobPhase, JobSandbox, SlurmError, SlurmJobSpec};
 
 use super::harness::{JobDirs, scontrol_record, wait_final};
@@ -61,6 +62,14 @@ fn hostile_names_are_refused_before_anything_is_submitted() {
             "{path:?}"
         );
     }
+    let mut spec = dirs.spec(&["/bin/true"]);
+    if let JobSandbox::Bwrap(sandbox) = &mut spec.sandbox {
+        sandbox.run_as = Some(HostUser { uid: 0, gid: 0 });
+    }
+    assert!(matches!(
+        runner.submit(&spec),
+        Err(SlurmError::RunAsUnsupported)
+    ));
     assert!(
         std::fs::read_dir(dirs.path("scripts"))
             .unwrap()
