@@ -20,6 +20,7 @@
 //! | forged pid identity in the job state | reported `lost`, never signalled |
 //! | shell metacharacters and leading `-` in argv | passed as single argv elements |
 //! | host `$HOME`, `/etc/shadow`, a big `/tmp` | invisible / absent / capped |
+//! | write outside `/workspace`, `/output`, `/tmp`; write a read-only extra | refused |
 //!
 //! More rows live in their own binaries because they need a process of their own:
 //! `sandbox_tty.rs` (TIOCSTI with a real controlling terminal), `sandbox_env.rs` (a secret
@@ -510,5 +511,32 @@ fn killed_supervisor_means_lost_and_its_sandbox_dies() {
         (s.phase, s.reason),
         (JobPhase::Finished, Some(EndReason::Lost)),
         "{s:?}"
+    );
+}
+
+#[test]
+fn writes_outside_workspace_output_and_tmp_fail_and_extras_are_read_only() {
+    let mut inst = Instance::create();
+    let extra = inst.root.path().join("dataset");
+    std::fs::create_dir(&extra).expect("dataset");
+    std::fs::write(extra.join("ro.txt"), "data").expect("file");
+    inst.spec
+        .extra_ro_binds
+        .push(hpcgate_executors::sandbox::Bind {
+            source: extra.clone(),
+            target: "/data".into(),
+        });
+    let (out, _, _) = run(
+        &inst,
+        "for p in /x /usr/x /etc/x /bin/x /proc/x /data/x /data/ro.txt /workspace/ok /output/ok /tmp/ok; do \
+           if (echo hi > $p) 2>/dev/null; then echo \"$p written\"; else echo \"$p refused\"; fi; done; cat /data/ro.txt",
+    );
+    let expected = "/x refused\n/usr/x refused\n/etc/x refused\n/bin/x refused\n/proc/x refused\n\
+        /data/x refused\n/data/ro.txt refused\n/workspace/ok written\n/output/ok written\n\
+        /tmp/ok written\ndata";
+    assert_eq!(out, expected);
+    assert_eq!(
+        std::fs::read_to_string(extra.join("ro.txt")).expect("ro"),
+        "data"
     );
 }

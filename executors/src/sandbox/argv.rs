@@ -12,7 +12,8 @@
 //! - `--cap-drop ALL`;
 //! - `--clearenv` then `--setenv` for allow-listed and explicit variables, `HOME=/tmp`;
 //! - system mounts read-only, fresh `/proc` and `/dev`, `/tmp` tmpfs with `--size`;
-//! - workspace and output read-write, extras read-only, `--chdir /workspace`.
+//! - workspace and output read-write, extras read-only;
+//! - `--remount-ro /` (the root tmpfs that holds the mount points), `--chdir /workspace`.
 //!
 //! Limits are not part of the argv: the runners apply them around bwrap (rlimits, cgroups).
 //! This function reads the caller's environment for the allow-list (ambient input).
@@ -96,6 +97,10 @@ pub fn bwrap_argv(spec: &SandboxSpec, command: &[String]) -> Vec<OsString> {
         a.push(bind.source.as_os_str());
         a.push(bind.target.as_os_str());
     }
+    // bwrap builds the root on a tmpfs with no size limit: make it read-only once every
+    // mount point exists, or `/x` and `/etc/x` would be unbounded writable memory.
+    a.push("--remount-ro");
+    a.push("/");
     a.push("--chdir");
     a.push(WORKSPACE_MOUNT);
 
@@ -174,6 +179,7 @@ mod tests {
         assert!(has(&["--proc", "/proc"]) && has(&["--dev", "/dev"]));
         assert!(has(&["--bind", "/w", "/workspace"]) && has(&["--bind", "/o", "/output"]));
         assert!(has(&["--setenv", "HOME", "/tmp"]));
+        assert!(has(&["--remount-ro", "/", "--chdir", "/workspace", "--"]));
         assert!(
             !argv
                 .iter()
