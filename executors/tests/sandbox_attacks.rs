@@ -20,7 +20,8 @@
 //! | forged pid identity in the job state | reported `lost`, never signalled |
 //! | shell metacharacters and leading `-` in argv | passed as single argv elements |
 //! | host `$HOME`, `/etc/shadow`, a big `/tmp` | invisible / absent / capped |
-//! | write outside `/workspace`, `/output`, `/tmp`; write a read-only extra | refused |
+//! | write outside `/workspace`, `/output`, `/tmp`, `/dev/shm` (e.g. `/`, `/etc`, `/dev`); write a read-only extra | refused |
+//! | fill `/tmp` or `/dev/shm` (memory) | capped at `tmp_size_mb` |
 //!
 //! More rows live in their own binaries because they need a process of their own:
 //! `sandbox_tty.rs` (TIOCSTI with a real controlling terminal), `sandbox_env.rs` (a secret
@@ -442,12 +443,20 @@ fn host_home_shadow_and_unbounded_tmp_are_unavailable() {
     let (out, _, _) = run(
         &inst,
         "echo HOME=$HOME; ls /root /home 2>/dev/null | wc -l; test -e /etc/shadow && echo shadow || echo no-shadow; \
-         head -c 8388608 /dev/zero > /tmp/big 2>/dev/null && echo tmp-unbounded || echo tmp-full; env | wc -l",
+         head -c 1048576 /dev/zero > /tmp/small && echo -n small-ok-; \
+         head -c 8388608 /dev/zero > /tmp/big 2>/dev/null && echo tmp-unbounded || echo tmp-full; \
+         head -c 8388608 /dev/zero > /dev/shm/big 2>/dev/null && echo shm-unbounded || echo shm-full",
     );
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
-        lines[..4],
-        ["HOME=/tmp", "0", "no-shadow", "tmp-full"],
+        lines[..5],
+        [
+            "HOME=/tmp",
+            "0",
+            "no-shadow",
+            "small-ok-tmp-full",
+            "shm-full"
+        ],
         "{out}"
     );
 }
@@ -528,12 +537,12 @@ fn writes_outside_workspace_output_and_tmp_fail_and_extras_are_read_only() {
         });
     let (out, _, _) = run(
         &inst,
-        "for p in /x /usr/x /etc/x /bin/x /proc/x /data/x /data/ro.txt /workspace/ok /output/ok /tmp/ok; do \
+        "for p in /x /usr/x /etc/x /bin/x /proc/x /dev/x /data/x /data/ro.txt /workspace/ok /output/ok /tmp/ok /dev/shm/ok /dev/null; do \
            if (echo hi > $p) 2>/dev/null; then echo \"$p written\"; else echo \"$p refused\"; fi; done; cat /data/ro.txt",
     );
     let expected = "/x refused\n/usr/x refused\n/etc/x refused\n/bin/x refused\n/proc/x refused\n\
-        /data/x refused\n/data/ro.txt refused\n/workspace/ok written\n/output/ok written\n\
-        /tmp/ok written\ndata";
+        /dev/x refused\n/data/x refused\n/data/ro.txt refused\n/workspace/ok written\n\
+        /output/ok written\n/tmp/ok written\n/dev/shm/ok written\n/dev/null written\ndata";
     assert_eq!(out, expected);
     assert_eq!(
         std::fs::read_to_string(extra.join("ro.txt")).expect("ro"),

@@ -11,7 +11,8 @@
 //! - `--new-session` (no controlling terminal: TIOCSTI is impossible), `--die-with-parent`;
 //! - `--cap-drop ALL`;
 //! - `--clearenv` then `--setenv` for allow-listed and explicit variables, `HOME=/tmp`;
-//! - system mounts read-only, fresh `/proc` and `/dev`, `/tmp` tmpfs with `--size`;
+//! - system mounts read-only, fresh `/proc`, fresh `/dev` made read-only with a `--size`d
+//!   `/dev/shm`, `/tmp` tmpfs with `--size`;
 //! - workspace and output read-write, extras read-only;
 //! - `--remount-ro /` (the root tmpfs that holds the mount points), `--chdir /workspace`.
 //!
@@ -79,10 +80,19 @@ pub fn bwrap_argv(spec: &SandboxSpec, command: &[String]) -> Vec<OsString> {
     }
     a.push("--proc");
     a.push("/proc");
+    // bwrap's /dev is a tmpfs without a size limit: cap /dev/shm, then make /dev read-only
+    // (the device nodes are separate bind mounts and stay usable).
+    let tmp_bytes = (spec.tmp_size_mb.max(1) * 1024 * 1024).to_string();
     a.push("--dev");
     a.push("/dev");
     a.push("--size");
-    a.push((spec.tmp_size_mb.max(1) * 1024 * 1024).to_string());
+    a.push(&tmp_bytes);
+    a.push("--tmpfs");
+    a.push("/dev/shm");
+    a.push("--remount-ro");
+    a.push("/dev");
+    a.push("--size");
+    a.push(&tmp_bytes);
     a.push("--tmpfs");
     a.push("/tmp");
 
@@ -177,6 +187,14 @@ mod tests {
         assert!(has(&["--cap-drop", "ALL"]));
         assert!(has(&["--size", "67108864", "--tmpfs", "/tmp"]));
         assert!(has(&["--proc", "/proc"]) && has(&["--dev", "/dev"]));
+        assert!(has(&[
+            "--size",
+            "67108864",
+            "--tmpfs",
+            "/dev/shm",
+            "--remount-ro",
+            "/dev"
+        ]));
         assert!(has(&["--bind", "/w", "/workspace"]) && has(&["--bind", "/o", "/output"]));
         assert!(has(&["--setenv", "HOME", "/tmp"]));
         assert!(has(&["--remount-ro", "/", "--chdir", "/workspace", "--"]));

@@ -44,7 +44,8 @@ pub struct SandboxSpec {
     /// `None` runs bwrap as the caller. A dedicated uid per tenant or job is what makes
     /// `RLIMIT_NPROC` meaningful when no cgroup is available.
     pub run_as: Option<HostUser>,
-    /// Size of the private `/tmp` tmpfs, in MiB.
+    /// Size of each of the private `/tmp` and `/dev/shm` tmpfs, in MiB. Their pages are
+    /// memory too: without a cgroup the memory watchdog does not count them.
     pub tmp_size_mb: u64,
     /// Hostname inside the sandbox.
     pub hostname: String,
