@@ -54,8 +54,9 @@ impl Instance {
         };
         let mut host_uid = None;
         if is_root() {
-            let uid =
-                200_000 + (std::process::id() % 20_000) * 8 + NEXT.fetch_add(1, Ordering::Relaxed);
+            let uid = 200_000
+                + (std::process::id() % 20_000) * 64
+                + NEXT.fetch_add(1, Ordering::Relaxed) % 64;
             for d in [&ws, &out] {
                 chown(d, Some(uid), Some(uid)).expect("chown");
             }
