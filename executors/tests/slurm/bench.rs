@@ -1,11 +1,14 @@
 //! Latency of a trivial job on the local cluster: submit → state `completed`, sandboxed
-//! `/bin/true`. Not a timed test: it measures and reports.
+//! `/bin/true`. Not a timed test: it measures and reports, on an idle cluster (a pause before
+//! each job) and back to back (each job submitted as the previous one completes, while its
+//! node is still being cleaned up, so it waits for slurmctld's next one-second pass).
 //!
-//! `cargo test -p hpcgate-executors --test slurm --release -- --ignored --nocapture bench_`
+//! `cargo test -p hpcgate-executors --test slurm -- --ignored --nocapture bench_`
+//! (`HPCGATE_BENCH_RUNS`, default 20 per mode)
 
 use std::time::{Duration, Instant};
 
-use hpcgate_executors::slurm::JobPhase;
+use hpcgate_executors::slurm::{JobPhase, SlurmJobSpec, SlurmRunner};
 
 use super::harness::JobDirs;
 
@@ -20,12 +23,41 @@ fn bench_submit_to_completed() {
     let dirs = JobDirs::new();
     let runner = dirs.runner();
     let spec = dirs.spec(&["/bin/true"]);
-    // One warm-up job: the first job after slurmctld starts waits for a scheduler pass.
-    let mut samples = Vec::with_capacity(runs);
-    for run in 0..=runs {
+    // Warm-up: the first job after slurmctld starts waits for a scheduler pass.
+    measure(&runner, &spec, 1, Duration::ZERO);
+    for (mode, pause) in [
+        ("idle", Duration::from_millis(1500)),
+        ("back-to-back", Duration::ZERO),
+    ] {
+        let (mut total, mut submit) = measure(&runner, &spec, runs, pause);
+        total.sort();
+        submit.sort();
+        let pct = |v: &[Duration], p: usize| v[(v.len() * p / 100).min(v.len() - 1)];
+        eprintln!(
+            "slurm submit→completed, {mode}, {runs} jobs: p50 {:?} p95 {:?} max {:?} \
+             (sbatch alone: p50 {:?} p95 {:?})",
+            pct(&total, 50),
+            pct(&total, 95),
+            total[total.len() - 1],
+            pct(&submit, 50),
+            pct(&submit, 95),
+        );
+    }
+}
+
+/// `runs` jobs, each after `pause`: (submit → completed, sbatch alone) per job.
+fn measure(
+    runner: &SlurmRunner,
+    spec: &SlurmJobSpec,
+    runs: usize,
+    pause: Duration,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut total, mut submit) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        std::thread::sleep(pause);
         let start = Instant::now();
-        let job = runner.submit(&spec).unwrap();
-        let submitted = start.elapsed();
+        let job = runner.submit(spec).unwrap();
+        submit.push(start.elapsed());
         loop {
             let status = runner.status(job.id).unwrap();
             if status.phase.is_final() {
@@ -34,21 +66,7 @@ fn bench_submit_to_completed() {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        if run > 0 {
-            samples.push((submitted, start.elapsed()));
-        }
+        total.push(start.elapsed());
     }
-    let mut submit: Vec<Duration> = samples.iter().map(|s| s.0).collect();
-    let mut total: Vec<Duration> = samples.iter().map(|s| s.1).collect();
-    submit.sort();
-    total.sort();
-    let pct = |v: &[Duration], p: usize| v[(v.len() * p / 100).min(v.len() - 1)];
-    eprintln!(
-        "slurm submit→completed over {runs} jobs: p50 {:?} p95 {:?} max {:?} (sbatch alone: p50 {:?} p95 {:?})",
-        pct(&total, 50),
-        pct(&total, 95),
-        total[total.len() - 1],
-        pct(&submit, 50),
-        pct(&submit, 95),
-    );
+    (total, submit)
 }
