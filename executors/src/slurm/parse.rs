@@ -167,6 +167,14 @@ mod tests {
                 Some(0),
                 None,
             ),
+            // With task/cgroup: a kernel OOM kill; 125 is Slurm's SIG_OOM marker.
+            (
+                include_str!("fixtures/scontrol_oom.txt"),
+                JobPhase::Oom,
+                Some("OutOfMemory"),
+                Some(0),
+                Some(125),
+            ),
             // Without cgroups, Slurm 22.05 ends a job killed for memory as FAILED, signal 9.
             (
                 include_str!("fixtures/scontrol_memkill_failed.txt"),

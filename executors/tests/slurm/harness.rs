@@ -121,3 +121,12 @@ pub fn scontrol_record(job: u64) -> String {
         .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Whether the local cluster enforces `--mem` with cgroups (`TaskPlugin=task/cgroup`), so a
+/// memory hog ends as OUT_OF_MEMORY rather than as a polled kill.
+pub fn memory_enforced_by_cgroup() -> bool {
+    std::fs::read_to_string(slurm_conf())
+        .unwrap()
+        .lines()
+        .any(|l| l.trim() == "TaskPlugin=task/cgroup")
+}
