@@ -1,1 +1,61 @@
-//! files executor (in progress).
+//! File operations scoped to an instance's `/workspace` and `/output`, built on cap-std.
+//!
+//! The gateway opens an instance's two directories once with [`InstanceRoots::open_ambient`]
+//! (the only ambient authority here) and then calls one function per tool. Paths are
+//! sandbox-view strings ([`SandboxPath`]): `/workspace/…`, `/output/…`, or relative (meaning
+//! `/workspace`). Two walls keep every operation inside the instance:
+//!
+//! 1. lexical: `..`, other absolute paths, NUL, empty and over-long paths are refused before any
+//!    system call;
+//! 2. structural: every path is resolved by the kernel beneath a capability `Dir`
+//!    (`RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`), so symlinks that leave the root — absolute,
+//!    `../..`, `/proc/self/root` — are refused at the moment of use, with no check-then-use gap.
+//!
+//! **Symlink policy.** Symlinks whose target stays beneath the same root are followed when they
+//! are intermediate components, and by `read_file` and the start directory of `list_directory`
+//! / `search_files`. A *final* symlink is never followed by `write_file` (refused), `stat_path`
+//! (reported as a link), `delete_path` (the link is removed), `move_path` (the link is moved),
+//! nor by walks (listed, never descended). A symlink from `/workspace` into `/output` counts as
+//! leaving its root and is refused.
+//!
+//! **Hard links.** Writing a regular file with more than one link is always refused; reading one
+//! is refused unless [`FileLimits::allow_read_hard_linked`] is set, because its inode may be a
+//! file outside the instance.
+//!
+//! **Special files.** FIFOs, sockets and devices are never read or written: the type is checked
+//! without following before opening, opens use `O_NONBLOCK | O_NOCTTY`, and the type is checked
+//! again on the opened descriptor.
+//!
+//! Names in results are escaped (see [`names`]); errors show only sandbox-view paths.
+
+mod delete;
+mod encoding;
+mod entry;
+mod error;
+mod limits;
+mod list;
+mod make_directory;
+mod move_path;
+pub mod names;
+mod path;
+mod read;
+mod roots;
+mod search;
+mod stat;
+mod walk;
+mod write;
+
+pub use delete::{DeleteRequest, DeleteResult, delete_path};
+pub use encoding::{Encoding, decode, encode};
+pub use entry::{EntryFacts, EntryKind};
+pub use error::FileError;
+pub use limits::FileLimits;
+pub use list::{ListEntry, ListRequest, ListResult, list_directory};
+pub use make_directory::{MakeDirectoryRequest, MakeDirectoryResult, make_directory};
+pub use move_path::{MoveRequest, MoveResult, move_path};
+pub use path::{MAX_PATH_BYTES, Root, SandboxPath};
+pub use read::{ReadRequest, ReadResult, read_file};
+pub use roots::InstanceRoots;
+pub use search::{MAX_PATTERN_BYTES, SearchRequest, SearchResult, search_files};
+pub use stat::{StatRequest, StatResult, stat_path};
+pub use write::{WriteMode, WriteRequest, WriteResult, write_file};

@@ -1,0 +1,89 @@
+//! `move_path`: rename within or across `/workspace` and `/output`.
+//!
+//! Both parents are opened beneath their roots and the rename is one `renameat2` between the two
+//! pinned handles, so neither end can be redirected outside the instance by a concurrent swap.
+//! The source is moved as is: a symlink moves as a link. Without `overwrite` the kernel refuses
+//! an existing destination atomically (`RENAME_NOREPLACE`); on a filesystem that lacks it we fall
+//! back to check-then-rename, which can only race with another writer inside the instance.
+
+use rustix::fs::{RenameFlags, renameat, renameat_with};
+use rustix::io::Errno;
+
+use super::entry::{EntryFacts, EntryKind};
+use super::error::FileError;
+use super::path::SandboxPath;
+use super::roots::InstanceRoots;
+
+/// A request to move `from` to `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveRequest {
+    /// Sandbox-view source path.
+    pub from: String,
+    /// Sandbox-view destination path (the new name, not a directory to move into).
+    pub to: String,
+    /// Replace an existing destination (a file, or an empty directory when moving a directory).
+    pub overwrite: bool,
+}
+
+/// What was moved.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MoveResult {
+    /// Canonical sandbox-view source, escaped.
+    pub from: String,
+    /// Canonical sandbox-view destination, escaped.
+    pub to: String,
+    pub kind: EntryKind,
+}
+
+/// Moves a path beneath the instance roots.
+pub fn move_path(roots: &InstanceRoots, req: &MoveRequest) -> Result<MoveResult, FileError> {
+    let from = SandboxPath::parse(&req.from)?;
+    let to = SandboxPath::parse(&req.to)?;
+    to.check_creatable()?;
+    let (from_dir, from_name) = roots.open_parent(&from, "moved")?;
+    let (to_dir, to_name) = roots.open_parent(&to, "replaced")?;
+    let md = from_dir
+        .symlink_metadata(from_name)
+        .map_err(|e| FileError::from_io("move", &from, e))?;
+    let kind = EntryFacts::from_metadata(&md).kind;
+
+    let plain = || renameat(&from_dir, from_name, &to_dir, to_name);
+    let outcome = if req.overwrite {
+        plain()
+    } else {
+        match renameat_with(
+            &from_dir,
+            from_name,
+            &to_dir,
+            to_name,
+            RenameFlags::NOREPLACE,
+        ) {
+            Err(Errno::INVAL) if to_dir.symlink_metadata(to_name).is_err() => plain(),
+            Err(Errno::INVAL) => Err(Errno::EXIST),
+            other => other,
+        }
+    };
+    outcome.map_err(|errno| match errno {
+        Errno::XDEV => FileError::CrossFilesystem {
+            from: from.to_string(),
+            to: to.to_string(),
+        },
+        Errno::INVAL => FileError::InvalidRequest {
+            path: from.to_string(),
+            reason: "a directory cannot be moved into itself".into(),
+        },
+        Errno::NOTEMPTY | Errno::EXIST if req.overwrite => FileError::InvalidRequest {
+            path: to.to_string(),
+            reason: "the destination is a non-empty directory; delete it first".into(),
+        },
+        Errno::EXIST => FileError::AlreadyExists {
+            path: to.to_string(),
+        },
+        other => FileError::from_io("move to", &to, other.into()),
+    })?;
+    Ok(MoveResult {
+        from: from.to_string(),
+        to: to.to_string(),
+        kind,
+    })
+}

@@ -1,0 +1,224 @@
+//! `write_file`: atomic replace, create-new, or append.
+//!
+//! Replace and create-new never write into an existing inode: the data goes to a fresh temporary
+//! file (`O_CREAT | O_EXCL`) in the target's directory, is fsynced, and is renamed over the name
+//! (create-new uses `renameat2(RENAME_NOREPLACE)`), then the directory is fsynced. A rename
+//! replaces a directory entry and never follows it, so swapping the target for a symlink at any
+//! moment cannot make us write through the link. The parent directory is opened once (beneath
+//! the root) and every step uses that pinned handle.
+//!
+//! Refused up front: writing to a directory, a FIFO/device/socket, a symlink (write to the path
+//! it points to instead: replacing the link by a file would surprise, following it is not done
+//! for writes), and a regular file with more than one hard link. Append opens the file with
+//! `O_NOFOLLOW | O_NONBLOCK` and re-checks type and link count on the descriptor before writing.
+//! Append is not atomic: it adds bytes to the existing file in place.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt};
+use cap_std::fs::{Dir, File, OpenOptions, OpenOptionsExt, Permissions};
+
+use super::entry::{EntryKind, nonblocking_flags, require_regular};
+use super::error::FileError;
+use super::limits::FileLimits;
+use super::path::SandboxPath;
+use super::roots::InstanceRoots;
+
+/// How the data meets an existing file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteMode {
+    /// Atomically replace the file (or create it).
+    #[default]
+    Replace,
+    /// Create the file; refuse with `AlreadyExists` if the name is taken. Atomic.
+    CreateNew,
+    /// Append to the file (or create it). Not atomic.
+    Append,
+}
+
+/// A request to write `data` to `path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteRequest {
+    /// Sandbox-view path.
+    pub path: String,
+    pub data: Vec<u8>,
+    pub mode: WriteMode,
+    /// Create missing parent directories.
+    pub create_dirs: bool,
+}
+
+/// What was written.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WriteResult {
+    /// Canonical sandbox-view path, escaped.
+    pub path: String,
+    pub bytes_written: u64,
+    /// Size of the file after the write.
+    pub size: u64,
+    /// True if the file did not exist before.
+    pub created: bool,
+}
+
+/// Writes a regular file beneath the instance roots.
+pub fn write_file(
+    roots: &InstanceRoots,
+    limits: &FileLimits,
+    req: &WriteRequest,
+) -> Result<WriteResult, FileError> {
+    let path = SandboxPath::parse(&req.path)?;
+    path.check_creatable()?;
+    let len = req.data.len() as u64;
+    if len > limits.max_write_bytes {
+        return Err(FileError::TooLarge {
+            path: path.to_string(),
+            size: len,
+            limit: limits.max_write_bytes,
+            hint: "split the content and append the rest with mode append",
+        });
+    }
+    if req.create_dirs
+        && let Some((parent, _)) = path.split_last()
+        && parent.as_os_str() != "."
+    {
+        roots
+            .dir(path.root())
+            .create_dir_all(&parent)
+            .map_err(|e| FileError::from_io("create the parent directories of", &path, e))?;
+    }
+    let (dir, name) = roots.open_parent(&path, "written")?;
+    let existing = existing_file(&dir, name, &path)?;
+    match req.mode {
+        WriteMode::Append => append(&dir, name, &path, &req.data, existing.is_none()),
+        WriteMode::CreateNew if existing.is_some() => Err(FileError::AlreadyExists {
+            path: path.to_string(),
+        }),
+        mode => replace(&dir, name, &path, &req.data, mode, existing),
+    }
+}
+
+/// Checks what is at `name` now (without following it); returns its permissions if it is a
+/// writable regular file, `None` if nothing is there.
+fn existing_file(
+    dir: &Dir,
+    name: &str,
+    path: &SandboxPath,
+) -> Result<Option<Permissions>, FileError> {
+    match dir.symlink_metadata(name) {
+        Ok(md) => {
+            let kind = EntryKind::of(md.file_type());
+            if kind.is_special() {
+                return Err(FileError::SpecialFile {
+                    path: path.to_string(),
+                    kind: kind.describe(),
+                });
+            }
+            require_regular(path, &md, false)?;
+            Ok(Some(md.permissions()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(FileError::from_io("inspect", path, e)),
+    }
+}
+
+fn append(
+    dir: &Dir,
+    name: &str,
+    path: &SandboxPath,
+    data: &[u8],
+    created: bool,
+) -> Result<WriteResult, FileError> {
+    let io_err = |e| FileError::from_io("append to", path, e);
+    let mut opts = OpenOptions::new();
+    opts.append(true)
+        .create(true)
+        .mode(0o644)
+        .custom_flags(nonblocking_flags())
+        .follow(FollowSymlinks::No);
+    let mut file = dir.open_with(name, &opts).map_err(io_err)?;
+    require_regular(path, &file.metadata().map_err(io_err)?, false)?;
+    file.write_all(data).map_err(io_err)?;
+    file.sync_data().map_err(io_err)?;
+    let size = file.metadata().map_err(io_err)?.len();
+    Ok(WriteResult {
+        path: path.to_string(),
+        bytes_written: data.len() as u64,
+        size,
+        created,
+    })
+}
+
+fn replace(
+    dir: &Dir,
+    name: &str,
+    path: &SandboxPath,
+    data: &[u8],
+    mode: WriteMode,
+    existing: Option<Permissions>,
+) -> Result<WriteResult, FileError> {
+    let io_err = |e| FileError::from_io("write", path, e);
+    let (tmp_name, mut tmp) = create_temp(dir).map_err(io_err)?;
+    let result = (|| {
+        tmp.write_all(data)?;
+        if let Some(perm) = &existing {
+            tmp.set_permissions(perm.clone())?;
+        }
+        tmp.sync_all()?;
+        if mode == WriteMode::CreateNew {
+            rustix::fs::renameat_with(
+                dir,
+                &tmp_name,
+                dir,
+                name,
+                rustix::fs::RenameFlags::NOREPLACE,
+            )
+            .map_err(std::io::Error::from)
+        } else {
+            dir.rename(&tmp_name, dir, name)
+        }
+    })();
+    if let Err(e) = result {
+        let _ = dir.remove_file(&tmp_name);
+        return Err(io_err(e));
+    }
+    // The data is durable already; a failed directory fsync only risks losing the rename on a
+    // crash, which is reported rather than hidden.
+    sync_dir(dir).map_err(io_err)?;
+    Ok(WriteResult {
+        path: path.to_string(),
+        bytes_written: data.len() as u64,
+        size: data.len() as u64,
+        created: existing.is_none(),
+    })
+}
+
+/// Fsyncs a directory. cap-std holds directories as `O_PATH` descriptors, on which `fsync` fails
+/// with `EBADF`, so `.` is opened for reading first.
+fn sync_dir(dir: &Dir) -> std::io::Result<()> {
+    let mut opts = OpenOptions::new();
+    opts.read(true).maybe_dir(true);
+    dir.open_with(".", &opts)?.sync_all()
+}
+
+/// Creates a fresh temporary file next to the target. `O_EXCL` means a name planted in advance
+/// (even a symlink) makes the open fail instead of being followed; we then try another name.
+fn create_temp(dir: &Dir) -> std::io::Result<(String, File)> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut opts = OpenOptions::new();
+    opts.write(true).create_new(true).mode(0o644);
+    let mut last = None;
+    for _ in 0..8 {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let tmp_name = format!(".hpcgate-tmp-{}-{n}-{nanos}", std::process::id());
+        match dir.open_with(&tmp_name, &opts) {
+            Ok(f) => return Ok((tmp_name, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::ErrorKind::AlreadyExists.into()))
+}
