@@ -8,6 +8,7 @@ mod harness;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use harness::{Fixture, INSIDE, SECRET, variant};
 use hpcgate_executors::files::{
@@ -17,6 +18,9 @@ use hpcgate_executors::files::{
 use rustix::fs::{CWD, RenameFlags, renameat_with};
 
 const ITERATIONS: usize = 1_000;
+/// How long a race test keeps going past `ITERATIONS` until it has seen both outcomes (on a
+/// loaded machine the swapper thread can be starved for a while).
+const PATIENCE: Duration = Duration::from_secs(20);
 
 /// Stops the swapper when the attack ends, including by a failed assertion (otherwise the scope
 /// would wait for the swapper forever).
@@ -46,6 +50,7 @@ fn with_file_swapper(fx: &Fixture, outside_target: &Path, attack: impl FnOnce())
             }
         });
         let _stop = StopOnDrop(&stop);
+        wait_for_first_swap(&swaps);
         attack();
     });
     swaps.load(Ordering::Relaxed)
@@ -68,9 +73,18 @@ fn with_dir_swapper(fx: &Fixture, attack: impl FnOnce()) -> u64 {
             }
         });
         let _stop = StopOnDrop(&stop);
+        wait_for_first_swap(&swaps);
         attack();
     });
     swaps.load(Ordering::Relaxed)
+}
+
+/// Lets the swapper get going before the attack starts.
+fn wait_for_first_swap(swaps: &AtomicU64) {
+    let started = Instant::now();
+    while swaps.load(Ordering::Relaxed) == 0 && started.elapsed() < PATIENCE {
+        std::thread::yield_now();
+    }
 }
 
 fn contains_secret(data: &[u8]) -> bool {
@@ -83,10 +97,10 @@ fn reads_during_file_symlink_swaps_never_return_outside_content() {
     let before = fx.outside_snapshot();
     let (mut inside, mut refused) = (0, 0);
     let swaps = with_file_swapper(&fx, &fx.top.join("secret.txt"), || {
-        let mut i = 0;
+        let (mut i, started) = (0, Instant::now());
         // At least ITERATIONS reads, and keep going (bounded) until both outcomes were seen, so
         // the test proves the race really happened.
-        while i < ITERATIONS || ((inside == 0 || refused == 0) && i < 20 * ITERATIONS) {
+        while i < ITERATIONS || ((inside == 0 || refused == 0) && started.elapsed() < PATIENCE) {
             i += 1;
             let req = ReadRequest {
                 path: "race.txt".into(),
@@ -119,8 +133,8 @@ fn reads_through_a_swapped_directory_never_return_outside_content() {
     let before = fx.outside_snapshot();
     let (mut inside, mut refused) = (0, 0);
     with_dir_swapper(&fx, || {
-        let mut i = 0;
-        while i < ITERATIONS || ((inside == 0 || refused == 0) && i < 20 * ITERATIONS) {
+        let (mut i, started) = (0, Instant::now());
+        while i < ITERATIONS || ((inside == 0 || refused == 0) && started.elapsed() < PATIENCE) {
             i += 1;
             let req = ReadRequest {
                 path: "d/secret.txt".into(),
@@ -151,8 +165,12 @@ fn writes_during_file_symlink_swaps_never_touch_the_outside() {
     let fx = Fixture::new();
     let before = fx.outside_snapshot();
     let victim = fx.top.join("victim.txt");
+    let (mut written, mut refused) = (0, 0);
     with_file_swapper(&fx, &victim, || {
-        for i in 0..2 * ITERATIONS {
+        let (mut i, started) = (0, Instant::now());
+        while i < 2 * ITERATIONS || ((written == 0 || refused == 0) && started.elapsed() < PATIENCE)
+        {
+            i += 1;
             let mode = if i % 2 == 0 {
                 WriteMode::Replace
             } else {
@@ -164,11 +182,19 @@ fn writes_during_file_symlink_swaps_never_touch_the_outside() {
                 mode,
                 create_dirs: false,
             };
-            if let Err(e) = write_file(&fx.roots, &fx.limits, &req) {
-                assert!(matches!(variant(&e), "Symlink" | "NotFound"), "{e} {e:?}");
+            match write_file(&fx.roots, &fx.limits, &req) {
+                Ok(_) => written += 1,
+                Err(e) => {
+                    assert!(matches!(variant(&e), "Symlink" | "NotFound"), "{e} {e:?}");
+                    refused += 1;
+                }
             }
         }
     });
+    assert!(
+        written > 0 && refused > 0,
+        "race not exercised: {written} writes, {refused} refusals"
+    );
     assert_eq!(std::fs::read(&victim).expect("victim"), SECRET);
     assert_eq!(fx.outside_snapshot(), before);
 }

@@ -210,4 +210,66 @@ mod tests {
         let p = SandboxPath::parse("/output//a\nb/./c").unwrap();
         assert_eq!(p.to_string(), "/output/a\\nb/c");
     }
+
+    /// Randomized paths (a deterministic xorshift, so failures reproduce): an accepted path
+    /// never yields a `..`, absolute or prefix component, and a path is refused exactly when a
+    /// simple independent oracle says it should be.
+    #[test]
+    fn randomized_paths_never_escape_and_refusals_match_the_oracle() {
+        use std::path::Component;
+        let atoms = [
+            "..",
+            ".",
+            "/",
+            "//",
+            "workspace",
+            "output",
+            "/workspace",
+            "/output",
+            "a",
+            "\\",
+            "\0",
+            "..\\",
+            "\u{2026}",
+            " ",
+            "\n",
+            "~",
+            "-",
+            "workspace2",
+            "/workspacefoo",
+            "\u{202e}",
+        ];
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..20_000 {
+            let n = (next() % 7) as usize;
+            let raw: String = (0..n)
+                .map(|_| atoms[(next() % atoms.len() as u64) as usize])
+                .collect();
+            let oracle_ok = !raw.is_empty()
+                && !raw.contains('\0')
+                && !raw.split('/').any(|c| c == "..")
+                && (!raw.starts_with('/')
+                    || ["workspace", "output"].contains(&raw[1..].split('/').next().unwrap_or("")));
+            match SandboxPath::parse(&raw) {
+                Ok(p) => {
+                    assert!(oracle_ok, "accepted {raw:?}");
+                    let rel = p.relative();
+                    for c in rel.components() {
+                        assert!(
+                            matches!(c, Component::Normal(_) | Component::CurDir),
+                            "{raw:?}: {c:?}"
+                        );
+                    }
+                    assert!(rel.is_relative(), "{raw:?}");
+                }
+                Err(e) => assert!(!oracle_ok, "refused {raw:?}: {e}"),
+            }
+        }
+    }
 }
