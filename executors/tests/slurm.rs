@@ -165,6 +165,8 @@ fn cluster_status_lists_partitions_cpus_and_gpus() {
     );
     assert_eq!(debug.gpus_total, 2);
     assert_eq!(debug.nodes.len(), 1);
+    // The local cluster has no accounting database: status falls back to scontrol.
+    assert!(!dirs.runner().accounting_available().unwrap());
 }
 
 #[test]

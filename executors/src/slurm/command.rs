@@ -21,7 +21,8 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 pub struct SlurmClientConfig {
     /// Directory holding `sbatch`, `squeue`, …; `None` looks them up in [`Self::path`].
     pub bin_dir: Option<PathBuf>,
-    /// `SLURM_CONF` for the clients; `None` lets them use the system's configuration.
+    /// `SLURM_CONF` for the clients; `None` lets them use the system's configuration. The
+    /// gateway's own `SLURM_CONF` variable is never passed on: only this setting counts.
     pub slurm_conf: Option<PathBuf>,
     /// `PATH` of the clients (and of the job's batch shell, which `--export=NONE` rebuilds).
     pub path: OsString,

@@ -3,13 +3,16 @@
 //! - [`SlurmJobSpec`] → [`SlurmRunner::submit`]: a generated batch script (one quoted
 //!   `exec bwrap … -- command…` line, see [`script`]) given to `sbatch` by path, with every
 //!   limit on the command line and `--export=NONE`; `sbatch` itself runs from an argv with a
-//!   cleared environment ([`command`]), so `SBATCH_*` and the gateway's secrets have no effect.
+//!   cleared environment ([`SlurmClientConfig::run`]), so `SBATCH_*` and the gateway's
+//!   secrets have no effect.
 //! - [`SlurmRunner::status`]: `squeue` while the job is queued or running, then
 //!   `scontrol show job`, then `sacct` when accounting is enabled; a job found nowhere is
 //!   [`JobPhase::Lost`], never completed.
 //! - [`SlurmRunner::cancel`] (`scancel`) and [`SlurmRunner::cluster_status`] (`sinfo`,
 //!   `squeue`).
 //!
+//! Every call is blocking (it starts a Slurm client and waits at most
+//! [`SlurmClientConfig::timeout`]): call it from the gateway's blocking bridge.
 //! `scripts/slurm-local.sh` starts a private one-machine cluster for the tests.
 
 mod cancel;

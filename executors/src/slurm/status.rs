@@ -66,6 +66,14 @@ impl SlurmRunner {
         Ok(JobStatus::lost(job_id))
     }
 
+    /// Whether the cluster keeps job history in a database (`AccountingStorageType` other than
+    /// `accounting_storage/none`), i.e. whether [`SlurmRunner::accounting`] can be enabled.
+    pub fn accounting_available(&self) -> Result<bool, SlurmError> {
+        Ok(accounting_in_config(
+            &self.query("scontrol", &["show", "config"])?,
+        ))
+    }
+
     /// Like `query`, but "invalid job id" is an empty answer, not an error.
     fn query_or_unknown(&self, program: &str, args: &[&str]) -> Result<String, SlurmError> {
         match self.query(program, args) {
@@ -91,4 +99,31 @@ fn find(
         }
     }
     Ok(found)
+}
+
+/// Reads `AccountingStorageType = …` from `scontrol show config` output.
+fn accounting_in_config(config: &str) -> bool {
+    config
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .find(|(key, _)| key.trim() == "AccountingStorageType")
+        .is_some_and(|(_, value)| {
+            let value = value.trim();
+            !value.is_empty() && value != "accounting_storage/none"
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accounting_from_config() {
+        let local = "AccountingStorageHost   = localhost\nAccountingStorageType   = accounting_storage/none\n";
+        assert!(!accounting_in_config(local));
+        assert!(accounting_in_config(
+            "AccountingStorageType = accounting_storage/slurmdbd\n"
+        ));
+        assert!(!accounting_in_config("ClusterName = x\n"));
+    }
 }
