@@ -28,6 +28,7 @@
 //!
 //! Names in results are escaped (see [`names`]); errors show only sandbox-view paths.
 
+mod atomic;
 mod delete;
 mod encoding;
 mod entry;
@@ -35,6 +36,7 @@ mod error;
 mod limits;
 mod list;
 mod make_directory;
+mod move_across;
 mod move_path;
 pub mod names;
 mod path;

@@ -5,12 +5,15 @@
 //! The source is moved as is: a symlink moves as a link. Without `overwrite` the kernel refuses
 //! an existing destination atomically (`RENAME_NOREPLACE`); on a filesystem that lacks it we fall
 //! back to check-then-rename, which can only race with another writer inside the instance.
+//! Between filesystems a regular file is copied and unlinked ([`super::move_across`]); other
+//! kinds are refused with [`FileError::CrossFilesystem`].
 
 use rustix::fs::{RenameFlags, renameat, renameat_with};
 use rustix::io::Errno;
 
 use super::entry::{EntryFacts, EntryKind};
 use super::error::FileError;
+use super::move_across::{End, move_file_across};
 use super::path::SandboxPath;
 use super::roots::InstanceRoots;
 
@@ -63,6 +66,24 @@ pub fn move_path(roots: &InstanceRoots, req: &MoveRequest) -> Result<MoveResult,
             other => other,
         }
     };
+    if outcome == Err(Errno::XDEV) && kind == EntryKind::File {
+        let from_end = End {
+            dir: &from_dir,
+            name: from_name,
+            path: &from,
+        };
+        let to_end = End {
+            dir: &to_dir,
+            name: to_name,
+            path: &to,
+        };
+        move_file_across(from_end, to_end, req.overwrite)?;
+        return Ok(MoveResult {
+            from: from.to_string(),
+            to: to.to_string(),
+            kind,
+        });
+    }
     outcome.map_err(|errno| match errno {
         Errno::XDEV => FileError::CrossFilesystem {
             from: from.to_string(),

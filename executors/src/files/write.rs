@@ -2,7 +2,8 @@
 //!
 //! Replace and create-new never write into an existing inode: the data goes to a fresh temporary
 //! file (`O_CREAT | O_EXCL`) in the target's directory, is fsynced, and is renamed over the name
-//! (create-new uses `renameat2(RENAME_NOREPLACE)`), then the directory is fsynced. A rename
+//! (create-new uses `renameat2(RENAME_NOREPLACE)`), then the directory is fsynced (see
+//! [`super::atomic`]). A rename
 //! replaces a directory entry and never follows it, so swapping the target for a symlink at any
 //! moment cannot make us write through the link. The parent directory is opened once (beneath
 //! the root) and every step uses that pinned handle.
@@ -14,11 +15,11 @@
 //! Append is not atomic: it adds bytes to the existing file in place.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt};
-use cap_std::fs::{Dir, File, OpenOptions, OpenOptionsExt, Permissions};
+use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt, Permissions};
 
+use super::atomic::place_atomically;
 use super::entry::{EntryKind, nonblocking_flags, require_regular};
 use super::error::FileError;
 use super::limits::FileLimits;
@@ -156,69 +157,18 @@ fn replace(
     mode: WriteMode,
     existing: Option<Permissions>,
 ) -> Result<WriteResult, FileError> {
-    let io_err = |e| FileError::from_io("write", path, e);
-    let (tmp_name, mut tmp) = create_temp(dir).map_err(io_err)?;
-    let result = (|| {
+    place_atomically(dir, name, mode == WriteMode::CreateNew, |tmp| {
         tmp.write_all(data)?;
-        if let Some(perm) = &existing {
-            tmp.set_permissions(perm.clone())?;
+        match &existing {
+            Some(perm) => tmp.set_permissions(perm.clone()),
+            None => Ok(()),
         }
-        tmp.sync_all()?;
-        if mode == WriteMode::CreateNew {
-            rustix::fs::renameat_with(
-                dir,
-                &tmp_name,
-                dir,
-                name,
-                rustix::fs::RenameFlags::NOREPLACE,
-            )
-            .map_err(std::io::Error::from)
-        } else {
-            dir.rename(&tmp_name, dir, name)
-        }
-    })();
-    if let Err(e) = result {
-        let _ = dir.remove_file(&tmp_name);
-        return Err(io_err(e));
-    }
-    // The data is durable already; a failed directory fsync only risks losing the rename on a
-    // crash, which is reported rather than hidden.
-    sync_dir(dir).map_err(io_err)?;
+    })
+    .map_err(|e| FileError::from_io("write", path, e))?;
     Ok(WriteResult {
         path: path.to_string(),
         bytes_written: data.len() as u64,
         size: data.len() as u64,
         created: existing.is_none(),
     })
-}
-
-/// Fsyncs a directory. cap-std holds directories as `O_PATH` descriptors, on which `fsync` fails
-/// with `EBADF`, so `.` is opened for reading first.
-fn sync_dir(dir: &Dir) -> std::io::Result<()> {
-    let mut opts = OpenOptions::new();
-    opts.read(true).maybe_dir(true);
-    dir.open_with(".", &opts)?.sync_all()
-}
-
-/// Creates a fresh temporary file next to the target. `O_EXCL` means a name planted in advance
-/// (even a symlink) makes the open fail instead of being followed; we then try another name.
-fn create_temp(dir: &Dir) -> std::io::Result<(String, File)> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut opts = OpenOptions::new();
-    opts.write(true).create_new(true).mode(0o644);
-    let mut last = None;
-    for _ in 0..8 {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let tmp_name = format!(".hpcgate-tmp-{}-{n}-{nanos}", std::process::id());
-        match dir.open_with(&tmp_name, &opts) {
-            Ok(f) => return Ok((tmp_name, f)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| std::io::ErrorKind::AlreadyExists.into()))
 }

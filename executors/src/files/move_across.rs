@@ -1,0 +1,49 @@
+//! `move_path` between filesystems (e.g. `/workspace` on scratch, `/output` on project storage),
+//! where `rename` fails with `EXDEV`: a regular file is copied atomically, then its source name
+//! is unlinked.
+//!
+//! The source is opened with `O_NOFOLLOW | O_NONBLOCK` relative to its pinned parent and checked
+//! on the descriptor: it must be a regular file with a single hard link (copying a hard-linked
+//! file could duplicate an inode shared with a file outside the instance into it). Directories,
+//! symlinks and special files are refused with [`FileError::CrossFilesystem`].
+
+use std::io;
+
+use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
+
+use super::atomic::place_atomically;
+use super::entry::{nonblocking_flags, require_regular};
+use super::error::FileError;
+use super::path::SandboxPath;
+
+/// One end of a move: the pinned parent directory, the final name and the sandbox-view path.
+pub(crate) struct End<'a> {
+    pub dir: &'a Dir,
+    pub name: &'a str,
+    pub path: &'a SandboxPath,
+}
+
+/// Copies the regular file `from` to `to` atomically, then removes `from`.
+pub(crate) fn move_file_across(
+    from: End<'_>,
+    to: End<'_>,
+    overwrite: bool,
+) -> Result<(), FileError> {
+    let src_err = |e| FileError::from_io("move", from.path, e);
+    let mut opts = OpenOptions::new();
+    opts.read(true)
+        .custom_flags(nonblocking_flags())
+        .follow(FollowSymlinks::No);
+    let mut src = from.dir.open_with(from.name, &opts).map_err(src_err)?;
+    let md = src.metadata().map_err(src_err)?;
+    require_regular(from.path, &md, false)?;
+    place_atomically(to.dir, to.name, !overwrite, |tmp| {
+        io::copy(&mut src, tmp)?;
+        tmp.set_permissions(md.permissions())
+    })
+    .map_err(|e| FileError::from_io("move to", to.path, e))?;
+    from.dir
+        .remove_file(from.name)
+        .map_err(|e| FileError::from_io("remove the moved source", from.path, e))
+}
