@@ -161,3 +161,87 @@ fn path_arg(option: &str, path: &Path) -> OsString {
     arg.push(path.as_os_str());
     arg
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SlurmJobSpec {
+        SlurmJobSpec {
+            job_name: "run1".to_owned(),
+            partition: Some("gpu".to_owned()),
+            account: None,
+            qos: Some("short".to_owned()),
+            cpus: 4,
+            memory_mb: 8192,
+            time_limit: Duration::from_secs(61),
+            gpus: 1,
+            working_dir: PathBuf::from("/srv/ws"),
+            stdout_path: PathBuf::from("/srv/jobs/1/stdout"),
+            stderr_path: PathBuf::from("/srv/jobs/1/stderr"),
+            command: vec!["make".to_owned()],
+            sandbox: JobSandbox::UnsandboxedAmbient,
+        }
+    }
+
+    #[test]
+    fn every_limit_is_one_argv_element() {
+        let args = spec().sbatch_args(Path::new("/srv/scripts/a.sh"));
+        let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
+        assert_eq!(
+            args,
+            [
+                "--parsable",
+                "--export=NONE",
+                "--no-requeue",
+                "--nodes=1",
+                "--ntasks=1",
+                "--job-name=run1",
+                "--cpus-per-task=4",
+                "--mem=8192M",
+                "--time=2",
+                "--gres=gpu:1",
+                "--chdir=/srv/ws",
+                "--output=/srv/jobs/1/stdout",
+                "--error=/srv/jobs/1/stderr",
+                "--input=/dev/null",
+                "--partition=gpu",
+                "--qos=short",
+                "--",
+                "/srv/scripts/a.sh",
+            ]
+        );
+    }
+
+    #[test]
+    fn limits_are_checked() {
+        let mut s = spec();
+        s.gpus = 0;
+        assert!(
+            s.sbatch_args(Path::new("/s"))
+                .contains(&"--gres=none".into())
+        );
+        for broken in [
+            SlurmJobSpec { cpus: 0, ..spec() },
+            SlurmJobSpec {
+                memory_mb: 0,
+                ..spec()
+            },
+            SlurmJobSpec {
+                time_limit: Duration::ZERO,
+                ..spec()
+            },
+            SlurmJobSpec {
+                command: vec![],
+                ..spec()
+            },
+            SlurmJobSpec {
+                command: vec!["a\0b".into()],
+                ..spec()
+            },
+        ] {
+            assert!(broken.validate().is_err(), "{broken:?}");
+        }
+        assert!(spec().validate().is_ok());
+    }
+}
