@@ -7,7 +7,10 @@ const STOCK: [&str; 4] = ["tool-filter", "path-rules", "resource-caps", "proxy-f
 
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
-    let workspace = manifest.parent().expect("host/ lives in the workspace").to_path_buf();
+    let workspace = manifest
+        .parent()
+        .expect("host/ lives in the workspace")
+        .to_path_buf();
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo"));
     hpcgate_policy_build::rerun_if_changed(&[
         &workspace.join("wit"),
@@ -16,7 +19,9 @@ fn main() {
     ]);
 
     let guests = hpcgate_policy_build::build_guests(&workspace, &STOCK, &out_dir);
-    let mut table = String::from("/// The stock policies, built from `policies/stock/`.\npub const STOCK: &[(&str, &[u8])] = &[\n");
+    let mut table = String::from(
+        "/// The stock policies, built from `policies/stock/`.\npub const STOCK: &[(&str, &[u8])] = &[\n",
+    );
     for guest in guests {
         table.push_str(&format!(
             "    ({:?}, include_bytes!({:?})),\n",

@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
-    let workspace = manifest.parent().expect("tests/ lives in the workspace").to_path_buf();
+    let workspace = manifest
+        .parent()
+        .expect("tests/ lives in the workspace")
+        .to_path_buf();
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo"));
     let hostile = workspace.join("policies/hostile");
     let wit = workspace.join("wit");
@@ -13,7 +16,8 @@ fn main() {
 
     hpcgate_policy_build::build_guests(&workspace, &["hostile"], &out_dir);
     for name in ["bad-discriminant", "bad-utf8"] {
-        let text = std::fs::read_to_string(hostile.join(format!("wat/{name}.wat"))).expect("read wat");
+        let text =
+            std::fs::read_to_string(hostile.join(format!("wat/{name}.wat"))).expect("read wat");
         let component = hpcgate_policy_build::componentize_core_wat(&text, &wit, "policy")
             .unwrap_or_else(|e| panic!("cannot build `{name}.wat` into a component: {e}"));
         std::fs::write(out_dir.join(format!("{name}.wasm")), component).expect("write component");

@@ -104,13 +104,20 @@ pub enum ConfigError {
     #[error("`{file}`: unknown key `{key}`; remove it or check its spelling")]
     UnknownKey { file: String, key: String },
     #[error("`{file}`: key `{key}`: {message}")]
-    Invalid { file: String, key: String, message: String },
+    Invalid {
+        file: String,
+        key: String,
+        message: String,
+    },
 }
 
 impl Config {
     /// Reads one file (no layering).
     pub fn load(path: &Path) -> Result<(Config, PathBuf), ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Ok((Config::parse(&text, &path.display().to_string())?, base))
     }
@@ -118,7 +125,11 @@ impl Config {
     /// Parses TOML text; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
         let table: toml::Table =
-            text.parse().map_err(|e: toml::de::Error| ConfigError::Syntax { file: file.to_owned(), message: e.message().to_owned() })?;
+            text.parse()
+                .map_err(|e: toml::de::Error| ConfigError::Syntax {
+                    file: file.to_owned(),
+                    message: e.message().to_owned(),
+                })?;
         Config::from_table(table, file)
     }
 
@@ -127,12 +138,29 @@ impl Config {
         serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
             let path = e.path().to_string();
             let message = e.inner().to_string();
-            match message.strip_prefix("unknown field `").and_then(|rest| rest.split('`').next()) {
-                Some(field) => ConfigError::UnknownKey {
+            match message
+                .strip_prefix("unknown field `")
+                .and_then(|rest| rest.split('`').next())
+            {
+                Some(field) => {
+                    // Some deserializers already put the unknown field at the end of the path.
+                    let key = if path == "." || path == field {
+                        field.to_owned()
+                    } else if path.ends_with(&format!(".{field}")) {
+                        path
+                    } else {
+                        format!("{path}.{field}")
+                    };
+                    ConfigError::UnknownKey {
+                        file: file.to_owned(),
+                        key,
+                    }
+                }
+                None => ConfigError::Invalid {
                     file: file.to_owned(),
-                    key: if path == "." { field.to_owned() } else { format!("{path}.{field}") },
+                    key: path,
+                    message,
                 },
-                None => ConfigError::Invalid { file: file.to_owned(), key: path, message },
             }
         })
     }
@@ -144,7 +172,11 @@ impl Config {
     }
 
     /// The chain's policies, loaded but not yet configured.
-    pub fn chain_policies(&self, engine: &PolicyEngine, base: &Path) -> anyhow::Result<Vec<ChainPolicy>> {
+    pub fn chain_policies(
+        &self,
+        engine: &PolicyEngine,
+        base: &Path,
+    ) -> anyhow::Result<Vec<ChainPolicy>> {
         let defaults = &self.policy_engine;
         let mut entries = self.policies.clone();
         if let Some(implicit) = self.proxy_include_exclude_policy() {
@@ -153,7 +185,9 @@ impl Config {
         let mut chain = Vec::with_capacity(entries.len());
         for entry in entries {
             let source = match entry.module.parse::<ModuleSource>() {
-                Ok(ModuleSource::Path(path)) if path.is_relative() => ModuleSource::Path(base.join(path)),
+                Ok(ModuleSource::Path(path)) if path.is_relative() => {
+                    ModuleSource::Path(base.join(path))
+                }
                 Ok(source) => source,
                 Err(never) => match never {},
             };
@@ -167,8 +201,14 @@ impl Config {
                 settings,
                 mode: entry.mode,
                 tenants: entry.tenants,
-                deadline: Duration::from_millis(entry.deadline_ms.or(defaults.deadline_ms).unwrap_or(100)),
-                memory_bytes: entry.memory_limit_mb.or(defaults.memory_limit_mb).unwrap_or(32) << 20,
+                deadline: Duration::from_millis(
+                    entry.deadline_ms.or(defaults.deadline_ms).unwrap_or(100),
+                ),
+                memory_bytes: entry
+                    .memory_limit_mb
+                    .or(defaults.memory_limit_mb)
+                    .unwrap_or(32)
+                    << 20,
                 reuse: entry.reuse_instance,
                 prepared: defaults.prepared.unwrap_or(8),
             });
@@ -191,7 +231,12 @@ impl Config {
             .proxied_mcps
             .iter()
             .filter(|(_, p)| !p.include.is_empty() || !p.exclude.is_empty())
-            .map(|(name, p)| (name.clone(), json!({ "include": p.include, "exclude": p.exclude })))
+            .map(|(name, p)| {
+                (
+                    name.clone(),
+                    json!({ "include": p.include, "exclude": p.exclude }),
+                )
+            })
             .collect();
         if servers.is_empty() {
             return None;
@@ -217,17 +262,30 @@ mod tests {
     #[test]
     fn unknown_keys_are_named_with_their_dotted_path() {
         let err = Config::parse("[policy_engine]\ndeadline = 3\n", "x.toml").unwrap_err();
-        assert_eq!(err.to_string(), "`x.toml`: unknown key `policy_engine.deadline`; remove it or check its spelling");
-        let err = Config::parse("[[policies]]\nname = \"a\"\nmodule = \"stock:tool-filter\"\nmdoe = \"monitor\"\n", "x.toml")
-            .unwrap_err();
-        assert!(err.to_string().contains("unknown key `policies[0].mdoe`"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "`x.toml`: unknown key `policy_engine.deadline`; remove it or check its spelling"
+        );
+        let err = Config::parse(
+            "[[policies]]\nname = \"a\"\nmodule = \"stock:tool-filter\"\nmdoe = \"monitor\"\n",
+            "x.toml",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("unknown key `policies[0].mdoe`"),
+            "{err}"
+        );
         let err = Config::parse("bogus = 1\n", "x.toml").unwrap_err();
         assert!(err.to_string().contains("unknown key `bogus`"), "{err}");
     }
 
     #[test]
     fn wrong_types_name_the_key() {
-        let err = Config::parse("[[policies]]\nname = \"a\"\nmodule = \"stock:x\"\nmode = \"loud\"\n", "x.toml").unwrap_err();
+        let err = Config::parse(
+            "[[policies]]\nname = \"a\"\nmodule = \"stock:x\"\nmode = \"loud\"\n",
+            "x.toml",
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("policies[0].mode"), "{err}");
     }
 
@@ -241,6 +299,9 @@ mod tests {
         let implicit = config.proxy_include_exclude_policy().unwrap();
         assert_eq!(implicit.module, "stock:proxy-filter");
         let json = serde_json::to_value(&implicit.config).unwrap();
-        assert_eq!(json, json!({"servers": {"fs": {"include": ["read_*"], "exclude": ["*_dangerous"]}}}));
+        assert_eq!(
+            json,
+            json!({"servers": {"fs": {"include": ["read_*"], "exclude": ["*_dangerous"]}}})
+        );
     }
 }

@@ -15,8 +15,16 @@ pub fn engine() -> &'static PolicyEngine {
     static ENGINE: OnceLock<PolicyEngine> = OnceLock::new();
     ENGINE.get_or_init(|| {
         let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("policy-cache");
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&cache).expect("create the cache dir");
-        PolicyEngine::new(EngineSettings { cache_dir: Some(cache), ..EngineSettings::default() }).expect("engine")
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&cache)
+            .expect("create the cache dir");
+        PolicyEngine::new(EngineSettings {
+            cache_dir: Some(cache),
+            ..EngineSettings::default()
+        })
+        .expect("engine")
     })
 }
 
@@ -27,7 +35,10 @@ pub fn guest(name: &str) -> ModuleSource {
 
 /// A file under `policies/hostile/wat/`.
 pub fn wat(name: &str) -> ModuleSource {
-    ModuleSource::Path(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../policies/hostile/wat/{name}.wat")))
+    ModuleSource::Path(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../policies/hostile/wat/{name}.wat")),
+    )
 }
 
 /// One policy of a chain under construction.
@@ -89,7 +100,9 @@ impl Spec {
     fn build(self) -> ChainPolicy {
         ChainPolicy {
             name: self.name.into(),
-            module: engine().load(&self.module).unwrap_or_else(|e| panic!("load `{}`: {e}", self.module)),
+            module: engine()
+                .load(&self.module)
+                .unwrap_or_else(|e| panic!("load `{}`: {e}", self.module)),
             settings: self.config.to_string(),
             mode: self.mode,
             tenants: self.tenants,
@@ -103,7 +116,8 @@ impl Spec {
 
 /// Builds a chain, panicking with the reason if it does not build.
 pub fn chain(specs: Vec<Spec>) -> Chain {
-    Chain::new(specs.into_iter().map(Spec::build).collect()).unwrap_or_else(|e| panic!("chain: {e}"))
+    Chain::new(specs.into_iter().map(Spec::build).collect())
+        .unwrap_or_else(|e| panic!("chain: {e}"))
 }
 
 /// Builds a chain and returns the error.

@@ -15,7 +15,10 @@ fn first_enforced_deny_stops_the_chain() {
     let outcome = chain.evaluate(&call("submit_job", json!({"command": "make"})));
     assert_eq!(outcome.decision.decision, DecisionKind::Deny);
     assert_eq!(outcome.decision.policy.as_deref(), Some("first"));
-    assert_eq!(outcome.decision.reason.as_deref(), Some("hostile guest says no"));
+    assert_eq!(
+        outcome.decision.reason.as_deref(),
+        Some("hostile guest says no")
+    );
     let ran: Vec<_> = outcome.policies.iter().map(|p| p.policy.as_str()).collect();
     assert_eq!(ran, ["first"], "policies after the deny must not run");
 }
@@ -27,7 +30,8 @@ fn a_rewrite_is_seen_by_the_next_policy_and_the_last_rewriter_decides() {
         Spec::hostile("echo", json!({"behaviour": "echo"})),
     ]);
     let outcome = echo.evaluate(&call("submit_job", json!({"command": "make"})));
-    let seen: serde_json::Value = serde_json::from_str(outcome.decision.reason.as_deref().unwrap()).unwrap();
+    let seen: serde_json::Value =
+        serde_json::from_str(outcome.decision.reason.as_deref().unwrap()).unwrap();
     assert_eq!(seen, json!({"command": "make", "x": 1}));
 
     let rewrites = chain(vec![
@@ -48,23 +52,41 @@ fn a_rewrite_is_seen_by_the_next_policy_and_the_last_rewriter_decides() {
 fn monitor_mode_is_recorded_but_neither_stops_nor_rewrites() {
     let chain = chain(vec![
         Spec::hostile("watch-deny", json!({"behaviour": "deny"})).monitor(),
-        Spec::hostile("watch-rewrite", json!({"behaviour": "rewrite", "set": {"x": 1}})).monitor(),
+        Spec::hostile(
+            "watch-rewrite",
+            json!({"behaviour": "rewrite", "set": {"x": 1}}),
+        )
+        .monitor(),
         Spec::hostile("echo", json!({"behaviour": "echo"})),
     ]);
     let outcome = chain.evaluate(&call("read_file", json!({"path": "a"})));
-    assert_eq!(outcome.decision.policy.as_deref(), Some("echo"), "the monitor deny must not stop the chain");
-    let seen: serde_json::Value = serde_json::from_str(outcome.decision.reason.as_deref().unwrap()).unwrap();
-    assert_eq!(seen, json!({"path": "a"}), "a monitor rewrite must not change the arguments");
+    assert_eq!(
+        outcome.decision.policy.as_deref(),
+        Some("echo"),
+        "the monitor deny must not stop the chain"
+    );
+    let seen: serde_json::Value =
+        serde_json::from_str(outcome.decision.reason.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        seen,
+        json!({"path": "a"}),
+        "a monitor rewrite must not change the arguments"
+    );
     let watch = &outcome.policies[0];
     assert!(!watch.enforced);
     assert!(matches!(watch.verdict, Verdict::Deny { .. }));
-    assert!(matches!(outcome.policies[1].verdict, Verdict::Rewrite { .. }));
+    assert!(matches!(
+        outcome.policies[1].verdict,
+        Verdict::Rewrite { .. }
+    ));
     assert!(outcome.policies[2].enforced);
 }
 
 #[test]
 fn tenant_globs_select_the_policies_that_run() {
-    let chain = chain(vec![Spec::hostile("bio-only", json!({"behaviour": "deny"})).tenants(&["bio*"])]);
+    let chain = chain(vec![
+        Spec::hostile("bio-only", json!({"behaviour": "deny"})).tenants(&["bio*"]),
+    ]);
     let mut c = call("read_file", json!({"path": "a"}));
     assert_eq!(chain.evaluate(&c).decision.decision, DecisionKind::Allow);
     assert!(chain.evaluate(&c).policies.is_empty());
@@ -74,7 +96,10 @@ fn tenant_globs_select_the_policies_that_run() {
 
 #[test]
 fn list_phase_sees_empty_arguments_and_a_rewrite_counts_as_allow() {
-    let rewrite = chain(vec![Spec::hostile("r", json!({"behaviour": "rewrite", "set": {"x": 1}}))]);
+    let rewrite = chain(vec![Spec::hostile(
+        "r",
+        json!({"behaviour": "rewrite", "set": {"x": 1}}),
+    )]);
     let mut c = call("submit_job", json!({"command": "make"}));
     c.phase = Phase::List;
     let outcome = rewrite.evaluate(&c);
@@ -104,9 +129,19 @@ fn every_decision_names_policy_module_digest_and_duration() {
 #[test]
 fn settings_are_checked_at_load_and_errors_name_the_policy() {
     let error = chain_error(vec![Spec::hostile("picky", json!({"behaviour": "reject"}))]);
-    assert_eq!(error, "policy `picky` rejected its config: hostile guest rejects its settings");
-    let error = chain_error(vec![Spec::stock("tools", "tool-filter", json!({"alow": ["*"]}))]);
-    assert!(error.starts_with("policy `tools` rejected its config:") && error.contains("alow"), "{error}");
+    assert_eq!(
+        error,
+        "policy `picky` rejected its config: hostile guest rejects its settings"
+    );
+    let error = chain_error(vec![Spec::stock(
+        "tools",
+        "tool-filter",
+        json!({"alow": ["*"]}),
+    )]);
+    assert!(
+        error.starts_with("policy `tools` rejected its config:") && error.contains("alow"),
+        "{error}"
+    );
     let error = chain_error(vec![
         Spec::hostile("twice", json!({})),
         Spec::hostile("twice", json!({})),
@@ -116,9 +151,19 @@ fn settings_are_checked_at_load_and_errors_name_the_policy() {
 
 #[test]
 fn stock_tool_filter_denies_and_says_why() {
-    let chain = chain(vec![Spec::stock("tools", "tool-filter", json!({"allow": ["*"], "deny": ["host_exec"]}))]);
+    let chain = chain(vec![Spec::stock(
+        "tools",
+        "tool-filter",
+        json!({"allow": ["*"], "deny": ["host_exec"]}),
+    )]);
     let outcome = chain.evaluate(&call("host_exec", json!({"key": "x"})));
     assert_eq!(outcome.decision.decision, DecisionKind::Deny);
     assert!(outcome.decision.reason.unwrap().contains("host_exec"));
-    assert_eq!(chain.evaluate(&call("read_file", json!({}))).decision.decision, DecisionKind::Allow);
+    assert_eq!(
+        chain
+            .evaluate(&call("read_file", json!({})))
+            .decision
+            .decision,
+        DecisionKind::Allow
+    );
 }

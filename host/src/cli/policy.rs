@@ -67,10 +67,33 @@ pub(crate) enum PolicyCommand {
 pub(crate) fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
     match command {
         PolicyCommand::Check { module, settings } => check(&module, &settings),
-        PolicyCommand::Test { config, calls, json } => test(&config, &calls, json),
-        PolicyCommand::Bench { config, calls, json, samples, rate, iterations } => {
-            anyhow::ensure!(rate > 0.0 && samples > 0 && iterations > 0, "`--rate`, `--samples` and `--iterations` must be positive");
-            run_bench(&config, calls.as_deref(), json, &BenchOptions { samples, rate, iterations })
+        PolicyCommand::Test {
+            config,
+            calls,
+            json,
+        } => test(&config, &calls, json),
+        PolicyCommand::Bench {
+            config,
+            calls,
+            json,
+            samples,
+            rate,
+            iterations,
+        } => {
+            anyhow::ensure!(
+                rate > 0.0 && samples > 0 && iterations > 0,
+                "`--rate`, `--samples` and `--iterations` must be positive"
+            );
+            run_bench(
+                &config,
+                calls.as_deref(),
+                json,
+                &BenchOptions {
+                    samples,
+                    rate,
+                    iterations,
+                },
+            )
         }
         PolicyCommand::New { name, dir } => {
             let path = scaffold::new_policy(&name, &dir)?;
@@ -87,9 +110,12 @@ pub(crate) fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
 }
 
 fn check(module: &str, settings: &str) -> anyhow::Result<ExitCode> {
-    let settings: serde_json::Value =
-        serde_json::from_str(settings).context("`--settings` is not JSON; pass the policy's config table as a JSON object")?;
-    anyhow::ensure!(settings.is_object(), "`--settings` must be a JSON object, like the policy's `config` table");
+    let settings: serde_json::Value = serde_json::from_str(settings)
+        .context("`--settings` is not JSON; pass the policy's config table as a JSON object")?;
+    anyhow::ensure!(
+        settings.is_object(),
+        "`--settings` must be a JSON object, like the policy's `config` table"
+    );
     let engine = PolicyEngine::new(crate::policy::EngineSettings::default())?;
     let source: ModuleSource = module.parse().unwrap_or_else(|never| match never {});
     let loaded = match engine.load(&source) {
@@ -115,7 +141,9 @@ fn check(module: &str, settings: &str) -> anyhow::Result<ExitCode> {
         out(format!("invalid: {e}"));
         return Ok(ExitCode::from(1));
     }
-    out(format!("ok: `{source}` ({digest}) loads, imports only the hpcgate world and accepts its settings"));
+    out(format!(
+        "ok: `{source}` ({digest}) loads, imports only the hpcgate world and accepts its settings"
+    ));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -127,32 +155,59 @@ fn load_chain_policies(config: &Path) -> anyhow::Result<Vec<ChainPolicy>> {
 
 fn test(config: &Path, calls: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let chain = Chain::new(load_chain_policies(config)?)?;
-    let text = std::fs::read_to_string(calls).with_context(|| format!("cannot read calls file `{}`", calls.display()))?;
+    let text = std::fs::read_to_string(calls)
+        .with_context(|| format!("cannot read calls file `{}`", calls.display()))?;
     let (cases, skipped) = parse_cases(&text).with_context(|| format!("`{}`", calls.display()))?;
     let mismatches = run_cases(&chain, &cases);
     let total = cases.len();
     let matched = total - mismatches.len();
     if json {
-        out(json!({ "total": total, "matched": matched, "mismatched": mismatches.len(), "mismatches": mismatches }));
+        out(
+            json!({ "total": total, "matched": matched, "mismatched": mismatches.len(), "mismatches": mismatches }),
+        );
     } else {
         for m in &mismatches {
-            out(format!("MISMATCH {} (line {}): {}", m.name, m.line, m.problem));
+            out(format!(
+                "MISMATCH {} (line {}): {}",
+                m.name, m.line, m.problem
+            ));
         }
-        let skipped = if skipped > 0 { format!(" ({skipped} lines without a call skipped)") } else { String::new() };
-        out(format!("{total} calls checked: {matched} matched, {} mismatched{skipped}", mismatches.len()));
+        let skipped = if skipped > 0 {
+            format!(" ({skipped} lines without a call skipped)")
+        } else {
+            String::new()
+        };
+        out(format!(
+            "{total} calls checked: {matched} matched, {} mismatched{skipped}",
+            mismatches.len()
+        ));
     }
-    Ok(if mismatches.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if mismatches.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// The mix `bench` evaluates without `--calls`: one call aimed at each stock policy, plus a
 /// listing.
 const DEFAULT_CALLS: &str = include_str!("bench_calls.jsonl");
 
-fn run_bench(config: &Path, calls: Option<&Path>, json: bool, options: &BenchOptions) -> anyhow::Result<ExitCode> {
+fn run_bench(
+    config: &Path,
+    calls: Option<&Path>,
+    json: bool,
+    options: &BenchOptions,
+) -> anyhow::Result<ExitCode> {
     let policies = load_chain_policies(config)?;
-    anyhow::ensure!(!policies.is_empty(), "`{}` configures no policies; add a `[[policies]]` entry", config.display());
+    anyhow::ensure!(
+        !policies.is_empty(),
+        "`{}` configures no policies; add a `[[policies]]` entry",
+        config.display()
+    );
     let text = match calls {
-        Some(path) => std::fs::read_to_string(path).with_context(|| format!("cannot read calls file `{}`", path.display()))?,
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read calls file `{}`", path.display()))?,
         None => DEFAULT_CALLS.to_owned(),
     };
     let (cases, _) = parse_cases(&text)?;
@@ -162,17 +217,33 @@ fn run_bench(config: &Path, calls: Option<&Path>, json: bool, options: &BenchOpt
     if json {
         out(serde_json::to_string_pretty(&report)?);
     } else {
-        out(format!("latency at {} calls/s; throughput flat out, one caller", options.rate));
-        out(format!("{:<24} {:>10} {:>10} {:>14}", "policy", "p50 µs", "p99 µs", "evals/s"));
+        out(format!(
+            "latency at {} calls/s; throughput flat out, one caller",
+            options.rate
+        ));
+        out(format!(
+            "{:<24} {:>10} {:>10} {:>14}",
+            "policy", "p50 µs", "p99 µs", "evals/s"
+        ));
         for p in &report.policies {
-            out(format!("{:<24} {:>10.2} {:>10.2} {:>14.0}", p.name, p.p50_us, p.p99_us, p.evals_per_s));
+            out(format!(
+                "{:<24} {:>10.2} {:>10.2} {:>14.0}",
+                p.name, p.p50_us, p.p99_us, p.evals_per_s
+            ));
         }
         let c = &report.chain;
-        out(format!("{:<24} {:>10.2} {:>10.2} {:>14.0}", "(whole chain)", c.p50_us, c.p99_us, c.decisions_per_s));
+        out(format!(
+            "{:<24} {:>10.2} {:>10.2} {:>14.0}",
+            "(whole chain)", c.p50_us, c.p99_us, c.decisions_per_s
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn chain_text(error: &anyhow::Error) -> String {
-    error.chain().map(ToString::to_string).collect::<Vec<_>>().join(": ")
+    error
+        .chain()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
 }

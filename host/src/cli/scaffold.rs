@@ -9,13 +9,23 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-const SDK_FILES: [(&str, &str); 8] = [
+const SDK_FILES: [(&str, &str); 9] = [
     ("lib.rs", include_str!("../../../policies/sdk/src/lib.rs")),
+    (
+        "arena.rs",
+        include_str!("../../../policies/sdk/src/arena.rs"),
+    ),
     ("args.rs", include_str!("../../../policies/sdk/src/args.rs")),
     ("call.rs", include_str!("../../../policies/sdk/src/call.rs")),
-    ("decision.rs", include_str!("../../../policies/sdk/src/decision.rs")),
+    (
+        "decision.rs",
+        include_str!("../../../policies/sdk/src/decision.rs"),
+    ),
     ("glob.rs", include_str!("../../../policies/sdk/src/glob.rs")),
-    ("guest.rs", include_str!("../../../policies/sdk/src/guest.rs")),
+    (
+        "guest.rs",
+        include_str!("../../../policies/sdk/src/guest.rs"),
+    ),
     ("log.rs", include_str!("../../../policies/sdk/src/log.rs")),
     ("path.rs", include_str!("../../../policies/sdk/src/path.rs")),
 ];
@@ -26,32 +36,53 @@ pub(crate) fn new_policy(name: &str, dir: &Path) -> anyhow::Result<PathBuf> {
     let valid = !name.is_empty()
         && name.len() <= 64
         && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    anyhow::ensure!(valid, "`{name}` is not a valid policy name; use lowercase letters, digits and `-`, starting with a letter");
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    anyhow::ensure!(
+        valid,
+        "`{name}` is not a valid policy name; use lowercase letters, digits and `-`, starting with a letter"
+    );
     let root = dir.join(name);
-    anyhow::ensure!(!root.exists(), "`{}` already exists; pick another name or directory", root.display());
+    anyhow::ensure!(
+        !root.exists(),
+        "`{}` already exists; pick another name or directory",
+        root.display()
+    );
     let crate_ident = name.replace('-', "_");
     let type_name: String = name
         .split('-')
         .map(|part| {
             let mut chars = part.chars();
-            chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
+            chars
+                .next()
+                .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+                .unwrap_or_default()
         })
         .collect();
     let files = [
         ("Cargo.toml", cargo_toml(name)),
         (".gitignore", "/target\n".to_owned()),
         ("README.md", readme(name, &crate_ident)),
-        ("src/lib.rs", TEMPLATE_LIB.replace("TemplatePolicy", &type_name)),
+        (
+            "src/lib.rs",
+            TEMPLATE_LIB.replace("TemplatePolicy", &type_name),
+        ),
         ("wit/policy.wit", WIT.to_owned()),
         ("vendor/hpcgate-policy-sdk/Cargo.toml", SDK_CARGO.to_owned()),
     ];
-    let sdk = SDK_FILES.iter().map(|(file, text)| (format!("vendor/hpcgate-policy-sdk/src/{file}"), (*text).to_owned()));
+    let sdk = SDK_FILES.iter().map(|(file, text)| {
+        (
+            format!("vendor/hpcgate-policy-sdk/src/{file}"),
+            (*text).to_owned(),
+        )
+    });
     for (path, text) in files.into_iter().map(|(p, t)| (p.to_owned(), t)).chain(sdk) {
         let path = root.join(path);
         std::fs::create_dir_all(path.parent().expect("files live in a directory"))
             .with_context(|| format!("cannot create `{}`", path.display()))?;
-        std::fs::write(&path, text).with_context(|| format!("cannot write `{}`", path.display()))?;
+        std::fs::write(&path, text)
+            .with_context(|| format!("cannot write `{}`", path.display()))?;
     }
     Ok(root)
 }

@@ -27,7 +27,11 @@ pub struct BenchOptions {
 
 impl Default for BenchOptions {
     fn default() -> Self {
-        BenchOptions { samples: 5_000, rate: 2_000.0, iterations: 20_000 }
+        BenchOptions {
+            samples: 5_000,
+            rate: 2_000.0,
+            iterations: 20_000,
+        }
     }
 }
 
@@ -55,7 +59,11 @@ pub struct BenchReport {
 }
 
 /// Benchmarks each policy alone, then the chain, over `calls` (cycled).
-pub fn bench(policies: Vec<ChainPolicy>, calls: &[Call], options: &BenchOptions) -> Result<BenchReport, ChainError> {
+pub fn bench(
+    policies: Vec<ChainPolicy>,
+    calls: &[Call],
+    options: &BenchOptions,
+) -> Result<BenchReport, ChainError> {
     let calls: Vec<Call> = calls
         .iter()
         .cloned()
@@ -70,14 +78,23 @@ pub fn bench(policies: Vec<ChainPolicy>, calls: &[Call], options: &BenchOptions)
         let chain = Chain::new(vec![policy.clone()])?;
         let (p50_us, p99_us) = latency(&chain, &calls, options);
         let evals_per_s = throughput(&chain, &calls, options);
-        report.push(PolicyBench { name, p50_us, p99_us, evals_per_s });
+        report.push(PolicyBench {
+            name,
+            p50_us,
+            p99_us,
+            evals_per_s,
+        });
     }
     let chain = Chain::new(policies)?;
     let (p50_us, p99_us) = latency(&chain, &calls, options);
     let decisions_per_s = throughput(&chain, &calls, options);
     Ok(BenchReport {
         policies: report,
-        chain: ChainBench { p50_us, p99_us, decisions_per_s },
+        chain: ChainBench {
+            p50_us,
+            p99_us,
+            decisions_per_s,
+        },
         rate_per_s: options.rate,
     })
 }

@@ -6,4 +6,6 @@ wasmtime::component::bindgen!({
 });
 
 pub use hpcgate::policy::log::Level;
-pub use hpcgate::policy::types::{Call as WitCall, Counter, Decision as WitDecision, Phase as WitPhase};
+pub use hpcgate::policy::types::{
+    Call as WitCall, Counter, Decision as WitDecision, Phase as WitPhase,
+};

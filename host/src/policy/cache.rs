@@ -23,7 +23,9 @@ impl CompileCache {
         let mut hasher = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         env!("CARGO_PKG_VERSION").hash(&mut hasher);
-        CompileCache { dir: root.join(format!("{:016x}", hasher.finish())) }
+        CompileCache {
+            dir: root.join(format!("{:016x}", hasher.finish())),
+        }
     }
 
     fn path(&self, digest: &str) -> PathBuf {
@@ -51,7 +53,10 @@ impl CompileCache {
     }
 
     fn try_put(&self, digest: &str, component: &Component) -> std::io::Result<()> {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.dir)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)?;
         if !private_dir(&self.dir) {
             return Ok(());
         }
@@ -65,7 +70,11 @@ impl CompileCache {
 
 fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join(format!(".tmp-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let path = dir.join(format!(
+        ".tmp-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -81,7 +90,9 @@ fn owned_by_me(meta: &std::fs::Metadata) -> bool {
 
 fn rustix_uid() -> u32 {
     // The owner of our own /proc entry is our effective uid; avoids a libc dependency.
-    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX)
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX)
 }
 
 fn private_dir(dir: &Path) -> bool {

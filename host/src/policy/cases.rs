@@ -81,11 +81,12 @@ pub fn parse_cases(text: &str) -> Result<(Vec<Case>, usize), CaseError> {
             continue;
         }
         let (name, call, expect) = if object.contains_key("expect") {
-            let case: CaseLine = serde_json::from_value(value).map_err(|e| err(format!("invalid case: {e}")))?;
+            let case: CaseLine =
+                serde_json::from_value(value).map_err(|e| err(format!("invalid case: {e}")))?;
             (case.name, case.call, case.expect)
         } else if object.contains_key("decision") {
-            let record: AuditLine =
-                serde_json::from_value(value).map_err(|e| err(format!("invalid audit decision record: {e}")))?;
+            let record: AuditLine = serde_json::from_value(value)
+                .map_err(|e| err(format!("invalid audit decision record: {e}")))?;
             let expect = Expect {
                 decision: record.decision.decision,
                 policy: record.decision.policy,
@@ -97,7 +98,12 @@ pub fn parse_cases(text: &str) -> Result<(Vec<Case>, usize), CaseError> {
             return Err(err("has a `call` but no `expect`; add `\"expect\": {\"decision\": \"allow\"}` or similar".into()));
         };
         let label = name.unwrap_or_else(|| format!("line {line}"));
-        cases.push(Case { label, line, call, expect });
+        cases.push(Case {
+            label,
+            line,
+            call,
+            expect,
+        });
     }
     Ok((cases, skipped))
 }
@@ -163,13 +169,19 @@ fn compare(expect: &Expect, actual: &FinalDecision) -> Option<String> {
         return Some(format!(
             "expected rewrite to {}, got {} (another rewrite)",
             Value::Object(arguments.clone()),
-            actual.arguments.clone().map(Value::Object).unwrap_or(Value::Null)
+            actual
+                .arguments
+                .clone()
+                .map(Value::Object)
+                .unwrap_or(Value::Null)
         ));
     }
     if let Some(needle) = &expect.reason_contains {
         let reason = actual.reason.as_deref().unwrap_or("");
         if !reason.contains(needle.as_str()) {
-            return Some(format!("expected a reason containing {needle:?}, got {reason:?}"));
+            return Some(format!(
+                "expected a reason containing {needle:?}, got {reason:?}"
+            ));
         }
     }
     None

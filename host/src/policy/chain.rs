@@ -32,8 +32,13 @@ pub enum Mode {
 #[serde(tag = "decision", rename_all = "lowercase")]
 pub enum Verdict {
     Allow,
-    Deny { reason: String },
-    Rewrite { arguments: Map<String, Value>, note: String },
+    Deny {
+        reason: String,
+    },
+    Rewrite {
+        arguments: Map<String, Value>,
+        note: String,
+    },
 }
 
 /// What one policy decided about one call, as recorded in the audit log.
@@ -136,7 +141,9 @@ pub struct Chain {
 
 impl std::fmt::Debug for Chain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.links.iter().map(|l| &l.name)).finish()
+        f.debug_list()
+            .entries(self.links.iter().map(|l| &l.name))
+            .finish()
     }
 }
 
@@ -149,18 +156,36 @@ impl Chain {
             if links.iter().any(|l| l.name == p.name) {
                 return Err(ChainError::DuplicateName(p.name));
             }
-            let tenants = GlobSet::new(&p.tenants)
-                .map_err(|e| ChainError::TenantGlob { policy: p.name.clone(), message: e.to_string() })?;
-            let memory_bytes = p.memory_bytes.min(p.module.inner.engine.settings.max_memory_bytes);
-            let limits = Limits { deadline: p.deadline, memory_bytes };
-            let retire = p.module.inner.engine.retire.clone();
+            let tenants = GlobSet::new(&p.tenants).map_err(|e| ChainError::TenantGlob {
+                policy: p.name.clone(),
+                message: e.to_string(),
+            })?;
+            let memory_bytes = p
+                .memory_bytes
+                .min(p.module.inner.engine.settings.max_memory_bytes);
+            let limits = Limits {
+                deadline: p.deadline,
+                memory_bytes,
+            };
             let digest = p.module.digest().to_owned();
-            let pool = InstancePool::new(p.module, p.settings, limits, p.prepared, p.reuse, retire)
+            let pool = InstancePool::new(p.module, p.settings, limits, p.prepared, p.reuse)
                 .map_err(|fault| match fault {
-                    Fault::Configure(message) => ChainError::Configure { policy: p.name.clone(), message },
-                    fault => ChainError::Fault { policy: p.name.clone(), fault },
+                    Fault::Configure(message) => ChainError::Configure {
+                        policy: p.name.clone(),
+                        message,
+                    },
+                    fault => ChainError::Fault {
+                        policy: p.name.clone(),
+                        fault,
+                    },
                 })?;
-            links.push(Link { name: p.name, mode: p.mode, digest, tenants, pool });
+            links.push(Link {
+                name: p.name,
+                mode: p.mode,
+                digest,
+                tenants,
+                pool,
+            });
         }
         Ok(Chain { links })
     }
@@ -173,18 +198,26 @@ impl Chain {
     /// Judges one call.
     pub fn evaluate(&self, call: &Call) -> ChainOutcome {
         let listing = call.phase == Phase::List;
-        let mut arguments = if listing { Map::new() } else { call.arguments.clone() };
-        let mut wit = to_wit(call, &arguments);
+        let empty = Map::new();
+        let mut wit = to_wit(call, if listing { &empty } else { &call.arguments });
+        let mut arguments: Option<Map<String, Value>> = None;
         let mut policies = Vec::new();
         let mut rewriter: Option<&str> = None;
-        for link in self.links.iter().filter(|l| l.tenants.is_match(&call.tenant)) {
+        for link in self
+            .links
+            .iter()
+            .filter(|l| l.tenants.is_match(&call.tenant))
+        {
             let started = Instant::now();
             let (result, logs) = link.pool.evaluate(&call.tenant, &wit);
             let duration_us = started.elapsed().as_nanos() as f64 / 1000.0;
             let (verdict, fault) = match result {
                 Ok(verdict) => (verdict, None),
                 Err(fault) => {
-                    let reason = format!("policy `{}` {fault}; the call is refused (policies fail closed)", link.name);
+                    let reason = format!(
+                        "policy `{}` {fault}; the call is refused (policies fail closed)",
+                        link.name
+                    );
                     (Verdict::Deny { reason }, Some(fault.to_string()))
                 }
             };
@@ -212,8 +245,8 @@ impl Chain {
                     return ChainOutcome { decision, policies };
                 }
                 Verdict::Rewrite { arguments: new, .. } if !listing => {
-                    wit.arguments = Value::Object(new.clone()).to_string();
-                    arguments = new;
+                    wit.arguments = json_text(&new);
+                    arguments = Some(new);
                     rewriter = Some(&link.name);
                 }
                 _ => {}
@@ -224,12 +257,21 @@ impl Chain {
                 decision: DecisionKind::Rewrite,
                 policy: Some(policy.to_owned()),
                 reason: None,
-                arguments: Some(arguments),
+                arguments,
             },
-            None => FinalDecision { decision: DecisionKind::Allow, policy: None, reason: None, arguments: None },
+            None => FinalDecision {
+                decision: DecisionKind::Allow,
+                policy: None,
+                reason: None,
+                arguments: None,
+            },
         };
         ChainOutcome { decision, policies }
     }
+}
+
+fn json_text(arguments: &Map<String, Value>) -> String {
+    serde_json::to_string(arguments).expect("a JSON map always serialises")
 }
 
 fn to_wit(call: &Call, arguments: &Map<String, Value>) -> WitCall {
@@ -244,8 +286,15 @@ fn to_wit(call: &Call, arguments: &Map<String, Value>) -> WitCall {
         server: call.server.clone(),
         remote_tool: call.remote_tool.clone(),
         instance: call.instance.clone(),
-        arguments: Value::Object(arguments.clone()).to_string(),
+        arguments: json_text(arguments),
         read_only: call.read_only,
-        usage: call.usage.iter().map(|(name, value)| Counter { name: name.clone(), value: *value }).collect(),
+        usage: call
+            .usage
+            .iter()
+            .map(|(name, value)| Counter {
+                name: name.clone(),
+                value: *value,
+            })
+            .collect(),
     }
 }

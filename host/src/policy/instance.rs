@@ -28,8 +28,9 @@ pub(crate) struct Limits {
 
 impl Limits {
     fn deadline_ticks(&self) -> u64 {
-        // A deadline of N ms fires between N and N + 1 ticks from now.
-        (self.deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
+        // The deadline fires when the epoch has advanced this many times; the next tick may be
+        // a moment away, so one more tick makes a deadline of N ms fire between N and N + 1 ms.
+        (self.deadline.as_millis() / EPOCH_TICK.as_millis()) as u64 + 1
     }
 }
 
@@ -41,7 +42,12 @@ pub(crate) struct GuestState {
 }
 
 impl ResourceLimiter for GuestState {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.memory_cap {
             self.memory_cap_hit = true;
             return Ok(false);
@@ -49,7 +55,12 @@ impl ResourceLimiter for GuestState {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 65_536)
     }
 }
@@ -62,7 +73,8 @@ impl bindings::hpcgate::policy::log::Host for GuestState {
                 Level::Info => "info",
                 Level::Warn => "warn",
             };
-            self.logs.push(format!("{level}: {}", truncate(&message, MAX_LOG_LINE)));
+            self.logs
+                .push(format!("{level}: {}", truncate(&message, MAX_LOG_LINE)));
         }
     }
 }
@@ -94,31 +106,46 @@ pub(crate) struct Instance {
 
 impl Instance {
     /// Instantiates `module` and calls `configure(settings)` under the limits.
-    pub(crate) fn prepare(module: &PolicyModule, settings: &str, limits: &Limits) -> Result<Instance, Fault> {
+    pub(crate) fn prepare(
+        module: &PolicyModule,
+        settings: &str,
+        limits: &Limits,
+    ) -> Result<Instance, Fault> {
         let inner = &module.inner;
-        let state = GuestState { memory_cap: limits.memory_bytes, memory_cap_hit: false, logs: Vec::new() };
+        let state = GuestState {
+            memory_cap: limits.memory_bytes,
+            memory_cap_hit: false,
+            logs: Vec::new(),
+        };
         let mut store = Store::new(&inner.engine.engine, state);
         store.limiter(|state| state);
         store.set_epoch_deadline(limits.deadline_ticks());
-        let policy = inner
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| classify(&e, &store, limits).unwrap_or_else(|| Fault::Instantiate(format!("{e:#}"))))?;
+        let policy = inner.pre.instantiate(&mut store).map_err(|e| {
+            classify(&e, &store, limits).unwrap_or_else(|| Fault::Instantiate(format!("{e:#}")))
+        })?;
         match policy.call_configure(&mut store, settings) {
             Ok(Ok(())) => Ok(Instance { store, policy }),
             Ok(Err(message)) => Err(Fault::Configure(truncate(&message, MAX_REASON))),
-            Err(e) => Err(classify(&e, &store, limits).unwrap_or_else(|| Fault::Trap(format!("{e:#}")))),
+            Err(e) => {
+                Err(classify(&e, &store, limits).unwrap_or_else(|| Fault::Trap(format!("{e:#}"))))
+            }
         }
     }
 
     /// Runs one evaluation. The instance must not be used again after a fault.
-    pub(crate) fn evaluate(&mut self, call: &WitCall, limits: &Limits) -> (Result<Verdict, Fault>, Vec<String>) {
+    pub(crate) fn evaluate(
+        &mut self,
+        call: &WitCall,
+        limits: &Limits,
+    ) -> (Result<Verdict, Fault>, Vec<String>) {
         self.store.data_mut().logs.clear();
         self.store.set_epoch_deadline(limits.deadline_ticks());
-        let result = match self.policy.call_evaluate(&mut self.store, call) {
-            Ok(decision) => verdict(decision),
-            Err(e) => Err(classify(&e, &self.store, limits).unwrap_or_else(|| Fault::Trap(format!("{e:#}")))),
-        };
+        let result =
+            match self.policy.call_evaluate(&mut self.store, call) {
+                Ok(decision) => verdict(decision),
+                Err(e) => Err(classify(&e, &self.store, limits)
+                    .unwrap_or_else(|| Fault::Trap(format!("{e:#}")))),
+            };
         (result, std::mem::take(&mut self.store.data_mut().logs))
     }
 }
@@ -137,7 +164,9 @@ fn classify(error: &wasmtime::Error, store: &Store<GuestState>, limits: &Limits)
 fn verdict(decision: WitDecision) -> Result<Verdict, Fault> {
     Ok(match decision {
         WitDecision::Allow => Verdict::Allow,
-        WitDecision::Deny(reason) => Verdict::Deny { reason: truncate(&reason, MAX_REASON) },
+        WitDecision::Deny(reason) => Verdict::Deny {
+            reason: truncate(&reason, MAX_REASON),
+        },
         WitDecision::Rewrite(rewrite) => {
             if rewrite.arguments.len() > MAX_REWRITE {
                 return Err(Fault::Malformed(format!(
@@ -147,10 +176,21 @@ fn verdict(decision: WitDecision) -> Result<Verdict, Fault> {
             }
             let arguments: Map<String, Value> = match serde_json::from_str(&rewrite.arguments) {
                 Ok(Value::Object(map)) => map,
-                Ok(_) => return Err(Fault::Malformed("rewrite arguments are not a JSON object".into())),
-                Err(e) => return Err(Fault::Malformed(format!("rewrite arguments are not JSON: {e}"))),
+                Ok(_) => {
+                    return Err(Fault::Malformed(
+                        "rewrite arguments are not a JSON object".into(),
+                    ));
+                }
+                Err(e) => {
+                    return Err(Fault::Malformed(format!(
+                        "rewrite arguments are not JSON: {e}"
+                    )));
+                }
             };
-            Verdict::Rewrite { arguments, note: truncate(&rewrite.note, MAX_REASON) }
+            Verdict::Rewrite {
+                arguments,
+                note: truncate(&rewrite.note, MAX_REASON),
+            }
         }
     })
 }

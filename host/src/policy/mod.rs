@@ -11,8 +11,8 @@
 //! - A fault (trap, timeout, memory cap, malformed decision) is a deny naming the policy and the
 //!   fault: policies fail closed, and a fault is data, not an error.
 
-mod bindings;
 pub mod bench;
+mod bindings;
 mod cache;
 pub mod cases;
 mod chain;
@@ -24,9 +24,10 @@ mod pool;
 pub mod stock;
 
 pub use chain::{
-    Chain, ChainError, ChainOutcome, ChainPolicy, DecisionKind, FinalDecision, Mode, PolicyDecision, Verdict,
+    Chain, ChainError, ChainOutcome, ChainPolicy, DecisionKind, FinalDecision, Mode,
+    PolicyDecision, Verdict,
 };
-pub use instance::Fault;
 pub use engine::{EngineSettings, PolicyEngine};
 pub use hpcgate_policy_sdk::{Call, Phase};
+pub use instance::Fault;
 pub use module::{LoadError, ModuleSource, PolicyModule};

@@ -128,12 +128,19 @@ impl PolicyModule {
         };
         check_imports(engine, &component, &source_name)?;
         let mut linker = Linker::<GuestState>::new(&engine.engine);
-        Policy::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
-            .map_err(|e| LoadError::Invalid { source_name: source_name.clone(), detail: format!("{e:#}") })?;
+        Policy::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state).map_err(|e| {
+            LoadError::Invalid {
+                source_name: source_name.clone(),
+                detail: format!("{e:#}"),
+            }
+        })?;
         let pre = linker
             .instantiate_pre(&component)
             .and_then(PolicyPre::new)
-            .map_err(|e| LoadError::WrongWorld { source_name: source_name.clone(), detail: format!("{e:#}") })?;
+            .map_err(|e| LoadError::WrongWorld {
+                source_name: source_name.clone(),
+                detail: format!("{e:#}"),
+            })?;
         Ok(PolicyModule {
             inner: Arc::new(ModuleInner {
                 engine: engine.clone(),
@@ -147,12 +154,18 @@ impl PolicyModule {
 
 fn read(source: &ModuleSource) -> Result<Vec<u8>, LoadError> {
     match source {
-        ModuleSource::Stock(name) => stock::bytes(name).map(<[u8]>::to_vec).ok_or_else(|| {
-            LoadError::UnknownStock { name: name.clone(), known: stock::names().join(", ") }
-        }),
-        ModuleSource::Path(path) => {
-            std::fs::read(path).map_err(|source| LoadError::Read { path: path.clone(), source })
+        ModuleSource::Stock(name) => {
+            stock::bytes(name)
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| LoadError::UnknownStock {
+                    name: name.clone(),
+                    known: stock::names().join(", "),
+                })
         }
+        ModuleSource::Path(path) => std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.clone(),
+            source,
+        }),
     }
 }
 
@@ -174,10 +187,17 @@ fn compile(engine: &PolicyEngine, bytes: &[u8], source_name: &str) -> Result<Com
     })
 }
 
-fn check_imports(engine: &PolicyEngine, component: &Component, source_name: &str) -> Result<(), LoadError> {
+fn check_imports(
+    engine: &PolicyEngine,
+    component: &Component,
+    source_name: &str,
+) -> Result<(), LoadError> {
     let ty = component.component_type();
     for (name, _) in ty.imports(&engine.engine) {
-        if !ALLOWED_IMPORTS.iter().any(|allowed| name.starts_with(allowed)) {
+        if !ALLOWED_IMPORTS
+            .iter()
+            .any(|allowed| name.starts_with(allowed))
+        {
             return Err(LoadError::ForeignImport {
                 source_name: source_name.to_owned(),
                 import: name.to_owned(),

@@ -20,10 +20,17 @@ pub fn normalize_call(call: &mut Call) {
         call.arguments.entry("resources").or_insert(alias);
         return;
     };
-    let resources = call.arguments.entry("resources").or_insert_with(|| Value::Object(Default::default()));
+    let resources = call
+        .arguments
+        .entry("resources")
+        .or_insert_with(|| Value::Object(Default::default()));
     if let Value::Object(resources) = resources {
         for (key, value) in alias {
-            let key = if key == "memory" { "memory_mb".to_owned() } else { key };
+            let key = if key == "memory" {
+                "memory_mb".to_owned()
+            } else {
+                key
+            };
             resources.entry(key).or_insert(value);
         }
     }
@@ -36,9 +43,15 @@ mod tests {
 
     #[test]
     fn slurm_resources_become_resources_with_memory_mb() {
-        let mut call = Call::new("submit_job", json!({"command": "x", "slurm_resources": {"cpus": 4, "memory": 8192}}));
+        let mut call = Call::new(
+            "submit_job",
+            json!({"command": "x", "slurm_resources": {"cpus": 4, "memory": 8192}}),
+        );
         normalize_call(&mut call);
-        assert_eq!(Value::Object(call.arguments.clone()), json!({"command": "x", "resources": {"cpus": 4, "memory_mb": 8192}}));
+        assert_eq!(
+            Value::Object(call.arguments.clone()),
+            json!({"command": "x", "resources": {"cpus": 4, "memory_mb": 8192}})
+        );
         let before = call.clone();
         normalize_call(&mut call);
         assert_eq!(call, before, "idempotent");
@@ -46,11 +59,20 @@ mod tests {
 
     #[test]
     fn resources_win_over_the_alias_and_other_tools_are_untouched() {
-        let mut call = Call::new("submit_job", json!({"resources": {"cpus": 2}, "slurm_resources": {"cpus": 64, "gpus": 1}}));
+        let mut call = Call::new(
+            "submit_job",
+            json!({"resources": {"cpus": 2}, "slurm_resources": {"cpus": 64, "gpus": 1}}),
+        );
         normalize_call(&mut call);
-        assert_eq!(Value::Object(call.arguments), json!({"resources": {"cpus": 2, "gpus": 1}}));
+        assert_eq!(
+            Value::Object(call.arguments),
+            json!({"resources": {"cpus": 2, "gpus": 1}})
+        );
         let mut call = Call::new("write_file", json!({"slurm_resources": {"cpus": 64}}));
         normalize_call(&mut call);
-        assert_eq!(Value::Object(call.arguments), json!({"slurm_resources": {"cpus": 64}}));
+        assert_eq!(
+            Value::Object(call.arguments),
+            json!({"slurm_resources": {"cpus": 64}})
+        );
     }
 }

@@ -24,7 +24,13 @@ pub fn build_guests(workspace: &Path, packages: &[&str], out_dir: &Path) -> Vec<
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(workspace)
-        .args(["build", "--profile", "policy", "--target", "wasm32-unknown-unknown"])
+        .args([
+            "build",
+            "--profile",
+            "policy",
+            "--target",
+            "wasm32-unknown-unknown",
+        ])
         .arg("--target-dir")
         .arg(&target_dir);
     for package in packages {
@@ -51,7 +57,9 @@ pub fn build_guests(workspace: &Path, packages: &[&str], out_dir: &Path) -> Vec<
         "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS",
         "-C link-arg=-zstack-size=65536",
     );
-    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run cargo to build policy guests: {e}"));
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run cargo to build policy guests: {e}"));
     assert!(
         status.success(),
         "building policy guests {packages:?} for wasm32-unknown-unknown failed; \
@@ -70,7 +78,10 @@ pub fn build_guests(workspace: &Path, packages: &[&str], out_dir: &Path) -> Vec<
             let out = out_dir.join(format!("{package}.wasm"));
             std::fs::write(&out, component)
                 .unwrap_or_else(|e| panic!("cannot write `{}`: {e}", out.display()));
-            Guest { package: (*package).to_owned(), component: out }
+            Guest {
+                package: (*package).to_owned(),
+                component: out,
+            }
         })
         .collect()
 }
@@ -91,9 +102,17 @@ pub fn componentize_core_wat(wat: &str, wit_dir: &Path, world: &str) -> Result<V
     let mut module = wat::parse_str(wat).map_err(|e| e.to_string())?;
     let mut resolve = wit_parser::Resolve::default();
     let (package, _) = resolve.push_path(wit_dir).map_err(|e| format!("{e:#}"))?;
-    let world = resolve.select_world(&[package], Some(world)).map_err(|e| format!("{e:#}"))?;
-    wit_component::embed_component_metadata(&mut module, &resolve, world, wit_component::StringEncoding::UTF8, false)
+    let world = resolve
+        .select_world(&[package], Some(world))
         .map_err(|e| format!("{e:#}"))?;
+    wit_component::embed_component_metadata(
+        &mut module,
+        &resolve,
+        world,
+        wit_component::StringEncoding::UTF8,
+        false,
+    )
+    .map_err(|e| format!("{e:#}"))?;
     componentize(&module)
 }
 

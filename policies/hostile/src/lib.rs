@@ -71,7 +71,11 @@ mod guest {
                 misbehave(&behaviour);
             }
             let set = value["set"].as_object().cloned().unwrap_or_default();
-            *SETTINGS.lock().unwrap() = Some(Settings { behaviour, in_configure, set });
+            *SETTINGS.lock().unwrap() = Some(Settings {
+                behaviour,
+                in_configure,
+                set,
+            });
             Ok(())
         }
 
@@ -90,7 +94,8 @@ mod guest {
                 }
                 "echo" => Decision::Deny(call.arguments),
                 "rewrite" => {
-                    let mut arguments: Map<String, Value> = serde_json::from_str(&call.arguments).unwrap_or_default();
+                    let mut arguments: Map<String, Value> =
+                        serde_json::from_str(&call.arguments).unwrap_or_default();
                     arguments.extend(settings.set.clone());
                     Decision::Rewrite(Rewrite {
                         arguments: Value::Object(arguments).to_string(),
@@ -102,8 +107,14 @@ mod guest {
                     arguments: format!("{{\"blob\": \"{}\"}}", "y".repeat(2 << 20)),
                     note: String::new(),
                 }),
-                "bad-json" => Decision::Rewrite(Rewrite { arguments: "{not json".into(), note: String::new() }),
-                "not-object" => Decision::Rewrite(Rewrite { arguments: "[1, 2]".into(), note: String::new() }),
+                "bad-json" => Decision::Rewrite(Rewrite {
+                    arguments: "{not json".into(),
+                    note: String::new(),
+                }),
+                "not-object" => Decision::Rewrite(Rewrite {
+                    arguments: "[1, 2]".into(),
+                    note: String::new(),
+                }),
                 "log-flood" => {
                     for i in 0..10_000 {
                         log(Level::Info, &format!("line {i} {}", "z".repeat(1000)));

@@ -7,9 +7,14 @@ use serde_json::{Map, Value};
 pub enum Decision {
     Allow,
     /// The reason is shown to the agent: say what was refused and what to do instead.
-    Deny { reason: String },
+    Deny {
+        reason: String,
+    },
     /// Replace the arguments seen by later policies and by the executor.
-    Rewrite { arguments: Map<String, Value>, note: String },
+    Rewrite {
+        arguments: Map<String, Value>,
+        note: String,
+    },
 }
 
 impl Decision {
@@ -18,11 +23,16 @@ impl Decision {
     }
 
     pub fn deny(reason: impl Into<String>) -> Self {
-        Decision::Deny { reason: reason.into() }
+        Decision::Deny {
+            reason: reason.into(),
+        }
     }
 
     pub fn rewrite(arguments: Map<String, Value>, note: impl Into<String>) -> Self {
-        Decision::Rewrite { arguments, note: note.into() }
+        Decision::Rewrite {
+            arguments,
+            note: note.into(),
+        }
     }
 
     pub fn is_allow(&self) -> bool {

@@ -19,25 +19,39 @@ mod wasm {
         let Some(policy) = guard.as_ref() else {
             return wit::Decision::Deny("policy was evaluated before it was configured".into());
         };
-        let arguments = match serde_json::from_str::<serde_json::Value>(&call.arguments) {
-            Ok(serde_json::Value::Object(map)) => map,
-            _ => return wit::Decision::Deny("call arguments are not a JSON object".into()),
-        };
-        let call = Call {
-            phase: match call.phase {
+        let wit::Call {
+            phase,
+            tenant,
+            principal,
+            tool,
+            server,
+            remote_tool,
+            instance,
+            arguments,
+            read_only,
+            usage,
+        } = call;
+        let mut call = Call {
+            phase: match phase {
                 wit::Phase::List => Phase::List,
                 wit::Phase::Call => Phase::Call,
             },
-            tenant: call.tenant,
-            principal: call.principal,
-            tool: call.tool,
-            server: call.server,
-            remote_tool: call.remote_tool,
-            instance: call.instance,
-            arguments,
-            read_only: call.read_only,
-            usage: call.usage.into_iter().map(|c| (c.name, c.value)).collect(),
+            tenant,
+            principal,
+            tool,
+            server,
+            remote_tool,
+            instance,
+            arguments: serde_json::Map::new(),
+            read_only,
+            usage: usage.into_iter().map(|c| (c.name, c.value)).collect(),
         };
+        if policy.needs_arguments(&call) {
+            match serde_json::from_str::<serde_json::Value>(&arguments) {
+                Ok(serde_json::Value::Object(map)) => call.arguments = map,
+                _ => return wit::Decision::Deny("call arguments are not a JSON object".into()),
+            }
+        }
         match policy.evaluate(&call) {
             Decision::Allow => wit::Decision::Allow,
             Decision::Deny { reason } => wit::Decision::Deny(reason),

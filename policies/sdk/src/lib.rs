@@ -10,6 +10,8 @@
 //! [`path`] (lexical sandbox-view normalisation) and [`args`] (finding values in nested JSON
 //! arguments).
 
+#[doc(hidden)]
+pub mod arena;
 pub mod args;
 mod call;
 mod decision;
@@ -34,6 +36,15 @@ pub trait Policy: Sized + Send {
 
     /// Judges one call.
     fn evaluate(&self, call: &Call) -> Decision;
+
+    /// Whether [`evaluate`](Policy::evaluate) reads `call.arguments` for this call. `call` is
+    /// complete except for `arguments`, which is empty. Answering `false` skips parsing the
+    /// arguments (the most expensive part of a small policy's evaluation); `arguments` is then
+    /// empty in `evaluate`. The default parses them always.
+    fn needs_arguments(&self, call: &Call) -> bool {
+        let _ = call;
+        true
+    }
 }
 
 /// The WIT bindings, generated for the `policy` world. Only exists when compiled for wasm32.
@@ -58,6 +69,10 @@ pub mod bindings {
 #[macro_export]
 macro_rules! export_policy {
     ($ty:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        #[global_allocator]
+        static HPCGATE_ALLOCATOR: $crate::arena::Arena = $crate::arena::Arena::new();
+
         #[cfg(target_arch = "wasm32")]
         const _: () = {
             static SLOT: ::std::sync::Mutex<::core::option::Option<$ty>> =

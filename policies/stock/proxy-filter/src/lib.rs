@@ -47,6 +47,10 @@ impl Policy for ProxyFilter {
         args::parse_settings(settings)
     }
 
+    fn needs_arguments(&self, _call: &Call) -> bool {
+        false
+    }
+
     fn evaluate(&self, call: &Call) -> Decision {
         let server = &call.server;
         let Some(filter) = self.servers.get(server) else {

@@ -91,6 +91,10 @@ impl Policy for ResourceCaps {
         })
     }
 
+    fn needs_arguments(&self, call: &Call) -> bool {
+        call.tool == TOOL && call.phase != Phase::List
+    }
+
     fn evaluate(&self, call: &Call) -> Decision {
         if call.tool != TOOL || call.phase == Phase::List {
             return Decision::allow();

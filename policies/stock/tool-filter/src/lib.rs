@@ -35,6 +35,10 @@ impl Policy for ToolFilter {
         args::parse_settings(settings)
     }
 
+    fn needs_arguments(&self, _call: &Call) -> bool {
+        false
+    }
+
     fn evaluate(&self, call: &Call) -> Decision {
         let tool = &call.tool;
         if let Some(glob) = self.deny.first_match(tool) {

@@ -1,0 +1,351 @@
+//! The `hpcgate policy` commands, run as a user runs them: the real binary, real files.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ is in the repo")
+        .to_path_buf()
+}
+
+/// Runs `hpcgate` with a compile cache shared by these tests (in the target dir, never `$HOME`).
+fn hpcgate(args: &[&str]) -> Output {
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cache");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&cache)
+        .unwrap();
+    Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+        .args(args)
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .expect("run hpcgate")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn case_file(name: &str) -> String {
+    repo().join("tests/cases").join(name).display().to_string()
+}
+
+#[test]
+fn check_accepts_a_stock_policy_and_names_its_digest() {
+    let output = hpcgate(&[
+        "policy",
+        "check",
+        "stock:path-rules",
+        "--settings",
+        r#"{"deny_read": ["**/.ssh/**"]}"#,
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(
+        stdout(&output).starts_with("ok: `stock:path-rules` (sha256:"),
+        "{}",
+        stdout(&output)
+    );
+}
+
+#[test]
+fn check_refuses_bad_settings_foreign_imports_and_unknown_modules() {
+    let output = hpcgate(&[
+        "policy",
+        "check",
+        "stock:tool-filter",
+        "--settings",
+        r#"{"alow": ["*"]}"#,
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stdout(&output).contains("rejected its config") && stdout(&output).contains("alow"),
+        "{}",
+        stdout(&output)
+    );
+
+    let foreign = repo().join("policies/hostile/wat/foreign-import.wat");
+    let output = hpcgate(&["policy", "check", foreign.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stdout(&output)
+            .contains("imports `wasi:sockets/tcp@0.2.0`, which hpcgate does not provide"),
+        "{}",
+        stdout(&output)
+    );
+
+    let output = hpcgate(&["policy", "check", "stock:nope"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stdout(&output)
+            .contains("unknown stock policy `stock:nope`; the stock policies are tool-filter")
+    );
+
+    let output = hpcgate(&["policy", "check", "/nonexistent/p.wasm"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stdout(&output).contains("cannot read policy module `/nonexistent/p.wasm`"));
+}
+
+#[test]
+fn test_reproduces_every_expected_decision_of_the_case_files() {
+    for name in ["stock", "strict", "chain"] {
+        let output = hpcgate(&[
+            "policy",
+            "test",
+            "--config",
+            &case_file(&format!("{name}.toml")),
+            "--calls",
+            &case_file(&format!("{name}.jsonl")),
+            "--json",
+        ]);
+        let report: serde_json::Value =
+            serde_json::from_slice(&output.stdout).expect("json report");
+        assert_eq!(report["mismatched"], 0, "{name}: {report:#}");
+        assert!(report["total"].as_u64().unwrap() >= 10, "{name}: {report}");
+        assert_eq!(output.status.code(), Some(0));
+    }
+}
+
+#[test]
+fn test_reports_mismatches_by_name_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls.jsonl");
+    let call = r#"{"phase": "call", "tenant": "chem", "principal": "a", "tool": "host_exec", "server": "builtin", "remote_tool": null, "instance": null, "arguments": {"key": "x"}, "read_only": false, "usage": {}}"#;
+    let lines = [
+        format!(
+            r#"{{"name": "host_exec is allowed (wrong)", "call": {call}, "expect": {{"decision": "allow"}}}}"#
+        ),
+        format!(
+            r#"{{"name": "host_exec is denied by caps (wrong policy)", "call": {call}, "expect": {{"decision": "deny", "policy": "caps"}}}}"#
+        ),
+        format!(
+            r#"{{"call": {call}, "expect": {{"decision": "deny", "policy": "tools", "reason_contains": "host_exec"}}}}"#
+        ),
+        // An audit decision record: compared with the decision recorded beside the call.
+        format!(
+            r#"{{"seq": 7, "event": "call", "call": {call}, "decision": {{"decision": "deny", "policy": "tools"}}}}"#
+        ),
+        // Another audit record: skipped.
+        r#"{"seq": 8, "event": "instance.created", "instance": "run1"}"#.to_owned(),
+    ];
+    std::fs::write(&calls, lines.join("\n")).unwrap();
+    let config = case_file("stock.toml");
+    let output = hpcgate(&[
+        "policy",
+        "test",
+        "--config",
+        &config,
+        "--calls",
+        calls.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let text = stdout(&output);
+    assert!(
+        text.contains(
+            "MISMATCH host_exec is allowed (wrong) (line 1): expected allow, got deny by `tools`"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("MISMATCH host_exec is denied by caps (wrong policy) (line 2): expected deny by `caps`, got deny by `tools`"), "{text}");
+    assert!(
+        text.contains("4 calls checked: 2 matched, 2 mismatched (1 lines without a call skipped)"),
+        "{text}"
+    );
+
+    let output = hpcgate(&[
+        "policy",
+        "test",
+        "--config",
+        &config,
+        "--calls",
+        calls.to_str().unwrap(),
+        "--json",
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        (
+            report["total"].as_u64(),
+            report["matched"].as_u64(),
+            report["mismatched"].as_u64()
+        ),
+        (Some(4), Some(2), Some(2))
+    );
+    assert_eq!(
+        report["mismatches"][0]["name"],
+        "host_exec is allowed (wrong)"
+    );
+    assert_eq!(report["mismatches"][1]["actual"]["policy"], "tools");
+}
+
+#[test]
+fn test_explains_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls.jsonl");
+    std::fs::write(&calls, "{\"call\": {\"phase\": \"call\"}}\n").unwrap();
+    let output = hpcgate(&[
+        "policy",
+        "test",
+        "--config",
+        &case_file("stock.toml"),
+        "--calls",
+        calls.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.contains("line 1: has a `call` but no `expect`"),
+        "{err}"
+    );
+
+    let config = dir.path().join("bad.toml");
+    std::fs::write(
+        &config,
+        "[[policies]]\nname = \"t\"\nmodule = \"stock:tool-filter\"\nenforce = true\n",
+    )
+    .unwrap();
+    let output = hpcgate(&[
+        "policy",
+        "test",
+        "--config",
+        config.to_str().unwrap(),
+        "--calls",
+        calls.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(err.contains("unknown key `policies[0].enforce`"), "{err}");
+}
+
+#[test]
+fn bench_reports_latency_and_throughput_per_policy_and_chain() {
+    let output = hpcgate(&[
+        "policy",
+        "bench",
+        "--config",
+        &case_file("stock.toml"),
+        "--json",
+        "--samples",
+        "200",
+        "--iterations",
+        "500",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let names: Vec<_> = report["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["tools", "paths", "caps", "proxy"]);
+    for p in report["policies"].as_array().unwrap() {
+        assert!(
+            p["p50_us"].as_f64().unwrap() > 0.0
+                && p["p99_us"].as_f64().unwrap() >= p["p50_us"].as_f64().unwrap()
+        );
+        assert!(p["evals_per_s"].as_f64().unwrap() > 0.0);
+    }
+    assert!(report["chain"]["decisions_per_s"].as_f64().unwrap() > 0.0);
+}
+
+/// The toolchain pinned by the repo, so the scaffolded crate builds with the same one.
+fn pinned_toolchain() -> String {
+    let text = std::fs::read_to_string(repo().join("rust-toolchain.toml")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("channel"))
+        .expect("channel in rust-toolchain.toml");
+    line.split('"').nth(1).expect("quoted channel").to_owned()
+}
+
+fn cargo(dir: &Path, args: &[&str]) {
+    let status = Command::new("cargo")
+        .args(args)
+        .current_dir(dir)
+        .env("RUSTUP_TOOLCHAIN", pinned_toolchain())
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .status()
+        .expect("run cargo");
+    assert!(
+        status.success(),
+        "cargo {args:?} failed in the scaffolded crate"
+    );
+}
+
+#[test]
+fn new_scaffolds_a_policy_that_tests_builds_and_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = hpcgate(&[
+        "policy",
+        "new",
+        "no-rm",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let root = dir.path().join("no-rm");
+    cargo(&root, &["test", "--quiet"]);
+    cargo(
+        &root,
+        &[
+            "build",
+            "--quiet",
+            "--release",
+            "--target",
+            "wasm32-unknown-unknown",
+        ],
+    );
+    let module = root.join("target/wasm32-unknown-unknown/release/no_rm.wasm");
+    let output = hpcgate(&[
+        "policy",
+        "check",
+        module.to_str().unwrap(),
+        "--settings",
+        r#"{"forbidden": ["rm -rf"]}"#,
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+
+    // And it decides as its source says, through the engine.
+    let config = root.join("policy.toml");
+    std::fs::write(&config, format!("[[policies]]\nname = \"no-rm\"\nmodule = {:?}\n[policies.config]\nforbidden = [\"rm -rf\"]\n", module.display())).unwrap();
+    let calls = root.join("calls.jsonl");
+    std::fs::write(&calls, concat!(
+        r#"{"call": {"phase": "call", "tenant": "t", "tool": "submit_job", "arguments": {"command": "rm -rf /"}}, "expect": {"decision": "deny", "policy": "no-rm"}}"#, "\n",
+        r#"{"call": {"phase": "call", "tenant": "t", "tool": "submit_job", "arguments": {"command": "make"}}, "expect": {"decision": "allow"}}"#, "\n",
+    )).unwrap();
+    let output = hpcgate(&[
+        "policy",
+        "test",
+        "--config",
+        config.to_str().unwrap(),
+        "--calls",
+        calls.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+
+    let again = hpcgate(&[
+        "policy",
+        "new",
+        "no-rm",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(
+        again.status.code(),
+        Some(2),
+        "an existing crate is never overwritten"
+    );
+    let bad = hpcgate(&[
+        "policy",
+        "new",
+        "../escape",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# setup.sh: install what hpcgate's build and tests need, idempotently, on a Debian machine with
+# rustup. Safe to run again: it only installs what is missing.
+#
+#   Debian packages: bubblewrap (the sandbox), slurm-wlm + munge (the local test cluster)
+#   Rust: the toolchain and wasm32 target pinned in rust-toolchain.toml, clippy, rustfmt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+{ command -v sbatch >/dev/null 2>&1 && [ -x /usr/sbin/slurmctld ]; } || missing+=(slurm-wlm)
+[ -x /usr/sbin/munged ] || missing+=(munge)
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        log "missing Debian packages: ${missing[*]}; run: sudo apt-get install ${missing[*]}"
+        exit 1
+    fi
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+command -v rustup >/dev/null 2>&1 || { log "rustup is required: https://rustup.rs"; exit 1; }
+# rust-toolchain.toml names the toolchain, components and wasm target; installing it is a no-op
+# when present.
+rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
+toolchain="$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)"
+rustup target add --toolchain "$toolchain" wasm32-unknown-unknown >/dev/null 2>&1 \
+    || { log "cannot add the wasm32-unknown-unknown target to $toolchain"; exit 1; }
+rustup component add --toolchain "$toolchain" clippy rustfmt >/dev/null 2>&1 \
+    || { log "cannot add clippy and rustfmt to $toolchain"; exit 1; }
+log "ready"

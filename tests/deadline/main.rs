@@ -1,0 +1,46 @@
+//! The deadline of an endless loop, measured in a test binary of its own.
+//!
+//! The contract is "denied within its deadline + 5 ms". Wall-clock bounds only mean something
+//! on a quiet machine, and cargo runs test binaries one after another, so this binary holds the
+//! only test that measures time: no other test of the suite runs while it does.
+
+#[allow(dead_code)]
+#[path = "../e2e/harness.rs"]
+mod harness;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use harness::{Spec, call, chain};
+
+#[test]
+fn an_endless_loop_is_denied_within_its_deadline() {
+    let chain = chain(vec![
+        Spec::hostile("spin", json!({"behaviour": "spin"})).deadline_ms(20),
+    ]);
+    let mut elapsed = Vec::new();
+    for _ in 0..11 {
+        let started = Instant::now();
+        let outcome = chain.evaluate(&call("submit_job", json!({})));
+        elapsed.push(started.elapsed());
+        assert_eq!(
+            outcome.decision.reason.as_deref(),
+            Some("policy `spin` timed out after 20 ms; the call is refused (policies fail closed)")
+        );
+    }
+    elapsed.sort();
+    eprintln!("time to deny an endless loop with a 20 ms deadline: {elapsed:?}");
+    // The contract: deadline + 5 ms. The median is held to it; single runs get slack for a
+    // descheduled epoch thread on a loaded 2-core CI machine.
+    assert!(
+        elapsed[5] <= Duration::from_millis(25),
+        "median {:?} over deadline + 5 ms: {elapsed:?}",
+        elapsed[5]
+    );
+    assert!(
+        elapsed[10] <= Duration::from_millis(150),
+        "worst {:?}: {elapsed:?}",
+        elapsed[10]
+    );
+}
