@@ -77,7 +77,9 @@ write_config() {
     mem="$(awk '/MemTotal/ { printf "%d", $2 / 1024 * 0.8 }' /proc/meminfo)"
     mkdir -p "$DIR"/{etc,munge,log,run,state,spool/slurmd}
     chmod 0700 "$DIR" "$DIR/munge"
-    if [ "$(cgroup_mode)" = v1 ]; then
+    local mode
+    mode="$(cgroup_mode)" || exit 1
+    if [ "$mode" = v1 ]; then
         proctrack=proctrack/cgroup task=task/cgroup memparams="# --mem is enforced by task/cgroup"
         printf '%s\n' CgroupPlugin=cgroup/v1 CgroupMountpoint=/sys/fs/cgroup \
             ConstrainRAMSpace=yes ConstrainSwapSpace=no >"$DIR/etc/cgroup.conf"
