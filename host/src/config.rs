@@ -178,10 +178,7 @@ impl Config {
         base: &Path,
     ) -> anyhow::Result<Vec<ChainPolicy>> {
         let defaults = &self.policy_engine;
-        let mut entries = self.policies.clone();
-        if let Some(implicit) = self.proxy_include_exclude_policy() {
-            entries.push(implicit);
-        }
+        let entries = self.policies_with_proxy_filters();
         let mut chain = Vec::with_capacity(entries.len());
         for entry in entries {
             let source = match entry.module.parse::<ModuleSource>() {
@@ -225,9 +222,13 @@ impl Config {
         settings
     }
 
-    /// `proxied_mcps.<name>.include/exclude` as a `stock:proxy-filter` policy, if any are set.
-    fn proxy_include_exclude_policy(&self) -> Option<PolicyConfig> {
-        let servers: Map<String, Value> = self
+    /// The configured policies, with `proxied_mcps.<name>.include/exclude` fed into the proxy
+    /// filter: merged into the `servers` of the one `stock:proxy-filter` policy when there is
+    /// exactly one (its own entry for a server wins), else appended as an implicit policy named
+    /// `proxied_mcps`.
+    fn policies_with_proxy_filters(&self) -> Vec<PolicyConfig> {
+        let mut entries = self.policies.clone();
+        let filters: Vec<(String, Value)> = self
             .proxied_mcps
             .iter()
             .filter(|(_, p)| !p.include.is_empty() || !p.exclude.is_empty())
@@ -238,20 +239,40 @@ impl Config {
                 )
             })
             .collect();
-        if servers.is_empty() {
-            return None;
+        if filters.is_empty() {
+            return entries;
         }
-        let config = toml::Table::try_from(json!({ "servers": servers })).ok()?;
-        Some(PolicyConfig {
-            name: "proxied_mcps".to_owned(),
-            module: "stock:proxy-filter".to_owned(),
-            mode: Mode::Enforce,
-            tenants: all_tenants(),
-            deadline_ms: None,
-            memory_limit_mb: None,
-            reuse_instance: false,
-            config,
-        })
+        let mut stock = entries
+            .iter_mut()
+            .filter(|e| e.module == "stock:proxy-filter");
+        if let (Some(only), None) = (stock.next(), stock.next()) {
+            let servers = only
+                .config
+                .entry("servers")
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if let toml::Value::Table(servers) = servers {
+                for (name, filter) in filters {
+                    if let Ok(filter) = toml::Value::try_from(filter) {
+                        servers.entry(name).or_insert(filter);
+                    }
+                }
+            }
+            return entries;
+        }
+        let servers: Map<String, Value> = filters.into_iter().collect();
+        if let Ok(config) = toml::Table::try_from(json!({ "servers": servers })) {
+            entries.push(PolicyConfig {
+                name: "proxied_mcps".to_owned(),
+                module: "stock:proxy-filter".to_owned(),
+                mode: Mode::Enforce,
+                tenants: all_tenants(),
+                deadline_ms: None,
+                memory_limit_mb: None,
+                reuse_instance: false,
+                config,
+            });
+        }
+        entries
     }
 }
 
@@ -290,18 +311,34 @@ mod tests {
     }
 
     #[test]
-    fn proxied_mcps_include_exclude_become_a_proxy_filter() {
-        let config = Config::parse(
-            "[proxied_mcps.fs]\ncommand = \"npx\"\ninclude = [\"read_*\"]\nexclude = [\"*_dangerous\"]\n",
-            "x.toml",
-        )
-        .unwrap();
-        let implicit = config.proxy_include_exclude_policy().unwrap();
-        assert_eq!(implicit.module, "stock:proxy-filter");
-        let json = serde_json::to_value(&implicit.config).unwrap();
+    fn proxied_mcps_include_exclude_feed_the_proxy_filter() {
+        let ns_hpc = "[proxied_mcps.fs]\ncommand = \"npx\"\ninclude = [\"read_*\"]\nexclude = [\"*_dangerous\"]\n";
+        let config = Config::parse(ns_hpc, "x.toml").unwrap();
+        let policies = config.policies_with_proxy_filters();
+        assert_eq!(policies.len(), 1);
+        assert_eq!(
+            (policies[0].name.as_str(), policies[0].module.as_str()),
+            ("proxied_mcps", "stock:proxy-filter")
+        );
+        let json = serde_json::to_value(&policies[0].config).unwrap();
         assert_eq!(
             json,
             json!({"servers": {"fs": {"include": ["read_*"], "exclude": ["*_dangerous"]}}})
+        );
+
+        let both = format!(
+            "{ns_hpc}[proxied_mcps.web]\ncommand = \"w\"\nexclude = [\"*\"]\n\
+             [[policies]]\nname = \"proxy\"\nmodule = \"stock:proxy-filter\"\n\
+             [policies.config.servers.fs]\ninclude = [\"list_*\"]\n"
+        );
+        let policies = Config::parse(&both, "x.toml")
+            .unwrap()
+            .policies_with_proxy_filters();
+        assert_eq!(policies.len(), 1, "merged into the one proxy filter");
+        let json = serde_json::to_value(&policies[0].config).unwrap();
+        assert_eq!(
+            json,
+            json!({"servers": {"fs": {"include": ["list_*"]}, "web": {"include": [], "exclude": ["*"]}}})
         );
     }
 }

@@ -91,7 +91,7 @@ fn check_refuses_bad_settings_foreign_imports_and_unknown_modules() {
 
 #[test]
 fn test_reproduces_every_expected_decision_of_the_case_files() {
-    for name in ["stock", "strict", "chain"] {
+    for name in ["stock", "strict", "chain", "ns-hpc"] {
         let output = hpcgate(&[
             "policy",
             "test",
@@ -104,7 +104,7 @@ fn test_reproduces_every_expected_decision_of_the_case_files() {
         let report: serde_json::Value =
             serde_json::from_slice(&output.stdout).expect("json report");
         assert_eq!(report["mismatched"], 0, "{name}: {report:#}");
-        assert!(report["total"].as_u64().unwrap() >= 10, "{name}: {report}");
+        assert!(report["total"].as_u64().unwrap() >= 7, "{name}: {report}");
         assert_eq!(output.status.code(), Some(0));
     }
 }

@@ -1,5 +1,6 @@
 //! hpcgate's integration tests: one binary, one shared harness.
 
 mod harness;
+mod policy_cache;
 mod policy_chain;
 mod policy_hostile;
