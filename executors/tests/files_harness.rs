@@ -144,7 +144,7 @@ pub fn variant(err: &FileError) -> &'static str {
         FileError::NotADirectory { .. } => "NotADirectory",
         FileError::SpecialFile { .. } => "SpecialFile",
         FileError::MultipleHardLinks { .. } => "MultipleHardLinks",
-        FileError::Symlink { .. } => "Symlink",
+        FileError::SymlinkNotFollowed { .. } => "SymlinkNotFollowed",
         FileError::IsRoot { .. } => "IsRoot",
         FileError::DirectoryNotEmpty { .. } => "DirectoryNotEmpty",
         FileError::CrossFilesystem { .. } => "CrossFilesystem",

@@ -214,6 +214,18 @@ fn list_is_sorted_capped_and_escapes_names() {
             .iter()
             .any(|e| e.path == "/workspace/sub/deep.txt")
     );
+    let depth1 = FileLimits {
+        max_depth: 1,
+        ..FileLimits::default()
+    };
+    let cut = list_directory(&fx.roots, &depth1, &req).unwrap();
+    assert!(!cut.truncated, "depth 1 reaches everything here");
+    fs::create_dir_all(fx.ws.join("sub/deeper")).unwrap();
+    let cut = list_directory(&fx.roots, &depth1, &req).unwrap();
+    assert!(
+        cut.truncated,
+        "a directory left unentered at max_depth marks the listing truncated"
+    );
     let req = ListRequest {
         max_entries: Some(2),
         ..req

@@ -185,7 +185,10 @@ fn writes_during_file_symlink_swaps_never_touch_the_outside() {
             match write_file(&fx.roots, &fx.limits, &req) {
                 Ok(_) => written += 1,
                 Err(e) => {
-                    assert!(matches!(variant(&e), "Symlink" | "NotFound"), "{e} {e:?}");
+                    assert!(
+                        matches!(variant(&e), "SymlinkNotFollowed" | "NotFound"),
+                        "{e} {e:?}"
+                    );
                     refused += 1;
                 }
             }

@@ -105,7 +105,7 @@ pub(crate) fn require_regular(
             });
         }
         EntryKind::Symlink => {
-            return Err(FileError::Symlink {
+            return Err(FileError::SymlinkNotFollowed {
                 path: path.to_string(),
             });
         }

@@ -62,7 +62,7 @@ pub enum FileError {
     #[error(
         "`{path}` is a symbolic link (or a loop of them) that this operation does not follow; use the path it points to"
     )]
-    Symlink { path: String },
+    SymlinkNotFollowed { path: String },
 
     /// The operation cannot apply to `/workspace` or `/output` itself.
     #[error("`{path}` is an instance root and cannot be {action}; name a path inside it")]
@@ -125,7 +125,7 @@ impl FileError {
         match err.raw_os_error().map(Errno::from_raw_os_error) {
             Some(Errno::NOENT) => Self::NotFound { path },
             Some(Errno::EXIST) => Self::AlreadyExists { path },
-            Some(Errno::LOOP) => Self::Symlink { path },
+            Some(Errno::LOOP) => Self::SymlinkNotFollowed { path },
             Some(Errno::NOTDIR) => Self::NotADirectory { path },
             Some(Errno::ISDIR) => Self::NotAFile { path },
             Some(Errno::NOTEMPTY) => Self::DirectoryNotEmpty { path },

@@ -37,8 +37,8 @@ pub(crate) struct WalkBounds {
     pub max_visits: usize,
 }
 
-/// Walks `start`; `visit` returns `Break` to stop. Returns true if the walk stopped early
-/// (by `visit`, or because `max_visits` was reached).
+/// Walks `start`; `visit` returns `Break` to stop. Returns true if the walk was incomplete: stopped
+/// by `visit`, by `max_visits`, or (in a recursive walk) a directory at `max_depth` was not entered.
 pub(crate) fn walk(
     start: &Dir,
     bounds: &WalkBounds,
@@ -47,6 +47,7 @@ pub(crate) fn walk(
     let mut queue: VecDeque<(PathBuf, String, bool, usize)> = VecDeque::new();
     queue.push_back((PathBuf::from("."), String::new(), false, 0));
     let mut visits = 0usize;
+    let mut depth_cut = false;
     while let Some((rel, shown, parent_escaped, depth)) = queue.pop_front() {
         let dir = if depth == 0 {
             start.try_clone()?
@@ -82,8 +83,12 @@ pub(crate) fn walk(
                 format!("{shown}/{name_shown}")
             };
             let escaped = parent_escaped || name_escaped;
-            if facts.kind == EntryKind::Directory && depth < bounds.max_depth {
-                queue.push_back((rel.join(&name), child_shown.clone(), escaped, depth + 1));
+            if facts.kind == EntryKind::Directory {
+                if depth < bounds.max_depth {
+                    queue.push_back((rel.join(&name), child_shown.clone(), escaped, depth + 1));
+                } else if bounds.max_depth > 0 {
+                    depth_cut = true;
+                }
             }
             let v = Visit {
                 rel: child_shown,
@@ -96,5 +101,5 @@ pub(crate) fn walk(
             }
         }
     }
-    Ok(false)
+    Ok(depth_cut)
 }
