@@ -27,6 +27,32 @@
 //! again on the opened descriptor.
 //!
 //! Names in results are escaped (see [`names`]); errors show only sandbox-view paths.
+//!
+//! ```
+//! use hpcgate_executors::files::{
+//!     Encoding, FileLimits, InstanceRoots, ReadRequest, WriteMode, WriteRequest, encode,
+//!     read_file, write_file,
+//! };
+//! # let tmp = tempfile::tempdir().unwrap();
+//! # let (ws, out) = (tmp.path().join("ws"), tmp.path().join("out"));
+//! # std::fs::create_dir_all(&ws).unwrap();
+//! # std::fs::create_dir_all(&out).unwrap();
+//! // Once per instance, from the gateway's own records (never from an agent):
+//! let roots = InstanceRoots::open_ambient(&ws, &out)?;
+//! let limits = FileLimits::default();
+//! let write = WriteRequest {
+//!     path: "/output/result.txt".into(),
+//!     data: b"42".to_vec(),
+//!     mode: WriteMode::Replace,
+//!     create_dirs: false,
+//! };
+//! write_file(&roots, &limits, &write)?;
+//! let read = ReadRequest { path: "/output/result.txt".into(), offset: 0, length: None };
+//! let got = read_file(&roots, &limits, &read)?;
+//! assert_eq!(encode(&got.path, &got.data, Encoding::Utf8)?, "42");
+//! assert!(got.eof);
+//! # Ok::<(), hpcgate_executors::files::FileError>(())
+//! ```
 
 mod atomic;
 mod delete;

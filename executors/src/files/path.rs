@@ -131,15 +131,16 @@ impl SandboxPath {
         }
     }
 
-    /// Refuses names that the gateway must never create: control characters (they make listings
-    /// ambiguous; see [`super::names`]) and names over 255 bytes.
+    /// Refuses names that the gateway must never create: anything [`super::names`] would escape
+    /// (control characters, backslashes, bidi overrides; such names could not be passed back as
+    /// listed) and names over 255 bytes.
     pub fn check_creatable(&self) -> Result<(), FileError> {
         for name in &self.components {
             if name.chars().any(super::names::needs_escape) {
                 return Err(FileError::InvalidPath {
                     path: self.to_string(),
                     reason:
-                        "new names may not contain control or bidirectional-override characters"
+                        "new names may not contain control characters, backslashes or bidirectional overrides"
                             .into(),
                 });
             }
