@@ -20,7 +20,7 @@ use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt, Permissions};
 
 use super::atomic::place_atomically;
-use super::entry::{EntryKind, nonblocking_flags, require_regular};
+use super::entry::{nonblocking_flags, require_regular};
 use super::error::FileError;
 use super::limits::FileLimits;
 use super::path::SandboxPath;
@@ -107,13 +107,6 @@ fn existing_file(
 ) -> Result<Option<Permissions>, FileError> {
     match dir.symlink_metadata(name) {
         Ok(md) => {
-            let kind = EntryKind::of(md.file_type());
-            if kind.is_special() {
-                return Err(FileError::SpecialFile {
-                    path: path.to_string(),
-                    kind: kind.describe(),
-                });
-            }
             require_regular(path, &md, false)?;
             Ok(Some(md.permissions()))
         }
