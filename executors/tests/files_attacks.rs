@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use harness::{Fixture, Op, SECRET, all_ops, run, variant};
 use hpcgate_executors::files::{
-    DeleteRequest, EntryKind, ListRequest, SearchRequest, delete_path, list_directory, search_files,
+    DeleteRequest, EntryKind, FileLimits, ListRequest, SearchRequest, delete_path, list_directory,
+    search_files,
 };
 
 /// Runs one row in a fresh fixture prepared by `setup`, asserting the refusal and that the
@@ -266,6 +267,7 @@ fn deleting_a_link_to_outside_removes_only_the_link() {
     ] {
         delete_path(
             &fx.roots,
+            &fx.limits,
             &DeleteRequest {
                 path: path.into(),
                 recursive,
@@ -374,5 +376,40 @@ fn randomized_paths_never_reach_outside() {
             assert!(!hit, "{op:?} returned outside content");
         }
     }
+    assert_eq!(fx.outside_snapshot(), before);
+}
+
+/// Builds `ws/deep/d/d/…` with `levels` directories below `deep`, via directory handles (the
+/// path would exceed `PATH_MAX`).
+fn deep_tree(fx: &Fixture, levels: usize) {
+    use rustix::fs::{CWD, Mode, OFlags, mkdirat, openat};
+    let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
+    mkdirat(CWD, fx.ws.join("deep"), Mode::from(0o755)).expect("mkdir");
+    let mut dir = openat(CWD, fx.ws.join("deep"), flags, Mode::empty()).expect("open");
+    for _ in 0..levels {
+        mkdirat(&dir, "d", Mode::from(0o755)).expect("mkdir");
+        dir = openat(&dir, "d", flags, Mode::empty()).expect("open");
+    }
+    std::fs::write(fx.ws.join("deep/d/file"), b"x").expect("write");
+}
+
+#[test]
+fn hostile_deep_trees_are_refused_not_recursed() {
+    let fx = Fixture::new();
+    deep_tree(&fx, 300);
+    let before = fx.outside_snapshot();
+    let req = DeleteRequest {
+        path: "deep".into(),
+        recursive: true,
+    };
+    let e = delete_path(&fx.roots, &fx.limits, &req).unwrap_err();
+    assert_eq!(variant(&e), "InvalidRequest", "{e}");
+    assert!(fx.ws.join("deep/d").is_dir());
+    let generous = FileLimits {
+        max_delete_depth: 1_000,
+        ..FileLimits::default()
+    };
+    delete_path(&fx.roots, &generous, &req).expect("a 300-level tree under a 1000 limit");
+    assert!(!fx.ws.join("deep").exists());
     assert_eq!(fx.outside_snapshot(), before);
 }

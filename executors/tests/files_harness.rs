@@ -243,6 +243,7 @@ pub fn run(fx: &Fixture, op: &Op) -> Result<Vec<u8>, FileError> {
         }
         Op::Delete(p) => delete_path(
             r,
+            l,
             &DeleteRequest {
                 path: p.clone(),
                 recursive: false,
@@ -251,6 +252,7 @@ pub fn run(fx: &Fixture, op: &Op) -> Result<Vec<u8>, FileError> {
         .map(|_| vec![]),
         Op::DeleteRec(p) => delete_path(
             r,
+            l,
             &DeleteRequest {
                 path: p.clone(),
                 recursive: true,

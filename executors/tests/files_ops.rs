@@ -344,6 +344,7 @@ fn delete_is_recursive_only_on_request() {
     let del = |path: &str, recursive| {
         delete_path(
             &fx.roots,
+            &fx.limits,
             &DeleteRequest {
                 path: path.into(),
                 recursive,
@@ -410,6 +411,7 @@ fn error_messages_are_lowercase_without_period_and_show_sandbox_paths() {
         write(&fx, "abs", b"x", WriteMode::Replace, false).unwrap_err(),
         delete_path(
             &fx.roots,
+            &fx.limits,
             &DeleteRequest {
                 path: "sub".into(),
                 recursive: false,

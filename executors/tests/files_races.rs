@@ -270,7 +270,7 @@ fn moves_and_deletes_through_a_swapped_directory_stay_inside() {
                 path: "d/inside.txt".into(),
                 recursive: false,
             };
-            if let Err(e) = delete_path(&fx.roots, &req) {
+            if let Err(e) = delete_path(&fx.roots, &fx.limits, &req) {
                 assert!(matches!(variant(&e), "EscapeAttempt" | "NotFound"), "{e}");
             }
         }

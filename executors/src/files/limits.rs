@@ -16,6 +16,9 @@ pub struct FileLimits {
     pub max_walk_entries: usize,
     /// Deepest directory level a recursive walk descends to.
     pub max_depth: usize,
+    /// Deepest tree a recursive `delete_path` removes (bounds the handles held open; deeper
+    /// trees are refused so a hostile tree cannot exhaust the gateway's stack or descriptors).
+    pub max_delete_depth: usize,
     /// Whether reads may open a regular file with more than one hard link. Off by default: a
     /// hard link can share an inode with a file outside the instance. Writes to such files are
     /// always refused.
@@ -31,6 +34,7 @@ impl Default for FileLimits {
             max_search_results: 1_000,
             max_walk_entries: 100_000,
             max_depth: 32,
+            max_delete_depth: 256,
             allow_read_hard_linked: false,
         }
     }

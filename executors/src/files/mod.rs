@@ -67,6 +67,7 @@ mod move_path;
 pub mod names;
 mod path;
 mod read;
+mod remove_tree;
 mod roots;
 mod search;
 mod stat;
