@@ -283,3 +283,50 @@ fn moves_and_deletes_through_a_swapped_directory_stay_inside() {
     }
     assert_eq!(fx.outside_snapshot(), before);
 }
+
+#[test]
+fn recursive_deletes_while_a_subdirectory_is_swapped_never_touch_the_outside() {
+    let fx = Fixture::new();
+    let before = fx.outside_snapshot();
+    let (t, sub, alt) = (fx.ws.join("t"), fx.ws.join("t/sub"), fx.ws.join("t/alt"));
+    let (t, sub, alt) = (&t, &sub, &alt);
+    let stop = AtomicBool::new(false);
+    let (mut deleted, mut swaps) = (0, 0u64);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // The tree comes and goes under the deletes: swap failures are expected.
+            while !stop.load(Ordering::Relaxed) {
+                let _ = renameat_with(CWD, sub, CWD, alt, RenameFlags::EXCHANGE);
+            }
+        });
+        let _stop = StopOnDrop(&stop);
+        for i in 0..ITERATIONS {
+            // Build each tree aside and rename it into place: writing through `t/sub` here
+            // could itself follow the swapped-in link (the test must not be the one escaping).
+            let stage = fx.ws.join(format!("stage{i}"));
+            std::fs::create_dir_all(stage.join("sub")).expect("mkdir");
+            std::fs::write(stage.join("sub/secret.txt"), INSIDE).expect("write");
+            std::os::unix::fs::symlink(fx.top.join("outside"), stage.join("alt")).expect("ln");
+            if std::fs::rename(&stage, t).is_err() {
+                let _ = std::fs::remove_dir_all(&stage);
+            }
+            let req = DeleteRequest {
+                path: "t".into(),
+                recursive: true,
+            };
+            match delete_path(&fx.roots, &fx.limits, &req) {
+                Ok(_) => deleted += 1,
+                Err(e) => {
+                    let v = variant(&e);
+                    // A tree changing underneath may stop the delete part-way; it never leaves.
+                    let expected = ["NotFound", "DirectoryNotEmpty", "NotADirectory", "NotAFile"];
+                    assert!(expected.contains(&v), "{e}");
+                }
+            }
+            swaps += 1;
+        }
+    });
+    assert!(deleted > 0, "no delete succeeded in {swaps} attempts");
+    let _ = std::fs::remove_dir_all(t);
+    assert_eq!(fx.outside_snapshot(), before);
+}
