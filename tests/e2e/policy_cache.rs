@@ -10,7 +10,11 @@ use hpcgate::policy::{EngineSettings, ModuleSource, PolicyEngine};
 fn artifacts(root: &Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
     for dir in std::fs::read_dir(root).into_iter().flatten().flatten() {
-        for file in std::fs::read_dir(dir.path()).into_iter().flatten().flatten() {
+        for file in std::fs::read_dir(dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             found.push(file.path());
         }
     }
@@ -18,7 +22,11 @@ fn artifacts(root: &Path) -> Vec<std::path::PathBuf> {
 }
 
 fn engine_with_cache(dir: &Path) -> PolicyEngine {
-    PolicyEngine::new(EngineSettings { cache_dir: Some(dir.to_owned()), ..EngineSettings::default() }).unwrap()
+    PolicyEngine::new(EngineSettings {
+        cache_dir: Some(dir.to_owned()),
+        ..EngineSettings::default()
+    })
+    .unwrap()
 }
 
 #[test]
@@ -26,33 +34,54 @@ fn compiled_modules_are_cached_by_digest_and_corruption_is_survived() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("cache");
     let engine = engine_with_cache(&root);
-    let module = engine.load(&ModuleSource::Stock("tool-filter".into())).unwrap();
+    let module = engine
+        .load(&ModuleSource::Stock("tool-filter".into()))
+        .unwrap();
     let files = artifacts(&root);
     assert_eq!(files.len(), 1, "{files:?}");
     let hex = module.digest().strip_prefix("sha256:").unwrap();
-    assert_eq!(files[0].file_name().unwrap().to_str().unwrap(), format!("{hex}.cwasm"));
+    assert_eq!(
+        files[0].file_name().unwrap().to_str().unwrap(),
+        format!("{hex}.cwasm")
+    );
 
     std::fs::write(&files[0], b"not an artifact").unwrap();
-    let again = engine_with_cache(&root).load(&ModuleSource::Stock("tool-filter".into())).unwrap();
+    let again = engine_with_cache(&root)
+        .load(&ModuleSource::Stock("tool-filter".into()))
+        .unwrap();
     assert_eq!(again.digest(), module.digest());
-    assert!(std::fs::read(&files[0]).unwrap().len() > 1000, "the corrupt artifact was replaced");
+    assert!(
+        std::fs::read(&files[0]).unwrap().len() > 1000,
+        "the corrupt artifact was replaced"
+    );
 }
 
 #[test]
 fn a_cache_directory_others_can_write_is_not_used() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("cache");
-    std::fs::DirBuilder::new().mode(0o777).create(&root).unwrap();
+    std::fs::DirBuilder::new()
+        .mode(0o777)
+        .create(&root)
+        .unwrap();
     std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
     let engine = engine_with_cache(&root);
     // The hash directory is created private, so the artifact is written...
-    engine.load(&ModuleSource::Stock("proxy-filter".into())).unwrap();
+    engine
+        .load(&ModuleSource::Stock("proxy-filter".into()))
+        .unwrap();
     let files = artifacts(&root);
     assert_eq!(files.len(), 1);
     // ...but once the hash directory itself is opened to others, nothing in it is trusted.
     let hash_dir = files[0].parent().unwrap();
     std::fs::set_permissions(hash_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::write(&files[0], b"planted").unwrap();
-    engine_with_cache(&root).load(&ModuleSource::Stock("proxy-filter".into())).unwrap();
-    assert_eq!(std::fs::read(&files[0]).unwrap(), b"planted", "an untrusted cache is neither read nor written");
+    engine_with_cache(&root)
+        .load(&ModuleSource::Stock("proxy-filter".into()))
+        .unwrap();
+    assert_eq!(
+        std::fs::read(&files[0]).unwrap(),
+        b"planted",
+        "an untrusted cache is neither read nor written"
+    );
 }

@@ -89,6 +89,10 @@ enum Token {
 pub struct Glob {
     pattern: String,
     states: Vec<State>,
+    /// Literal text every match starts with, and the longest literal run every match contains:
+    /// most texts are rejected by these two checks without running the NFA.
+    prefix: String,
+    required: String,
 }
 
 impl Glob {
@@ -98,9 +102,17 @@ impl Glob {
             return Err(GlobError::Empty);
         }
         let tokens = tokenize(pattern)?;
+        let runs = literal_runs(&tokens);
+        let prefix = match tokens.first() {
+            Some(Token::Char(_)) => runs.first().cloned().unwrap_or_default(),
+            _ => String::new(),
+        };
+        let required = runs.into_iter().max_by_key(String::len).unwrap_or_default();
         Ok(Glob {
             pattern: pattern.to_owned(),
             states: build(&tokens),
+            prefix,
+            required,
         })
     }
 
@@ -111,6 +123,9 @@ impl Glob {
 
     /// Whether `text` matches the whole glob.
     pub fn matches(&self, text: &str) -> bool {
+        if !text.starts_with(&self.prefix) || !text.contains(&self.required) {
+            return false;
+        }
         let n = self.states.len();
         let accept = n - 1;
         let mut current = vec![false; n];
@@ -205,6 +220,20 @@ fn tokenize(pattern: &str) -> Result<Vec<Token>, GlobError> {
         }
     }
     Ok(tokens)
+}
+
+/// The runs of literal characters between wildcards, in order. Each must appear verbatim in
+/// any text the pattern matches.
+fn literal_runs(tokens: &[Token]) -> Vec<String> {
+    let mut runs = vec![String::new()];
+    for token in tokens {
+        match token {
+            Token::Char(c) => runs.last_mut().expect("never empty").push(*c),
+            _ => runs.push(String::new()),
+        }
+    }
+    runs.retain(|r| !r.is_empty());
+    runs
 }
 
 /// Builds the NFA: state 0 is the start, the last state accepts.
