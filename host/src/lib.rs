@@ -11,3 +11,4 @@
 pub mod cli;
 pub mod config;
 pub mod policy;
+pub mod state;

@@ -1,0 +1,101 @@
+//! `clean`: delete archived instances archived before a cutoff, with their job records; and
+//! the sweep of leftovers from crashed operations.
+//!
+//! Deleting a tree is not atomic, so an instance is first renamed to
+//! `archived/.trash-<id>-<random>` (gone from every listing at once) and then removed; a
+//! crash mid-way leaves only trash, which the next sweep removes. Job records of the instance
+//! are removed before its directory, so a crash never leaves records of a deleted instance
+//! that a future instance of the same id would inherit. Symlinks inside are removed, never
+//! followed (`remove_dir_all`).
+
+use std::fs;
+use std::io;
+use std::path::Path;
+use std::time::Duration;
+
+use super::State;
+use super::error::StateError;
+use super::fsops::{discard_tree, remove_tree};
+use super::id::{InstanceId, TenantName};
+use super::jobs::all_records;
+use super::layout::{Location, NEW_PREFIX, TRASH_PREFIX, TenantPaths};
+use super::lock::TenantLock;
+use super::query::instance_ids;
+use super::time::Timestamp;
+
+impl State {
+    /// Deletes archived instances archived more than `older_than_days` days ago; returns
+    /// their ids.
+    pub fn clean(
+        &self,
+        tenant: &TenantName,
+        older_than_days: u64,
+    ) -> Result<Vec<InstanceId>, StateError> {
+        let age = Duration::from_secs(older_than_days.saturating_mul(86_400));
+        self.clean_before(tenant, Timestamp::now().minus(age))
+    }
+
+    /// Deletes archived instances whose `archived_at` is before `cutoff`. One without
+    /// `archived_at` (a crash right after the archive rename) is stamped now and kept.
+    pub fn clean_before(
+        &self,
+        tenant: &TenantName,
+        cutoff: Timestamp,
+    ) -> Result<Vec<InstanceId>, StateError> {
+        let paths = self.tenant(tenant);
+        let _lock = TenantLock::acquire(&paths)?;
+        self.sweep_leftovers(&paths)?;
+        let mut removed = Vec::new();
+        for id in instance_ids(&paths, Location::Archived)? {
+            let Ok(Some(mut meta)) = self.read_meta(&paths, tenant, Location::Archived, &id) else {
+                // Unreadable metadata: leave it for an administrator rather than guess its age.
+                continue;
+            };
+            let Some(archived_at) = meta.archived_at else {
+                meta.archived_at = Some(Timestamp::now());
+                meta.save(&paths.instance(Location::Archived, &id))?;
+                continue;
+            };
+            if archived_at >= cutoff {
+                continue;
+            }
+            for record in all_records(&paths, tenant)?
+                .iter()
+                .filter(|r| r.instance == id)
+            {
+                discard_tree(&paths.job(&record.job_id), record.job_id.as_str())?;
+            }
+            discard_tree(&paths.instance(Location::Archived, &id), id.as_str())?;
+            removed.push(id);
+        }
+        Ok(removed)
+    }
+
+    /// Removes what crashed operations left: `.new-*` in `instances/` (a create that never
+    /// published) and `.trash-*` in `archived/` and `jobs/` (a deletion that never finished).
+    /// Only called with the tenant lock held, so none of them belongs to a running operation.
+    pub(crate) fn sweep_leftovers(&self, paths: &TenantPaths) -> Result<(), StateError> {
+        sweep(&paths.dir(Location::Live), NEW_PREFIX)?;
+        sweep(&paths.dir(Location::Archived), TRASH_PREFIX)?;
+        sweep(&paths.jobs(), TRASH_PREFIX)
+    }
+}
+
+fn sweep(dir: &Path, prefix: &str) -> Result<(), StateError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(StateError::io("sweep leftovers")(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(StateError::io("sweep leftovers"))?;
+        if entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(prefix))
+        {
+            remove_tree(&entry.path()).map_err(StateError::io("sweep leftovers"))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! The filesystem primitives every state write goes through: private directories, atomic JSON
+//! files (temp + fsync + rename + fsync of the directory), no-follow reads, and renames that
+//! never replace an existing target.
+//!
+//! Nothing here follows a symlink: the state directory is the gateway's, but instance
+//! directories contain sandbox-writable subdirectories, so reads use `O_NOFOLLOW` and
+//! directory checks use `symlink_metadata`.
+
+use std::fs::{self, DirBuilder, File};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+
+use rustix::fs::{CWD, Mode, OFlags, RenameFlags};
+use rustix::io::Errno;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::error::StateError;
+use super::layout::TRASH_PREFIX;
+use super::random::random_base32;
+
+/// Permissions of every directory the state layer creates.
+pub(crate) const DIR_MODE: u32 = 0o700;
+
+/// Creates `path` (its parent must exist) with mode 0700; fails if it exists.
+pub(crate) fn create_dir_private(path: &Path) -> io::Result<()> {
+    DirBuilder::new().mode(DIR_MODE).create(path)
+}
+
+/// Creates `path` and missing parents with mode 0700; an existing real directory is fine,
+/// a symlink or a file in its place is an error.
+pub(crate) fn ensure_dir_private(path: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "not a directory (or a symlink)",
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => DirBuilder::new()
+            .mode(DIR_MODE)
+            .recursive(true)
+            .create(path),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `path` is a directory itself (not a symlink to one).
+pub(crate) fn is_real_dir(path: &Path) -> io::Result<bool> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) => Ok(meta.is_dir()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `value` as pretty JSON to `<dir>/<name>` atomically. The temp name is fixed
+/// (`.<name>.tmp`): callers hold the tenant lock, so a leftover can only come from a crash
+/// and is simply replaced.
+pub(crate) fn write_json_atomic<T: Serialize>(dir: &Path, name: &str, value: &T) -> io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    match fs::remove_file(&tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(OFlags::NOFOLLOW.bits() as i32)
+        .open(&tmp)?;
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    bytes.push(b'\n');
+    file.write_all(&bytes)?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&tmp, dir.join(name))?;
+    sync_dir(dir)
+}
+
+/// Reads and parses `path`, never through a symlink; `Ok(None)` if it does not exist.
+/// A parse failure is `Err(InvalidData)`.
+pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
+    let fd = match rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let mut file = File::from(fd);
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a file"));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// fsyncs a directory so that renames and creations in it are durable.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Renames `from` to `to`, failing with `AlreadyExists` if `to` exists (`rename` alone would
+/// replace an empty directory). Uses `renameat2(RENAME_NOREPLACE)`; on filesystems without
+/// it (some NFS servers) falls back to check-then-rename, which the tenant lock held by every
+/// caller makes safe against other gateways using this code.
+pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    match rustix::fs::renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(()),
+        Err(Errno::EXIST) => Err(io::ErrorKind::AlreadyExists.into()),
+        Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {
+            if fs::symlink_metadata(to).is_ok() {
+                return Err(io::ErrorKind::AlreadyExists.into());
+            }
+            fs::rename(from, to)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Removes a directory tree; symlinks inside are removed, never followed. Missing is fine.
+pub(crate) fn remove_tree(path: &Path) -> io::Result<()> {
+    match fs::remove_dir_all(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Deletes `path` by first renaming it to `<parent>/.trash-<label>-<random>` (gone from
+/// every listing at once) and then removing that; a crash mid-way leaves only trash, which
+/// the leftover sweep removes.
+pub(crate) fn discard_tree(path: &Path, label: &str) -> Result<(), StateError> {
+    let io = StateError::io("delete a directory");
+    let parent = path
+        .parent()
+        .ok_or_else(|| io(io::ErrorKind::InvalidInput.into()))?;
+    let trash = parent.join(format!("{TRASH_PREFIX}{label}-{}", random_base32(8)?));
+    rename_noreplace(path, &trash).map_err(StateError::io("delete a directory"))?;
+    remove_tree(&trash).map_err(StateError::io("delete a directory"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn noreplace_refuses_an_empty_target_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        create_dir_private(&a).unwrap();
+        create_dir_private(&b).unwrap();
+        let err = rename_noreplace(&a, &b).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        assert!(a.is_dir());
+    }
+
+    #[test]
+    fn read_json_refuses_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        write_json_atomic(dir.path(), "x.json", &1u32).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("x.json"), dir.path().join("l.json")).unwrap();
+        assert_eq!(
+            read_json::<u32>(&dir.path().join("x.json")).unwrap(),
+            Some(1)
+        );
+        assert!(read_json::<u32>(&dir.path().join("l.json")).is_err());
+        assert_eq!(
+            read_json::<u32>(&dir.path().join("none.json")).unwrap(),
+            None
+        );
+    }
+}

@@ -1,0 +1,221 @@
+//! Validated identifiers: [`TenantName`], [`InstanceId`], [`JobId`].
+//!
+//! Every state entry point takes these types, never a `&str`, and the only ways to build one
+//! are [`parse`](InstanceId::parse), generation, and deserialisation (which runs the same
+//! check) — so "validated on every entry point" is a property of the types, not a habit.
+//!
+//! The rule for tenant names and instance ids is the regex `\A[a-z0-9][a-z0-9_-]{0,62}\z`,
+//! checked by hand on bytes (no regex engine, so no `$`-matches-before-a-final-newline trap;
+//! the tests feed it `"run1\n"`). Consequences, each closing an ns-hpc weakness:
+//! - ASCII only: no path separators, NUL, newlines, shell metacharacters or unicode
+//!   look-alikes (`rսn1` with an Armenian `ս` is refused, not normalised);
+//! - no leading `.`/`-`/`_`: `.`, `..`, hidden names and option-like `-rf` are impossible,
+//!   and the state layer's own temporary names (which start with `.`) never collide;
+//! - lowercase only, so ids are identical on case-insensitive shared filesystems;
+//! - at most 63 bytes; reserved names (`output`, `archived`, `jobs`, …) are refused.
+//!
+//! Job ids are ours: `j-` + 16 base32 characters (80 random bits), checked exactly on lookup.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{IdKind, StateError, shown};
+use super::random::random_base32;
+
+/// Maximum length of a tenant name or instance id, in bytes.
+pub const MAX_ID_LEN: usize = 63;
+
+/// Names refused as tenant names and instance ids: they name parts of the layout or of the
+/// sandbox view, and would read as something else in messages and paths.
+pub const RESERVED: &[&str] = &[
+    "archived",
+    "instances",
+    "jobs",
+    "lock",
+    "meta",
+    "output",
+    "tenants",
+    "tmp",
+    "trash",
+    "workspace",
+];
+
+const JOB_PREFIX: &str = "j-";
+const JOB_RANDOM_LEN: usize = 16;
+const INSTANCE_PREFIX: &str = "i-";
+const INSTANCE_RANDOM_LEN: usize = 10;
+
+/// Checks `raw` against `\A[a-z0-9][a-z0-9_-]{0,62}\z` and the reserved names.
+fn check_name(kind: IdKind, raw: &str) -> Result<(), StateError> {
+    let invalid = |rule| StateError::InvalidId {
+        kind,
+        shown: shown(raw),
+        rule,
+    };
+    let bytes = raw.as_bytes();
+    let Some(&first) = bytes.first() else {
+        return Err(invalid("it must not be empty"));
+    };
+    if bytes.len() > MAX_ID_LEN {
+        return Err(invalid("it must be at most 63 characters long"));
+    }
+    if !(first.is_ascii_lowercase() || first.is_ascii_digit()) {
+        return Err(invalid("it must start with a lowercase letter or a digit"));
+    }
+    let allowed = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-';
+    if !bytes.iter().all(allowed) {
+        return Err(invalid(
+            "use only lowercase letters, digits, `-` and `_` (no `/`, `.`, spaces or other characters)",
+        ));
+    }
+    if RESERVED.contains(&raw) {
+        return Err(invalid("this name is reserved; choose another"));
+    }
+    Ok(())
+}
+
+macro_rules! name_type {
+    ($(#[$doc:meta])* $name:ident, $kind:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates `raw`; the error says which rule it broke.
+            pub fn parse(raw: &str) -> Result<Self, StateError> {
+                check_name($kind, raw)?;
+                Ok($name(raw.to_owned()))
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = StateError;
+            fn try_from(raw: String) -> Result<Self, StateError> {
+                check_name($kind, &raw)?;
+                Ok($name(raw))
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> String {
+                value.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+
+name_type!(
+    /// A tenant: the namespace every state operation is confined to.
+    TenantName,
+    IdKind::Tenant
+);
+name_type!(
+    /// An instance id, unique within its tenant across live and archived instances.
+    InstanceId,
+    IdKind::Instance
+);
+
+impl InstanceId {
+    /// A fresh id `i-` + 10 base32 characters (50 random bits), for `create` without an id.
+    pub fn generate() -> Result<InstanceId, StateError> {
+        Ok(InstanceId(format!(
+            "{INSTANCE_PREFIX}{}",
+            random_base32(INSTANCE_RANDOM_LEN)?
+        )))
+    }
+}
+
+/// A job id, generated by the state layer: `j-` + 16 characters of `[a-z2-7]`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct JobId(String);
+
+impl JobId {
+    /// Validates `raw` exactly against the generated form.
+    pub fn parse(raw: &str) -> Result<JobId, StateError> {
+        let random = raw.strip_prefix(JOB_PREFIX).unwrap_or("");
+        let ok = random.len() == JOB_RANDOM_LEN
+            && random
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || (b'2'..=b'7').contains(&b));
+        if ok {
+            Ok(JobId(raw.to_owned()))
+        } else {
+            Err(StateError::InvalidId {
+                kind: IdKind::Job,
+                shown: shown(raw),
+                rule: "job ids look like `j-` followed by 16 characters; use the id that submit_job returned",
+            })
+        }
+    }
+
+    pub(crate) fn generate() -> Result<JobId, StateError> {
+        Ok(JobId(format!(
+            "{JOB_PREFIX}{}",
+            random_base32(JOB_RANDOM_LEN)?
+        )))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for JobId {
+    type Error = StateError;
+    fn try_from(raw: String) -> Result<Self, StateError> {
+        JobId::parse(&raw)
+    }
+}
+
+impl From<JobId> for String {
+    fn from(value: JobId) -> String {
+        value.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_ids_are_valid() {
+        for _ in 0..100 {
+            let id = InstanceId::generate().unwrap();
+            InstanceId::parse(id.as_str()).unwrap();
+            let job = JobId::generate().unwrap();
+            JobId::parse(job.as_str()).unwrap();
+        }
+    }
+
+    #[test]
+    fn deserialising_validates() {
+        assert!(serde_json::from_str::<InstanceId>("\"run1\"").is_ok());
+        assert!(serde_json::from_str::<InstanceId>("\"../x\"").is_err());
+        assert!(serde_json::from_str::<JobId>("\"j-short\"").is_err());
+    }
+}

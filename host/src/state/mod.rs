@@ -1,0 +1,83 @@
+//! The gateway's state: instances (live and archived) and job records, per tenant, under one
+//! state directory that several gateways may share.
+//!
+//! Synchronous and typed; no MCP types and no executor calls (the gateway observes executors
+//! and hands the result to [`State::refresh`]), so every operation is testable on a temp dir.
+//! Call it from the blocking bridge.
+//!
+//! Invariants, stated as absences:
+//! - **no operation looks outside its tenant's directory**: every function takes the caller's
+//!   [`TenantName`], and every path component is a validated id or a constant
+//!   ([`layout`]); another tenant's objects are "not found", with the same message;
+//! - **no unvalidated identifier reaches a path**: entry points take [`TenantName`],
+//!   [`InstanceId`], [`JobId`], constructible only through their checks ([`id`]);
+//! - **no result contains a host path**: [`Instance`] and [`JobRecord`] carry sandbox-view
+//!   paths only; host paths come from the `*_ambient` accessors, for executors;
+//! - **no torn or half-done state is visible**: metadata and records are replaced atomically,
+//!   instances appear, archive, unarchive and disappear by a single rename, and leftovers of
+//!   a crash are named so that they can never be mistaken for an instance ([`clean`]);
+//! - **no archive happens while a job of the instance may run**, and the check comes before
+//!   any side effect ([`archive`]);
+//! - **no check-then-act race between gateways**: read-modify-write sequences hold the
+//!   tenant's `flock` ([`lock`]).
+
+mod archive;
+mod clean;
+mod create;
+mod error;
+mod fsops;
+pub mod id;
+mod instance;
+mod job;
+mod jobs;
+mod layout;
+mod lock;
+mod observe;
+mod page;
+mod prune;
+mod query;
+mod random;
+mod refresh;
+mod time;
+mod update;
+
+use std::path::{Path, PathBuf};
+
+pub use create::NewInstance;
+pub use error::{IdKind, StateError};
+pub use id::{InstanceId, JobId, TenantName};
+pub use instance::{Instance, InstancePathsAmbient, MAX_DESCRIPTION_CHARS};
+pub use job::{ExecutorHandle, JobMode, JobPhase, JobRecord, JobStatus, Resources};
+pub use jobs::NewJob;
+pub use observe::Observation;
+pub use page::{DEFAULT_LIMIT, MAX_LIMIT, Page, PageRequest};
+pub use refresh::Refreshed;
+pub use time::Timestamp;
+
+use fsops::ensure_dir_private;
+use layout::{TENANTS, TenantPaths};
+
+/// The state directory. Cheap to clone; holds no open files.
+#[derive(Debug, Clone)]
+pub struct State {
+    root: PathBuf,
+}
+
+impl State {
+    /// Opens (creating, mode 0700) the state directory and its `tenants/` directory.
+    pub fn open(state_dir: impl Into<PathBuf>) -> Result<State, StateError> {
+        let root = state_dir.into();
+        ensure_dir_private(&root.join(TENANTS))
+            .map_err(StateError::io("create the state directory"))?;
+        Ok(State { root })
+    }
+
+    /// The state directory itself (for the gateway's own use, e.g. the audit log beside it).
+    pub fn root_ambient(&self) -> &Path {
+        &self.root
+    }
+
+    pub(crate) fn tenant(&self, tenant: &TenantName) -> TenantPaths {
+        TenantPaths::new(&self.root, tenant)
+    }
+}

@@ -1,0 +1,323 @@
+//! State layer, jobs: job records, refresh rules, quotas, retention, and the archive check
+//! (a refusal leaves every byte untouched).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use hpcgate::state::{
+    ExecutorHandle, InstanceId, JobId, JobMode, JobPhase, JobRecord, JobStatus, NewInstance,
+    NewJob, Observation, PageRequest, Resources, State, StateError, TenantName, Timestamp,
+};
+
+fn state() -> (tempfile::TempDir, State) {
+    let dir = tempfile::tempdir().unwrap();
+    let state = State::open(dir.path().join("state")).unwrap();
+    (dir, state)
+}
+
+fn t(name: &str) -> TenantName {
+    TenantName::parse(name).unwrap()
+}
+
+fn id(name: &str) -> InstanceId {
+    InstanceId::parse(name).unwrap()
+}
+
+fn create(state: &State, tenant: &TenantName, name: &str) {
+    let new = NewInstance {
+        id: Some(id(name)),
+        ..NewInstance::default()
+    };
+    state.create(tenant, new).unwrap();
+}
+
+fn new_job(instance: &str) -> NewJob {
+    NewJob {
+        instance: id(instance),
+        mode: JobMode::Local,
+        command: vec!["make".into(), "-j".into(), "4".into()],
+        resources: Resources {
+            cpus: Some(4),
+            ..Resources::default()
+        },
+        max_running_jobs: None,
+    }
+}
+
+fn observed(phase: JobPhase) -> Observation {
+    Observation::new(JobStatus::new(phase))
+}
+
+fn page(limit: usize, offset: usize) -> PageRequest {
+    PageRequest::new(limit, offset).unwrap()
+}
+
+/// Every file under `dir` with its bytes (directories as empty entries).
+fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for entry in fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let key = path.strip_prefix(base).unwrap().display().to_string();
+            if path.is_dir() {
+                out.insert(key + "/", Vec::new());
+                walk(base, &path, out);
+            } else {
+                out.insert(key, fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+#[test]
+fn job_lifecycle_refresh_and_listing() {
+    let (dir, state) = state();
+    let chem = t("chem");
+    create(&state, &chem, "run1");
+    create(&state, &chem, "run2");
+    let job = state.new_job(&chem, new_job("run1")).unwrap();
+    assert_eq!(job.status.phase, JobPhase::Submitting);
+    assert!(job.job_id.as_str().starts_with("j-"));
+    assert_eq!((job.handle.clone(), job.finished_at), (None, None));
+
+    let job_dir = state.job_dir_ambient(&chem, &job.job_id).unwrap();
+    assert!(job_dir.parent().unwrap().is_dir() && !job_dir.exists());
+    let started = state
+        .set_handle(
+            &chem,
+            &job.job_id,
+            ExecutorHandle::Local,
+            observed(JobPhase::Running),
+        )
+        .unwrap();
+    assert!(started.changed && !started.became_final);
+    assert!(started.record.started_at.is_some());
+    let twice = state.set_handle(
+        &chem,
+        &job.job_id,
+        ExecutorHandle::Local,
+        observed(JobPhase::Running),
+    );
+    assert!(matches!(twice, Err(StateError::HandleAlreadySet { .. })));
+
+    let same = state
+        .refresh(&chem, &job.job_id, observed(JobPhase::Running))
+        .unwrap();
+    assert!(!same.changed);
+    let mut failed = JobStatus::new(JobPhase::Failed);
+    failed.exit_code = Some(2);
+    let done = state
+        .refresh(&chem, &job.job_id, Observation::new(failed))
+        .unwrap();
+    assert!(done.changed && done.became_final);
+    assert!(done.record.finished_at.is_some());
+    // Final is final: a later observation changes nothing, and produces no second event.
+    let late = state
+        .refresh(&chem, &job.job_id, observed(JobPhase::Completed))
+        .unwrap();
+    assert!(!late.changed && !late.became_final);
+    assert_eq!(late.record.status.exit_code, Some(2));
+    let reread = state.job(&chem, &id("run1"), &job.job_id).unwrap();
+    assert_eq!(reread, late.record);
+
+    // The job is not reachable through another instance of the same tenant.
+    let wrong = state.job(&chem, &id("run2"), &job.job_id).unwrap_err();
+    assert!(matches!(wrong, StateError::NotFound { .. }), "{wrong}");
+
+    // Cancelled jobs get finished_at.
+    let cancelled = state.new_job(&chem, new_job("run1")).unwrap();
+    let c = state
+        .refresh(&chem, &cancelled.job_id, observed(JobPhase::Cancelled))
+        .unwrap();
+    assert!(c.record.finished_at.is_some());
+
+    // Listing: newest first, per instance, paginated.
+    let mut ids = vec![job.job_id.clone(), cancelled.job_id.clone()];
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        ids.push(state.new_job(&chem, new_job("run1")).unwrap().job_id);
+    }
+    state.new_job(&chem, new_job("run2")).unwrap();
+    let listed = state
+        .list_jobs(&chem, Some(&id("run1")), page(10, 0))
+        .unwrap();
+    assert_eq!(listed.total, 5);
+    let got: Vec<JobId> = listed.items.iter().map(|r| r.job_id.clone()).collect();
+    let mut expected = ids.clone();
+    expected.reverse();
+    assert_eq!(&got[..3], &expected[..3], "newest first");
+    assert_eq!(state.list_jobs(&chem, None, page(10, 0)).unwrap().total, 6);
+    let past = state
+        .list_jobs(&chem, Some(&id("run1")), page(2, 5))
+        .unwrap();
+    assert_eq!((past.items.len(), past.range()), (0, None));
+    assert_eq!(
+        state.running_jobs(&chem, Some(&id("run1"))).unwrap().len(),
+        3
+    );
+    assert_eq!(state.running_jobs(&chem, None).unwrap().len(), 4);
+
+    let json = serde_json::to_string(&listed).unwrap();
+    assert!(!json.contains(dir.path().to_str().unwrap()), "{json}");
+}
+
+#[test]
+fn new_job_checks_instance_command_and_quota() {
+    let (_dir, state) = state();
+    let chem = t("chem");
+    create(&state, &chem, "run1");
+    let missing = state.new_job(&chem, new_job("nope")).unwrap_err();
+    assert!(matches!(missing, StateError::NotFound { .. }), "{missing}");
+    let mut empty = new_job("run1");
+    empty.command = vec![];
+    assert!(matches!(
+        state.new_job(&chem, empty),
+        Err(StateError::InvalidCommand)
+    ));
+    let mut blank = new_job("run1");
+    blank.command = vec!["  ".into()];
+    assert!(matches!(
+        state.new_job(&chem, blank),
+        Err(StateError::InvalidCommand)
+    ));
+
+    let limited = || NewJob {
+        max_running_jobs: Some(2),
+        ..new_job("run1")
+    };
+    let first = state.new_job(&chem, limited()).unwrap();
+    state.new_job(&chem, limited()).unwrap();
+    let over = state.new_job(&chem, limited()).unwrap_err();
+    assert!(
+        matches!(over, StateError::JobQuotaExceeded { .. }),
+        "{over}"
+    );
+    state
+        .refresh(&chem, &first.job_id, observed(JobPhase::Completed))
+        .unwrap();
+    state.new_job(&chem, limited()).unwrap();
+
+    state
+        .archive(&chem, &id("run1"), |_| Some(observed(JobPhase::Completed)))
+        .unwrap();
+    let archived = state.new_job(&chem, new_job("run1")).unwrap_err();
+    assert!(
+        matches!(archived, StateError::Archived { .. }),
+        "{archived}"
+    );
+    // History of an archived instance stays listable.
+    assert_eq!(
+        state
+            .list_jobs(&chem, Some(&id("run1")), page(10, 0))
+            .unwrap()
+            .total,
+        3
+    );
+}
+
+#[test]
+fn archive_with_a_running_job_changes_nothing() {
+    let (dir, state) = state();
+    let chem = t("chem");
+    create(&state, &chem, "run1");
+    let job = state.new_job(&chem, new_job("run1")).unwrap();
+    state
+        .set_handle(
+            &chem,
+            &job.job_id,
+            ExecutorHandle::Local,
+            observed(JobPhase::Running),
+        )
+        .unwrap();
+    let tenant_dir = dir.path().join("state/tenants/chem");
+    let before = snapshot(&tenant_dir);
+
+    let mut seen = Vec::new();
+    let err = state
+        .archive(&chem, &id("run1"), |r: &JobRecord| {
+            seen.push(r.job_id.clone());
+            None
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&err, StateError::HasRunningJobs { count: 1, first, .. } if *first == job.job_id.to_string()),
+        "{err}"
+    );
+    assert_eq!(
+        seen,
+        vec![job.job_id.clone()],
+        "the gateway is asked about each unfinished job"
+    );
+    let refused_again = state
+        .archive(&chem, &id("run1"), |_| Some(observed(JobPhase::Running)))
+        .unwrap_err();
+    assert!(matches!(refused_again, StateError::HasRunningJobs { .. }));
+    assert_eq!(
+        snapshot(&tenant_dir),
+        before,
+        "a refused archive touches nothing"
+    );
+    assert!(!state.describe(&chem, &id("run1")).unwrap().archived);
+
+    // Once the executor reports the end, the archive goes through and records it.
+    let mut oom = JobStatus::new(JobPhase::Oom);
+    oom.reason = Some("OUT_OF_MEMORY".into());
+    state
+        .archive(&chem, &id("run1"), |_| Some(Observation::new(oom.clone())))
+        .unwrap();
+    let record = state.job(&chem, &id("run1"), &job.job_id).unwrap();
+    assert_eq!(record.status.phase, JobPhase::Oom);
+    assert!(record.finished_at.is_some());
+}
+
+#[test]
+fn prune_removes_only_old_finished_jobs() {
+    let (_dir, state) = state();
+    let chem = t("chem");
+    create(&state, &chem, "run1");
+    let running = state.new_job(&chem, new_job("run1")).unwrap();
+    let done = state.new_job(&chem, new_job("run1")).unwrap();
+    state
+        .refresh(&chem, &done.job_id, observed(JobPhase::Completed))
+        .unwrap();
+    let job_dir = state.job_dir_ambient(&chem, &done.job_id).unwrap();
+    fs::create_dir(&job_dir).unwrap();
+    fs::write(job_dir.join("stdout"), b"out").unwrap();
+
+    assert!(
+        state
+            .prune_jobs(&chem, std::time::Duration::from_secs(3600))
+            .unwrap()
+            .is_empty()
+    );
+    let future = Timestamp::from_unix_ms(Timestamp::now().unix_ms() + 60_000);
+    assert_eq!(
+        state.prune_jobs_before(&chem, future).unwrap(),
+        vec![done.job_id.clone()]
+    );
+    assert!(!job_dir.exists());
+    assert!(matches!(
+        state.job(&chem, &id("run1"), &done.job_id),
+        Err(StateError::NotFound { .. })
+    ));
+    state.job(&chem, &id("run1"), &running.job_id).unwrap();
+
+    // Cleaning an archived instance removes its job records too: a new instance with the
+    // same id does not inherit them.
+    state
+        .refresh(&chem, &running.job_id, observed(JobPhase::Completed))
+        .unwrap();
+    state.archive(&chem, &id("run1"), |_| None).unwrap();
+    state.clean_before(&chem, future).unwrap();
+    create(&state, &chem, "run1");
+    assert_eq!(
+        state
+            .list_jobs(&chem, Some(&id("run1")), page(10, 0))
+            .unwrap()
+            .total,
+        0
+    );
+}
