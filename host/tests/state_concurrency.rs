@@ -9,7 +9,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 
 use hpcgate::state::{
-    InstanceId, JobMode, NewInstance, NewJob, PageRequest, Resources, State, StateError, TenantName,
+    InstanceId, JobMode, JobPhase, JobStatus, NewInstance, NewJob, Observation, PageRequest,
+    Resources, State, StateError, TenantName,
 };
 
 const WORKER_ENV: &str = "HPCGATE_STATE_TEST_WORKER_DIR";
@@ -77,6 +78,54 @@ fn threads_never_exceed_the_instance_quota() {
         .count();
     assert_eq!(ok, 5);
     assert_eq!(all(&state, &t("chem")), (5, 0));
+}
+
+/// Readers take no lock: while one thread rewrites an instance's metadata and job record
+/// over and over, readers must always see a complete, valid version of each.
+#[test]
+fn readers_never_see_torn_metadata_or_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = State::open(dir.path()).unwrap();
+    let chem = t("chem");
+    state.create(&chem, new_instance("run1", None)).unwrap();
+    let job = state
+        .new_job(
+            &chem,
+            NewJob {
+                instance: id("run1"),
+                mode: JobMode::Local,
+                command: vec!["sleep".into(), "1".into()],
+                resources: Resources::default(),
+                max_running_jobs: None,
+            },
+        )
+        .unwrap();
+    let writer = {
+        let (state, job_id) = (state.clone(), job.job_id.clone());
+        thread::spawn(move || {
+            for i in 0..200 {
+                let text = format!("{i}").repeat(1 + i % 50);
+                state
+                    .update(&t("chem"), &id("run1"), Some(Some(text)))
+                    .unwrap();
+                let mut status = JobStatus::new(JobPhase::Running);
+                status.message = Some(format!("tick {i}"));
+                state
+                    .refresh(&t("chem"), &job_id, Observation::new(status))
+                    .unwrap();
+            }
+        })
+    };
+    let mut reads = 0;
+    while !writer.is_finished() || reads < 50 {
+        let instance = state.describe(&chem, &id("run1")).unwrap();
+        assert!(!instance.archived);
+        let record = state.job(&chem, &id("run1"), &job.job_id).unwrap();
+        assert_eq!(record.job_id, job.job_id);
+        assert_eq!(state.list(&chem, PageRequest::default()).unwrap().total, 1);
+        reads += 1;
+    }
+    writer.join().unwrap();
 }
 
 /// One thread keeps recording jobs on an instance while another keeps trying to archive it:

@@ -9,7 +9,7 @@
 
 use super::State;
 use super::error::StateError;
-use super::fsops::{create_dir_private, is_real_dir, rename_noreplace, sync_dir};
+use super::fsops::{create_dir_private, is_real_dir, remove_tree, rename_noreplace, sync_dir};
 use super::id::{InstanceId, TenantName};
 use super::instance::{Instance, InstanceMeta, META_VERSION, check_description};
 use super::layout::{Location, NEW_PREFIX, OUTPUT, WORKSPACE};
@@ -84,13 +84,13 @@ impl State {
             .map_err(io("create an instance directory"))
             .and_then(|()| meta.save(&tmp));
         if let Err(e) = built {
-            let _ = super::fsops::remove_tree(&tmp);
+            let _ = remove_tree(&tmp);
             return Err(e);
         }
         match rename_noreplace(&tmp, &paths.instance(Location::Live, &id)) {
             Ok(()) => {}
             Err(e) => {
-                let _ = super::fsops::remove_tree(&tmp);
+                let _ = remove_tree(&tmp);
                 return Err(if e.kind() == std::io::ErrorKind::AlreadyExists {
                     StateError::AlreadyExists {
                         id: id.to_string(),

@@ -120,6 +120,89 @@ impl From<&slurm::JobStatus> for Observation {
 mod tests {
     use super::*;
 
+    fn local(
+        phase: sandbox::JobPhase,
+        reason: Option<sandbox::EndReason>,
+        exit: Option<sandbox::ExitInfo>,
+    ) -> sandbox::JobState {
+        sandbox::JobState {
+            phase,
+            started_at_ms: 1_000,
+            finished_at_ms: (phase == sandbox::JobPhase::Finished).then_some(2_000),
+            supervisor: sandbox::ProcessIdentity {
+                pid: 1,
+                start_time: 1,
+                boot_id: "b".into(),
+            },
+            sandbox: None,
+            sandbox_init: None,
+            exit,
+            reason,
+            stdout_bytes: 0,
+            stderr_bytes: 0,
+            output_truncated: false,
+            limits: None,
+            message: None,
+        }
+    }
+
+    #[test]
+    fn local_end_reasons_map_to_phases() {
+        use sandbox::{EndReason as R, ExitInfo as E, JobPhase::*};
+        let table = [
+            (Running, None, None, JobPhase::Running),
+            (
+                Finished,
+                Some(R::Exited),
+                Some(E::Code(0)),
+                JobPhase::Completed,
+            ),
+            (
+                Finished,
+                Some(R::Exited),
+                Some(E::Code(3)),
+                JobPhase::Failed,
+            ),
+            (
+                Finished,
+                Some(R::Exited),
+                Some(E::Signal(9)),
+                JobPhase::Failed,
+            ),
+            (
+                Finished,
+                Some(R::Timeout),
+                Some(E::Signal(9)),
+                JobPhase::Timeout,
+            ),
+            (
+                Finished,
+                Some(R::Cancelled),
+                Some(E::Signal(9)),
+                JobPhase::Cancelled,
+            ),
+            (Finished, Some(R::Oom), None, JobPhase::Oom),
+            (Finished, Some(R::OutputCap), None, JobPhase::OutputCap),
+            (Finished, Some(R::Lost), None, JobPhase::Lost),
+            (Finished, Some(R::StartFailed), None, JobPhase::StartFailed),
+            (Finished, None, None, JobPhase::Lost),
+        ];
+        for (phase, reason, exit, expected) in table {
+            let obs = Observation::from(&local(phase, reason, exit));
+            assert_eq!(obs.status.phase, expected, "{phase:?} {reason:?} {exit:?}");
+            assert_eq!(obs.status.phase.is_final(), phase == Finished);
+            assert_eq!(obs.started_at, Some(Timestamp::from_unix_ms(1_000)));
+        }
+        let cancelled = Observation::from(&local(Finished, Some(R::Cancelled), None));
+        assert_eq!(cancelled.status.reason.as_deref(), Some("cancelled"));
+        assert_eq!(cancelled.finished_at, Some(Timestamp::from_unix_ms(2_000)));
+        let killed = Observation::from(&local(Finished, Some(R::Exited), Some(E::Signal(9))));
+        assert_eq!(
+            (killed.status.exit_code, killed.status.signal),
+            (None, Some(9))
+        );
+    }
+
     #[test]
     fn slurm_final_states_stay_final_and_lost_is_not_completed() {
         let oom = slurm::JobStatus::from_slurm(
