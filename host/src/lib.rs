@@ -8,6 +8,7 @@
 //! - [`config`]: the TOML configuration, raw and resolved
 //! - [`cli`]: the `hpcgate` command line
 
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod policy;

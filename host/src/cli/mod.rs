@@ -1,6 +1,7 @@
 //! The `hpcgate` command line. Commands return an exit code; errors are printed once, with
 //! their causes, by [`main`].
 
+mod audit;
 mod policy;
 mod scaffold;
 
@@ -22,6 +23,9 @@ enum Command {
     /// Check, test, benchmark and scaffold policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Verify, checkpoint and read the audit log.
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
 }
 
 /// Parses the command line and runs the command.
@@ -29,6 +33,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Policy(command) => policy::run(command),
+        Command::Audit(command) => audit::run(command),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,219 @@
+//! Redaction: large or secret argument values are replaced before a record is written.
+//!
+//! A redacted value becomes `{"redacted": true, "sha256": "<hex>", "bytes": n}` — the digest
+//! of the string's UTF-8 bytes (of the compact JSON text for other values) — so an auditor can
+//! still prove *which* content was written without the log holding it. Redaction is idempotent
+//! (an already redacted value is left alone), which keeps replayed rewrite decisions equal to the
+//! recorded ones. Policies saw the real value; a replay sees the redacted one, so a policy that
+//! inspects a redacted argument may decide differently offline.
+
+use hpcgate_policy_sdk::glob::Glob;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use super::record::Entry;
+
+/// One argument whose value is replaced by its digest, for tools matching a glob.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArgumentRule {
+    /// Glob over exposed tool names (`write_file`, `*__write_file`).
+    pub tool: Glob,
+    /// Top-level argument name.
+    pub argument: String,
+}
+
+/// What to redact. `Default` redacts `content` of `write_file` (builtin and proxied) and every
+/// value whose key contains `token`, `password`, `passwd`, `secret`, `api_key`, `apikey`,
+/// `authorization`, `credential` or `private_key` (case-insensitive), at any depth.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedactionRules {
+    #[serde(default = "default_arguments")]
+    pub arguments: Vec<ArgumentRule>,
+    /// Case-insensitive substrings of object keys.
+    #[serde(default = "default_secret_keys")]
+    pub secret_keys: Vec<String>,
+}
+
+impl Default for RedactionRules {
+    fn default() -> RedactionRules {
+        RedactionRules {
+            arguments: default_arguments(),
+            secret_keys: default_secret_keys(),
+        }
+    }
+}
+
+fn default_arguments() -> Vec<ArgumentRule> {
+    ["write_file", "*__write_file"]
+        .into_iter()
+        .map(|tool| ArgumentRule {
+            tool: Glob::new(tool).expect("a valid glob"),
+            argument: "content".to_owned(),
+        })
+        .collect()
+}
+
+fn default_secret_keys() -> Vec<String> {
+    [
+        "token",
+        "password",
+        "passwd",
+        "secret",
+        "api_key",
+        "apikey",
+        "authorization",
+        "credential",
+        "private_key",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+impl RedactionRules {
+    /// Redacts nothing.
+    pub fn none() -> RedactionRules {
+        RedactionRules {
+            arguments: Vec::new(),
+            secret_keys: Vec::new(),
+        }
+    }
+
+    /// Redacts every argument object in the entry: the call's, the final decision's and each
+    /// rewriting policy's.
+    pub fn apply(&self, entry: &mut Entry) {
+        let tool = entry.tool.clone().unwrap_or_default();
+        if let Some(call) = &mut entry.call {
+            self.redact_arguments(&call.tool.clone(), &mut call.arguments);
+        }
+        if let Some(arguments) = entry.decision.as_mut().and_then(|d| d.arguments.as_mut()) {
+            self.redact_arguments(&tool, arguments);
+        }
+        for policy in &mut entry.policies {
+            if let Some(arguments) = &mut policy.arguments {
+                self.redact_arguments(&tool, arguments);
+            }
+        }
+    }
+
+    /// Redacts one tool's arguments in place.
+    pub fn redact_arguments(&self, tool: &str, arguments: &mut Map<String, Value>) {
+        for rule in self.arguments.iter().filter(|r| r.tool.matches(tool)) {
+            if let Some(value) = arguments.get_mut(&rule.argument) {
+                redact(value);
+            }
+        }
+        if !self.secret_keys.is_empty() {
+            self.redact_secrets(arguments);
+        }
+    }
+
+    fn redact_secrets(&self, object: &mut Map<String, Value>) {
+        for (key, value) in object.iter_mut() {
+            if self.is_secret(key) {
+                redact(value);
+            } else {
+                self.redact_secrets_in(value);
+            }
+        }
+    }
+
+    fn redact_secrets_in(&self, value: &mut Value) {
+        match value {
+            Value::Object(object) if !is_redacted(object) => self.redact_secrets(object),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.redact_secrets_in(v)),
+            _ => {}
+        }
+    }
+
+    fn is_secret(&self, key: &str) -> bool {
+        let key = key.to_ascii_lowercase();
+        self.secret_keys
+            .iter()
+            .any(|s| key.contains(&s.to_ascii_lowercase()))
+    }
+}
+
+/// Replaces a value by its digest form, unless it already is one.
+fn redact(value: &mut Value) {
+    if matches!(value, Value::Object(o) if is_redacted(o)) {
+        return;
+    }
+    let bytes = match &mut *value {
+        Value::String(s) => std::mem::take(s).into_bytes(),
+        other => serde_json::to_vec(other).expect("a JSON value serialises"),
+    };
+    *value = json!({
+        "redacted": true,
+        "sha256": hex::encode(Sha256::digest(&bytes)),
+        "bytes": bytes.len(),
+    });
+}
+
+fn is_redacted(object: &Map<String, Value>) -> bool {
+    object.len() == 3
+        && object.get("redacted") == Some(&Value::Bool(true))
+        && object.get("sha256").is_some_and(Value::is_string)
+        && object.get("bytes").is_some_and(Value::is_u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_and_secrets_become_digests_idempotently() {
+        let rules = RedactionRules::default();
+        let mut args = json!({
+            "instance_id": "run1", "path": "a.txt", "content": "hello",
+            "env": {"API_TOKEN": "t0p", "list": [{"password": 5}], "plain": "ok"}
+        })
+        .as_object()
+        .unwrap()
+        .clone();
+        rules.redact_arguments("write_file", &mut args);
+        let hello = hex::encode(Sha256::digest(b"hello"));
+        assert_eq!(
+            args["content"],
+            json!({"redacted": true, "sha256": hello, "bytes": 5})
+        );
+        assert_eq!(args["env"]["API_TOKEN"]["bytes"], 3);
+        assert_eq!(args["env"]["list"][0]["password"]["bytes"], 1);
+        assert_eq!(args["env"]["plain"], "ok");
+        assert_eq!(args["path"], "a.txt");
+        let once = args.clone();
+        rules.redact_arguments("write_file", &mut args);
+        assert_eq!(args, once, "redaction is idempotent");
+
+        let mut read = json!({"content": "keep"}).as_object().unwrap().clone();
+        rules.redact_arguments("read_file", &mut read);
+        assert_eq!(read["content"], "keep", "only the configured tools");
+        rules.redact_arguments("fs__write_file", &mut read);
+        assert_eq!(read["content"]["bytes"], 4, "proxied write_file too");
+    }
+
+    #[test]
+    fn rules_read_from_config_and_none_redacts_nothing() {
+        let rules: RedactionRules = serde_json::from_value(
+            json!({"arguments": [{"tool": "submit_job", "argument": "command"}]}),
+        )
+        .unwrap();
+        assert_eq!(rules.secret_keys, default_secret_keys());
+        let mut args = json!({"command": "make", "token": "x"})
+            .as_object()
+            .unwrap()
+            .clone();
+        rules.redact_arguments("submit_job", &mut args);
+        assert_eq!(args["command"]["bytes"], 4);
+        assert_eq!(args["token"]["bytes"], 1);
+        let mut args = json!({"token": "x"}).as_object().unwrap().clone();
+        RedactionRules::none().redact_arguments("t", &mut args);
+        assert_eq!(args["token"], "x");
+        assert!(
+            serde_json::from_value::<RedactionRules>(json!({"argumnts": []})).is_err(),
+            "unknown keys are errors"
+        );
+    }
+}

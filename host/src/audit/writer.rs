@@ -1,0 +1,293 @@
+//! The writer: where the log's file state lives and a batch becomes durable.
+//!
+//! One batch = one `write` of all its lines + one `fdatasync`, under an exclusive `flock` on
+//! `audit.lock`. Holding the lock only per batch lets several gateway processes share one
+//! directory and one chain: before writing, a writer checks (one `fstat`, one `stat`) whether
+//! another process appended or rotated since its last batch, and if so re-reads the tail —
+//! repairing a line torn by that process's crash — before numbering its own records. Records
+//! from different processes therefore never interleave within a line or break the chain. On a
+//! failed write or sync the file is truncated back to where the batch began (so no record the
+//! callers were told failed stays as a valid line); if even that fails the writer is poisoned
+//! and refuses every later batch.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::canonical::{GENESIS, encode_body, encode_line};
+use super::error::{AuditError, arc};
+use super::record::{Entry, Event, Receipt};
+use super::segment::{self, LOCK_FILE, Segment};
+use super::tail::{read_tail, repair};
+use super::time::Timestamp;
+
+/// A fault to inject into the next batch (tests only).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Inject {
+    /// Write half the batch, then fail.
+    WriteHalf,
+    /// Write the batch, then fail the sync.
+    Sync,
+    /// Fail the sync and the rollback.
+    SyncAndRollback,
+}
+
+/// Where the next record goes.
+struct Position {
+    segment: Segment,
+    file: File,
+    len: u64,
+    head: Receipt,
+}
+
+pub(crate) struct Writer {
+    dir: PathBuf,
+    lock_path: PathBuf,
+    lock: File,
+    at: Position,
+    max_file_bytes: u64,
+    poisoned: bool,
+    /// Bodies of `audit.repaired` records still to be written, first in the next batch.
+    pending: Vec<Vec<u8>>,
+    #[cfg(test)]
+    pub(crate) inject: Option<Inject>,
+}
+
+impl Writer {
+    /// Opens the log in `dir`, repairing a torn last line; returns what was repaired.
+    pub fn open(
+        dir: &Path,
+        max_file_bytes: u64,
+    ) -> Result<(Writer, Vec<Map<String, Value>>), AuditError> {
+        segment::ensure_dir(dir)?;
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = segment::open_append(&lock_path, false)?;
+        let lock_error = |source| AuditError::Lock {
+            path: lock_path.clone(),
+            source: arc(source),
+        };
+        lock.lock().map_err(lock_error)?;
+        let (at, repaired) = match locate(dir) {
+            Ok(located) => located,
+            Err(error) => {
+                let _ = lock.unlock();
+                return Err(error);
+            }
+        };
+        let mut writer = Writer {
+            dir: dir.to_owned(),
+            lock_path,
+            lock,
+            at,
+            max_file_bytes: max_file_bytes.max(1),
+            poisoned: false,
+            pending: repaired.iter().map(repair_body).collect(),
+            #[cfg(test)]
+            inject: None,
+        };
+        let written = writer.commit_locked(&[]);
+        let _ = writer.lock.unlock();
+        written?;
+        Ok((writer, repaired.into_iter().collect()))
+    }
+
+    /// The last durable record (after catching up with other processes).
+    pub fn head(&mut self) -> Result<Receipt, AuditError> {
+        self.commit(&[])?;
+        Ok(self.at.head.clone())
+    }
+
+    /// Appends the bodies as one batch; on success they are durable, in order.
+    pub fn commit(&mut self, bodies: &[&[u8]]) -> Result<Vec<Receipt>, AuditError> {
+        if self.poisoned {
+            return Err(AuditError::Poisoned);
+        }
+        self.lock.lock().map_err(|source| {
+            AuditError::Unavailable(Box::new(AuditError::Lock {
+                path: self.lock_path.clone(),
+                source: arc(source),
+            }))
+        })?;
+        let result = self.commit_locked(bodies);
+        let _ = self.lock.unlock();
+        result
+    }
+
+    fn commit_locked(&mut self, bodies: &[&[u8]]) -> Result<Vec<Receipt>, AuditError> {
+        if self.changed() {
+            let (at, repaired) =
+                locate(&self.dir).map_err(|e| AuditError::Unavailable(Box::new(e)))?;
+            self.at = at;
+            self.pending.extend(repaired.iter().map(repair_body));
+        }
+        let pending = std::mem::take(&mut self.pending);
+        if pending.is_empty() && bodies.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut buf = Vec::new();
+        let mut receipts = Vec::with_capacity(bodies.len());
+        let mut seq = self.at.head.seq;
+        let mut prev = self.at.head.hash.clone();
+        let all = pending
+            .iter()
+            .map(Vec::as_slice)
+            .chain(bodies.iter().copied());
+        for (i, body) in all.enumerate() {
+            seq += 1;
+            let (line, hash) = encode_line(seq, Timestamp::now(), &prev, body);
+            buf.extend_from_slice(&line);
+            if i >= pending.len() {
+                receipts.push(Receipt {
+                    seq,
+                    hash: hash.clone(),
+                });
+            }
+            prev = hash;
+        }
+        if let Err(error) = self.write_and_sync(&buf) {
+            self.pending = pending;
+            self.rollback();
+            return Err(error);
+        }
+        self.at.len += buf.len() as u64;
+        self.at.head = Receipt { seq, hash: prev };
+        if self.at.len >= self.max_file_bytes {
+            // The batch is durable whatever happens here; a failed rotation is retried after
+            // the next batch, and the chain does not depend on where files begin.
+            let _ = self.rotate();
+        }
+        Ok(receipts)
+    }
+
+    /// Whether another process appended or rotated since our last batch.
+    fn changed(&self) -> bool {
+        let len = self.at.file.metadata().map(|m| m.len()).ok();
+        len != Some(self.at.len)
+            || Segment::new(&self.dir, self.at.segment.number + 1)
+                .path
+                .exists()
+    }
+
+    fn write_and_sync(&mut self, buf: &[u8]) -> Result<(), AuditError> {
+        #[cfg(test)]
+        if let Some(inject) = self.inject.take() {
+            let injected = || arc(std::io::Error::other("injected fault"));
+            if inject == Inject::WriteHalf {
+                let _ = (&self.at.file).write_all(&buf[..buf.len() / 2]);
+                return Err(AuditError::Write(injected()));
+            }
+            let _ = (&self.at.file).write_all(buf);
+            if inject == Inject::SyncAndRollback {
+                self.poisoned = true;
+            }
+            return Err(AuditError::Sync(injected()));
+        }
+        (&self.at.file)
+            .write_all(buf)
+            .map_err(|e| AuditError::Write(arc(e)))?;
+        self.at
+            .file
+            .sync_data()
+            .map_err(|e| AuditError::Sync(arc(e)))
+    }
+
+    /// Truncates a failed batch away; poisons the writer if that fails too.
+    fn rollback(&mut self) {
+        if self.poisoned {
+            return;
+        }
+        let file = &self.at.file;
+        if file
+            .set_len(self.at.len)
+            .and_then(|()| file.sync_data())
+            .is_err()
+        {
+            self.poisoned = true;
+        }
+    }
+
+    fn rotate(&mut self) -> Result<(), AuditError> {
+        let next = Segment::new(&self.dir, self.at.segment.number + 1);
+        let file = segment::open_append(&next.path, true)?;
+        segment::sync_dir(&self.dir).map_err(|e| AuditError::Write(arc(e)))?;
+        self.at.segment = next;
+        self.at.file = file;
+        self.at.len = 0;
+        Ok(())
+    }
+}
+
+fn repair_body(detail: &Map<String, Value>) -> Vec<u8> {
+    let mut entry = Entry::new(Event::AuditRepaired);
+    entry.detail = Some(detail.clone());
+    encode_body(&entry)
+}
+
+/// Finds the newest segment and the chain's head, truncating a torn last line.
+fn locate(dir: &Path) -> Result<(Position, Option<Map<String, Value>>), AuditError> {
+    let segments = segment::list(dir)?;
+    let Some(newest) = segments.last().cloned() else {
+        let segment = Segment::new(dir, 1);
+        let file = segment::open_append(&segment.path, false)?;
+        segment::sync_dir(dir).map_err(|source| AuditError::Open {
+            path: dir.to_owned(),
+            source: arc(source),
+        })?;
+        let head = Receipt {
+            seq: 0,
+            hash: GENESIS.to_owned(),
+        };
+        return Ok((
+            Position {
+                segment,
+                file,
+                len: 0,
+                head,
+            },
+            None,
+        ));
+    };
+    let file = segment::open_append(&newest.path, false)?;
+    let tail = read_tail(&newest, &file)?;
+    let repaired = match &tail.torn {
+        Some((offset, bytes)) => Some(repair(&newest, &file, *offset, bytes)?),
+        None => None,
+    };
+    let mut last = tail.last;
+    for older in segments.iter().rev().skip(1) {
+        if last.is_some() {
+            break;
+        }
+        let tail = read_tail(older, &segment::open_read(&older.path)?)?;
+        if tail.torn.is_some() {
+            return Err(AuditError::DamagedTail {
+                path: older.path.clone(),
+                line: 0,
+                problem: "a rotated file ends in a torn line".to_owned(),
+            });
+        }
+        last = tail.last;
+    }
+    let head = last.map_or_else(
+        || Receipt {
+            seq: 0,
+            hash: GENESIS.to_owned(),
+        },
+        |r| Receipt {
+            seq: r.seq,
+            hash: r.hash,
+        },
+    );
+    Ok((
+        Position {
+            segment: newest,
+            file,
+            len: tail.complete_len,
+            head,
+        },
+        repaired,
+    ))
+}

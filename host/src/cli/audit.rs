@@ -1,0 +1,312 @@
+//! `hpcgate audit verify|checkpoint|tail|query`: admin commands over the audit directory
+//! (default `$HPCGATE_STATE_DIR/audit`, else `~/.local/share/hpcgate/audit`).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use super::out;
+use crate::audit::{
+    self, Checkpoint, Event, Filter, Record, Scope, Timestamp, VerifyReport, bench::bench,
+};
+use crate::policy::DecisionKind;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum AuditCommand {
+    /// Verify the hash chain (against a checkpoint, if given); exit 0 iff intact.
+    Verify {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// A checkpoint printed earlier by `hpcgate audit checkpoint`.
+        #[arg(long)]
+        checkpoint: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Verify the log, then print its last record as a JSON checkpoint; keep it somewhere the
+    /// gateway cannot write, and pass it to `verify --checkpoint` later.
+    Checkpoint {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Print the newest matching records, newest first.
+    Tail {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[arg(short = 'n', default_value_t = 20)]
+        n: usize,
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Print each record as its JSON line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print every matching record, oldest first.
+    Query {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        filter: FilterArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure append throughput and latency with fsync (in fresh directories under `--dir`).
+    #[command(hide = true)]
+    Bench {
+        /// Parent of the scratch logs; default the system temp directory.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Concurrent writers, one run per value.
+        #[arg(long, value_delimiter = ',', default_values_t = [1, 16])]
+        writers: Vec<usize>,
+        /// Appends per writer.
+        #[arg(long, default_value_t = 2_000)]
+        appends: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FilterArgs {
+    /// Only this tenant's records (gateway-wide records have none).
+    #[arg(long)]
+    tenant: Option<String>,
+    #[arg(long)]
+    instance: Option<String>,
+    /// Glob over tool names, e.g. `fs__*`.
+    #[arg(long)]
+    tool: Option<String>,
+    #[arg(long)]
+    principal: Option<String>,
+    /// allow, deny or rewrite.
+    #[arg(long, value_parser = parse_decision)]
+    decision: Option<DecisionKind>,
+    /// call, instance.created, job.state, audit.repaired, ...
+    #[arg(long)]
+    event: Option<Event>,
+    /// From this time (RFC 3339, a date, or an age like `2h`).
+    #[arg(long)]
+    since: Option<String>,
+    /// Before this time.
+    #[arg(long)]
+    until: Option<String>,
+}
+
+fn parse_decision(text: &str) -> Result<DecisionKind, String> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+        .map_err(|_| format!("`{text}` is not a decision; use allow, deny or rewrite"))
+}
+
+impl FilterArgs {
+    fn resolve(self) -> anyhow::Result<(Scope, Filter)> {
+        let now = Timestamp::now();
+        let time = |t: Option<String>| -> anyhow::Result<Option<Timestamp>> {
+            Ok(t.map(|t| Timestamp::parse_bound(&t, now)).transpose()?)
+        };
+        let tool = self
+            .tool
+            .map(|t| hpcgate_policy_sdk::glob::Glob::new(&t))
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("`--tool`: {e}"))?;
+        let filter = Filter {
+            instance: self.instance,
+            tool,
+            decision: self.decision,
+            event: self.event,
+            principal: self.principal,
+            since: time(self.since)?,
+            until: time(self.until)?,
+        };
+        let scope = self.tenant.map_or(Scope::AllTenants, Scope::Tenant);
+        Ok((scope, filter))
+    }
+}
+
+pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        AuditCommand::Verify {
+            dir,
+            checkpoint,
+            json,
+        } => verify(&resolve_dir(dir)?, checkpoint.as_deref(), json),
+        AuditCommand::Checkpoint { dir } => checkpoint(&resolve_dir(dir)?),
+        AuditCommand::Tail {
+            dir,
+            n,
+            filter,
+            json,
+        } => {
+            let (scope, filter) = filter.resolve()?;
+            let records = audit::tail(&resolve_dir(dir)?, &scope, &filter, n)?;
+            records.iter().for_each(|r| print_record(r, json));
+            Ok(ExitCode::SUCCESS)
+        }
+        AuditCommand::Query { dir, filter, json } => {
+            let (scope, filter) = filter.resolve()?;
+            for record in audit::records(&resolve_dir(dir)?, scope, filter)? {
+                print_record(&record?, json);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        AuditCommand::Bench {
+            dir,
+            writers,
+            appends,
+            json,
+        } => run_bench(dir, &writers, appends, json),
+    }
+}
+
+/// `--dir`, else `$HPCGATE_STATE_DIR/audit`, else `~/.local/share/hpcgate/audit`.
+fn resolve_dir(dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    if let Some(dir) = dir {
+        return Ok(dir);
+    }
+    if let Some(state) = std::env::var_os("HPCGATE_STATE_DIR").filter(|s| !s.is_empty()) {
+        return Ok(PathBuf::from(state).join("audit"));
+    }
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .context("neither `--dir`, `HPCGATE_STATE_DIR` nor `HOME` is set; pass `--dir`")?;
+    Ok(PathBuf::from(home).join(".local/share/hpcgate/audit"))
+}
+
+fn verify(dir: &Path, checkpoint: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
+    let checkpoint = checkpoint
+        .map(|path| -> anyhow::Result<Checkpoint> {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read checkpoint `{}`", path.display()))?;
+            Checkpoint::from_json(&text).with_context(|| format!("`{}`", path.display()))
+        })
+        .transpose()?;
+    let report = audit::verify(dir, checkpoint.as_ref())?;
+    if json {
+        out(serde_json::to_string_pretty(&report)?);
+    } else {
+        out(describe(dir, &report, checkpoint.as_ref()));
+    }
+    Ok(if report.intact {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn describe(dir: &Path, report: &VerifyReport, checkpoint: Option<&Checkpoint>) -> String {
+    let last = report.last.as_ref().map_or("no records".to_owned(), |c| {
+        format!("last seq {} hash {}", c.seq, c.hash)
+    });
+    match &report.first_broken {
+        None => {
+            let against = checkpoint.map_or(String::new(), |c| {
+                format!("; checkpoint at seq {} matched", c.seq)
+            });
+            format!(
+                "intact: {} records in {} files under `{}`, {last}{against}",
+                report.records,
+                report.files,
+                dir.display()
+            )
+        }
+        Some(b) => format!(
+            "BROKEN at `{}` line {}{}: {}\n{} records verified before it ({last})",
+            dir.join(&b.file).display(),
+            b.line,
+            b.seq.map_or(String::new(), |s| format!(" (seq {s})")),
+            b.problem,
+            report.records
+        ),
+    }
+}
+
+fn checkpoint(dir: &Path) -> anyhow::Result<ExitCode> {
+    let report = audit::verify(dir, None)?;
+    if !report.intact {
+        out(describe(dir, &report, None));
+        out("no checkpoint printed: the log is broken");
+        return Ok(ExitCode::from(1));
+    }
+    out(report.last.unwrap_or_else(Checkpoint::genesis).to_json());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_record(record: &Record, json: bool) {
+    if json {
+        out(serde_json::to_string(record).expect("a record serialises"));
+        return;
+    }
+    let e = &record.entry;
+    let mut line = format!("{:>6} {} {}", record.seq, record.ts, e.event);
+    if let Some(tenant) = &e.tenant {
+        line.push_str(&format!(
+            " {tenant}/{}",
+            e.principal.as_deref().unwrap_or("-")
+        ));
+    }
+    if let Some(tool) = &e.tool {
+        line.push_str(&format!(" {tool}"));
+    }
+    if let Some(instance) = &e.instance {
+        line.push_str(&format!(" [{instance}]"));
+    }
+    if let Some(d) = &e.decision {
+        let kind = serde_json::to_value(d.decision).expect("a decision kind serialises");
+        line.push_str(&format!(" {}", kind.as_str().unwrap_or("?")));
+        if let Some(policy) = &d.policy {
+            line.push_str(&format!(" by `{policy}`"));
+        }
+        if let Some(reason) = &d.reason {
+            line.push_str(&format!(": {reason}"));
+        }
+    }
+    if let Some(o) = &e.outcome {
+        line.push_str(&format!(
+            " {}",
+            serde_json::to_string(o).expect("an outcome")
+        ));
+    }
+    if let Some(ms) = e.duration_ms {
+        line.push_str(&format!(" {ms:.3}ms"));
+    }
+    if let Some(detail) = &e.detail {
+        line.push_str(&format!(" {}", serde_json::Value::Object(detail.clone())));
+    }
+    out(line);
+}
+
+fn run_bench(
+    dir: Option<PathBuf>,
+    writers: &[usize],
+    appends: usize,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let parent = dir.unwrap_or_else(std::env::temp_dir);
+    let mut reports = Vec::new();
+    for &n in writers {
+        let scratch = parent.join(format!("hpcgate-audit-bench-{}-{n}", std::process::id()));
+        let report = bench(&scratch, n, appends);
+        let _ = std::fs::remove_dir_all(&scratch);
+        let report = report?;
+        if !json {
+            out(format!(
+                "{:>3} writers: {:>8} appends in {:.2}s = {:>9.0} appends/s; p50 {:>8.1} µs, p99 {:>8.1} µs; {:.1} records per fsync",
+                report.writers,
+                report.appends,
+                report.seconds,
+                report.appends_per_s,
+                report.p50_us,
+                report.p99_us,
+                report.appends as f64 / report.batches.max(1) as f64
+            ));
+        }
+        reports.push(report);
+    }
+    if json {
+        out(serde_json::to_string_pretty(&reports)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,239 @@
+//! `hpcgate audit …` and `hpcgate policy test` on a real audit directory, run as an admin runs
+//! them: the real binary, real files. Also: an audit file replays as a policy test input, and a
+//! gateway killed with SIGKILL mid-append leaves a log that opens (repairing) and verifies.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use hpcgate::audit::{AuditLog, AuditOptions, Entry, Event, Record, verify};
+use hpcgate::config::Config;
+use hpcgate::policy::cases::parse_cases;
+use hpcgate::policy::normalize::normalize_call;
+use hpcgate::policy::{Chain, DecisionKind, EngineSettings, PolicyEngine};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn cache() -> PathBuf {
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cache");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&cache)
+        .unwrap();
+    cache
+}
+
+fn hpcgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+        .args(args)
+        .env("XDG_CACHE_HOME", cache())
+        .output()
+        .expect("run hpcgate")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `tests/cases/stock.toml` with a generous deadline, so that a loaded machine cannot turn a
+/// slow evaluation into a fault-deny on one side of the replay only.
+fn stock_config(dir: &Path) -> PathBuf {
+    let stock = std::fs::read_to_string(repo().join("tests/cases/stock.toml")).unwrap();
+    let path = dir.join("stock.toml");
+    std::fs::write(
+        &path,
+        format!("[policy_engine]\ndeadline_ms = 10000\n\n{stock}"),
+    )
+    .unwrap();
+    path
+}
+
+/// The stock chain, as `policy test` builds it.
+fn stock_chain(config: &Path) -> Chain {
+    let (config, base) = Config::load(config).unwrap();
+    let engine = PolicyEngine::new(EngineSettings {
+        cache_dir: Some(cache().join("hpcgate/policies")),
+        ..config.engine_settings()
+    })
+    .unwrap();
+    Chain::new(config.chain_policies(&engine, &base).unwrap()).unwrap()
+}
+
+/// Judges every call of the stock acceptance cases plus a `write_file` with content and a
+/// secret, and audits each decision as the gateway will.
+fn audit_stock_calls(dir: &Path) -> usize {
+    let scratch = tempfile::tempdir().unwrap();
+    let chain = stock_chain(&stock_config(scratch.path()));
+    let text = std::fs::read_to_string(repo().join("tests/cases/stock.jsonl")).unwrap();
+    let (cases, _) = parse_cases(&text).unwrap();
+    let extra = r#"{"call": {"phase": "call", "tenant": "chem", "principal": "alice", "tool": "write_file", "server": "builtin", "remote_tool": null, "instance": "run1", "arguments": {"instance_id": "run1", "path": "notes.txt", "content": "private notes", "env": {"API_TOKEN": "s3cret"}}, "read_only": false, "usage": {}}, "expect": {"decision": "allow"}}"#;
+    let (more, _) = parse_cases(extra).unwrap();
+    let log = AuditLog::open(dir, AuditOptions::default()).unwrap();
+    log.append(Entry::new(Event::GatewayStarted)).unwrap();
+    let mut kinds = Vec::new();
+    for case in cases.iter().chain(&more) {
+        let mut call = case.call.clone();
+        normalize_call(&mut call);
+        let outcome = chain.evaluate(&call);
+        assert!(
+            outcome.policies.iter().all(|p| p.fault.is_none()),
+            "{outcome:?}"
+        );
+        kinds.push(outcome.decision.decision);
+        log.append(Entry::call(&call, &outcome)).unwrap();
+    }
+    log.append(Entry::new(Event::GatewayStopped)).unwrap();
+    for kind in [
+        DecisionKind::Allow,
+        DecisionKind::Deny,
+        DecisionKind::Rewrite,
+    ] {
+        assert!(kinds.contains(&kind), "the cases cover {kind:?}");
+    }
+    cases.len() + more.len()
+}
+
+#[test]
+fn an_audit_file_replays_as_a_policy_test_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = audit_stock_calls(dir.path());
+    let file = dir.path().join("audit-000001.jsonl");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(!text.contains("private notes") && !text.contains("s3cret"));
+    let (cases, skipped) = parse_cases(&text).unwrap();
+    assert_eq!((cases.len(), skipped), (calls, 2));
+
+    let config = stock_config(dir.path());
+    let output = hpcgate(&[
+        "policy",
+        "test",
+        "--config",
+        config.to_str().unwrap(),
+        "--calls",
+        file.to_str().unwrap(),
+        "--json",
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["total"], calls, "{report:#}");
+    assert_eq!(report["mismatched"], 0, "{report:#}");
+    assert_eq!(output.status.code(), Some(0));
+}
+
+#[test]
+fn verify_checkpoint_tail_and_query_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = audit_stock_calls(dir.path());
+    let d = dir.path().to_str().unwrap();
+
+    let output = hpcgate(&["audit", "checkpoint", "--dir", d]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let checkpoint: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(checkpoint["seq"], calls + 2);
+    let cp_file = dir.path().join("checkpoint.json");
+    std::fs::write(&cp_file, &output.stdout).unwrap();
+    let cp = cp_file.to_str().unwrap();
+
+    let output = hpcgate(&["audit", "verify", "--dir", d, "--checkpoint", cp]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(
+        stdout(&output).starts_with("intact: "),
+        "{}",
+        stdout(&output)
+    );
+
+    let output = hpcgate(&["audit", "tail", "--dir", d, "-n", "2", "--json"]);
+    let seqs: Vec<u64> = stdout(&output)
+        .lines()
+        .map(|l| serde_json::from_str::<Record>(l).unwrap().seq)
+        .collect();
+    assert_eq!(seqs, [calls as u64 + 2, calls as u64 + 1]);
+
+    let output = hpcgate(&[
+        "audit",
+        "query",
+        "--dir",
+        d,
+        "--tenant",
+        "chem",
+        "--decision",
+        "deny",
+        "--tool",
+        "host_*",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let text = stdout(&output);
+    assert!(
+        !text.is_empty() && text.lines().all(|l| l.contains(" call chem/")),
+        "{text}"
+    );
+    assert!(
+        text.contains("host_exec") && text.contains("deny by `tools`"),
+        "{text}"
+    );
+
+    let output = hpcgate(&["audit", "query", "--dir", d, "--event", "nope"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown event `nope`"));
+
+    // Cut the last two records: the chain alone still verifies, the checkpoint does not.
+    let file = dir.path().join("audit-000001.jsonl");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let keep: Vec<&str> = text.lines().collect();
+    std::fs::write(&file, format!("{}\n", keep[..keep.len() - 2].join("\n"))).unwrap();
+    assert_eq!(
+        hpcgate(&["audit", "verify", "--dir", d]).status.code(),
+        Some(0)
+    );
+    let output = hpcgate(&["audit", "verify", "--dir", d, "--checkpoint", cp, "--json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        report["first_broken"]["problem"]["kind"], "truncated",
+        "{report:#}"
+    );
+    assert_eq!(report["first_broken"]["seq"], calls + 1);
+    let output = hpcgate(&["audit", "verify", "--dir", d, "--checkpoint", cp]);
+    assert!(
+        stdout(&output).contains("BROKEN at "),
+        "{}",
+        stdout(&output)
+    );
+    assert!(stdout(&output).contains("truncated"), "{}", stdout(&output));
+}
+
+#[test]
+fn a_writer_killed_mid_append_leaves_a_log_that_opens_and_verifies() {
+    for round in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+            .args(["audit", "bench", "--writers", "16", "--appends", "100000"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300 + 150 * round));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let audit = std::fs::read_dir(dir.path())
+            .unwrap()
+            .next()
+            .expect("the bench created its log")
+            .unwrap()
+            .path();
+        let log = AuditLog::open(&audit, AuditOptions::default()).unwrap();
+        let receipt = log.append(Entry::new(Event::GatewayStarted)).unwrap();
+        drop(log);
+        let report = verify(&audit, None).unwrap();
+        assert!(report.intact, "round {round}: {report:#?}");
+        assert_eq!(report.records, receipt.seq);
+        assert!(receipt.seq > 1, "the killed writer had appended");
+    }
+}
