@@ -4,6 +4,9 @@
 //! on a quiet machine, and cargo runs test binaries one after another, so this binary holds the
 //! only test that measures time: no other test of the suite runs while it does.
 
+// The measured times are printed for the record (`-- --nocapture`).
+#![allow(clippy::print_stderr)]
+
 #[allow(dead_code)]
 #[path = "../e2e/harness.rs"]
 mod harness;
