@@ -321,3 +321,33 @@ fn prune_removes_only_old_finished_jobs() {
         0
     );
 }
+
+#[test]
+fn crashed_new_job_leftovers_are_ignored_then_swept() {
+    let (dir, state) = state();
+    let chem = t("chem");
+    create(&state, &chem, "run1");
+    let job = state.new_job(&chem, new_job("run1")).unwrap();
+    let jobs = dir.path().join("state/tenants/chem/jobs");
+    // A new_job that crashed before publishing, holding a complete-looking record.
+    let leftover = jobs.join(".new-j-bbbbbbbbbbbbbbbb");
+    fs::create_dir(&leftover).unwrap();
+    fs::copy(
+        jobs.join(job.job_id.as_str()).join("record.json"),
+        leftover.join("record.json"),
+    )
+    .unwrap();
+    let listed = state.list_jobs(&chem, None, page(10, 0)).unwrap();
+    assert_eq!(listed.total, 1);
+    assert_eq!(state.running_jobs(&chem, None).unwrap().len(), 1);
+    let bogus = JobId::parse("j-bbbbbbbbbbbbbbbb").unwrap();
+    assert!(matches!(
+        state.job(&chem, &id("run1"), &bogus),
+        Err(StateError::NotFound { .. })
+    ));
+    state
+        .prune_jobs(&chem, std::time::Duration::from_secs(60))
+        .unwrap();
+    assert!(!leftover.exists(), "prune sweeps crashed new_job leftovers");
+    state.job(&chem, &id("run1"), &job.job_id).unwrap();
+}

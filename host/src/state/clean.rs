@@ -71,13 +71,15 @@ impl State {
         Ok(removed)
     }
 
-    /// Removes what crashed operations left: `.new-*` in `instances/` (a create that never
-    /// published) and `.trash-*` in `archived/` and `jobs/` (a deletion that never finished).
+    /// Removes what crashed operations left: `.new-*` in `instances/` and `jobs/` (a create
+    /// or `new_job` that never published) and `.trash-*` in `archived/` and `jobs/` (a
+    /// deletion that never finished).
     /// Only called with the tenant lock held, so none of them belongs to a running operation.
     pub(crate) fn sweep_leftovers(&self, paths: &TenantPaths) -> Result<(), StateError> {
         sweep(&paths.dir(Location::Live), NEW_PREFIX)?;
         sweep(&paths.dir(Location::Archived), TRASH_PREFIX)?;
-        sweep(&paths.jobs(), TRASH_PREFIX)
+        sweep(&paths.jobs(), TRASH_PREFIX)?;
+        sweep(&paths.jobs(), NEW_PREFIX)
     }
 }
 

@@ -11,10 +11,13 @@ use std::path::PathBuf;
 
 use super::State;
 use super::error::{IdKind, StateError};
-use super::fsops::{create_dir_private, is_real_dir, read_json, write_json_atomic};
+use super::fsops::{
+    create_dir_private, is_real_dir, read_json, remove_tree, rename_noreplace, sync_dir,
+    write_json_atomic,
+};
 use super::id::{InstanceId, JobId, TenantName};
 use super::job::{JobMode, JobPhase, JobRecord, JobStatus, RECORD_VERSION, Resources};
-use super::layout::{Location, RECORD, SANDBOX_JOB_DIR, TenantPaths};
+use super::layout::{Location, NEW_PREFIX, RECORD, SANDBOX_JOB_DIR, TenantPaths};
 use super::lock::TenantLock;
 use super::page::{Page, PageRequest};
 use super::time::Timestamp;
@@ -58,8 +61,11 @@ impl State {
             }
         }
         let job_id = JobId::generate()?;
-        let dir = paths.job(&job_id);
-        create_dir_private(&dir).map_err(StateError::io("create a job record"))?;
+        // Built under a temporary name and published by one rename, like an instance: a
+        // crash leaves either no job or a complete record (the sweep removes the rest).
+        let tmp = paths.jobs().join(format!("{NEW_PREFIX}{job_id}"));
+        remove_tree(&tmp).map_err(StateError::io("create a job record"))?;
+        create_dir_private(&tmp).map_err(StateError::io("create a job record"))?;
         let now = Timestamp::now();
         let record = JobRecord {
             version: RECORD_VERSION,
@@ -76,7 +82,10 @@ impl State {
             finished_at: None,
             updated_at: now,
         };
-        save_record(&paths, &record)?;
+        write_json_atomic(&tmp, RECORD, &record).map_err(StateError::io("write a job record"))?;
+        rename_noreplace(&tmp, &paths.job(&record.job_id))
+            .map_err(StateError::io("create a job record"))?;
+        sync_dir(&paths.jobs()).map_err(StateError::io("create a job record"))?;
         Ok(record)
     }
 
@@ -172,8 +181,7 @@ pub(crate) fn read_record(
     }
     let record: JobRecord = match read_json(&dir.join(RECORD)) {
         Ok(Some(record)) => record,
-        // A directory without a record: a crash inside `new_job`, before the job existed.
-        Ok(None) => return Err(StateError::not_found(IdKind::Job, job_id.as_str())),
+        Ok(None) => return Err(corrupt()),
         Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(corrupt()),
         Err(e) => return Err(StateError::io("read a job record")(e)),
     };

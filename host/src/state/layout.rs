@@ -11,6 +11,7 @@
 //!     archived/.trash-<id>-<random>/    an archived instance being deleted by `clean`
 //!     jobs/<job-id>/record.json         the job record
 //!     jobs/<job-id>/sandbox/            the sandbox executor's job directory (local jobs)
+//!     jobs/.new-<job-id>/, jobs/.trash-<job-id>-<random>/   as for instances
 //! ```
 //!
 //! Every component comes from a validated [`TenantName`], [`InstanceId`] or [`JobId`] or is
@@ -31,7 +32,7 @@ pub(crate) const RECORD: &str = "record.json";
 pub(crate) const WORKSPACE: &str = "workspace";
 pub(crate) const OUTPUT: &str = "output";
 pub(crate) const SANDBOX_JOB_DIR: &str = "sandbox";
-/// Prefix of a directory being built by `create`.
+/// Prefix of a directory being built by `create` or `new_job`.
 pub(crate) const NEW_PREFIX: &str = ".new-";
 /// Prefix of a directory being deleted.
 pub(crate) const TRASH_PREFIX: &str = ".trash-";

@@ -8,18 +8,18 @@
 //! Invariants, stated as absences:
 //! - **no operation looks outside its tenant's directory**: every function takes the caller's
 //!   [`TenantName`], and every path component is a validated id or a constant
-//!   ([`layout`]); another tenant's objects are "not found", with the same message;
+//!   (`layout.rs`); another tenant's objects are "not found", with the same message;
 //! - **no unvalidated identifier reaches a path**: entry points take [`TenantName`],
 //!   [`InstanceId`], [`JobId`], constructible only through their checks ([`id`]);
 //! - **no result contains a host path**: [`Instance`] and [`JobRecord`] carry sandbox-view
 //!   paths only; host paths come from the `*_ambient` accessors, for executors;
 //! - **no torn or half-done state is visible**: metadata and records are replaced atomically,
 //!   instances appear, archive, unarchive and disappear by a single rename, and leftovers of
-//!   a crash are named so that they can never be mistaken for an instance ([`clean`]);
+//!   a crash are named so that they can never be mistaken for an instance (`clean.rs`);
 //! - **no archive happens while a job of the instance may run**, and the check comes before
-//!   any side effect ([`archive`]);
+//!   any side effect (`archive.rs`);
 //! - **no check-then-act race between gateways**: read-modify-write sequences hold the
-//!   tenant's `flock` ([`lock`]).
+//!   tenant's `flock` (`lock.rs`).
 
 mod archive;
 mod clean;

@@ -1,6 +1,6 @@
 //! `refresh` and `set_handle`: record what the executor said about a job.
 //!
-//! Rules, in one place ([`apply`]):
+//! Rules, in one place (`apply`):
 //! - a final record never changes again (first final observation wins), so repeated polls of
 //!   a finished job neither flip its state nor produce new "state changed" events;
 //! - reaching a final phase sets `finished_at` — the executor's time if it gave one, else
