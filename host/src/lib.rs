@@ -5,6 +5,8 @@
 //! tamper-evident audit log. See `ARCHITECTURE.md` for the map of the code.
 //!
 //! - [`policy`]: the policy engine (wasmtime components, the chain, isolation, faults)
+//! - [`audit`]: the hash-chained, group-committed audit log, its verification and queries
+//! - [`state`]: instances and job records per tenant under the state directory
 //! - [`config`]: the TOML configuration, raw and resolved
 //! - [`cli`]: the `hpcgate` command line
 
