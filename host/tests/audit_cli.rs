@@ -178,6 +178,11 @@ fn verify_checkpoint_tail_and_query_from_the_command_line() {
         "{text}"
     );
 
+    let missing = dir.path().join("nope");
+    let output = hpcgate(&["audit", "verify", "--dir", missing.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no audit directory at"));
+
     let output = hpcgate(&["audit", "query", "--dir", d, "--event", "nope"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("unknown event `nope`"));

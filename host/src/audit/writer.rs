@@ -8,7 +8,9 @@
 //! from different processes therefore never interleave within a line or break the chain. On a
 //! failed write or sync the file is truncated back to where the batch began (so no record the
 //! callers were told failed stays as a valid line); if even that fails the writer is poisoned
-//! and refuses every later batch.
+//! and refuses every later batch. (In that last case the failed batch's lines may survive as
+//! valid records of calls that were in fact refused: the log then over-reports, never
+//! under-reports.)
 
 use std::fs::File;
 use std::io::Write;

@@ -163,16 +163,25 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
 
 /// `--dir`, else `$HPCGATE_STATE_DIR/audit`, else `~/.local/share/hpcgate/audit`.
 fn resolve_dir(dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    if let Some(dir) = dir {
-        return Ok(dir);
-    }
-    if let Some(state) = std::env::var_os("HPCGATE_STATE_DIR").filter(|s| !s.is_empty()) {
-        return Ok(PathBuf::from(state).join("audit"));
-    }
-    let home = std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .context("neither `--dir`, `HPCGATE_STATE_DIR` nor `HOME` is set; pass `--dir`")?;
-    Ok(PathBuf::from(home).join(".local/share/hpcgate/audit"))
+    let dir = match dir {
+        Some(dir) => dir,
+        None => match std::env::var_os("HPCGATE_STATE_DIR").filter(|s| !s.is_empty()) {
+            Some(state) => PathBuf::from(state).join("audit"),
+            None => {
+                let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).context(
+                    "neither `--dir`, `HPCGATE_STATE_DIR` nor `HOME` is set; pass `--dir`",
+                )?;
+                PathBuf::from(home).join(".local/share/hpcgate/audit")
+            }
+        },
+    };
+    // A mistyped directory must not read as an intact, empty log.
+    anyhow::ensure!(
+        dir.is_dir(),
+        "no audit directory at `{}`; pass `--dir` or set `HPCGATE_STATE_DIR`",
+        dir.display()
+    );
+    Ok(dir)
 }
 
 fn verify(dir: &Path, checkpoint: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
