@@ -7,6 +7,7 @@
 //! - [`policy`]: the policy engine (wasmtime components, the chain, isolation, faults)
 //! - [`audit`]: the hash-chained, group-committed audit log, its verification and queries
 //! - [`state`]: instances and job records per tenant under the state directory
+//! - [`time`]: the one timestamp type and format everything stores
 //! - [`config`]: the TOML configuration, raw and resolved
 //! - [`cli`]: the `hpcgate` command line
 
@@ -15,3 +16,4 @@ pub mod cli;
 pub mod config;
 pub mod policy;
 pub mod state;
+pub mod time;

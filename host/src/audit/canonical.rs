@@ -14,7 +14,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::record::{Entry, Record};
-use super::time::Timestamp;
+use crate::time::Timestamp;
 
 /// `prev` of the first record: 64 zeros.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";

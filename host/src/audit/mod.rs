@@ -50,7 +50,6 @@ mod record;
 mod redact;
 mod segment;
 mod tail;
-mod time;
 mod verify;
 mod writer;
 
@@ -61,5 +60,5 @@ pub use log::{AuditLog, AuditOptions, AuditStats};
 pub use query::{Filter, Records, Scope, records, tail};
 pub use record::{Entry, Event, Outcome, PolicyRecord, Receipt, Record, UnknownEvent};
 pub use redact::{ArgumentRule, RedactionRules};
-pub use time::{TimeError, Timestamp};
+pub use crate::time::{TimeError, Timestamp};
 pub use verify::{Broken, Problem, VerifyReport, verify};

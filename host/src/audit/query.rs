@@ -14,7 +14,7 @@ use super::canonical::check_line;
 use super::error::AuditError;
 use super::record::{Event, Record};
 use super::segment::Segment;
-use super::time::Timestamp;
+use crate::time::Timestamp;
 use super::verify::{read_prefix, snapshot};
 use crate::policy::DecisionKind;
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use super::time::Timestamp;
+use crate::time::Timestamp;
 use crate::policy::{Call, ChainOutcome, DecisionKind, FinalDecision, PolicyDecision, Verdict};
 
 /// What happened. Serialised as its dotted name (`call`, `instance.created`, ...).

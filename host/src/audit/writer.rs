@@ -23,7 +23,7 @@ use super::error::{AuditError, arc};
 use super::record::{Entry, Event, Receipt};
 use super::segment::{self, LOCK_FILE, Segment};
 use super::tail::{read_tail, repair};
-use super::time::Timestamp;
+use crate::time::Timestamp;
 
 /// A fault to inject into the next batch (tests only).
 #[cfg(test)]

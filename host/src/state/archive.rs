@@ -23,7 +23,7 @@ use super::layout::Location;
 use super::lock::TenantLock;
 use super::observe::Observation;
 use super::refresh::apply;
-use super::time::Timestamp;
+use crate::time::Timestamp;
 
 impl State {
     /// Archives a live instance. `observe` is called for each unfinished job of the instance

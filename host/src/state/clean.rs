@@ -21,7 +21,7 @@ use super::jobs::all_records;
 use super::layout::{Location, NEW_PREFIX, TRASH_PREFIX, TenantPaths};
 use super::lock::TenantLock;
 use super::query::instance_ids;
-use super::time::Timestamp;
+use crate::time::Timestamp;
 
 impl State {
     /// Deletes archived instances archived more than `older_than_days` days ago; returns

@@ -15,7 +15,7 @@ use super::instance::{Instance, InstanceMeta, META_VERSION, check_description};
 use super::layout::{Location, NEW_PREFIX, OUTPUT, WORKSPACE};
 use super::lock::TenantLock;
 use super::random::random_base32;
-use super::time::Timestamp;
+use crate::time::Timestamp;
 
 /// What `create` needs.
 #[derive(Debug, Clone, Default)]

@@ -17,7 +17,7 @@ use super::error::{IdKind, StateError};
 use super::fsops::{is_real_dir, read_json, write_json_atomic};
 use super::id::{InstanceId, TenantName};
 use super::layout::{Location, META, OUTPUT, TenantPaths, WORKSPACE};
-use super::time::Timestamp;
+use crate::time::Timestamp;
 
 /// Format version of `meta.json`.
 pub(crate) const META_VERSION: u32 = 1;

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::id::{InstanceId, JobId, TenantName};
-use super::time::Timestamp;
+use crate::time::Timestamp;
 
 /// Format version of `record.json`.
 pub(crate) const RECORD_VERSION: u32 = 1;

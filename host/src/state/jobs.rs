@@ -20,7 +20,7 @@ use super::job::{JobMode, JobPhase, JobRecord, JobStatus, RECORD_VERSION, Resour
 use super::layout::{Location, NEW_PREFIX, RECORD, SANDBOX_JOB_DIR, TenantPaths};
 use super::lock::TenantLock;
 use super::page::{Page, PageRequest};
-use super::time::Timestamp;
+use crate::time::Timestamp;
 
 /// What `new_job` records.
 #[derive(Debug, Clone)]

@@ -38,7 +38,6 @@ mod prune;
 mod query;
 mod random;
 mod refresh;
-mod time;
 mod update;
 
 use std::path::{Path, PathBuf};
@@ -52,7 +51,7 @@ pub use jobs::NewJob;
 pub use observe::Observation;
 pub use page::{DEFAULT_LIMIT, MAX_LIMIT, Page, PageRequest};
 pub use refresh::Refreshed;
-pub use time::Timestamp;
+pub use crate::time::Timestamp;
 
 use fsops::ensure_dir_private;
 use layout::{TENANTS, TenantPaths};

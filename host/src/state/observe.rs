@@ -9,7 +9,7 @@
 use hpcgate_executors::{sandbox, slurm};
 
 use super::job::{JobPhase, JobStatus};
-use super::time::Timestamp;
+use crate::time::Timestamp;
 
 /// One observation of a job by its executor.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use super::fsops::discard_tree;
 use super::id::{JobId, TenantName};
 use super::jobs::all_records;
 use super::lock::TenantLock;
-use super::time::Timestamp;
+use crate::time::Timestamp;
 
 impl State {
     /// Removes jobs that finished more than `older_than` ago; returns their ids.

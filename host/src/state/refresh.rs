@@ -16,7 +16,7 @@ use super::job::{ExecutorHandle, JobPhase, JobRecord};
 use super::jobs::{read_record, save_record};
 use super::lock::TenantLock;
 use super::observe::Observation;
-use super::time::Timestamp;
+use crate::time::Timestamp;
 
 /// The record after a refresh, and what the refresh changed.
 #[derive(Debug, Clone, PartialEq, Eq)]

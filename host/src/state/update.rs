@@ -6,7 +6,7 @@ use super::id::{InstanceId, TenantName};
 use super::instance::{Instance, check_description};
 use super::layout::Location;
 use super::lock::TenantLock;
-use super::time::Timestamp;
+use crate::time::Timestamp;
 
 impl State {
     /// `description`: `None` leaves it unchanged (the call is then a plain read),

@@ -1,12 +1,14 @@
-//! Timestamps as the audit log writes them: RFC 3339 in UTC with microseconds, fixed width
-//! (`2026-11-21T12:10:44.123456Z`), so that text order is time order.
+//! Timestamps as hpcgate stores and shows them (audit records, instance metadata, job records):
+//! RFC 3339 in UTC with microseconds, fixed width (`2026-11-21T12:10:44.123456Z`), so that text
+//! order is time order.
 //!
-//! Hand-written (civil-date arithmetic after Howard Hinnant) because the log needs only this
-//! one format and the filters need only its parser plus relative bounds (`2h`, `7d`).
+//! Hand-written (civil-date arithmetic after Howard Hinnant) because only this one format is
+//! written; the parser also takes other offsets and fractions, dates, and relative bounds
+//! (`2h`, `7d`) for filters.
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -39,6 +41,30 @@ impl Timestamp {
 
     pub fn unix_micros(self) -> i64 {
         self.micros
+    }
+
+    pub fn from_unix_ms(ms: u64) -> Timestamp {
+        Timestamp {
+            micros: i64::try_from(ms).unwrap_or(i64::MAX / 1000) * 1000,
+        }
+    }
+
+    /// Milliseconds since the epoch (0 before it).
+    pub fn unix_ms(self) -> u64 {
+        u64::try_from(self.micros.div_euclid(1000)).unwrap_or(0)
+    }
+
+    /// `self - duration`, saturating.
+    pub fn minus(self, duration: Duration) -> Timestamp {
+        let micros = i64::try_from(duration.as_micros()).unwrap_or(i64::MAX);
+        Timestamp {
+            micros: self.micros.saturating_sub(micros),
+        }
+    }
+
+    /// Time from `self` to `later` (zero if `later` is earlier).
+    pub fn until(self, later: Timestamp) -> Duration {
+        Duration::from_micros(u64::try_from(later.micros.saturating_sub(self.micros)).unwrap_or(0))
     }
 
     /// Parses a filter bound: RFC 3339 (any offset, optional fraction), a date (midnight UTC),
@@ -229,6 +255,27 @@ mod tests {
         ] {
             assert!(bad.parse::<Timestamp>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn round_trips_many_points_and_milliseconds() {
+        let mut ms = 0u64;
+        while ms < 253_402_300_799_000 {
+            let t = Timestamp::from_unix_ms(ms);
+            assert_eq!(t.to_string().parse::<Timestamp>(), Ok(t), "{t}");
+            assert_eq!(t.unix_ms(), ms);
+            ms += 7_777_777_777;
+        }
+        let t = Timestamp::from_unix_ms(5_000);
+        assert_eq!(
+            t.minus(Duration::from_secs(2)),
+            Timestamp::from_unix_ms(3_000)
+        );
+        assert_eq!(
+            t.until(Timestamp::from_unix_ms(7_500)),
+            Duration::from_millis(2_500)
+        );
+        assert_eq!(t.until(Timestamp::from_unix_ms(1)), Duration::ZERO);
     }
 
     #[test]
