@@ -4,22 +4,12 @@
 use std::fs;
 
 use hpcgate::state::{
-    InstanceId, JobId, NewInstance, PageRequest, State, StateError, TenantName, Timestamp,
+    InstanceId, JobId, NewInstance, PageRequest, StateError, TenantName, Timestamp,
 };
 
-fn state() -> (tempfile::TempDir, State) {
-    let dir = tempfile::tempdir().unwrap();
-    let state = State::open(dir.path().join("state")).unwrap();
-    (dir, state)
-}
-
-fn t(name: &str) -> TenantName {
-    TenantName::parse(name).unwrap()
-}
-
-fn id(name: &str) -> InstanceId {
-    InstanceId::parse(name).unwrap()
-}
+#[path = "support/state.rs"]
+mod support;
+use support::{id, page, state, t};
 
 fn named(name: &str, description: Option<&str>) -> NewInstance {
     NewInstance {
@@ -27,10 +17,6 @@ fn named(name: &str, description: Option<&str>) -> NewInstance {
         description: description.map(str::to_owned),
         max_instances: None,
     }
-}
-
-fn page(limit: usize, offset: usize) -> PageRequest {
-    PageRequest::new(limit, offset).unwrap()
 }
 
 #[test]
