@@ -53,6 +53,7 @@ mod tail;
 mod verify;
 mod writer;
 
+pub use crate::time::{TimeError, Timestamp};
 pub use canonical::GENESIS;
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use error::AuditError;
@@ -60,5 +61,4 @@ pub use log::{AuditLog, AuditOptions, AuditStats};
 pub use query::{Filter, Records, Scope, records, tail};
 pub use record::{Entry, Event, Outcome, PolicyRecord, Receipt, Record, UnknownEvent};
 pub use redact::{ArgumentRule, RedactionRules};
-pub use crate::time::{TimeError, Timestamp};
 pub use verify::{Broken, Problem, VerifyReport, verify};

@@ -14,9 +14,9 @@ use super::canonical::check_line;
 use super::error::AuditError;
 use super::record::{Event, Record};
 use super::segment::Segment;
-use crate::time::Timestamp;
 use super::verify::{read_prefix, snapshot};
 use crate::policy::DecisionKind;
+use crate::time::Timestamp;
 
 /// Whose records a query may return.
 #[derive(Debug, Clone, PartialEq, Eq)]

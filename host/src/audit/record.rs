@@ -13,8 +13,8 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use crate::time::Timestamp;
 use crate::policy::{Call, ChainOutcome, DecisionKind, FinalDecision, PolicyDecision, Verdict};
+use crate::time::Timestamp;
 
 /// What happened. Serialised as its dotted name (`call`, `instance.created`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

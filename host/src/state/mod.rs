@@ -42,6 +42,7 @@ mod update;
 
 use std::path::{Path, PathBuf};
 
+pub use crate::time::Timestamp;
 pub use create::NewInstance;
 pub use error::{IdKind, StateError};
 pub use id::{InstanceId, JobId, TenantName};
@@ -51,7 +52,6 @@ pub use jobs::NewJob;
 pub use observe::Observation;
 pub use page::{DEFAULT_LIMIT, MAX_LIMIT, Page, PageRequest};
 pub use refresh::Refreshed;
-pub use crate::time::Timestamp;
 
 use fsops::ensure_dir_private;
 use layout::{TENANTS, TenantPaths};
