@@ -2,6 +2,8 @@
 //! their causes, by [`main`].
 
 mod audit;
+mod config;
+mod doctor;
 mod policy;
 mod scaffold;
 
@@ -26,6 +28,11 @@ enum Command {
     /// Verify, checkpoint and read the audit log.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
+    /// Validate the layered configuration, or print it merged.
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
+    /// Check that this host can run the gateway with this configuration.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -34,6 +41,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Policy(command) => policy::run(command),
         Command::Audit(command) => audit::run(command),
+        Command::Config(command) => config::run(command),
+        Command::Doctor(args) => doctor::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,172 @@
+//! From the configured `[[policies]]` (plus `proxied_mcps.<name>.include/exclude`) to the
+//! policy chain's [`ChainPolicy`] entries, loaded through a [`PolicyEngine`].
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use super::raw::{Config, EngineConfig, PolicyConfig, all_tenants};
+use crate::policy::{Chain, ChainPolicy, EngineSettings, Mode, ModuleSource, PolicyEngine};
+
+impl Config {
+    /// The policy chain this config describes, with modules loaded through `engine`. Relative
+    /// module paths are resolved against `base` (the config file's directory).
+    pub fn build_chain(&self, engine: &PolicyEngine, base: &Path) -> anyhow::Result<Chain> {
+        Ok(Chain::new(self.chain_policies(engine, base)?)?)
+    }
+
+    /// The chain's policies, loaded but not yet configured.
+    pub fn chain_policies(
+        &self,
+        engine: &PolicyEngine,
+        base: &Path,
+    ) -> anyhow::Result<Vec<ChainPolicy>> {
+        load_policies(
+            &self.policy_engine,
+            self.policies_with_proxy_filters(),
+            engine,
+            base,
+        )
+    }
+
+    /// Engine settings from `[policy_engine]`.
+    pub fn engine_settings(&self) -> EngineSettings {
+        let mut settings = EngineSettings::default();
+        if let Some(dir) = &self.policy_engine.cache_dir {
+            settings.cache_dir = Some(dir.clone());
+        }
+        settings
+    }
+
+    /// The configured policies, with `proxied_mcps.<name>.include/exclude` fed into the proxy
+    /// filter: merged into the `servers` of the one `stock:proxy-filter` policy when there is
+    /// exactly one (its own entry for a server wins), else appended as an implicit policy named
+    /// `proxied_mcps`.
+    pub fn policies_with_proxy_filters(&self) -> Vec<PolicyConfig> {
+        let mut entries = self.policies.clone();
+        let filters: Vec<(String, Value)> = self
+            .proxied_mcps
+            .iter()
+            .filter(|(_, p)| !p.include.is_empty() || !p.exclude.is_empty())
+            .map(|(name, p)| {
+                (
+                    name.clone(),
+                    json!({ "include": p.include, "exclude": p.exclude }),
+                )
+            })
+            .collect();
+        if filters.is_empty() {
+            return entries;
+        }
+        let mut stock = entries
+            .iter_mut()
+            .filter(|e| e.module == "stock:proxy-filter");
+        if let (Some(only), None) = (stock.next(), stock.next()) {
+            let servers = only
+                .config
+                .entry("servers")
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if let toml::Value::Table(servers) = servers {
+                for (name, filter) in filters {
+                    if let Ok(filter) = toml::Value::try_from(filter) {
+                        servers.entry(name).or_insert(filter);
+                    }
+                }
+            }
+            return entries;
+        }
+        let servers: Map<String, Value> = filters.into_iter().collect();
+        if let Ok(config) = toml::Table::try_from(json!({ "servers": servers })) {
+            entries.push(PolicyConfig {
+                name: "proxied_mcps".to_owned(),
+                module: "stock:proxy-filter".to_owned(),
+                mode: Mode::Enforce,
+                tenants: all_tenants(),
+                deadline_ms: None,
+                memory_limit_mb: None,
+                reuse_instance: false,
+                config,
+            });
+        }
+        entries
+    }
+}
+
+/// Loads each entry's module and applies the `[policy_engine]` defaults.
+pub(crate) fn load_policies(
+    defaults: &EngineConfig,
+    entries: Vec<PolicyConfig>,
+    engine: &PolicyEngine,
+    base: &Path,
+) -> anyhow::Result<Vec<ChainPolicy>> {
+    let mut chain = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let source = match entry.module.parse::<ModuleSource>() {
+            Ok(ModuleSource::Path(path)) if path.is_relative() => {
+                ModuleSource::Path(base.join(path))
+            }
+            Ok(source) => source,
+            Err(never) => match never {},
+        };
+        let module = engine
+            .load(&source)
+            .map_err(|e| anyhow::anyhow!("policy `{}`: {e}", entry.name))?;
+        let settings = serde_json::to_string(&entry.config)?;
+        chain.push(ChainPolicy {
+            name: entry.name,
+            module,
+            settings,
+            mode: entry.mode,
+            tenants: entry.tenants,
+            deadline: Duration::from_millis(
+                entry.deadline_ms.or(defaults.deadline_ms).unwrap_or(100),
+            ),
+            memory_bytes: entry
+                .memory_limit_mb
+                .or(defaults.memory_limit_mb)
+                .unwrap_or(32)
+                << 20,
+            reuse: entry.reuse_instance,
+            prepared: defaults.prepared.unwrap_or(8),
+        });
+    }
+    Ok(chain)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxied_mcps_include_exclude_feed_the_proxy_filter() {
+        let ns_hpc = "[proxied_mcps.fs]\ncommand = \"npx\"\ninclude = [\"read_*\"]\nexclude = [\"*_dangerous\"]\n";
+        let config = Config::parse(ns_hpc, "x.toml").unwrap();
+        let policies = config.policies_with_proxy_filters();
+        assert_eq!(policies.len(), 1);
+        assert_eq!(
+            (policies[0].name.as_str(), policies[0].module.as_str()),
+            ("proxied_mcps", "stock:proxy-filter")
+        );
+        let json = serde_json::to_value(&policies[0].config).unwrap();
+        assert_eq!(
+            json,
+            json!({"servers": {"fs": {"include": ["read_*"], "exclude": ["*_dangerous"]}}})
+        );
+
+        let both = format!(
+            "{ns_hpc}[proxied_mcps.web]\ncommand = \"w\"\nexclude = [\"*\"]\n\
+             [[policies]]\nname = \"proxy\"\nmodule = \"stock:proxy-filter\"\n\
+             [policies.config.servers.fs]\ninclude = [\"list_*\"]\n"
+        );
+        let policies = Config::parse(&both, "x.toml")
+            .unwrap()
+            .policies_with_proxy_filters();
+        assert_eq!(policies.len(), 1, "merged into the one proxy filter");
+        let json = serde_json::to_value(&policies[0].config).unwrap();
+        assert_eq!(
+            json,
+            json!({"servers": {"fs": {"include": ["list_*"]}, "web": {"include": [], "exclude": ["*"]}}})
+        );
+    }
+}

@@ -1,0 +1,46 @@
+//! The TOML configuration, in two layers (STYLE practice 9): the raw model that mirrors the
+//! files ([`Config`], every table `deny_unknown_fields`), and the resolved [`Settings`] built
+//! once from it (absolute paths, durations, enums, validated values).
+//!
+//! Layers ([`load`]): built-in defaults (`default-config.toml`, embedded) →
+//! `$XDG_CONFIG_HOME/hpcgate/config.toml` (default `~/.config/hpcgate/config.toml`) →
+//! `--config FILE` / `HPCGATE_CONFIG`. Tables merge; lists and values replace. A higher layer
+//! removes an entry of `[proxied_mcps]`, `[host_commands]` or `[tenants]` with
+//! `<name> = false`; `[[policies]]` is a list, so setting it replaces the default chain whole
+//! (`policies = []` removes every policy). Unknown keys and invalid values are errors naming the
+//! file the key came from and its dotted path.
+//!
+//! - [`raw`], [`sections`], [`tenants`] — the raw model
+//! - [`layers`] — finding, reading and merging the layers ([`Environment`] says where home is)
+//! - [`parse`] — TOML → [`Config`] with dotted-key errors ([`origins`] remembers each key's file)
+//! - [`chain`] — `[[policies]]` (and `proxied_mcps` filters) → the policy chain
+//! - [`settings`] and [`executors`] — the resolved [`Settings`]
+
+pub mod chain;
+pub mod error;
+pub mod executors;
+pub mod layers;
+pub mod origins;
+pub mod parse;
+pub mod raw;
+pub mod sections;
+pub mod settings;
+pub mod tenants;
+
+pub use error::ConfigError;
+pub use executors::{SandboxSettings, SlurmSettings};
+pub use layers::{
+    DEFAULT_CONFIG, DEFAULTS_LABEL, Environment, Layer, LoadedConfig, REMOVABLE_TABLES, load,
+    merge_texts,
+};
+pub use origins::Origins;
+pub use raw::{Config, EngineConfig, PolicyConfig, ProxyConfig};
+pub use sections::{
+    AuditConfig, BindConfig, FilesConfig, HostCommandConfig, LimitsConfig, McpConfig, ResultType,
+    SandboxConfig, SlurmConfig,
+};
+pub use settings::{HostCommand, Settings, load_settings};
+pub use tenants::{Quotas, Tenant, TenantConfig, Token};
+
+#[cfg(test)]
+mod tests;

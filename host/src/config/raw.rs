@@ -1,0 +1,125 @@
+//! The raw model: serde structs mirroring the TOML file, every table `deny_unknown_fields`.
+//!
+//! Values stay as written (optional where a layer may leave them out); defaults live in the
+//! embedded `default-config.toml` and, for safety, in [`super::Settings::resolve`], which turns
+//! this model into typed, validated settings.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::sections::{
+    AuditConfig, FilesConfig, HostCommandConfig, McpConfig, SandboxConfig, SlurmConfig,
+};
+use super::tenants::TenantConfig;
+use crate::policy::Mode;
+
+/// The whole configuration (one file, or the merge of all layers).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Tenant for stdio and local CLI use (default `default`).
+    pub stdio_tenant: Option<String>,
+    /// Instances, job records and the audit log (default `$XDG_DATA_HOME/hpcgate`, that is
+    /// `~/.local/share/hpcgate`).
+    pub state_dir: Option<PathBuf>,
+    /// `[mcp]`: how results are shaped.
+    #[serde(default)]
+    pub mcp: McpConfig,
+    /// `[policy_engine]`: engine-wide settings and per-policy defaults.
+    #[serde(default)]
+    pub policy_engine: EngineConfig,
+    /// `[[policies]]`: the chain, in order. A list: a higher layer replaces it whole.
+    #[serde(default)]
+    pub policies: Vec<PolicyConfig>,
+    /// `[proxied_mcps.<name>]`: child MCP servers; `<name> = false` in a higher layer removes one.
+    #[serde(default)]
+    pub proxied_mcps: BTreeMap<String, ProxyConfig>,
+    /// `[sandbox]`: the local bubblewrap executor.
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+    /// `[slurm]`: the batch executor (off by default).
+    #[serde(default)]
+    pub slurm: SlurmConfig,
+    /// `[files]`: caps of the file tools.
+    #[serde(default)]
+    pub files: FilesConfig,
+    /// `[audit]`: redaction and rotation.
+    #[serde(default)]
+    pub audit: AuditConfig,
+    /// `[host_commands.<key>]`: what `host_exec` may run.
+    #[serde(default)]
+    pub host_commands: BTreeMap<String, HostCommandConfig>,
+    /// `[tenants.<name>]`: none means single-tenant (every caller is `stdio_tenant`).
+    #[serde(default)]
+    pub tenants: BTreeMap<String, TenantConfig>,
+}
+
+/// `[policy_engine]`: defaults for every policy and engine-wide settings.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineConfig {
+    /// Compiled-module cache; default `~/.cache/hpcgate/policies`.
+    pub cache_dir: Option<PathBuf>,
+    /// Per-evaluation deadline in ms (default 100).
+    pub deadline_ms: Option<u64>,
+    /// Per-instance memory cap in MiB (default 32).
+    pub memory_limit_mb: Option<usize>,
+    /// Fresh instances prepared ahead of the call per policy (default 8).
+    pub prepared: Option<usize>,
+}
+
+/// One `[[policies]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    pub name: String,
+    /// `stock:<name>` or a path to a `.wasm` component, relative to the config file.
+    pub module: String,
+    #[serde(default)]
+    pub mode: Mode,
+    /// Globs over tenant names; default all.
+    #[serde(default = "all_tenants")]
+    pub tenants: Vec<String>,
+    pub deadline_ms: Option<u64>,
+    pub memory_limit_mb: Option<usize>,
+    /// Keep one configured instance per tenant across evaluations (state may survive between
+    /// that tenant's calls). Off by default.
+    #[serde(default)]
+    pub reuse_instance: bool,
+    /// Passed to the policy's `configure` as JSON.
+    #[serde(default)]
+    pub config: toml::Table,
+}
+
+/// `[proxied_mcps.<name>]`. Only `include`/`exclude` matter to the policy engine: they feed an
+/// implicit `stock:proxy-filter` policy named `proxied_mcps`, so ns-hpc configs keep working.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// The server's program.
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Remote tool globs; when non-empty a tool must match one.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Remote tool globs that are never exposed.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Seconds without calls before the server is stopped (0 = never).
+    pub idle_timeout: Option<f64>,
+    /// Longest wait for one call, seconds.
+    pub call_timeout: Option<f64>,
+    /// `none` or `host`.
+    pub network: Option<String>,
+    #[serde(default)]
+    pub binds: Vec<String>,
+}
+
+pub(crate) fn all_tenants() -> Vec<String> {
+    vec!["*".to_owned()]
+}

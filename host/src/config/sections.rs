@@ -1,0 +1,132 @@
+//! The raw `[mcp]`, `[sandbox]`, `[slurm]`, `[files]`, `[audit]` and `[host_commands.<key>]`
+//! tables. Every field is optional here; the defaults are in `default-config.toml` and in
+//! [`super::Settings::resolve`].
+
+use std::path::PathBuf;
+
+use hpcgate_executors::sandbox::Network;
+use serde::{Deserialize, Serialize};
+
+use crate::audit::RedactionRules;
+
+/// `[mcp]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpConfig {
+    /// What tool results carry (default `both`).
+    pub result_type: Option<ResultType>,
+}
+
+/// The shape of a tool result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResultType {
+    /// `structuredContent` plus a one-line text summary.
+    #[default]
+    Both,
+    /// `structuredContent` only.
+    Structured,
+    /// Text only (the JSON rendered as text).
+    Text,
+}
+
+/// `[sandbox]`: the bubblewrap executor on the login node.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// The bwrap binary, absolute (default `/usr/bin/bwrap`; never looked up in `PATH`).
+    pub bwrap: Option<PathBuf>,
+    /// `none` (default: a private network namespace) or `host`.
+    pub network: Option<Network>,
+    /// Extra host paths bound read-only (default none).
+    pub extra_ro_binds: Option<Vec<BindConfig>>,
+    /// Names copied from the gateway's environment (default `LANG`, `LC_ALL`, `TZ`).
+    pub env_allow: Option<Vec<String>>,
+    /// Size of the private `/tmp`, MiB (default 64).
+    pub tmp_size_mb: Option<u64>,
+    /// Per-run limits.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+}
+
+/// One `extra_ro_binds` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BindConfig {
+    /// Absolute host path (`~` expanded, relative to the config file otherwise).
+    pub source: PathBuf,
+    /// Absolute path inside the sandbox (default: the same as `source`).
+    pub target: Option<PathBuf>,
+}
+
+/// `[sandbox.limits]`: defaults for one sandbox run; all must be positive.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Wall time after which the whole sandbox is killed, seconds (default 3600).
+    pub wall_time_s: Option<u64>,
+    /// stdout plus stderr kept before the sandbox is killed, bytes (default 16 MiB).
+    pub output_bytes: Option<u64>,
+    /// CPUs (default 1).
+    pub cpus: Option<u32>,
+    /// Memory, MiB (default 4096).
+    pub memory_mb: Option<u64>,
+    /// Processes and threads (default 256).
+    pub pids: Option<u32>,
+}
+
+/// `[slurm]`: the batch executor.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmConfig {
+    /// Whether jobs may go to Slurm (default false).
+    pub enabled: Option<bool>,
+    /// Default partition (`--partition`); unset lets Slurm choose.
+    pub partition: Option<String>,
+    /// Account to charge (`--account`).
+    pub account: Option<String>,
+    /// Quality of service (`--qos`).
+    pub qos: Option<String>,
+    /// Directory holding `sbatch`, `squeue`, …; unset searches `/usr/local/bin:/usr/bin:/bin`.
+    pub bin_dir: Option<PathBuf>,
+    /// `SLURM_CONF` for the clients; unset uses the system's.
+    pub slurm_conf: Option<PathBuf>,
+    /// Longest wait for one Slurm client call, seconds (default 30).
+    pub command_timeout_s: Option<u64>,
+}
+
+/// `[files]`: caps of the file tools; all must be positive.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilesConfig {
+    /// Most bytes one `read_file` returns (default 1 MiB).
+    pub max_read_bytes: Option<u64>,
+    /// Most bytes one `write_file` accepts (default 8 MiB).
+    pub max_write_bytes: Option<u64>,
+    /// Most entries `list_directory` returns (default 1000).
+    pub max_list_entries: Option<usize>,
+    /// Most matches `search_files` returns (default 1000).
+    pub max_search_results: Option<usize>,
+}
+
+/// `[audit]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// What to redact (default: `write_file` content and secret-looking keys).
+    pub redaction: Option<RedactionRules>,
+    /// A log file is rotated once it reaches this size, bytes (default 64 MiB).
+    pub max_file_bytes: Option<u64>,
+}
+
+/// `[host_commands.<key>]`: one command `host_exec` may run, by key.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostCommandConfig {
+    /// The argv, never a shell string; `argv[0]` must be an absolute path.
+    pub argv: Option<Vec<String>>,
+    /// Shown to agents in the tool description (default empty).
+    pub description: Option<String>,
+    /// Killed after this many seconds (default 30).
+    pub timeout_s: Option<u64>,
+}

@@ -1,0 +1,273 @@
+//! The resolved [`Settings`]: built once from the raw [`Config`], with absolute paths,
+//! [`Duration`]s, enums and the executors' own types, every value validated. The gateway reads
+//! only this; errors name the file and the dotted key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hpcgate_executors::files::FileLimits;
+
+use super::error::ConfigError;
+use super::executors::{SandboxSettings, SlurmSettings, resolve_sandbox, resolve_slurm};
+use super::layers::{Environment, LoadedConfig};
+use super::origins::Origins;
+use super::raw::{Config, EngineConfig, PolicyConfig, ProxyConfig};
+use super::sections::ResultType;
+use super::tenants::{self, Tenant};
+use crate::audit::AuditOptions;
+use crate::policy::{Chain, ChainPolicy, EngineSettings, PolicyEngine};
+use crate::state::TenantName;
+
+/// Everything the gateway needs, resolved and validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Tenant of stdio and local CLI callers.
+    pub stdio_tenant: TenantName,
+    /// Absolute; instances, job records and the audit log live below it.
+    pub state_dir: PathBuf,
+    /// `<state_dir>/audit`.
+    pub audit_dir: PathBuf,
+    /// `[mcp] result_type`.
+    pub result_type: ResultType,
+    pub sandbox: SandboxSettings,
+    /// `None` when `[slurm] enabled = false`.
+    pub slurm: Option<SlurmSettings>,
+    pub files: FileLimits,
+    pub audit: AuditOptions,
+    /// `host_exec` commands by key.
+    pub host_commands: BTreeMap<String, HostCommand>,
+    /// Empty: single-tenant, every caller is [`Self::stdio_tenant`].
+    pub tenants: BTreeMap<TenantName, Tenant>,
+    /// `[policy_engine]` as the engine takes it.
+    pub engine: EngineSettings,
+    /// `[policy_engine]` defaults applied to each policy.
+    pub policy_defaults: EngineConfig,
+    /// The chain in order, `proxied_mcps` filters included, module paths absolute.
+    pub policies: Vec<PolicyConfig>,
+    /// `[proxied_mcps]` as written (the proxy executor resolves it).
+    pub proxied_mcps: BTreeMap<String, ProxyConfig>,
+}
+
+/// One `[host_commands.<key>]`, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostCommand {
+    /// `argv[0]` is absolute.
+    pub argv: Vec<String>,
+    pub description: String,
+    pub timeout: Duration,
+}
+
+impl LoadedConfig {
+    /// Resolves the merged layers.
+    pub fn settings(&self) -> Result<Settings, ConfigError> {
+        Settings::resolve(&self.config, &self.env, &self.origins)
+    }
+}
+
+/// Loads every layer and resolves them.
+pub fn load_settings(env: &Environment) -> Result<Settings, ConfigError> {
+    super::layers::load(env)?.settings()
+}
+
+impl Settings {
+    /// Validates `config` and resolves it; `env` gives the default state directory and
+    /// `origins` names files in errors.
+    pub fn resolve(
+        config: &Config,
+        env: &Environment,
+        origins: &Origins,
+    ) -> Result<Settings, ConfigError> {
+        let bad = |key: &str, message: String| ConfigError::Invalid {
+            file: origins.file_of(key).to_owned(),
+            key: key.to_owned(),
+            message,
+        };
+        let stdio_tenant = TenantName::parse(config.stdio_tenant.as_deref().unwrap_or("default"))
+            .map_err(|e| bad("stdio_tenant", e.to_string()))?;
+        let state_dir = match &config.state_dir {
+            Some(dir) => absolute("state_dir", dir, &bad)?,
+            None => env.default_state_dir().ok_or(ConfigError::NoHome)?,
+        };
+        let sandbox = resolve_sandbox(config, &bad)?;
+        let slurm = resolve_slurm(config, &bad)?;
+        let f = &config.files;
+        let defaults = FileLimits::default();
+        let files = FileLimits {
+            max_read_bytes: positive(
+                "files.max_read_bytes",
+                f.max_read_bytes,
+                defaults.max_read_bytes,
+                &bad,
+            )?,
+            max_write_bytes: positive(
+                "files.max_write_bytes",
+                f.max_write_bytes,
+                defaults.max_write_bytes,
+                &bad,
+            )?,
+            max_list_entries: positive(
+                "files.max_list_entries",
+                f.max_list_entries,
+                defaults.max_list_entries,
+                &bad,
+            )?,
+            max_search_results: positive(
+                "files.max_search_results",
+                f.max_search_results,
+                defaults.max_search_results,
+                &bad,
+            )?,
+            ..defaults
+        };
+        let audit = AuditOptions {
+            max_file_bytes: positive(
+                "audit.max_file_bytes",
+                config.audit.max_file_bytes,
+                64 << 20,
+                &bad,
+            )?,
+            redaction: config.audit.redaction.clone().unwrap_or_default(),
+        };
+        let mut host_commands = BTreeMap::new();
+        for (key, raw) in &config.host_commands {
+            let at = |field: &str| format!("host_commands.{key}{field}");
+            if !is_key(key) {
+                return Err(bad(
+                    &at(""),
+                    "use 1–64 lowercase letters, digits, `-` or `_` as the key".to_owned(),
+                ));
+            }
+            let argv = raw.argv.clone().unwrap_or_default();
+            match argv.first() {
+                None => return Err(bad(
+                    &at(".argv"),
+                    "give the command as a non-empty argv list, e.g. [\"/usr/bin/quota\", \"-s\"]"
+                        .to_owned(),
+                )),
+                Some(program) if !Path::new(program).is_absolute() => {
+                    return Err(bad(
+                        &at(".argv"),
+                        format!(
+                            "`{program}` must be an absolute path: host commands are never looked up in `PATH`"
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
+            let timeout_s = positive(&at(".timeout_s"), raw.timeout_s, 30, &bad)?;
+            host_commands.insert(
+                key.clone(),
+                HostCommand {
+                    argv,
+                    description: raw.description.clone().unwrap_or_default(),
+                    timeout: Duration::from_secs(timeout_s),
+                },
+            );
+        }
+        let tenants =
+            tenants::resolve(&config.tenants).map_err(|(key, message)| bad(&key, message))?;
+        let policies = config.policies_with_proxy_filters();
+        check_policies(config, &policies, &bad)?;
+        Ok(Settings {
+            stdio_tenant,
+            audit_dir: state_dir.join("audit"),
+            state_dir,
+            result_type: config.mcp.result_type.unwrap_or_default(),
+            sandbox,
+            slurm,
+            files,
+            audit,
+            host_commands,
+            tenants,
+            engine: config.engine_settings(),
+            policy_defaults: config.policy_engine.clone(),
+            policies,
+            proxied_mcps: config.proxied_mcps.clone(),
+        })
+    }
+
+    /// The chain's policies, loaded through `engine` but not yet configured.
+    pub fn chain_policies(&self, engine: &PolicyEngine) -> anyhow::Result<Vec<ChainPolicy>> {
+        super::chain::load_policies(
+            &self.policy_defaults,
+            self.policies.clone(),
+            engine,
+            Path::new("/"),
+        )
+    }
+
+    /// The configured chain (each policy's settings checked by its `configure`).
+    pub fn build_chain(&self, engine: &PolicyEngine) -> anyhow::Result<Chain> {
+        Ok(Chain::new(self.chain_policies(engine)?)?)
+    }
+
+    /// True when no `[tenants]` are configured.
+    pub fn single_tenant(&self) -> bool {
+        self.tenants.is_empty()
+    }
+}
+
+pub(super) type Bad<'a> = dyn Fn(&str, String) -> ConfigError + 'a;
+
+fn check_policies(
+    config: &Config,
+    policies: &[PolicyConfig],
+    bad: &Bad,
+) -> Result<(), ConfigError> {
+    let e = &config.policy_engine;
+    positive("policy_engine.deadline_ms", e.deadline_ms, 100, bad)?;
+    positive("policy_engine.memory_limit_mb", e.memory_limit_mb, 32, bad)?;
+    for (i, p) in policies.iter().enumerate() {
+        let key = |field: &str| format!("policies[{i}].{field}");
+        if p.name.trim().is_empty() {
+            return Err(bad(
+                &key("name"),
+                "must not be empty; it names the policy in decisions and the audit log".to_owned(),
+            ));
+        }
+        if policies[..i].iter().any(|q| q.name == p.name) {
+            return Err(bad(
+                &key("name"),
+                format!("two policies are named `{}`; names must be unique", p.name),
+            ));
+        }
+        positive(&key("deadline_ms"), p.deadline_ms, 1, bad)?;
+        positive(&key("memory_limit_mb"), p.memory_limit_mb, 1, bad)?;
+    }
+    Ok(())
+}
+
+pub(super) fn absolute(key: &str, path: &Path, bad: &Bad) -> Result<PathBuf, ConfigError> {
+    if path.is_absolute() {
+        Ok(path.to_owned())
+    } else {
+        Err(bad(
+            key,
+            format!(
+                "`{}` must be an absolute path (or start with `~/`, or be relative to its config file)",
+                path.display()
+            ),
+        ))
+    }
+}
+
+pub(super) fn positive<T: Copy + PartialEq + Default>(
+    key: &str,
+    value: Option<T>,
+    default: T,
+    bad: &Bad,
+) -> Result<T, ConfigError> {
+    match value {
+        Some(v) if v == T::default() => Err(bad(key, "must be positive".to_owned())),
+        Some(v) => Ok(v),
+        None => Ok(default),
+    }
+}
+
+fn is_key(key: &str) -> bool {
+    (1..=64).contains(&key.len())
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}

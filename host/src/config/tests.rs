@@ -1,0 +1,308 @@
+//! Unit tests of parsing, layering, removal and resolution (no file outside temp dirs is read).
+
+use std::path::PathBuf;
+
+use super::*;
+
+fn env() -> Environment {
+    Environment {
+        home: Some(PathBuf::from("/home/u")),
+        ..Environment::default()
+    }
+}
+
+fn layered(layers: &[(&str, &str)]) -> Result<(Config, Origins), ConfigError> {
+    let mut texts = vec![(None, DEFAULT_CONFIG.to_owned())];
+    texts.extend(
+        layers
+            .iter()
+            .map(|(path, text)| (Some(PathBuf::from(path)), (*text).to_owned())),
+    );
+    let (merged, origins) = merge_texts(&texts, &env())?;
+    Ok((Config::from_merged(merged, &origins)?, origins))
+}
+
+fn settings(layers: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+    let (config, origins) = layered(layers)?;
+    Settings::resolve(&config, &env(), &origins)
+}
+
+#[test]
+fn unknown_keys_are_named_with_their_dotted_path() {
+    let err = Config::parse("[policy_engine]\ndeadline = 3\n", "x.toml").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "`x.toml`: unknown key `policy_engine.deadline`; remove it or check its spelling"
+    );
+    let err = Config::parse(
+        "[[policies]]\nname = \"a\"\nmodule = \"stock:tool-filter\"\nmdoe = \"monitor\"\n",
+        "x.toml",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("unknown key `policies[0].mdoe`"),
+        "{err}"
+    );
+    let err = Config::parse("bogus = 1\n", "x.toml").unwrap_err();
+    assert!(err.to_string().contains("unknown key `bogus`"), "{err}");
+}
+
+#[test]
+fn wrong_types_name_the_key() {
+    let err = Config::parse(
+        "[[policies]]\nname = \"a\"\nmodule = \"stock:x\"\nmode = \"loud\"\n",
+        "x.toml",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("policies[0].mode"), "{err}");
+}
+
+#[test]
+fn the_defaults_alone_resolve_to_a_login_node_setup() {
+    let s = settings(&[]).unwrap();
+    assert_eq!(s.stdio_tenant.as_str(), "default");
+    assert_eq!(s.state_dir, PathBuf::from("/home/u/.local/share/hpcgate"));
+    assert_eq!(s.audit_dir, s.state_dir.join("audit"));
+    assert_eq!(s.result_type, ResultType::Both);
+    let names: Vec<_> = s.policies.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["tools", "paths", "caps"]);
+    assert!(s.slurm.is_none() && s.single_tenant() && s.host_commands.is_empty());
+    assert_eq!(s.sandbox.network, hpcgate_executors::sandbox::Network::None);
+    assert_eq!(
+        s.sandbox.limits,
+        hpcgate_executors::sandbox::Limits::default()
+    );
+    assert_eq!(s.files, hpcgate_executors::files::FileLimits::default());
+    // The code's fallbacks agree with the embedded file.
+    let bare = Settings::resolve(&Config::default(), &env(), &Origins::single("x")).unwrap();
+    assert_eq!(bare.sandbox, s.sandbox);
+    assert_eq!(bare.audit.max_file_bytes, s.audit.max_file_bytes);
+}
+
+#[test]
+fn xdg_data_home_moves_the_default_state_dir() {
+    let env = Environment {
+        data_home: Some(PathBuf::from("/data")),
+        ..env()
+    };
+    assert_eq!(
+        env.default_state_dir(),
+        Some(PathBuf::from("/data/hpcgate"))
+    );
+    let relative = Environment {
+        data_home: Some(PathBuf::from("rel")),
+        ..env.clone()
+    };
+    assert_eq!(
+        relative.default_state_dir(),
+        Some(PathBuf::from("/home/u/.local/share/hpcgate")),
+        "a relative XDG_DATA_HOME is ignored"
+    );
+}
+
+#[test]
+fn tables_merge_and_lists_replace() {
+    let s = settings(&[
+        (
+            "/etc/u.toml",
+            "[sandbox.limits]\ncpus = 4\n[sandbox]\nenv_allow = [\"LANG\"]\n",
+        ),
+        ("/x/top.toml", "[sandbox.limits]\nmemory_mb = 1024\n"),
+    ])
+    .unwrap();
+    assert_eq!(s.sandbox.limits.cpus, 4);
+    assert_eq!(s.sandbox.limits.memory_mb, 1024);
+    assert_eq!(s.sandbox.limits.pids, 256, "untouched default stays");
+    assert_eq!(s.sandbox.env_allow, ["LANG"]);
+
+    let s = settings(&[(
+        "/x/top.toml",
+        "[[policies]]\nname = \"only\"\nmodule = \"stock:tool-filter\"\n",
+    )])
+    .unwrap();
+    let names: Vec<_> = s.policies.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["only"],
+        "a layer's [[policies]] replaces the default chain"
+    );
+    assert!(
+        settings(&[("/x/top.toml", "policies = []\n")])
+            .unwrap()
+            .policies
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_higher_layer_removes_a_keyed_entry_with_false() {
+    let lower = "[proxied_mcps.fs]\ncommand = \"npx\"\ninclude = [\"read_*\"]\n\
+                 [host_commands.quota]\nargv = [\"/usr/bin/quota\"]\n\
+                 [tenants.chem]\nunix_uids = [1001]\n";
+    let s = settings(&[("/u.toml", lower)]).unwrap();
+    assert!(s.proxied_mcps.contains_key("fs") && s.host_commands.contains_key("quota"));
+    assert_eq!(s.policies.last().unwrap().name, "proxied_mcps");
+    let s = settings(&[
+        ("/u.toml", lower),
+        ("/top.toml", "proxied_mcps.fs = false\nhost_commands.quota = false\n[tenants]\nchem = false\nbio = false\n"),
+    ])
+    .unwrap();
+    assert!(s.proxied_mcps.is_empty() && s.host_commands.is_empty() && s.tenants.is_empty());
+    assert_eq!(s.policies.len(), 3, "no implicit proxy filter is left");
+    // A removed entry can be added back by a still higher layer, and `false` elsewhere is a value.
+    let s = settings(&[
+        (
+            "/u.toml",
+            "proxied_mcps.fs = false\n[slurm]\nenabled = false\n",
+        ),
+        ("/top.toml", "[proxied_mcps.fs]\ncommand = \"other\"\n"),
+    ])
+    .unwrap();
+    assert_eq!(s.proxied_mcps["fs"].command.as_deref(), Some("other"));
+}
+
+#[test]
+fn errors_after_merging_name_the_file_the_key_came_from() {
+    let err = layered(&[
+        (
+            "/home/u/.config/hpcgate/config.toml",
+            "[sandbox]\nnetwrok = \"host\"\n",
+        ),
+        ("/x/top.toml", "[sandbox.limits]\ncpus = 2\n"),
+    ])
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "`/home/u/.config/hpcgate/config.toml`: unknown key `sandbox.netwrok`; remove it or check its spelling"
+    );
+    let err = layered(&[("/x/top.toml", "[mcp]\nresult_type = \"html\"\n")]).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("`/x/top.toml`: key `mcp.result_type`"),
+        "{err}"
+    );
+    let err = settings(&[
+        ("/u.toml", "[sandbox.limits]\npids = 0\n"),
+        ("/t.toml", "[sandbox.limits]\ncpus = 2\n"),
+    ])
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "`/u.toml`: key `sandbox.limits.pids`: must be positive"
+    );
+    let err = layered(&[("/t.toml", "[sandbox]\nbogus = 1\n")]).unwrap_err();
+    assert!(err.to_string().starts_with("`/t.toml`"), "{err}");
+    let err = layered(&[("/t.toml", "x = ")]).unwrap_err();
+    assert!(
+        err.to_string().starts_with("`/t.toml` is not valid TOML"),
+        "{err}"
+    );
+}
+
+#[test]
+fn paths_are_relative_to_their_file_and_tilde_is_home() {
+    let s = settings(&[(
+        "/etc/hpc/top.toml",
+        "state_dir = \"state\"\n[sandbox]\nbwrap = \"~/bin/bwrap\"\nextra_ro_binds = [{ source = \"data\", target = \"/data\" }, { source = \"/scratch\" }]\n\
+         [[policies]]\nname = \"mine\"\nmodule = \"p/mine.wasm\"\n[[policies]]\nname = \"t\"\nmodule = \"stock:tool-filter\"\n",
+    )])
+    .unwrap();
+    assert_eq!(s.state_dir, PathBuf::from("/etc/hpc/state"));
+    assert_eq!(s.sandbox.bwrap, PathBuf::from("/home/u/bin/bwrap"));
+    assert_eq!(
+        s.sandbox.extra_ro_binds[0].source,
+        PathBuf::from("/etc/hpc/data")
+    );
+    assert_eq!(
+        s.sandbox.extra_ro_binds[1].target,
+        PathBuf::from("/scratch")
+    );
+    assert_eq!(s.policies[0].module, "/etc/hpc/p/mine.wasm");
+    assert_eq!(s.policies[1].module, "stock:tool-filter");
+}
+
+#[test]
+fn gateway_keys_are_validated() {
+    let cases = [
+        ("stdio_tenant = \"Bad Name\"\n", "stdio_tenant"),
+        (
+            "[sandbox]\nextra_ro_binds = [{ source = \"/d\", target = \"/workspace/d\" }]\n",
+            "sandbox.extra_ro_binds[0].target",
+        ),
+        ("[sandbox]\nenv_allow = [\"A=B\"]\n", "sandbox.env_allow"),
+        (
+            "[slurm]\nenabled = true\npartition = \"a;b\"\n",
+            "slurm.partition",
+        ),
+        ("[files]\nmax_read_bytes = 0\n", "files.max_read_bytes"),
+        ("[audit]\nmax_file_bytes = 0\n", "audit.max_file_bytes"),
+        ("[host_commands.q]\nargv = []\n", "host_commands.q.argv"),
+        (
+            "[host_commands.q]\nargv = [\"quota\"]\n",
+            "host_commands.q.argv",
+        ),
+        ("[host_commands.Q]\nargv = [\"/q\"]\n", "host_commands.Q"),
+        (
+            "[host_commands.q]\nargv = [\"/q\"]\ntimeout_s = 0\n",
+            "host_commands.q.timeout_s",
+        ),
+        ("[tenants.Chem]\n", "tenants.Chem"),
+        ("[tenants.output]\n", "tenants.output"),
+        (
+            "[tenants.chem]\ntokens = [{ label = \"a\", sha256 = \"abc\" }]\n",
+            "tenants.chem.tokens[0].sha256",
+        ),
+        (
+            "[tenants.chem]\nquotas = { max_instances = 0 }\n",
+            "tenants.chem.quotas.max_instances",
+        ),
+        (
+            "[tenants.a]\nunix_uids = [7]\n[tenants.b]\nunix_uids = [7]\n",
+            "tenants.b.unix_uids",
+        ),
+        (
+            "[[policies]]\nname = \"a\"\nmodule = \"stock:tool-filter\"\n[[policies]]\nname = \"a\"\nmodule = \"stock:path-rules\"\n",
+            "policies[1].name",
+        ),
+    ];
+    for (text, key) in cases {
+        let err = settings(&[("/t.toml", text)]).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with(&format!("`/t.toml`: key `{key}`: ")),
+            "{text:?} → {err}"
+        );
+    }
+}
+
+#[test]
+fn tenants_resolve_with_hashed_tokens_and_quotas() {
+    let hash = "AB".repeat(32);
+    let s = settings(&[(
+        "/t.toml",
+        &format!(
+            "[tenants.chem]\ntokens = [{{ label = \"alice\", sha256 = \"{hash}\" }}]\nunix_uids = [1001]\n\
+             quotas = {{ max_instances = 20, max_running_jobs = 4 }}\n[tenants.bio]\n"
+        ),
+    )])
+    .unwrap();
+    let chem = &s.tenants[&crate::state::TenantName::parse("chem").unwrap()];
+    assert_eq!(chem.tokens[0].sha256, [0xab; 32]);
+    assert_eq!(chem.quotas.max_instances, Some(20));
+    assert_eq!(chem.quotas.max_running_jobs, Some(4));
+    assert_eq!(s.tenants.len(), 2);
+    assert!(!s.single_tenant());
+}
+
+#[test]
+fn slurm_settings_resolve_only_when_enabled() {
+    let s = settings(&[(
+        "/t.toml",
+        "[slurm]\nenabled = true\npartition = \"cpu\"\nbin_dir = \"/opt/slurm/bin\"\ncommand_timeout_s = 5\n",
+    )])
+    .unwrap();
+    let slurm = s.slurm.unwrap();
+    assert_eq!(slurm.partition.as_deref(), Some("cpu"));
+    assert_eq!(slurm.client.bin_dir, Some(PathBuf::from("/opt/slurm/bin")));
+    assert_eq!(slurm.client.timeout, std::time::Duration::from_secs(5));
+}
