@@ -1,6 +1,7 @@
 //! The doctor's checks of the host itself: bwrap's version, a real run of `/bin/true` in the
 //! hardened sandbox, user namespaces, and which mechanism enforces the sandbox's limits.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -61,9 +62,20 @@ pub(super) fn bwrap_version(bwrap: &Path) -> Check {
 pub(super) fn sandbox_run(settings: &Settings) -> Result<RunResult, Check> {
     const NAME: &str = "sandbox";
     let hint = "bwrap cannot build the hardened sandbox here: check the user-namespace line below, and that no AppArmor/SELinux rule blocks bwrap";
-    let scratch = std::env::temp_dir().join(format!("hpcgate-doctor-{}", std::process::id()));
+    // A fresh private directory (`create`, not `create_dir_all`: a name planted in the shared
+    // temporary directory, e.g. a symlink, makes this fail instead of being followed).
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let scratch =
+        std::env::temp_dir().join(format!("hpcgate-doctor-{}-{nanos}", std::process::id()));
     let (workspace, output) = (scratch.join("workspace"), scratch.join("output"));
-    let made = std::fs::create_dir_all(&workspace).and_then(|()| std::fs::create_dir_all(&output));
+    let mut private = std::fs::DirBuilder::new();
+    private.mode(0o700);
+    let made = private
+        .create(&scratch)
+        .and_then(|()| private.create(&workspace))
+        .and_then(|()| private.create(&output));
     if let Err(e) = made {
         return Err(fail(
             NAME,
