@@ -8,12 +8,15 @@
 //! - [`audit`]: the hash-chained, group-committed audit log, its verification and queries
 //! - [`state`]: instances and job records per tenant under the state directory
 //! - [`time`]: the one timestamp type and format everything stores
+//! - [`gateway`]: the one dispatch function (policy → executor → audit) and [`tools`]
 //! - [`config`]: the TOML configuration, raw and resolved
 //! - [`cli`]: the `hpcgate` command line
 
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod gateway;
 pub mod policy;
 pub mod state;
 pub mod time;
+pub mod tools;

@@ -1,0 +1,228 @@
+//! File tools: `read_file`, `write_file`, `list_directory`, `stat_path`. Paths are in the
+//! sandbox view (`/workspace/…`, `/output/…`, relative → workspace); every operation runs
+//! beneath the instance's directories through the cap-std executor, which refuses escapes.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::{Context, Output, Tool, ToolError, ToolSpec, parse, schema};
+use crate::audit::Outcome;
+use crate::state::InstanceId;
+use hpcgate_executors::files::{
+    self as exec, Encoding, InstanceRoots, ListRequest, ReadRequest, StatRequest, WriteMode,
+    WriteRequest,
+};
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Enc {
+    #[default]
+    Utf8,
+    Base64,
+}
+
+impl From<Enc> for Encoding {
+    fn from(e: Enc) -> Encoding {
+        match e {
+            Enc::Utf8 => Encoding::Utf8,
+            Enc::Base64 => Encoding::Base64,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Read {
+    instance_id: String,
+    /// `/workspace/…`, `/output/…`, or relative to `/workspace`.
+    path: String,
+    #[serde(default)]
+    offset: u64,
+    /// Bytes to read (capped by the gateway).
+    length: Option<u64>,
+    /// `utf8` (default) or `base64` for binary files.
+    #[serde(default)]
+    encoding: Enc,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Write {
+    instance_id: String,
+    path: String,
+    content: String,
+    #[serde(default)]
+    encoding: Enc,
+    /// Append instead of replacing the file atomically.
+    #[serde(default)]
+    append: bool,
+    /// Create missing parent directories.
+    #[serde(default)]
+    create_dirs: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct List {
+    instance_id: String,
+    #[serde(default = "workspace")]
+    path: String,
+    #[serde(default)]
+    recursive: bool,
+    max_entries: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Stat {
+    instance_id: String,
+    path: String,
+}
+
+fn workspace() -> String {
+    "/workspace".to_owned()
+}
+
+pub(super) fn spec(tool: Tool) -> ToolSpec {
+    let (description, input_schema, read_only, destructive, idempotent) = match tool {
+        Tool::ReadFile => (
+            "Read a file of an instance (utf8 text or base64), from an offset; says whether the end was reached.",
+            schema::<Read>(),
+            true,
+            false,
+            true,
+        ),
+        Tool::WriteFile => (
+            "Write a file of an instance atomically (or append).",
+            schema::<Write>(),
+            false,
+            true,
+            false,
+        ),
+        Tool::ListDirectory => (
+            "List a directory of an instance, optionally recursively.",
+            schema::<List>(),
+            true,
+            false,
+            true,
+        ),
+        _ => (
+            "Describe a path of an instance without following a final symlink.",
+            schema::<Stat>(),
+            true,
+            false,
+            true,
+        ),
+    };
+    ToolSpec {
+        name: tool.name(),
+        description,
+        input_schema,
+        read_only,
+        destructive,
+        idempotent,
+    }
+}
+
+pub(super) fn run(
+    tool: Tool,
+    cx: &Context<'_>,
+    arguments: Map<String, Value>,
+) -> Result<Output, ToolError> {
+    let roots = |instance_id: &str| -> Result<InstanceRoots, ToolError> {
+        let paths = cx
+            .state
+            .instance_paths_ambient(cx.tenant, &InstanceId::parse(instance_id)?)?;
+        Ok(InstanceRoots::open_ambient(
+            &paths.workspace,
+            &paths.output,
+        )?)
+    };
+    match tool {
+        Tool::ReadFile => {
+            let args: Read = parse(tool, arguments)?;
+            let request = ReadRequest {
+                path: args.path,
+                offset: args.offset,
+                length: args.length,
+            };
+            let read = exec::read_file(&roots(&args.instance_id)?, cx.files, &request)?;
+            let content = exec::encode(&read.path, &read.data, args.encoding.into())?;
+            let bytes = read.data.len() as u64;
+            Ok(Output {
+                summary: format!(
+                    "read {bytes} of {} bytes from `{}`",
+                    read.total_size, read.path
+                ),
+                structured: json!({
+                    "path": read.path, "content": content, "offset": read.offset,
+                    "bytes": bytes, "total_size": read.total_size, "eof": read.eof,
+                }),
+                outcome: Outcome {
+                    bytes: Some(bytes),
+                    ..Outcome::default()
+                },
+            })
+        }
+        Tool::WriteFile => {
+            let args: Write = parse(tool, arguments)?;
+            let data = exec::decode(&args.path, &args.content, args.encoding.into())?;
+            let mode = if args.append {
+                WriteMode::Append
+            } else {
+                WriteMode::Replace
+            };
+            let request = WriteRequest {
+                path: args.path,
+                data,
+                mode,
+                create_dirs: args.create_dirs,
+            };
+            let written = exec::write_file(&roots(&args.instance_id)?, cx.files, &request)?;
+            Ok(Output {
+                summary: format!(
+                    "wrote {} bytes to `{}`",
+                    written.bytes_written, written.path
+                ),
+                outcome: Outcome {
+                    bytes: Some(written.bytes_written),
+                    ..Outcome::default()
+                },
+                structured: serde_json::to_value(&written).unwrap_or(Value::Null),
+            })
+        }
+        Tool::ListDirectory => {
+            let args: List = parse(tool, arguments)?;
+            let request = ListRequest {
+                path: args.path,
+                recursive: args.recursive,
+                max_entries: args.max_entries,
+            };
+            let listed = exec::list_directory(&roots(&args.instance_id)?, cx.files, &request)?;
+            let more = if listed.truncated { " (truncated)" } else { "" };
+            Ok(Output {
+                summary: format!(
+                    "{} entries in `{}`{more}",
+                    listed.entries.len(),
+                    listed.path
+                ),
+                structured: serde_json::to_value(&listed).unwrap_or(Value::Null),
+                outcome: Outcome::default(),
+            })
+        }
+        _ => {
+            let args: Stat = parse(tool, arguments)?;
+            let stat =
+                exec::stat_path(&roots(&args.instance_id)?, &StatRequest { path: args.path })?;
+            Ok(Output {
+                summary: format!(
+                    "`{}`: {:?}, {} bytes",
+                    stat.path, stat.facts.kind, stat.facts.size
+                ),
+                structured: serde_json::to_value(&stat).unwrap_or(Value::Null),
+                outcome: Outcome::default(),
+            })
+        }
+    }
+}

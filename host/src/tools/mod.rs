@@ -1,0 +1,149 @@
+//! The builtin tools, one file per family behind one [`Tool`] enum.
+//!
+//! Each family owns its argument structs (`deny_unknown_fields`: deserialising the final
+//! arguments is the re-validation after policy rewrites), their JSON schemas, descriptions and
+//! annotations, and the conversion into state or executor calls. Tools run synchronously: the
+//! gateway calls them from its blocking bridge.
+
+mod files;
+mod instances;
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::audit::Outcome;
+use crate::state::{State, StateError, TenantName};
+use hpcgate_executors::files::{FileError, FileLimits};
+
+/// What a tool needs to run for one caller.
+pub struct Context<'a> {
+    pub tenant: &'a TenantName,
+    pub state: &'a State,
+    pub files: &'a FileLimits,
+    pub max_instances: Option<usize>,
+}
+
+/// A tool's result: structured content, a one-line summary, and what the audit log records.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub structured: Value,
+    pub summary: String,
+    pub outcome: Outcome,
+}
+
+/// Why a tool did not run or failed. The message is shown to the agent: it says what was
+/// wrong and what to do, and never contains a host path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolError(pub String);
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<StateError> for ToolError {
+    fn from(e: StateError) -> Self {
+        ToolError(e.to_string())
+    }
+}
+
+impl From<FileError> for ToolError {
+    fn from(e: FileError) -> Self {
+        ToolError(e.to_string())
+    }
+}
+
+/// How a tool presents itself in `tools/list`.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// JSON schema of the arguments.
+    pub input_schema: Value,
+    pub read_only: bool,
+    pub destructive: bool,
+    pub idempotent: bool,
+}
+
+macro_rules! tools {
+    ($($variant:ident => $name:literal),* $(,)?) => {
+        /// Every builtin tool.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Tool {
+            $($variant),*
+        }
+
+        impl Tool {
+            pub const ALL: &'static [Tool] = &[$(Tool::$variant),*];
+
+            /// The exposed name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Tool::$variant => $name),*
+                }
+            }
+        }
+    };
+}
+
+tools! {
+    CreateInstance => "create_instance",
+    ListInstances => "list_instances",
+    ListArchivedInstances => "list_archived_instances",
+    DescribeInstance => "describe_instance",
+    UpdateInstance => "update_instance",
+    ArchiveInstance => "archive_instance",
+    ReadFile => "read_file",
+    WriteFile => "write_file",
+    ListDirectory => "list_directory",
+    StatPath => "stat_path",
+}
+
+impl Tool {
+    pub fn from_name(name: &str) -> Option<Tool> {
+        Tool::ALL.iter().copied().find(|t| t.name() == name)
+    }
+
+    pub fn spec(self) -> ToolSpec {
+        match self {
+            Tool::CreateInstance
+            | Tool::ListInstances
+            | Tool::ListArchivedInstances
+            | Tool::DescribeInstance
+            | Tool::UpdateInstance
+            | Tool::ArchiveInstance => instances::spec(self),
+            Tool::ReadFile | Tool::WriteFile | Tool::ListDirectory | Tool::StatPath => {
+                files::spec(self)
+            }
+        }
+    }
+
+    /// Runs the tool with its final (policy-approved) arguments.
+    pub fn run(self, cx: &Context<'_>, arguments: Map<String, Value>) -> Result<Output, ToolError> {
+        match self {
+            Tool::CreateInstance
+            | Tool::ListInstances
+            | Tool::ListArchivedInstances
+            | Tool::DescribeInstance
+            | Tool::UpdateInstance
+            | Tool::ArchiveInstance => instances::run(self, cx, arguments),
+            Tool::ReadFile | Tool::WriteFile | Tool::ListDirectory | Tool::StatPath => {
+                files::run(self, cx, arguments)
+            }
+        }
+    }
+}
+
+/// Deserialises a tool's arguments; the error names the tool and says what was wrong.
+fn parse<T: DeserializeOwned>(tool: Tool, arguments: Map<String, Value>) -> Result<T, ToolError> {
+    serde_json::from_value(Value::Object(arguments))
+        .map_err(|e| ToolError(format!("invalid arguments for `{}`: {e}", tool.name())))
+}
+
+/// The JSON schema of an argument struct.
+fn schema<T: schemars::JsonSchema>() -> Value {
+    serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
+}

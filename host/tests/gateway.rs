@@ -1,0 +1,264 @@
+//! The dispatch function end to end, in process: real policies (the embedded defaults plus a
+//! test config), the real state directory, cap-std files and the fsync'd audit log — every
+//! call decided, run or refused, and recorded.
+
+use std::path::Path;
+
+use hpcgate::audit::{Scope, verify};
+use hpcgate::config::{Environment, load};
+use hpcgate::gateway::{CallResult, Caller, Gateway};
+use hpcgate::policy::cases::{parse_cases, run_cases};
+use hpcgate::policy::{EngineSettings, PolicyEngine};
+use hpcgate::state::TenantName;
+use serde_json::{Map, Value, json};
+
+const CONFIG: &str = r#"
+[[policies]]
+name = "tools"
+module = "stock:tool-filter"
+[policies.config]
+deny = ["host_exec", "list_archived_instances"]
+
+[[policies]]
+name = "paths"
+module = "stock:path-rules"
+[policies.config]
+deny_read = ["**/.ssh/**"]
+deny_write = ["**/.git/**"]
+"#;
+
+fn gateway(dir: &Path) -> Gateway {
+    let config = dir.join("gateway.toml");
+    let toml = format!(
+        "state_dir = {:?}\n{CONFIG}",
+        dir.join("state").display().to_string()
+    );
+    std::fs::write(&config, toml).unwrap();
+    let env = Environment {
+        home: Some(dir.join("home")),
+        config_home: None,
+        data_home: None,
+        explicit: Some(config),
+    };
+    let mut settings = load(&env).unwrap().settings().unwrap();
+    settings.engine.cache_dir =
+        Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("gateway-policy-cache"));
+    Gateway::open(settings).unwrap()
+}
+
+fn caller(tenant: &str) -> Caller {
+    Caller {
+        tenant: TenantName::parse(tenant).unwrap(),
+        principal: format!("{tenant}-user"),
+    }
+}
+
+fn args(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => unreachable!("arguments are objects"),
+    }
+}
+
+fn ok(result: CallResult) -> Value {
+    assert!(!result.is_error, "{}", result.text);
+    result.structured
+}
+
+#[test]
+fn create_write_read_round_trip_is_audited_and_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path());
+    let alice = caller("chem");
+    ok(gw.call(
+        &alice,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    ok(gw.call(&alice, "write_file", args(json!({"instance_id": "run1", "path": "notes/a.txt", "content": "hello", "create_dirs": true}))));
+    let read = ok(gw.call(
+        &alice,
+        "read_file",
+        args(json!({"instance_id": "run1", "path": "/workspace/notes/a.txt"})),
+    ));
+    assert_eq!(read["content"], "hello");
+    assert_eq!(read["eof"], true);
+
+    let audit_dir = dir.path().join("state/audit");
+    let report = verify(&audit_dir, None).unwrap();
+    assert!(report.intact, "{report:?}");
+    // Three decision records and three outcome records.
+    assert_eq!(report.records, 6);
+    let log = std::fs::read_to_string(audit_dir.join("audit-000001.jsonl")).unwrap();
+    assert!(
+        !log.contains("hello"),
+        "write_file content is redacted in the audit log"
+    );
+    let (cases, skipped) = parse_cases(&log).unwrap();
+    assert_eq!((cases.len(), skipped), (3, 3));
+    let engine = PolicyEngine::new(EngineSettings {
+        cache_dir: None,
+        ..EngineSettings::default()
+    })
+    .unwrap();
+    let (config, base) = hpcgate::config::Config::load(&dir.path().join("gateway.toml")).unwrap();
+    let chain = config.build_chain(&engine, &base).unwrap();
+    assert!(
+        run_cases(&chain, &cases).is_empty(),
+        "the audit log replays to the same decisions"
+    );
+}
+
+#[test]
+fn a_denied_call_does_nothing_and_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path());
+    let alice = caller("chem");
+    ok(gw.call(
+        &alice,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    let denied = gw.call(&alice, "write_file", args(json!({"instance_id": "run1", "path": ".git/config", "content": "x", "create_dirs": true})));
+    assert!(denied.is_error);
+    assert!(
+        denied.text.starts_with("denied by policy `paths`: "),
+        "{}",
+        denied.text
+    );
+    assert!(
+        denied.text.contains("/workspace/.git/config"),
+        "{}",
+        denied.text
+    );
+    let stat = gw.call(
+        &alice,
+        "stat_path",
+        args(json!({"instance_id": "run1", "path": ".git"})),
+    );
+    assert!(stat.is_error, "nothing was written: {}", stat.text);
+
+    let log =
+        hpcgate::audit::AuditLog::open(dir.path().join("state/audit"), Default::default()).unwrap();
+    let records: Vec<_> = log
+        .tail(&Scope::AllTenants, &Default::default(), 100)
+        .unwrap();
+    let denial = records
+        .iter()
+        .find(|r| r.entry.tool.as_deref() == Some("write_file") && r.entry.decision.is_some())
+        .expect("the denial is recorded");
+    assert_eq!(
+        serde_json::to_value(&denial.entry.decision).unwrap()["decision"],
+        "deny"
+    );
+}
+
+#[test]
+fn tools_list_hides_what_policy_forbids() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path());
+    let names: Vec<_> = gw.tools(&caller("chem")).iter().map(|t| t.name).collect();
+    assert!(names.contains(&"create_instance") && names.contains(&"read_file"));
+    assert!(!names.contains(&"list_archived_instances"), "{names:?}");
+    let write = gw
+        .tools(&caller("chem"))
+        .into_iter()
+        .find(|t| t.name == "write_file")
+        .unwrap();
+    assert_eq!(
+        write.input_schema["properties"]["content"]["type"],
+        "string"
+    );
+    assert!(!write.read_only && write.destructive);
+}
+
+#[test]
+fn tenants_are_isolated_and_escapes_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path());
+    let (chem, bio) = (caller("chem"), caller("bio"));
+    ok(gw.call(
+        &chem,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    ok(gw.call(
+        &chem,
+        "write_file",
+        args(json!({"instance_id": "run1", "path": "secret.txt", "content": "chem data"})),
+    ));
+    let guessed = gw.call(
+        &bio,
+        "read_file",
+        args(json!({"instance_id": "run1", "path": "secret.txt"})),
+    );
+    assert!(
+        guessed.is_error && !guessed.text.contains("chem"),
+        "{}",
+        guessed.text
+    );
+    ok(gw.call(
+        &bio,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    let own = gw.call(
+        &bio,
+        "read_file",
+        args(json!({"instance_id": "run1", "path": "secret.txt"})),
+    );
+    assert!(
+        own.is_error,
+        "bio's run1 is a different instance: {}",
+        own.text
+    );
+
+    let state = dir.path().join("state").display().to_string();
+    for path in [
+        "../../../../etc/passwd",
+        "/etc/passwd",
+        "/workspace/../output/../../x",
+    ] {
+        let escape = gw.call(
+            &chem,
+            "read_file",
+            args(json!({"instance_id": "run1", "path": path})),
+        );
+        assert!(escape.is_error, "{path}");
+        assert!(
+            !escape.text.contains(&state),
+            "no host path in errors: {}",
+            escape.text
+        );
+    }
+    for id in ["../run1", "run1/../../x", "RUN1", "run1\n"] {
+        let bad = gw.call(&chem, "describe_instance", args(json!({"instance_id": id})));
+        assert!(bad.is_error, "{id:?}");
+    }
+}
+
+#[test]
+fn bad_arguments_and_unknown_tools_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path());
+    let alice = caller("chem");
+    let unknown = gw.call(&alice, "rm_rf", Map::new());
+    assert_eq!(
+        unknown.text,
+        "unknown tool `rm_rf`; call tools/list for the tools you may use"
+    );
+    let extra = gw.call(
+        &alice,
+        "create_instance",
+        args(json!({"instance_id": "a", "colour": "red"})),
+    );
+    assert!(
+        extra
+            .text
+            .starts_with("invalid arguments for `create_instance`: unknown field `colour`"),
+        "{}",
+        extra.text
+    );
+    let report = verify(&dir.path().join("state/audit"), None).unwrap();
+    assert!(report.intact && report.records == 3, "{report:?}");
+}
