@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# setup.sh: install what hpcgate's build and tests need, idempotently, on a Debian machine with
-# rustup. Safe to run again: it only installs what is missing.
+# setup.sh [--no-slurm]: install what hpcgate's build and tests need, idempotently, on a Debian
+# machine with rustup. Safe to run again: it only installs what is missing. Everything it says
+# goes to stderr (scripts/run.sh keeps stdout for the MCP stream).
 #
-#   Debian packages: bubblewrap (the sandbox), slurm-wlm + munge (the local test cluster)
+#   Debian packages: bubblewrap (the sandbox), slurm-wlm + munge (the local test cluster; not
+#   with --no-slurm)
 #   Rust: the toolchain and wasm32 target pinned in rust-toolchain.toml, clippy, rustfmt
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf 'setup: %s\n' "$*" >&2; }
+exec 1>&2
+slurm=yes
+[ "${1:-}" = "--no-slurm" ] && slurm=no
 
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
-{ command -v sbatch >/dev/null 2>&1 && [ -x /usr/sbin/slurmctld ]; } || missing+=(slurm-wlm)
-[ -x /usr/sbin/munged ] || missing+=(munge)
+if [ "$slurm" = yes ]; then
+    { command -v sbatch >/dev/null 2>&1 && [ -x /usr/sbin/slurmctld ]; } || missing+=(slurm-wlm)
+    [ -x /usr/sbin/munged ] || missing+=(munge)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         log "missing Debian packages: ${missing[*]}; run: sudo apt-get install ${missing[*]}"

@@ -5,6 +5,7 @@ mod audit;
 mod config;
 mod doctor;
 mod policy;
+mod run;
 mod scaffold;
 
 use std::io::Write;
@@ -22,6 +23,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the gateway as an MCP server on stdio.
+    Run(run::RunArgs),
     /// Check, test, benchmark and scaffold policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
@@ -39,6 +42,7 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run(args) => run::run(args),
         Command::Policy(command) => policy::run(command),
         Command::Audit(command) => audit::run(command),
         Command::Config(command) => config::run(command),

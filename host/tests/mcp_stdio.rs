@@ -1,0 +1,106 @@
+//! The real binary over stdio with the rmcp client: the handshake, `tools/list` after policy,
+//! tool calls with structured results, and a denial coming back as a tool error.
+
+use std::path::Path;
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::TokioChildProcess;
+use serde_json::{Map, Value, json};
+
+fn config(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("gateway.toml");
+    let text = format!(
+        "state_dir = {:?}\n\n[[policies]]\nname = \"tools\"\nmodule = \"stock:tool-filter\"\n\
+         [policies.config]\ndeny = [\"list_archived_instances\"]\n\n[[policies]]\nname = \"paths\"\n\
+         module = \"stock:path-rules\"\n[policies.config]\ndeny_write = [\"**/.git/**\"]\n",
+        dir.join("state").display().to_string()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn args(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => unreachable!(),
+    }
+}
+
+#[tokio::test]
+async fn an_mcp_client_lists_calls_and_is_refused_over_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"));
+    command
+        .arg("run")
+        .arg("--config")
+        .arg(config(dir.path()))
+        .env("HOME", dir.path().join("home"))
+        .env(
+            "XDG_CACHE_HOME",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-cache"),
+        )
+        .env_remove("HPCGATE_CONFIG");
+    let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
+    let info = client.peer_info().unwrap();
+    assert_eq!(
+        info.server_info.as_ref().map(|s| s.name.as_str()),
+        Some("hpcgate")
+    );
+
+    let tools = client.list_all_tools().await.unwrap();
+    let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
+    assert!(
+        names.contains(&"create_instance".to_owned()) && names.contains(&"write_file".to_owned())
+    );
+    assert!(
+        !names.contains(&"list_archived_instances".to_owned()),
+        "hidden by policy: {names:?}"
+    );
+
+    let call = |name: &'static str, arguments: Value| {
+        CallToolRequestParams::new(name).with_arguments(args(arguments))
+    };
+    let created = client
+        .call_tool(call("create_instance", json!({"instance_id": "run1"})))
+        .await
+        .unwrap();
+    assert_eq!(created.is_error, Some(false));
+    assert_eq!(
+        created.structured_content.unwrap()["instance"]["id"],
+        "run1"
+    );
+
+    let written = client
+        .call_tool(call(
+            "write_file",
+            json!({"instance_id": "run1", "path": "a.txt", "content": "over stdio"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(written.is_error, Some(false));
+    let read = client
+        .call_tool(call(
+            "read_file",
+            json!({"instance_id": "run1", "path": "a.txt"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(read.structured_content.unwrap()["content"], "over stdio");
+
+    let denied = client
+        .call_tool(call(
+            "write_file",
+            json!({"instance_id": "run1", "path": ".git/x", "content": "no"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(denied.is_error, Some(true));
+    let text = serde_json::to_string(&denied.content).unwrap();
+    assert!(text.contains("denied by policy `paths`"), "{text}");
+
+    client.cancel().await.unwrap();
+    let report = hpcgate::audit::verify(&dir.path().join("state/audit"), None).unwrap();
+    // Three allowed calls (decision + outcome each) and one denial (decision only).
+    assert!(report.intact && report.records == 7, "{report:?}");
+}
