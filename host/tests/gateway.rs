@@ -262,3 +262,60 @@ fn bad_arguments_and_unknown_tools_are_clear_errors() {
     let report = verify(&dir.path().join("state/audit"), None).unwrap();
     assert!(report.intact && report.records == 3, "{report:?}");
 }
+
+#[test]
+fn directory_move_delete_and_search_go_through_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path());
+    let alice = caller("chem");
+    let on = |tool: &str, arguments: Value| {
+        let mut arguments = args(arguments);
+        arguments.insert("instance_id".into(), json!("run1"));
+        gw.call(&alice, tool, arguments)
+    };
+    ok(gw.call(
+        &alice,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    ok(on(
+        "make_directory",
+        json!({"path": "src/deep", "parents": true}),
+    ));
+    ok(on(
+        "write_file",
+        json!({"path": "src/deep/a.rs", "content": "fn main() {}"}),
+    ));
+    let found = ok(on("search_files", json!({"pattern": "**/*.rs"})));
+    assert_eq!(
+        found["matches"][0]["path"], "/workspace/src/deep/a.rs",
+        "{found}"
+    );
+
+    let into_git = on(
+        "move_path",
+        json!({"source": "src/deep/a.rs", "destination": ".git/hooks/pre-commit"}),
+    );
+    assert!(
+        into_git
+            .text
+            .starts_with("denied by policy `paths`: argument `destination`"),
+        "{}",
+        into_git.text
+    );
+    ok(on(
+        "move_path",
+        json!({"source": "src/deep/a.rs", "destination": "/output/a.rs"}),
+    ));
+    assert!(on("stat_path", json!({"path": "src/deep/a.rs"})).is_error);
+    ok(on("stat_path", json!({"path": "/output/a.rs"})));
+
+    let not_empty = on("delete_path", json!({"path": "src"}));
+    assert!(
+        not_empty.is_error,
+        "a non-empty directory needs recursive: {}",
+        not_empty.text
+    );
+    ok(on("delete_path", json!({"path": "src", "recursive": true})));
+    assert!(on("stat_path", json!({"path": "src"})).is_error);
+}

@@ -1,4 +1,5 @@
-//! File tools: `read_file`, `write_file`, `list_directory`, `stat_path`. Paths are in the
+//! File tools: `read_file`, `write_file`, `list_directory`, `stat_path`, `make_directory`,
+//! `move_path`, `delete_path`, `search_files`. Paths are in the
 //! sandbox view (`/workspace/…`, `/output/…`, relative → workspace); every operation runs
 //! beneath the instance's directories through the cap-std executor, which refuses escapes.
 
@@ -10,8 +11,8 @@ use super::{Context, Output, Tool, ToolError, ToolSpec, parse, schema};
 use crate::audit::Outcome;
 use crate::state::InstanceId;
 use hpcgate_executors::files::{
-    self as exec, Encoding, InstanceRoots, ListRequest, ReadRequest, StatRequest, WriteMode,
-    WriteRequest,
+    self as exec, DeleteRequest, Encoding, InstanceRoots, ListRequest, MakeDirectoryRequest,
+    MoveRequest, ReadRequest, SearchRequest, StatRequest, WriteMode, WriteRequest,
 };
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
@@ -80,6 +81,48 @@ struct Stat {
     path: String,
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct MakeDirectory {
+    instance_id: String,
+    path: String,
+    /// Create missing parents too.
+    #[serde(default)]
+    parents: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Move {
+    instance_id: String,
+    source: String,
+    destination: String,
+    /// Replace an existing destination.
+    #[serde(default)]
+    overwrite: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Delete {
+    instance_id: String,
+    path: String,
+    /// Required to delete a non-empty directory.
+    #[serde(default)]
+    recursive: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Search {
+    instance_id: String,
+    /// Glob over paths relative to `path`: `*` stays within a directory, `**` crosses them.
+    pattern: String,
+    #[serde(default = "workspace")]
+    path: String,
+    max_results: Option<usize>,
+}
+
 fn workspace() -> String {
     "/workspace".to_owned()
 }
@@ -107,13 +150,47 @@ pub(super) fn spec(tool: Tool) -> ToolSpec {
             false,
             true,
         ),
-        _ => (
+        Tool::StatPath => (
             "Describe a path of an instance without following a final symlink.",
             schema::<Stat>(),
             true,
             false,
             true,
         ),
+        Tool::MakeDirectory => (
+            "Create a directory in an instance.",
+            schema::<MakeDirectory>(),
+            false,
+            false,
+            true,
+        ),
+        Tool::MovePath => (
+            "Move or rename a file or directory within an instance (across /workspace and /output too).",
+            schema::<Move>(),
+            false,
+            true,
+            false,
+        ),
+        Tool::DeletePath => (
+            "Delete a file, a symlink (never its target) or, with recursive, a directory tree.",
+            schema::<Delete>(),
+            false,
+            true,
+            true,
+        ),
+        Tool::SearchFiles => (
+            "Find paths in an instance matching a glob.",
+            schema::<Search>(),
+            true,
+            false,
+            true,
+        ),
+        Tool::CreateInstance
+        | Tool::ListInstances
+        | Tool::ListArchivedInstances
+        | Tool::DescribeInstance
+        | Tool::UpdateInstance
+        | Tool::ArchiveInstance => unreachable!("`{}` is not a file tool", tool.name()),
     };
     ToolSpec {
         name: tool.name(),
@@ -211,18 +288,77 @@ pub(super) fn run(
                 outcome: Outcome::default(),
             })
         }
-        _ => {
+        Tool::StatPath => {
             let args: Stat = parse(tool, arguments)?;
             let stat =
                 exec::stat_path(&roots(&args.instance_id)?, &StatRequest { path: args.path })?;
-            Ok(Output {
-                summary: format!(
-                    "`{}`: {:?}, {} bytes",
-                    stat.path, stat.facts.kind, stat.facts.size
-                ),
-                structured: serde_json::to_value(&stat).unwrap_or(Value::Null),
-                outcome: Outcome::default(),
-            })
+            let summary = format!(
+                "`{}`: {:?}, {} bytes",
+                stat.path, stat.facts.kind, stat.facts.size
+            );
+            Ok(output(&stat, summary))
         }
+        Tool::MakeDirectory => {
+            let args: MakeDirectory = parse(tool, arguments)?;
+            let request = MakeDirectoryRequest {
+                path: args.path,
+                parents: args.parents,
+            };
+            let made = exec::make_directory(&roots(&args.instance_id)?, &request)?;
+            let verb = if made.created {
+                "created"
+            } else {
+                "already there:"
+            };
+            let summary = format!("{verb} `{}`", made.path);
+            Ok(output(&made, summary))
+        }
+        Tool::MovePath => {
+            let args: Move = parse(tool, arguments)?;
+            let request = MoveRequest {
+                from: args.source,
+                to: args.destination,
+                overwrite: args.overwrite,
+            };
+            let moved = exec::move_path(&roots(&args.instance_id)?, &request)?;
+            let summary = format!("moved `{}` to `{}`", moved.from, moved.to);
+            Ok(output(&moved, summary))
+        }
+        Tool::DeletePath => {
+            let args: Delete = parse(tool, arguments)?;
+            let request = DeleteRequest {
+                path: args.path,
+                recursive: args.recursive,
+            };
+            let deleted = exec::delete_path(&roots(&args.instance_id)?, cx.files, &request)?;
+            let summary = format!("deleted `{}`", deleted.path);
+            Ok(output(&deleted, summary))
+        }
+        Tool::SearchFiles => {
+            let args: Search = parse(tool, arguments)?;
+            let request = SearchRequest {
+                path: args.path,
+                pattern: args.pattern,
+                max_results: args.max_results,
+            };
+            let found = exec::search_files(&roots(&args.instance_id)?, cx.files, &request)?;
+            let more = if found.truncated { " (truncated)" } else { "" };
+            let summary = format!("{} matches in `{}`{more}", found.matches.len(), found.path);
+            Ok(output(&found, summary))
+        }
+        Tool::CreateInstance
+        | Tool::ListInstances
+        | Tool::ListArchivedInstances
+        | Tool::DescribeInstance
+        | Tool::UpdateInstance
+        | Tool::ArchiveInstance => unreachable!("`{}` is not a file tool", tool.name()),
+    }
+}
+
+fn output(result: &impl serde::Serialize, summary: String) -> Output {
+    Output {
+        structured: serde_json::to_value(result).unwrap_or(Value::Null),
+        summary,
+        outcome: Outcome::default(),
     }
 }

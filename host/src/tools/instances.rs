@@ -77,13 +77,21 @@ pub(super) fn spec(tool: Tool) -> ToolSpec {
             false,
             true,
         ),
-        _ => (
+        Tool::ArchiveInstance => (
             "Archive an instance (refused while it has running jobs); its files are kept.",
             schema::<ById>(),
             false,
             true,
             true,
         ),
+        Tool::ReadFile
+        | Tool::WriteFile
+        | Tool::ListDirectory
+        | Tool::StatPath
+        | Tool::MakeDirectory
+        | Tool::MovePath
+        | Tool::DeletePath
+        | Tool::SearchFiles => unreachable!("`{}` is not an instance tool", tool.name()),
     };
     ToolSpec {
         name: tool.name(),
@@ -149,7 +157,7 @@ pub(super) fn run(
                 format!("updated instance `{}`", instance.id),
             ))
         }
-        _ => {
+        Tool::ArchiveInstance => {
             let args: ById = parse(tool, arguments)?;
             let id = InstanceId::parse(&args.instance_id)?;
             // Local jobs are not wired to the gateway yet: a recorded job that is not final
@@ -160,6 +168,14 @@ pub(super) fn run(
                 format!("archived instance `{}`", instance.id),
             ))
         }
+        Tool::ReadFile
+        | Tool::WriteFile
+        | Tool::ListDirectory
+        | Tool::StatPath
+        | Tool::MakeDirectory
+        | Tool::MovePath
+        | Tool::DeletePath
+        | Tool::SearchFiles => unreachable!("`{}` is not an instance tool", tool.name()),
     }
 }
 

@@ -100,6 +100,10 @@ tools! {
     WriteFile => "write_file",
     ListDirectory => "list_directory",
     StatPath => "stat_path",
+    MakeDirectory => "make_directory",
+    MovePath => "move_path",
+    DeletePath => "delete_path",
+    SearchFiles => "search_files",
 }
 
 impl Tool {
@@ -115,9 +119,14 @@ impl Tool {
             | Tool::DescribeInstance
             | Tool::UpdateInstance
             | Tool::ArchiveInstance => instances::spec(self),
-            Tool::ReadFile | Tool::WriteFile | Tool::ListDirectory | Tool::StatPath => {
-                files::spec(self)
-            }
+            Tool::ReadFile
+            | Tool::WriteFile
+            | Tool::ListDirectory
+            | Tool::StatPath
+            | Tool::MakeDirectory
+            | Tool::MovePath
+            | Tool::DeletePath
+            | Tool::SearchFiles => files::spec(self),
         }
     }
 
@@ -130,9 +139,14 @@ impl Tool {
             | Tool::DescribeInstance
             | Tool::UpdateInstance
             | Tool::ArchiveInstance => instances::run(self, cx, arguments),
-            Tool::ReadFile | Tool::WriteFile | Tool::ListDirectory | Tool::StatPath => {
-                files::run(self, cx, arguments)
-            }
+            Tool::ReadFile
+            | Tool::WriteFile
+            | Tool::ListDirectory
+            | Tool::StatPath
+            | Tool::MakeDirectory
+            | Tool::MovePath
+            | Tool::DeletePath
+            | Tool::SearchFiles => files::run(self, cx, arguments),
         }
     }
 }
@@ -146,4 +160,43 @@ fn parse<T: DeserializeOwned>(tool: Tool, arguments: Map<String, Value>) -> Resu
 /// The JSON schema of an argument struct.
 fn schema<T: schemars::JsonSchema>() -> Value {
     serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tool;
+
+    /// `read_only` decides whether path policies check `deny_write`: a tool that changes
+    /// anything must never claim to be read-only.
+    #[test]
+    fn only_tools_that_change_nothing_are_read_only() {
+        let read_only: Vec<_> = Tool::ALL
+            .iter()
+            .filter(|t| t.spec().read_only)
+            .map(|t| t.name())
+            .collect();
+        assert_eq!(
+            read_only,
+            [
+                "list_instances",
+                "list_archived_instances",
+                "describe_instance",
+                "read_file",
+                "list_directory",
+                "stat_path",
+                "search_files"
+            ]
+        );
+        for tool in Tool::ALL {
+            let spec = tool.spec();
+            assert_eq!(spec.name, tool.name());
+            assert!(!(spec.read_only && spec.destructive), "{}", spec.name);
+            assert_eq!(Tool::from_name(spec.name), Some(*tool));
+            assert_eq!(
+                spec.input_schema["additionalProperties"], false,
+                "{}",
+                spec.name
+            );
+        }
+    }
 }
