@@ -71,9 +71,8 @@ impl Gateway {
 
     /// The tools `caller` may see: every builtin tool the list phase of the chain allows.
     pub fn tools(&self, caller: &Caller) -> Vec<ToolSpec> {
-        Tool::ALL
-            .iter()
-            .map(|tool| tool.spec())
+        Tool::all()
+            .map(Tool::spec)
             .filter(|spec| {
                 !self
                     .chain

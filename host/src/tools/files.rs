@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{Context, Output, Tool, ToolError, ToolSpec, parse, schema};
+use super::{Context, Output, ToolError, ToolSpec, parse, schema, tool_family};
 use crate::audit::Outcome;
 use crate::state::InstanceId;
 use hpcgate_executors::files::{
@@ -29,6 +29,20 @@ impl From<Enc> for Encoding {
             Enc::Utf8 => Encoding::Utf8,
             Enc::Base64 => Encoding::Base64,
         }
+    }
+}
+
+tool_family! {
+    /// The file tools.
+    FileTool {
+        ReadFile => "read_file",
+        WriteFile => "write_file",
+        ListDirectory => "list_directory",
+        StatPath => "stat_path",
+        MakeDirectory => "make_directory",
+        MovePath => "move_path",
+        DeletePath => "delete_path",
+        SearchFiles => "search_files",
     }
 }
 
@@ -127,70 +141,64 @@ fn workspace() -> String {
     "/workspace".to_owned()
 }
 
-pub(super) fn spec(tool: Tool) -> ToolSpec {
+pub(super) fn spec(tool: FileTool) -> ToolSpec {
     let (description, input_schema, read_only, destructive, idempotent) = match tool {
-        Tool::ReadFile => (
+        FileTool::ReadFile => (
             "Read a file of an instance (utf8 text or base64), from an offset; says whether the end was reached.",
             schema::<Read>(),
             true,
             false,
             true,
         ),
-        Tool::WriteFile => (
+        FileTool::WriteFile => (
             "Write a file of an instance atomically (or append).",
             schema::<Write>(),
             false,
             true,
             false,
         ),
-        Tool::ListDirectory => (
+        FileTool::ListDirectory => (
             "List a directory of an instance, optionally recursively.",
             schema::<List>(),
             true,
             false,
             true,
         ),
-        Tool::StatPath => (
+        FileTool::StatPath => (
             "Describe a path of an instance without following a final symlink.",
             schema::<Stat>(),
             true,
             false,
             true,
         ),
-        Tool::MakeDirectory => (
+        FileTool::MakeDirectory => (
             "Create a directory in an instance.",
             schema::<MakeDirectory>(),
             false,
             false,
             true,
         ),
-        Tool::MovePath => (
+        FileTool::MovePath => (
             "Move or rename a file or directory within an instance (across /workspace and /output too).",
             schema::<Move>(),
             false,
             true,
             false,
         ),
-        Tool::DeletePath => (
+        FileTool::DeletePath => (
             "Delete a file, a symlink (never its target) or, with recursive, a directory tree.",
             schema::<Delete>(),
             false,
             true,
             true,
         ),
-        Tool::SearchFiles => (
+        FileTool::SearchFiles => (
             "Find paths in an instance matching a glob.",
             schema::<Search>(),
             true,
             false,
             true,
         ),
-        Tool::CreateInstance
-        | Tool::ListInstances
-        | Tool::ListArchivedInstances
-        | Tool::DescribeInstance
-        | Tool::UpdateInstance
-        | Tool::ArchiveInstance => unreachable!("`{}` is not a file tool", tool.name()),
     };
     ToolSpec {
         name: tool.name(),
@@ -203,7 +211,7 @@ pub(super) fn spec(tool: Tool) -> ToolSpec {
 }
 
 pub(super) fn run(
-    tool: Tool,
+    tool: FileTool,
     cx: &Context<'_>,
     arguments: Map<String, Value>,
 ) -> Result<Output, ToolError> {
@@ -217,8 +225,8 @@ pub(super) fn run(
         )?)
     };
     match tool {
-        Tool::ReadFile => {
-            let args: Read = parse(tool, arguments)?;
+        FileTool::ReadFile => {
+            let args: Read = parse(tool.name(), arguments)?;
             let request = ReadRequest {
                 path: args.path,
                 offset: args.offset,
@@ -242,8 +250,8 @@ pub(super) fn run(
                 },
             })
         }
-        Tool::WriteFile => {
-            let args: Write = parse(tool, arguments)?;
+        FileTool::WriteFile => {
+            let args: Write = parse(tool.name(), arguments)?;
             let data = exec::decode(&args.path, &args.content, args.encoding.into())?;
             let mode = if args.append {
                 WriteMode::Append
@@ -269,8 +277,8 @@ pub(super) fn run(
                 structured: serde_json::to_value(&written).unwrap_or(Value::Null),
             })
         }
-        Tool::ListDirectory => {
-            let args: List = parse(tool, arguments)?;
+        FileTool::ListDirectory => {
+            let args: List = parse(tool.name(), arguments)?;
             let request = ListRequest {
                 path: args.path,
                 recursive: args.recursive,
@@ -288,8 +296,8 @@ pub(super) fn run(
                 outcome: Outcome::default(),
             })
         }
-        Tool::StatPath => {
-            let args: Stat = parse(tool, arguments)?;
+        FileTool::StatPath => {
+            let args: Stat = parse(tool.name(), arguments)?;
             let stat =
                 exec::stat_path(&roots(&args.instance_id)?, &StatRequest { path: args.path })?;
             let summary = format!(
@@ -298,8 +306,8 @@ pub(super) fn run(
             );
             Ok(output(&stat, summary))
         }
-        Tool::MakeDirectory => {
-            let args: MakeDirectory = parse(tool, arguments)?;
+        FileTool::MakeDirectory => {
+            let args: MakeDirectory = parse(tool.name(), arguments)?;
             let request = MakeDirectoryRequest {
                 path: args.path,
                 parents: args.parents,
@@ -313,8 +321,8 @@ pub(super) fn run(
             let summary = format!("{verb} `{}`", made.path);
             Ok(output(&made, summary))
         }
-        Tool::MovePath => {
-            let args: Move = parse(tool, arguments)?;
+        FileTool::MovePath => {
+            let args: Move = parse(tool.name(), arguments)?;
             let request = MoveRequest {
                 from: args.source,
                 to: args.destination,
@@ -324,8 +332,8 @@ pub(super) fn run(
             let summary = format!("moved `{}` to `{}`", moved.from, moved.to);
             Ok(output(&moved, summary))
         }
-        Tool::DeletePath => {
-            let args: Delete = parse(tool, arguments)?;
+        FileTool::DeletePath => {
+            let args: Delete = parse(tool.name(), arguments)?;
             let request = DeleteRequest {
                 path: args.path,
                 recursive: args.recursive,
@@ -334,8 +342,8 @@ pub(super) fn run(
             let summary = format!("deleted `{}`", deleted.path);
             Ok(output(&deleted, summary))
         }
-        Tool::SearchFiles => {
-            let args: Search = parse(tool, arguments)?;
+        FileTool::SearchFiles => {
+            let args: Search = parse(tool.name(), arguments)?;
             let request = SearchRequest {
                 path: args.path,
                 pattern: args.pattern,
@@ -346,12 +354,6 @@ pub(super) fn run(
             let summary = format!("{} matches in `{}`{more}", found.matches.len(), found.path);
             Ok(output(&found, summary))
         }
-        Tool::CreateInstance
-        | Tool::ListInstances
-        | Tool::ListArchivedInstances
-        | Tool::DescribeInstance
-        | Tool::UpdateInstance
-        | Tool::ArchiveInstance => unreachable!("`{}` is not a file tool", tool.name()),
     }
 }
 

@@ -6,9 +6,21 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{Context, Output, Tool, ToolError, ToolSpec, parse, schema};
+use super::{Context, Output, ToolError, ToolSpec, parse, schema, tool_family};
 use crate::audit::Outcome;
 use crate::state::{Instance, InstanceId, NewInstance, Page, PageRequest};
+
+tool_family! {
+    /// The instance tools.
+    InstanceTool {
+        CreateInstance => "create_instance",
+        ListInstances => "list_instances",
+        ListArchivedInstances => "list_archived_instances",
+        DescribeInstance => "describe_instance",
+        UpdateInstance => "update_instance",
+        ArchiveInstance => "archive_instance",
+    }
+}
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -40,58 +52,50 @@ struct Update {
     description: String,
 }
 
-pub(super) fn spec(tool: Tool) -> ToolSpec {
+pub(super) fn spec(tool: InstanceTool) -> ToolSpec {
     let (description, input_schema, read_only, destructive, idempotent) = match tool {
-        Tool::CreateInstance => (
+        InstanceTool::CreateInstance => (
             "Create a sandbox instance: a private /workspace and /output where jobs run and files live. Start here.",
             schema::<Create>(),
             false,
             false,
             false,
         ),
-        Tool::ListInstances => (
+        InstanceTool::ListInstances => (
             "List your live instances.",
             schema::<List>(),
             true,
             false,
             true,
         ),
-        Tool::ListArchivedInstances => (
+        InstanceTool::ListArchivedInstances => (
             "List your archived instances.",
             schema::<List>(),
             true,
             false,
             true,
         ),
-        Tool::DescribeInstance => (
+        InstanceTool::DescribeInstance => (
             "Describe one instance.",
             schema::<ById>(),
             true,
             false,
             true,
         ),
-        Tool::UpdateInstance => (
+        InstanceTool::UpdateInstance => (
             "Change an instance's description.",
             schema::<Update>(),
             false,
             false,
             true,
         ),
-        Tool::ArchiveInstance => (
+        InstanceTool::ArchiveInstance => (
             "Archive an instance (refused while it has running jobs); its files are kept.",
             schema::<ById>(),
             false,
             true,
             true,
         ),
-        Tool::ReadFile
-        | Tool::WriteFile
-        | Tool::ListDirectory
-        | Tool::StatPath
-        | Tool::MakeDirectory
-        | Tool::MovePath
-        | Tool::DeletePath
-        | Tool::SearchFiles => unreachable!("`{}` is not an instance tool", tool.name()),
     };
     ToolSpec {
         name: tool.name(),
@@ -104,13 +108,13 @@ pub(super) fn spec(tool: Tool) -> ToolSpec {
 }
 
 pub(super) fn run(
-    tool: Tool,
+    tool: InstanceTool,
     cx: &Context<'_>,
     arguments: Map<String, Value>,
 ) -> Result<Output, ToolError> {
     match tool {
-        Tool::CreateInstance => {
-            let args: Create = parse(tool, arguments)?;
+        InstanceTool::CreateInstance => {
+            let args: Create = parse(tool.name(), arguments)?;
             let id = args
                 .instance_id
                 .as_deref()
@@ -127,10 +131,10 @@ pub(super) fn run(
                 format!("created instance `{}`", instance.id),
             ))
         }
-        Tool::ListInstances | Tool::ListArchivedInstances => {
-            let args: List = parse(tool, arguments)?;
+        InstanceTool::ListInstances | InstanceTool::ListArchivedInstances => {
+            let args: List = parse(tool.name(), arguments)?;
             let page = PageRequest::new(args.limit.unwrap_or(50), args.offset.unwrap_or(0))?;
-            let (page, noun) = if tool == Tool::ListInstances {
+            let (page, noun) = if tool == InstanceTool::ListInstances {
                 (cx.state.list(cx.tenant, page)?, "instances")
             } else {
                 (
@@ -140,15 +144,15 @@ pub(super) fn run(
             };
             Ok(listing(&page, noun))
         }
-        Tool::DescribeInstance => {
-            let args: ById = parse(tool, arguments)?;
+        InstanceTool::DescribeInstance => {
+            let args: ById = parse(tool.name(), arguments)?;
             let instance = cx
                 .state
                 .describe(cx.tenant, &InstanceId::parse(&args.instance_id)?)?;
             Ok(one(&instance, format!("instance `{}`", instance.id)))
         }
-        Tool::UpdateInstance => {
-            let args: Update = parse(tool, arguments)?;
+        InstanceTool::UpdateInstance => {
+            let args: Update = parse(tool.name(), arguments)?;
             let id = InstanceId::parse(&args.instance_id)?;
             let description = Some(Some(args.description).filter(|d| !d.is_empty()));
             let instance = cx.state.update(cx.tenant, &id, description)?;
@@ -157,8 +161,8 @@ pub(super) fn run(
                 format!("updated instance `{}`", instance.id),
             ))
         }
-        Tool::ArchiveInstance => {
-            let args: ById = parse(tool, arguments)?;
+        InstanceTool::ArchiveInstance => {
+            let args: ById = parse(tool.name(), arguments)?;
             let id = InstanceId::parse(&args.instance_id)?;
             // Local jobs are not wired to the gateway yet: a recorded job that is not final
             // is treated as running, which refuses the archive (the safe side).
@@ -168,14 +172,6 @@ pub(super) fn run(
                 format!("archived instance `{}`", instance.id),
             ))
         }
-        Tool::ReadFile
-        | Tool::WriteFile
-        | Tool::ListDirectory
-        | Tool::StatPath
-        | Tool::MakeDirectory
-        | Tool::MovePath
-        | Tool::DeletePath
-        | Tool::SearchFiles => unreachable!("`{}` is not an instance tool", tool.name()),
     }
 }
 

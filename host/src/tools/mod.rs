@@ -68,93 +68,78 @@ pub struct ToolSpec {
     pub idempotent: bool,
 }
 
-macro_rules! tools {
-    ($($variant:ident => $name:literal),* $(,)?) => {
-        /// Every builtin tool.
+/// Declares a family's tool enum: variants, exposed names, `ALL` and `name()`.
+macro_rules! tool_family {
+    ($(#[$doc:meta])* $family:ident { $($variant:ident => $name:literal),* $(,)? }) => {
+        $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum Tool {
+        pub enum $family {
             $($variant),*
         }
 
-        impl Tool {
-            pub const ALL: &'static [Tool] = &[$(Tool::$variant),*];
+        impl $family {
+            pub const ALL: &'static [$family] = &[$($family::$variant),*];
 
             /// The exposed name.
             pub fn name(self) -> &'static str {
                 match self {
-                    $(Tool::$variant => $name),*
+                    $($family::$variant => $name),*
                 }
             }
         }
     };
 }
+use tool_family;
 
-tools! {
-    CreateInstance => "create_instance",
-    ListInstances => "list_instances",
-    ListArchivedInstances => "list_archived_instances",
-    DescribeInstance => "describe_instance",
-    UpdateInstance => "update_instance",
-    ArchiveInstance => "archive_instance",
-    ReadFile => "read_file",
-    WriteFile => "write_file",
-    ListDirectory => "list_directory",
-    StatPath => "stat_path",
-    MakeDirectory => "make_directory",
-    MovePath => "move_path",
-    DeletePath => "delete_path",
-    SearchFiles => "search_files",
+pub use files::FileTool;
+pub use instances::InstanceTool;
+
+/// Every builtin tool, by family: each family matches exhaustively over its own tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    Instances(InstanceTool),
+    Files(FileTool),
 }
 
 impl Tool {
+    /// Every builtin tool, in `tools/list` order.
+    pub fn all() -> impl Iterator<Item = Tool> {
+        let instances = InstanceTool::ALL.iter().map(|t| Tool::Instances(*t));
+        instances.chain(FileTool::ALL.iter().map(|t| Tool::Files(*t)))
+    }
+
     pub fn from_name(name: &str) -> Option<Tool> {
-        Tool::ALL.iter().copied().find(|t| t.name() == name)
+        Tool::all().find(|t| t.name() == name)
+    }
+
+    /// The exposed name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::Instances(tool) => tool.name(),
+            Tool::Files(tool) => tool.name(),
+        }
     }
 
     pub fn spec(self) -> ToolSpec {
         match self {
-            Tool::CreateInstance
-            | Tool::ListInstances
-            | Tool::ListArchivedInstances
-            | Tool::DescribeInstance
-            | Tool::UpdateInstance
-            | Tool::ArchiveInstance => instances::spec(self),
-            Tool::ReadFile
-            | Tool::WriteFile
-            | Tool::ListDirectory
-            | Tool::StatPath
-            | Tool::MakeDirectory
-            | Tool::MovePath
-            | Tool::DeletePath
-            | Tool::SearchFiles => files::spec(self),
+            Tool::Instances(tool) => instances::spec(tool),
+            Tool::Files(tool) => files::spec(tool),
         }
     }
 
     /// Runs the tool with its final (policy-approved) arguments.
     pub fn run(self, cx: &Context<'_>, arguments: Map<String, Value>) -> Result<Output, ToolError> {
         match self {
-            Tool::CreateInstance
-            | Tool::ListInstances
-            | Tool::ListArchivedInstances
-            | Tool::DescribeInstance
-            | Tool::UpdateInstance
-            | Tool::ArchiveInstance => instances::run(self, cx, arguments),
-            Tool::ReadFile
-            | Tool::WriteFile
-            | Tool::ListDirectory
-            | Tool::StatPath
-            | Tool::MakeDirectory
-            | Tool::MovePath
-            | Tool::DeletePath
-            | Tool::SearchFiles => files::run(self, cx, arguments),
+            Tool::Instances(tool) => instances::run(tool, cx, arguments),
+            Tool::Files(tool) => files::run(tool, cx, arguments),
         }
     }
 }
 
 /// Deserialises a tool's arguments; the error names the tool and says what was wrong.
-fn parse<T: DeserializeOwned>(tool: Tool, arguments: Map<String, Value>) -> Result<T, ToolError> {
+fn parse<T: DeserializeOwned>(tool: &str, arguments: Map<String, Value>) -> Result<T, ToolError> {
     serde_json::from_value(Value::Object(arguments))
-        .map_err(|e| ToolError(format!("invalid arguments for `{}`: {e}", tool.name())))
+        .map_err(|e| ToolError(format!("invalid arguments for `{tool}`: {e}")))
 }
 
 /// The JSON schema of an argument struct.
@@ -170,10 +155,9 @@ mod tests {
     /// anything must never claim to be read-only.
     #[test]
     fn only_tools_that_change_nothing_are_read_only() {
-        let read_only: Vec<_> = Tool::ALL
-            .iter()
+        let read_only: Vec<_> = Tool::all()
             .filter(|t| t.spec().read_only)
-            .map(|t| t.name())
+            .map(Tool::name)
             .collect();
         assert_eq!(
             read_only,
@@ -187,11 +171,11 @@ mod tests {
                 "search_files"
             ]
         );
-        for tool in Tool::ALL {
+        for tool in Tool::all() {
             let spec = tool.spec();
             assert_eq!(spec.name, tool.name());
             assert!(!(spec.read_only && spec.destructive), "{}", spec.name);
-            assert_eq!(Tool::from_name(spec.name), Some(*tool));
+            assert_eq!(Tool::from_name(spec.name), Some(tool));
             assert_eq!(
                 spec.input_schema["additionalProperties"], false,
                 "{}",
