@@ -6,6 +6,8 @@
 #   Debian packages: bubblewrap (the sandbox), slurm-wlm + munge (the local test cluster; not
 #   with --no-slurm)
 #   Rust: the toolchain and wasm32 target pinned in rust-toolchain.toml, clippy, rustfmt
+#   Python: the official MCP SDK (PyPI `mcp`) in target/python-mcp, for the tests (not with
+#   --no-slurm, which is the run script's minimal set-up)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,4 +42,14 @@ rustup target add --toolchain "$toolchain" wasm32-unknown-unknown >/dev/null 2>&
     || { log "cannot add the wasm32-unknown-unknown target to $toolchain"; exit 1; }
 rustup component add --toolchain "$toolchain" clippy rustfmt >/dev/null 2>&1 \
     || { log "cannot add clippy and rustfmt to $toolchain"; exit 1; }
+# The official Python MCP SDK, a third-party client for the end-to-end tests, in a venv inside
+# the target directory (the tests look for it there).
+if [ "$slurm" = yes ]; then
+    venv="${CARGO_TARGET_DIR:-target}/python-mcp"
+    if ! "$venv/bin/python" -c 'import mcp' >/dev/null 2>&1; then
+        log "installing the Python MCP SDK into $venv"
+        python3 -m venv "$venv" || { log "python3 -m venv failed: apt-get install python3-venv"; exit 1; }
+        "$venv/bin/pip" install -q "mcp==2.3.0" || { log "pip install mcp==2.3.0 failed"; exit 1; }
+    fi
+fi
 log "ready"
