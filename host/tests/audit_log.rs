@@ -11,6 +11,10 @@ use hpcgate::policy::{Call, ChainOutcome, DecisionKind, FinalDecision};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+#[path = "support/audit.rs"]
+mod support;
+use support::{file, lines};
+
 fn call(tenant: &str, tool: &str, instance: &str) -> Call {
     serde_json::from_value(json!({
         "phase": "call", "tenant": tenant, "principal": "alice", "tool": tool,
@@ -57,31 +61,9 @@ fn entry(n: u64) -> Entry {
     )
 }
 
-/// Writes `n` records; returns their receipts as checkpoints.
+/// Writes `n` records of the standard log; returns their receipts as checkpoints.
 fn write(dir: &Path, n: u64, max_file_bytes: u64) -> Vec<Checkpoint> {
-    let log = AuditLog::open(
-        dir,
-        AuditOptions {
-            max_file_bytes,
-            ..AuditOptions::default()
-        },
-    )
-    .unwrap();
-    (1..=n)
-        .map(|i| log.append(entry(i)).unwrap().into())
-        .collect()
-}
-
-fn file(dir: &Path, number: u64) -> std::path::PathBuf {
-    dir.join(format!("audit-{number:06}.jsonl"))
-}
-
-fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    support::write(dir, n, max_file_bytes, entry)
 }
 
 #[test]

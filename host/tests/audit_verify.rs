@@ -7,6 +7,10 @@ use hpcgate::audit::{AuditLog, AuditOptions, Checkpoint, Entry, Event, GENESIS, 
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+#[path = "support/audit.rs"]
+mod support;
+use support::{file, lines};
+
 /// Record `n`: tenant chem on odd, bio on even seqs.
 fn entry(n: u64) -> Entry {
     let tenant = if n % 2 == 1 { "chem" } else { "bio" };
@@ -17,28 +21,9 @@ fn entry(n: u64) -> Entry {
         .detail("note", json!({"padding": "x".repeat(100)}))
 }
 
-/// Writes `n` records; returns their receipts as checkpoints.
+/// Writes `n` records of the standard log; returns their receipts as checkpoints.
 fn write(dir: &Path, n: u64, max_file_bytes: u64) -> Vec<Checkpoint> {
-    let options = AuditOptions {
-        max_file_bytes,
-        ..AuditOptions::default()
-    };
-    let log = AuditLog::open(dir, options).unwrap();
-    (1..=n)
-        .map(|i| log.append(entry(i)).unwrap().into())
-        .collect()
-}
-
-fn file(dir: &Path, number: u64) -> std::path::PathBuf {
-    dir.join(format!("audit-{number:06}.jsonl"))
-}
-
-fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    support::write(dir, n, max_file_bytes, entry)
 }
 
 fn put(path: &Path, lines: &[String]) {

@@ -142,71 +142,16 @@ fn workspace() -> String {
 }
 
 pub(super) fn spec(tool: FileTool) -> ToolSpec {
-    let (description, input_schema, read_only, destructive, idempotent) = match tool {
-        FileTool::ReadFile => (
-            "Read a file of an instance (utf8 text or base64), from an offset; says whether the end was reached.",
-            schema::<Read>(),
-            true,
-            false,
-            true,
-        ),
-        FileTool::WriteFile => (
-            "Write a file of an instance atomically (or append).",
-            schema::<Write>(),
-            false,
-            true,
-            false,
-        ),
-        FileTool::ListDirectory => (
-            "List a directory of an instance, optionally recursively.",
-            schema::<List>(),
-            true,
-            false,
-            true,
-        ),
-        FileTool::StatPath => (
-            "Describe a path of an instance without following a final symlink.",
-            schema::<Stat>(),
-            true,
-            false,
-            true,
-        ),
-        FileTool::MakeDirectory => (
-            "Create a directory in an instance.",
-            schema::<MakeDirectory>(),
-            false,
-            false,
-            true,
-        ),
-        FileTool::MovePath => (
-            "Move or rename a file or directory within an instance (across /workspace and /output too).",
-            schema::<Move>(),
-            false,
-            true,
-            false,
-        ),
-        FileTool::DeletePath => (
-            "Delete a file, a symlink (never its target) or, with recursive, a directory tree.",
-            schema::<Delete>(),
-            false,
-            true,
-            true,
-        ),
-        FileTool::SearchFiles => (
-            "Find paths in an instance matching a glob.",
-            schema::<Search>(),
-            true,
-            false,
-            true,
-        ),
-    };
-    ToolSpec {
-        name: tool.name(),
-        description,
-        input_schema,
-        read_only,
-        destructive,
-        idempotent,
+    let spec = |description, input_schema| ToolSpec::new(tool.name(), description, input_schema);
+    match tool {
+        FileTool::ReadFile => spec("Read a file of an instance (utf8 text or base64), from an offset; says whether the end was reached.", schema::<Read>()).read_only(),
+        FileTool::WriteFile => spec("Write a file of an instance atomically (or append).", schema::<Write>()).destructive(),
+        FileTool::ListDirectory => spec("List a directory of an instance, optionally recursively.", schema::<List>()).read_only(),
+        FileTool::StatPath => spec("Describe a path of an instance without following a final symlink.", schema::<Stat>()).read_only(),
+        FileTool::MakeDirectory => spec("Create a directory in an instance.", schema::<MakeDirectory>()).idempotent(),
+        FileTool::MovePath => spec("Move or rename a file or directory within an instance (across /workspace and /output too).", schema::<Move>()).destructive(),
+        FileTool::DeletePath => spec("Delete a file, a symlink (never its target) or, with recursive, a directory tree.", schema::<Delete>()).destructive().idempotent(),
+        FileTool::SearchFiles => spec("Find paths in an instance matching a glob.", schema::<Search>()).read_only(),
     }
 }
 

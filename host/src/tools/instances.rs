@@ -53,57 +53,30 @@ struct Update {
 }
 
 pub(super) fn spec(tool: InstanceTool) -> ToolSpec {
-    let (description, input_schema, read_only, destructive, idempotent) = match tool {
-        InstanceTool::CreateInstance => (
+    let spec = |description, input_schema| ToolSpec::new(tool.name(), description, input_schema);
+    match tool {
+        InstanceTool::CreateInstance => spec(
             "Create a sandbox instance: a private /workspace and /output where jobs run and files live. Start here.",
             schema::<Create>(),
-            false,
-            false,
-            false,
         ),
-        InstanceTool::ListInstances => (
-            "List your live instances.",
-            schema::<List>(),
-            true,
-            false,
-            true,
-        ),
-        InstanceTool::ListArchivedInstances => (
-            "List your archived instances.",
-            schema::<List>(),
-            true,
-            false,
-            true,
-        ),
-        InstanceTool::DescribeInstance => (
-            "Describe one instance.",
-            schema::<ById>(),
-            true,
-            false,
-            true,
-        ),
-        InstanceTool::UpdateInstance => (
-            "Change an instance's description.",
-            schema::<Update>(),
-            false,
-            false,
-            true,
-        ),
-        InstanceTool::ArchiveInstance => (
+        InstanceTool::ListInstances => {
+            spec("List your live instances.", schema::<List>()).read_only()
+        }
+        InstanceTool::ListArchivedInstances => {
+            spec("List your archived instances.", schema::<List>()).read_only()
+        }
+        InstanceTool::DescribeInstance => {
+            spec("Describe one instance.", schema::<ById>()).read_only()
+        }
+        InstanceTool::UpdateInstance => {
+            spec("Change an instance's description.", schema::<Update>()).idempotent()
+        }
+        InstanceTool::ArchiveInstance => spec(
             "Archive an instance (refused while it has running jobs); its files are kept.",
             schema::<ById>(),
-            false,
-            true,
-            true,
-        ),
-    };
-    ToolSpec {
-        name: tool.name(),
-        description,
-        input_schema,
-        read_only,
-        destructive,
-        idempotent,
+        )
+        .destructive()
+        .idempotent(),
     }
 }
 

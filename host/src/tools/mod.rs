@@ -68,6 +68,44 @@ pub struct ToolSpec {
     pub idempotent: bool,
 }
 
+impl ToolSpec {
+    /// A tool that changes something, is not idempotent and destroys nothing; the builder
+    /// methods below say otherwise.
+    fn new(name: &'static str, description: &'static str, input_schema: Value) -> ToolSpec {
+        ToolSpec {
+            name,
+            description,
+            input_schema,
+            read_only: false,
+            destructive: false,
+            idempotent: false,
+        }
+    }
+
+    /// Changes nothing (implies idempotent). Policies check only `deny_read` for these.
+    fn read_only(self) -> ToolSpec {
+        ToolSpec {
+            read_only: true,
+            idempotent: true,
+            ..self
+        }
+    }
+
+    fn destructive(self) -> ToolSpec {
+        ToolSpec {
+            destructive: true,
+            ..self
+        }
+    }
+
+    fn idempotent(self) -> ToolSpec {
+        ToolSpec {
+            idempotent: true,
+            ..self
+        }
+    }
+}
+
 /// Declares a family's tool enum: variants, exposed names, `ALL` and `name()`.
 macro_rules! tool_family {
     ($(#[$doc:meta])* $family:ident { $($variant:ident => $name:literal),* $(,)? }) => {
