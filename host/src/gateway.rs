@@ -7,16 +7,19 @@
 //! arguments (deserialising them is the re-validation after rewrites) → audit the outcome →
 //! result. Every exit path leaves an audit record.
 
+use std::cell::RefCell;
 use std::time::Instant;
 
+use hpcgate_executors::sandbox::SupervisorCommand;
 use serde_json::{Map, Value, json};
 
 use crate::audit::{AuditLog, Entry, Event, Outcome};
 use crate::config::Settings;
+use crate::jobs::Jobs;
 use crate::policy::normalize::normalize_call;
 use crate::policy::{Call, Chain, DecisionKind, Phase, PolicyEngine};
 use crate::state::{State, TenantName};
-use crate::tools::{Context, Output, Tool, ToolError, ToolSpec};
+use crate::tools::{Context, Output, Progress, Tool, ToolError, ToolSpec};
 
 /// Who is calling, as the transport established it.
 #[derive(Debug, Clone)]
@@ -50,23 +53,60 @@ pub struct Gateway {
     chain: Chain,
     audit: AuditLog,
     state: State,
+    jobs: Jobs,
     _engine: PolicyEngine,
 }
 
 impl Gateway {
-    /// Loads the policies, opens the state directory and the audit log.
+    /// Loads the policies, opens the state directory and the audit log; local jobs are
+    /// supervised by this binary re-executed (`hpcgate __supervise`).
     pub fn open(settings: Settings) -> anyhow::Result<Gateway> {
+        Gateway::open_with_supervisor(settings, Jobs::reexec_supervisor()?)
+    }
+
+    /// [`Gateway::open`] with another job supervisor (tests embed the gateway in a test
+    /// binary, which cannot supervise). Jobs that ended while no gateway ran get their final
+    /// state now, each change audited.
+    pub fn open_with_supervisor(
+        settings: Settings,
+        supervisor: SupervisorCommand,
+    ) -> anyhow::Result<Gateway> {
         let engine = PolicyEngine::new(settings.engine.clone())?;
         let chain = settings.build_chain(&engine)?;
         let state = State::open(&settings.state_dir)?;
         let audit = AuditLog::open(&settings.audit_dir, settings.audit.clone())?;
-        Ok(Gateway {
+        let jobs = Jobs::new(
+            settings.sandbox.clone(),
+            settings.slurm.clone(),
+            &settings.state_dir,
+            supervisor,
+        );
+        let gateway = Gateway {
             settings,
             chain,
             audit,
             state,
+            jobs,
             _engine: engine,
-        })
+        };
+        for record in gateway.jobs.reattach(&gateway.state) {
+            gateway.audit.append(
+                crate::tools::job_state_event(&record)
+                    .who(record.tenant.as_ref(), "hpcgate")
+                    .detail("reattached", true),
+            )?;
+        }
+        Ok(gateway)
+    }
+
+    /// What tool results carry (`[mcp] result_type`).
+    pub fn result_type(&self) -> crate::config::ResultType {
+        self.settings.result_type
+    }
+
+    /// The audit log (for start and stop records by the transports).
+    pub fn audit(&self) -> &AuditLog {
+        &self.audit
     }
 
     /// The tools `caller` may see: every builtin tool the list phase of the chain allows.
@@ -84,6 +124,18 @@ impl Gateway {
 
     /// Runs one tool call through policy, executor and audit.
     pub fn call(&self, caller: &Caller, name: &str, arguments: Map<String, Value>) -> CallResult {
+        self.call_with_progress(caller, name, arguments, &|_| {})
+    }
+
+    /// [`Gateway::call`], reporting progress while a tool waits (for MCP progress
+    /// notifications).
+    pub fn call_with_progress(
+        &self,
+        caller: &Caller,
+        name: &str,
+        arguments: Map<String, Value>,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> CallResult {
         let started = Instant::now();
         let Some(tool) = Tool::from_name(name) else {
             let message =
@@ -112,7 +164,18 @@ impl Gateway {
             return CallResult::error(format!("denied by policy `{policy}`: {reason}"));
         }
         let arguments = decision.arguments.unwrap_or(call.arguments);
-        let result = tool.run(&self.context(caller), arguments);
+        let context = self.context(caller, progress);
+        let result = tool.run(&context, arguments);
+        for event in context.events.take() {
+            let event = event
+                .who(caller.tenant.as_ref(), &caller.principal)
+                .tool(name);
+            if let Err(e) = self.audit.append(event) {
+                return CallResult::error(format!(
+                    "the call ran but its events could not be recorded in the audit log ({e}); check its result before retrying"
+                ));
+            }
+        }
         let record = self
             .outcome_record(caller, name, call.instance.as_deref(), result.as_ref())
             .detail("decision_seq", receipt.seq)
@@ -146,21 +209,33 @@ impl Gateway {
             .get("instance_id")
             .and_then(Value::as_str)
             .map(str::to_owned);
-        if phase == Phase::Call
-            && let Ok(instances) = self.state.count(&caller.tenant)
-        {
-            call.usage.insert("instances".to_owned(), instances as u64);
+        if phase == Phase::Call {
+            if let Ok(instances) = self.state.count(&caller.tenant) {
+                call.usage.insert("instances".to_owned(), instances as u64);
+            }
+            if let Ok(jobs) = self.state.running_jobs(&caller.tenant, None) {
+                call.usage
+                    .insert("running_jobs".to_owned(), jobs.len() as u64);
+            }
         }
         call
     }
 
-    fn context<'a>(&'a self, caller: &'a Caller) -> Context<'a> {
-        let quotas = self.settings.tenants.get(&caller.tenant).map(|t| &t.quotas);
+    fn context<'a>(
+        &'a self,
+        caller: &'a Caller,
+        progress: &'a (dyn Fn(Progress) + Sync),
+    ) -> Context<'a> {
+        let quotas = self.settings.tenants.get(&caller.tenant).map(|t| t.quotas);
         Context {
             tenant: &caller.tenant,
             state: &self.state,
             files: &self.settings.files,
-            max_instances: quotas.and_then(|q| q.max_instances),
+            quotas: quotas.unwrap_or_default(),
+            jobs: &self.jobs,
+            host_commands: &self.settings.host_commands,
+            progress,
+            events: RefCell::new(Vec::new()),
         }
     }
 

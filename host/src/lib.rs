@@ -9,6 +9,7 @@
 //! - [`state`]: instances and job records per tenant under the state directory
 //! - [`time`]: the one timestamp type and format everything stores
 //! - [`gateway`]: the one dispatch function (policy → executor → audit) and [`tools`]
+//! - [`jobs`]: job records and the job executors (supervised sandbox, Slurm) together
 //! - [`mcp`]: the rmcp server over the gateway
 //! - [`config`]: the TOML configuration, raw and resolved
 //! - [`cli`]: the `hpcgate` command line
@@ -17,6 +18,7 @@ pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod gateway;
+pub mod jobs;
 pub mod mcp;
 pub mod policy;
 pub mod state;

@@ -8,15 +8,16 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use tokio::sync::Semaphore;
 
+use crate::config::ResultType;
 use crate::gateway::{Caller, Gateway};
-use crate::tools::ToolSpec;
+use crate::tools::{Progress, ToolSpec};
 
 const INSTRUCTIONS: &str = "hpcgate runs your work on an HPC cluster under the site's policies. \
 Start with `create_instance` (a private /workspace and /output), then use the file tools on that \
@@ -82,20 +83,56 @@ impl ServerHandler for McpServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.to_string();
+        let token = request
+            .meta
+            .as_ref()
+            .and_then(|m| m.get_progress_token())
+            .or_else(|| context.meta.get_progress_token());
         let arguments = request.arguments.unwrap_or_default();
+        // Progress from the blocking call goes through a channel to a task that sends the
+        // notifications in order; without a token nothing is sent.
+        let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel::<Progress>();
+        let forward = token.map(|token| {
+            let peer = context.peer.clone();
+            tokio::spawn(async move {
+                while let Some(p) = progress_rx.recv().await {
+                    let mut param = ProgressNotificationParam::new(token.clone(), p.progress);
+                    param.total = p.total;
+                    param.message = Some(p.message);
+                    if peer.notify_progress(param).await.is_err() {
+                        break;
+                    }
+                }
+            })
+        });
         let result = self
-            .blocking(move |gateway, caller| gateway.call(caller, &name, arguments))
+            .blocking(move |gateway, caller| {
+                let report = |p: Progress| {
+                    let _ = progress_tx.send(p);
+                };
+                gateway.call_with_progress(caller, &name, arguments, &report)
+            })
             .await?;
-        let content = vec![ContentBlock::text(result.text)];
+        if let Some(forward) = forward {
+            // The sender is gone with the call: the task ends after the last notification.
+            let _ = forward.await;
+        }
+        let result_type = self.gateway.result_type();
+        let content = match result_type {
+            ResultType::Both | ResultType::Text => vec![ContentBlock::text(result.text)],
+            ResultType::Structured => Vec::new(),
+        };
         let mut response = if result.is_error {
             CallToolResult::error(content)
         } else {
             CallToolResult::success(content)
         };
-        response.structured_content = Some(result.structured);
+        if result_type != ResultType::Text {
+            response.structured_content = Some(result.structured);
+        }
         Ok(response.into())
     }
 }

@@ -4,13 +4,15 @@
 
 use std::path::Path;
 
+#[path = "support/gateway.rs"]
+mod support;
+
 use hpcgate::audit::{Scope, verify};
-use hpcgate::config::{Environment, load};
-use hpcgate::gateway::{CallResult, Caller, Gateway};
+use hpcgate::gateway::Gateway;
 use hpcgate::policy::cases::{parse_cases, run_cases};
 use hpcgate::policy::{EngineSettings, PolicyEngine};
-use hpcgate::state::TenantName;
 use serde_json::{Map, Value, json};
+use support::{args, caller, ok};
 
 const CONFIG: &str = r#"
 [[policies]]
@@ -28,41 +30,7 @@ deny_write = ["**/.git/**"]
 "#;
 
 fn gateway(dir: &Path) -> Gateway {
-    let config = dir.join("gateway.toml");
-    let toml = format!(
-        "state_dir = {:?}\n{CONFIG}",
-        dir.join("state").display().to_string()
-    );
-    std::fs::write(&config, toml).unwrap();
-    let env = Environment {
-        home: Some(dir.join("home")),
-        config_home: None,
-        data_home: None,
-        explicit: Some(config),
-    };
-    let mut settings = load(&env).unwrap().settings().unwrap();
-    settings.engine.cache_dir =
-        Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("gateway-policy-cache"));
-    Gateway::open(settings).unwrap()
-}
-
-fn caller(tenant: &str) -> Caller {
-    Caller {
-        tenant: TenantName::parse(tenant).unwrap(),
-        principal: format!("{tenant}-user"),
-    }
-}
-
-fn args(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => unreachable!("arguments are objects"),
-    }
-}
-
-fn ok(result: CallResult) -> Value {
-    assert!(!result.is_error, "{}", result.text);
-    result.structured
+    support::open(dir, CONFIG)
 }
 
 #[test]
@@ -87,15 +55,29 @@ fn create_write_read_round_trip_is_audited_and_replays() {
     let audit_dir = dir.path().join("state/audit");
     let report = verify(&audit_dir, None).unwrap();
     assert!(report.intact, "{report:?}");
-    // Three decision records and three outcome records.
-    assert_eq!(report.records, 6);
+    // Three decision records, three outcome records and the instance's creation.
+    assert_eq!(report.records, 7);
     let log = std::fs::read_to_string(audit_dir.join("audit-000001.jsonl")).unwrap();
+    let created: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["event"] == "instance.created")
+        .collect();
+    assert_eq!(created.len(), 1, "{log}");
+    assert_eq!(
+        (
+            &created[0]["tenant"],
+            &created[0]["principal"],
+            &created[0]["instance"]
+        ),
+        (&json!("chem"), &json!("chem-user"), &json!("run1"))
+    );
     assert!(
         !log.contains("hello"),
         "write_file content is redacted in the audit log"
     );
     let (cases, skipped) = parse_cases(&log).unwrap();
-    assert_eq!((cases.len(), skipped), (3, 3));
+    assert_eq!((cases.len(), skipped), (3, 4));
     let engine = PolicyEngine::new(EngineSettings {
         cache_dir: None,
         ..EngineSettings::default()

@@ -101,6 +101,7 @@ async fn an_mcp_client_lists_calls_and_is_refused_over_stdio() {
 
     client.cancel().await.unwrap();
     let report = hpcgate::audit::verify(&dir.path().join("state/audit"), None).unwrap();
-    // Three allowed calls (decision + outcome each) and one denial (decision only).
-    assert!(report.intact && report.records == 7, "{report:?}");
+    // Three allowed calls (decision + outcome each), the instance's creation, and one
+    // denial (decision only).
+    assert!(report.intact && report.records == 8, "{report:?}");
 }

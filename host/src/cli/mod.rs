@@ -40,6 +40,15 @@ enum Command {
 
 /// Parses the command line and runs the command.
 pub fn main() -> ExitCode {
+    // `hpcgate __supervise <job_dir>`: this process becomes a job's supervisor. Dispatched
+    // before anything else runs (no threads, no runtime), as `supervisor_main` requires.
+    let mut args = std::env::args_os();
+    if args.nth(1).as_deref() == Some(std::ffi::OsStr::new(crate::jobs::SUPERVISE_SUBCOMMAND))
+        && let (Some(job_dir), None) = (args.next(), args.next())
+    {
+        let code = hpcgate_executors::sandbox::supervisor_main(std::path::Path::new(&job_dir));
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::run(args),

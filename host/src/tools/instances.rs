@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{Context, Output, ToolError, ToolSpec, parse, schema, tool_family};
-use crate::audit::Outcome;
+use crate::audit::{Entry, Event, Outcome};
 use crate::state::{Instance, InstanceId, NewInstance, Page, PageRequest};
 
 tool_family! {
@@ -96,9 +96,10 @@ pub(super) fn run(
             let new = NewInstance {
                 id,
                 description: args.description,
-                max_instances: cx.max_instances,
+                max_instances: cx.quotas.max_instances,
             };
             let instance = cx.state.create(cx.tenant, new)?;
+            cx.record(Entry::new(Event::InstanceCreated).instance(instance.id.as_str()));
             Ok(one(
                 &instance,
                 format!("created instance `{}`", instance.id),
@@ -129,6 +130,7 @@ pub(super) fn run(
             let id = InstanceId::parse(&args.instance_id)?;
             let description = Some(Some(args.description).filter(|d| !d.is_empty()));
             let instance = cx.state.update(cx.tenant, &id, description)?;
+            cx.record(Entry::new(Event::InstanceUpdated).instance(instance.id.as_str()));
             Ok(one(
                 &instance,
                 format!("updated instance `{}`", instance.id),
@@ -137,9 +139,12 @@ pub(super) fn run(
         InstanceTool::ArchiveInstance => {
             let args: ById = parse(tool.name(), arguments)?;
             let id = InstanceId::parse(&args.instance_id)?;
-            // Local jobs are not wired to the gateway yet: a recorded job that is not final
-            // is treated as running, which refuses the archive (the safe side).
-            let instance = cx.state.archive(cx.tenant, &id, |_| None)?;
+            // Each unfinished job is observed first: one that ended meanwhile no longer
+            // blocks; one the executor cannot answer for stays unfinished (the safe side).
+            let instance = cx
+                .state
+                .archive(cx.tenant, &id, |job| cx.jobs.observe(cx.state, job))?;
+            cx.record(Entry::new(Event::InstanceArchived).instance(instance.id.as_str()));
             Ok(one(
                 &instance,
                 format!("archived instance `{}`", instance.id),

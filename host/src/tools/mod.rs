@@ -5,24 +5,54 @@
 //! annotations, and the conversion into state or executor calls. Tools run synchronously: the
 //! gateway calls them from its blocking bridge.
 
+mod cluster;
 mod files;
 mod instances;
+mod jobs;
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use crate::audit::Outcome;
+use crate::audit::{Entry, Outcome};
+use crate::config::{HostCommand, Quotas};
+use crate::jobs::Jobs;
 use crate::state::{State, StateError, TenantName};
 use hpcgate_executors::files::{FileError, FileLimits};
+
+pub use jobs::{MAX_WAIT_S, state_event as job_state_event};
 
 /// What a tool needs to run for one caller.
 pub struct Context<'a> {
     pub tenant: &'a TenantName,
     pub state: &'a State,
     pub files: &'a FileLimits,
-    pub max_instances: Option<usize>,
+    pub quotas: Quotas,
+    pub jobs: &'a Jobs,
+    pub host_commands: &'a BTreeMap<String, HostCommand>,
+    /// Called while a tool waits (jobs); the transport turns it into progress notifications.
+    pub progress: &'a (dyn Fn(Progress) + Sync),
+    /// Audit events the tool produced (instance lifecycle, job state changes), appended by
+    /// the gateway before the call's outcome record — also when the tool then fails.
+    pub events: RefCell<Vec<Entry>>,
+}
+
+impl Context<'_> {
+    /// Queues an audit event; the gateway adds tenant, principal and tool.
+    pub fn record(&self, entry: Entry) {
+        self.events.borrow_mut().push(entry);
+    }
+}
+
+/// How far a waiting tool has got.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: String,
 }
 
 /// A tool's result: structured content, a one-line summary, and what the audit log records.
@@ -129,21 +159,28 @@ macro_rules! tool_family {
 }
 use tool_family;
 
+pub use cluster::ClusterTool;
 pub use files::FileTool;
 pub use instances::InstanceTool;
+pub use jobs::JobTool;
 
 /// Every builtin tool, by family: each family matches exhaustively over its own tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tool {
     Instances(InstanceTool),
+    Jobs(JobTool),
     Files(FileTool),
+    Cluster(ClusterTool),
 }
 
 impl Tool {
     /// Every builtin tool, in `tools/list` order.
     pub fn all() -> impl Iterator<Item = Tool> {
         let instances = InstanceTool::ALL.iter().map(|t| Tool::Instances(*t));
-        instances.chain(FileTool::ALL.iter().map(|t| Tool::Files(*t)))
+        let jobs = JobTool::ALL.iter().map(|t| Tool::Jobs(*t));
+        let files = FileTool::ALL.iter().map(|t| Tool::Files(*t));
+        let cluster = ClusterTool::ALL.iter().map(|t| Tool::Cluster(*t));
+        instances.chain(jobs).chain(files).chain(cluster)
     }
 
     pub fn from_name(name: &str) -> Option<Tool> {
@@ -154,14 +191,18 @@ impl Tool {
     pub fn name(self) -> &'static str {
         match self {
             Tool::Instances(tool) => tool.name(),
+            Tool::Jobs(tool) => tool.name(),
             Tool::Files(tool) => tool.name(),
+            Tool::Cluster(tool) => tool.name(),
         }
     }
 
     pub fn spec(self) -> ToolSpec {
         match self {
             Tool::Instances(tool) => instances::spec(tool),
+            Tool::Jobs(tool) => jobs::spec(tool),
             Tool::Files(tool) => files::spec(tool),
+            Tool::Cluster(tool) => cluster::spec(tool),
         }
     }
 
@@ -169,7 +210,9 @@ impl Tool {
     pub fn run(self, cx: &Context<'_>, arguments: Map<String, Value>) -> Result<Output, ToolError> {
         match self {
             Tool::Instances(tool) => instances::run(tool, cx, arguments),
+            Tool::Jobs(tool) => jobs::run(tool, cx, arguments),
             Tool::Files(tool) => files::run(tool, cx, arguments),
+            Tool::Cluster(tool) => cluster::run(tool, cx, arguments),
         }
     }
 }
@@ -203,10 +246,12 @@ mod tests {
                 "list_instances",
                 "list_archived_instances",
                 "describe_instance",
+                "list_jobs",
                 "read_file",
                 "list_directory",
                 "stat_path",
-                "search_files"
+                "search_files",
+                "cluster_status"
             ]
         );
         for tool in Tool::all() {

@@ -1,0 +1,437 @@
+//! Jobs: the bridge between job records ([`crate::state`]) and the two job executors (the
+//! supervised bwrap sandbox and Slurm).
+//!
+//! The state layer never calls an executor and the executors know nothing of tenants; this
+//! module is the one place that does both, in a fixed order:
+//!
+//! - **submit**: record the job (`submitting`, quota checked under the tenant lock) → start it
+//!   → store the handle with the first observation, or record `start_failed`. A crash between
+//!   the record and the handle leaves a `submitting` record that [`Jobs::reattach`] ends as
+//!   `lost` unless the sandbox job directory shows the start happened.
+//! - **observe / wait / cancel**: ask the executor, then [`State::refresh`], which keeps the
+//!   first final state and says whether anything changed, so each transition is audited once.
+//!
+//! Everything here blocks (a Slurm client call waits up to its timeout): call it from the
+//! gateway's blocking bridge. Errors shown to agents never contain a host path.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hpcgate_executors::sandbox::{self, OutputStream, SandboxSpec, SupervisorCommand};
+use hpcgate_executors::slurm::{self, JobSandbox, SlurmJobSpec, SlurmRunner};
+
+use crate::config::{SandboxSettings, SlurmSettings};
+use crate::state::{
+    ExecutorHandle, JobMode, JobRecord, NewJob, Observation, Refreshed, State, TenantName,
+};
+use crate::tools::ToolError;
+
+/// Hidden subcommand under which the gateway binary becomes a job supervisor.
+pub const SUPERVISE_SUBCOMMAND: &str = "__supervise";
+
+/// Longest single wait inside a polling loop: progress is reported at least this often.
+const POLL_STEP: Duration = Duration::from_millis(1000);
+/// Bytes read from the end of an output stream to find its last lines.
+const TAIL_WINDOW: u64 = 1 << 20;
+
+/// The job executors as configured.
+pub struct Jobs {
+    sandbox: SandboxSettings,
+    slurm: Option<(SlurmRunner, SlurmSettings)>,
+    supervisor: SupervisorCommand,
+}
+
+/// Where a job's output streams are, host-side.
+struct JobDirs {
+    /// The sandbox job directory (local) or the Slurm output directory.
+    dir: PathBuf,
+}
+
+impl Jobs {
+    /// Executors for these settings; Slurm batch scripts are written under `state_dir`.
+    pub fn new(
+        sandbox: SandboxSettings,
+        slurm: Option<SlurmSettings>,
+        state_dir: &Path,
+        supervisor: SupervisorCommand,
+    ) -> Jobs {
+        let slurm = slurm.map(|settings| {
+            let mut runner = SlurmRunner::new(state_dir.join("slurm-scripts"));
+            runner.client = settings.client.clone();
+            (runner, settings)
+        });
+        Jobs {
+            sandbox,
+            slurm,
+            supervisor,
+        }
+    }
+
+    /// The supervisor the gateway binary provides: itself, re-executed.
+    pub fn reexec_supervisor() -> io::Result<SupervisorCommand> {
+        Ok(SupervisorCommand::reexec(
+            std::env::current_exe()?,
+            SUPERVISE_SUBCOMMAND,
+        ))
+    }
+
+    pub fn set_supervisor(&mut self, supervisor: SupervisorCommand) {
+        self.supervisor = supervisor;
+    }
+
+    pub fn slurm(&self) -> Option<&SlurmRunner> {
+        self.slurm.as_ref().map(|(runner, _)| runner)
+    }
+
+    /// The sandbox for one instance, with `new`'s resources as its limits.
+    fn instance_spec(
+        &self,
+        state: &State,
+        tenant: &TenantName,
+        new: &NewJob,
+    ) -> Result<SandboxSpec, ToolError> {
+        let paths = state.instance_paths_ambient(tenant, &new.instance)?;
+        let mut spec = self.sandbox.spec(paths.workspace, paths.output);
+        let r = &new.resources;
+        if let Some(cpus) = r.cpus {
+            spec.limits.cpus = cpus;
+        }
+        if let Some(memory_mb) = r.memory_mb {
+            spec.limits.memory_mb = memory_mb;
+        }
+        if let Some(time_limit_s) = r.time_limit_s {
+            spec.limits.wall_time = Duration::from_secs(time_limit_s);
+        }
+        Ok(spec)
+    }
+
+    /// Records and starts a job. The returned record is final (`start_failed`) if the
+    /// executor refused it; an error means nothing was started.
+    pub fn submit(
+        &self,
+        state: &State,
+        tenant: &TenantName,
+        new: NewJob,
+    ) -> Result<Refreshed, ToolError> {
+        if new.mode == JobMode::Slurm && self.slurm.is_none() {
+            return Err(ToolError(
+                "Slurm is not enabled on this gateway; submit with mode `local`, or ask the admin to set `[slurm] enabled = true`".to_owned(),
+            ));
+        }
+        if new.mode == JobMode::Local && new.resources.gpus.is_some_and(|g| g > 0) {
+            return Err(ToolError(
+                "local jobs have no GPUs; submit with mode `slurm` to get GPUs".to_owned(),
+            ));
+        }
+        let spec = self.instance_spec(state, tenant, &new)?;
+        let record = state.new_job(tenant, new)?;
+        let dir = state.job_dir_ambient(tenant, &record.job_id)?;
+        let started = match record.mode {
+            JobMode::Local => sandbox::spawn_job(&dir, &spec, &record.command, &self.supervisor)
+                .map(|handle| (ExecutorHandle::Local, Observation::from(&handle.state)))
+                .map_err(|e| sandbox_message(&e)),
+            JobMode::Slurm => self.submit_slurm(&dir, spec, &record),
+        };
+        let refreshed = match started {
+            Ok((handle, observation)) => {
+                state.set_handle(tenant, &record.job_id, handle, observation)?
+            }
+            Err(message) => {
+                state.refresh(tenant, &record.job_id, Observation::start_failed(message))?
+            }
+        };
+        Ok(refreshed)
+    }
+
+    fn submit_slurm(
+        &self,
+        dir: &Path,
+        spec: SandboxSpec,
+        record: &JobRecord,
+    ) -> Result<(ExecutorHandle, Observation), String> {
+        let Some((runner, settings)) = &self.slurm else {
+            return Err("Slurm is not enabled".to_owned());
+        };
+        create_private_dir(dir).map_err(|e| format!("cannot prepare the job's output ({e})"))?;
+        let r = &record.resources;
+        let job = SlurmJobSpec {
+            job_name: format!("hpcgate-{}", record.job_id),
+            partition: settings.partition.clone(),
+            account: settings.account.clone(),
+            qos: settings.qos.clone(),
+            cpus: r.cpus.unwrap_or(1).max(1),
+            memory_mb: r.memory_mb.unwrap_or(spec.limits.memory_mb).max(1),
+            time_limit: Duration::from_secs(
+                r.time_limit_s.unwrap_or(spec.limits.wall_time.as_secs()),
+            ),
+            gpus: r.gpus.unwrap_or(0),
+            working_dir: spec.workspace.clone(),
+            stdout_path: dir.join("stdout"),
+            stderr_path: dir.join("stderr"),
+            command: record.command.clone(),
+            sandbox: JobSandbox::Bwrap(Box::new(spec)),
+        };
+        let id = runner.submit(&job).map_err(|e| slurm_message(&e))?;
+        let handle = ExecutorHandle::Slurm {
+            slurm_job_id: id.id,
+            cluster: id.cluster.clone(),
+        };
+        // The first observation is "pending": the queue answers on the next poll.
+        let status = crate::state::JobStatus::new(crate::state::JobPhase::Pending);
+        Ok((handle, Observation::new(status)))
+    }
+
+    /// What the executor says about the job now (`None`: nothing to ask, e.g. no handle yet).
+    pub fn observe(&self, state: &State, record: &JobRecord) -> Option<Observation> {
+        match &record.handle {
+            None => None,
+            Some(ExecutorHandle::Local) => {
+                let dir = state.job_dir_ambient(&record.tenant, &record.job_id).ok()?;
+                match sandbox::job_status(&dir) {
+                    Ok(job) => Some(Observation::from(&job)),
+                    Err(sandbox::SandboxError::NotAJob { .. }) => Some(Observation::lost(
+                        "the job's supervisor state is gone; its outcome is unknown",
+                    )),
+                    Err(_) => None,
+                }
+            }
+            Some(ExecutorHandle::Slurm { slurm_job_id, .. }) => {
+                let (runner, _) = self.slurm.as_ref()?;
+                runner
+                    .status(*slurm_job_id)
+                    .ok()
+                    .map(|s| Observation::from(&s))
+            }
+        }
+    }
+
+    /// Observes the job and records what changed.
+    pub fn refresh(&self, state: &State, record: JobRecord) -> Result<Refreshed, ToolError> {
+        if record.is_final() {
+            return Ok(unchanged(record));
+        }
+        match self.observe(state, &record) {
+            Some(observation) => Ok(state.refresh(&record.tenant, &record.job_id, observation)?),
+            None => Ok(unchanged(record)),
+        }
+    }
+
+    /// Waits up to `timeout` for the job to end, calling `tick(elapsed)` at least once a
+    /// second. Returns the last refresh and every transition seen on the way.
+    pub fn wait(
+        &self,
+        state: &State,
+        record: JobRecord,
+        timeout: Duration,
+        tick: &dyn Fn(Duration, &JobRecord),
+    ) -> Result<(JobRecord, Vec<JobRecord>), ToolError> {
+        let started = Instant::now();
+        let mut transitions = Vec::new();
+        let mut current = self.refresh(state, record)?;
+        loop {
+            if current.changed {
+                transitions.push(current.record.clone());
+            }
+            let elapsed = started.elapsed();
+            if current.record.is_final() || elapsed >= timeout {
+                return Ok((current.record, transitions));
+            }
+            tick(elapsed, &current.record);
+            let step = (timeout - elapsed).min(POLL_STEP);
+            match (
+                &current.record.handle,
+                state.job_dir_ambient(&current.record.tenant, &current.record.job_id),
+            ) {
+                (Some(ExecutorHandle::Local), Ok(dir)) => {
+                    // Wakes as soon as the supervisor publishes the end.
+                    let _ = sandbox::wait_job(&dir, step);
+                }
+                _ => std::thread::sleep(step),
+            }
+            current = self.refresh(state, current.record)?;
+        }
+    }
+
+    /// Asks the executor to stop the job, then records what it says.
+    pub fn cancel(&self, state: &State, record: JobRecord) -> Result<Refreshed, ToolError> {
+        if record.is_final() {
+            return Ok(unchanged(record));
+        }
+        match &record.handle {
+            None => {
+                return Err(ToolError(format!(
+                    "job `{}` is still being submitted; cancel it again in a moment",
+                    record.job_id
+                )));
+            }
+            Some(ExecutorHandle::Local) => {
+                let dir = state.job_dir_ambient(&record.tenant, &record.job_id)?;
+                let job = sandbox::cancel_job(&dir).map_err(|e| ToolError(sandbox_message(&e)))?;
+                return Ok(state.refresh(
+                    &record.tenant,
+                    &record.job_id,
+                    Observation::from(&job),
+                )?);
+            }
+            Some(ExecutorHandle::Slurm { slurm_job_id, .. }) => {
+                let Some((runner, _)) = &self.slurm else {
+                    return Err(ToolError(
+                        "this job ran on Slurm, which is no longer enabled on this gateway"
+                            .to_owned(),
+                    ));
+                };
+                runner
+                    .cancel(*slurm_job_id)
+                    .map_err(|e| ToolError(slurm_message(&e)))?;
+            }
+        }
+        self.refresh(state, record)
+    }
+
+    /// The last `lines` lines of a job's stdout and stderr (lossy UTF-8), or empty strings
+    /// when there is no output yet.
+    pub fn tails(&self, state: &State, record: &JobRecord, lines: usize) -> (String, String) {
+        if lines == 0 {
+            return (String::new(), String::new());
+        }
+        let Ok(dir) = state.job_dir_ambient(&record.tenant, &record.job_id) else {
+            return (String::new(), String::new());
+        };
+        let dirs = JobDirs { dir };
+        (
+            dirs.tail(OutputStream::Stdout, lines),
+            dirs.tail(OutputStream::Stderr, lines),
+        )
+    }
+
+    /// At start: every unfinished job of every tenant is observed again, so jobs that ended
+    /// while the gateway was down get their final state, and records left `submitting` by a
+    /// crash are reconciled. Returns the transitions, for the audit log.
+    pub fn reattach(&self, state: &State) -> Vec<JobRecord> {
+        let mut transitions = Vec::new();
+        for tenant in state.tenants().unwrap_or_default() {
+            for record in state.running_jobs(&tenant, None).unwrap_or_default() {
+                let observation = match (&record.handle, record.mode) {
+                    (None, JobMode::Local) => {
+                        // Crashed between the record and the handle: did the start happen?
+                        let dir = state.job_dir_ambient(&tenant, &record.job_id).ok();
+                        match dir.map(|d| sandbox::job_status(&d)) {
+                            Some(Ok(job)) => {
+                                let observation = Observation::from(&job);
+                                if let Ok(r) = state.set_handle(
+                                    &tenant,
+                                    &record.job_id,
+                                    ExecutorHandle::Local,
+                                    observation,
+                                ) && r.changed
+                                {
+                                    transitions.push(r.record);
+                                }
+                                continue;
+                            }
+                            _ => Some(Observation::lost(
+                                "the gateway stopped while starting this job; it never ran",
+                            )),
+                        }
+                    }
+                    (None, JobMode::Slurm) => Some(Observation::lost(
+                        "the gateway stopped while submitting this job to Slurm; it is not tracked (check squeue for a job named hpcgate-<job id>)",
+                    )),
+                    _ => self.observe(state, &record),
+                };
+                if let Some(observation) = observation
+                    && let Ok(r) = state.refresh(&tenant, &record.job_id, observation)
+                    && r.changed
+                {
+                    transitions.push(r.record);
+                }
+            }
+        }
+        transitions
+    }
+}
+
+impl JobDirs {
+    fn tail(&self, stream: OutputStream, lines: usize) -> String {
+        match sandbox::tail(&self.dir, stream, TAIL_WINDOW) {
+            Ok(tail) => last_lines(&String::from_utf8_lossy(&tail.data), lines),
+            Err(_) => String::new(),
+        }
+    }
+}
+
+fn unchanged(record: JobRecord) -> Refreshed {
+    Refreshed {
+        record,
+        changed: false,
+        became_final: false,
+    }
+}
+
+/// The last `n` lines of `text` (a trailing newline does not count as an empty line).
+pub fn last_lines(text: &str, n: usize) -> String {
+    let trimmed = text.strip_suffix('\n').unwrap_or(text);
+    let start = trimmed
+        .rmatch_indices('\n')
+        .nth(n.saturating_sub(1))
+        .map_or(0, |(i, _)| i + 1);
+    if n == 0 {
+        return String::new();
+    }
+    trimmed[start..].to_owned()
+}
+
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o700).create(dir)
+}
+
+/// A sandbox error for an agent: what went wrong, without host paths.
+fn sandbox_message(e: &sandbox::SandboxError) -> String {
+    use sandbox::SandboxError as E;
+    match e {
+        E::EmptyCommand => "the command is empty; give a program and its arguments".to_owned(),
+        E::NulInArgument { .. } => "the command contains a NUL byte".to_owned(),
+        E::BwrapMissing { .. } => {
+            "the sandbox (bubblewrap) is not installed on the gateway host; ask the admin to run `hpcgate doctor`".to_owned()
+        }
+        E::ZeroLimit => "a resource limit is zero; ask for at least 1".to_owned(),
+        E::Spawn(_) | E::SupervisorStart { .. } => {
+            "the sandbox could not be started; ask the admin to run `hpcgate doctor`".to_owned()
+        }
+        _ => "the local executor failed; ask the admin to check `hpcgate doctor` and the gateway log".to_owned(),
+    }
+}
+
+/// A Slurm error for an agent: Slurm's own words are kept (they name partitions and limits,
+/// not host paths); the batch script path is not.
+fn slurm_message(e: &slurm::SlurmError) -> String {
+    use slurm::SlurmError as E;
+    match e {
+        E::InvalidPath { .. } | E::ScriptWrite { .. } | E::InvalidSandbox { .. } => {
+            "the gateway could not prepare the batch job; ask the admin to check `hpcgate doctor`"
+                .to_owned()
+        }
+        E::Spawn { .. } | E::CommandTimedOut { .. } => {
+            "Slurm could not be reached from the gateway; retry later, or ask the admin to check `hpcgate doctor`"
+                .to_owned()
+        }
+        _ => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_lines;
+
+    #[test]
+    fn last_lines_counts_lines_not_newlines() {
+        assert_eq!(last_lines("a\nb\nc\n", 2), "b\nc");
+        assert_eq!(last_lines("a\nb\nc", 2), "b\nc");
+        assert_eq!(last_lines("a\nb\nc\n", 10), "a\nb\nc");
+        assert_eq!(last_lines("a\nb\n", 0), "");
+        assert_eq!(last_lines("", 3), "");
+        assert_eq!(last_lines("only", 1), "only");
+    }
+}

@@ -1,0 +1,407 @@
+//! Job tools: `submit_job`, `poll_job`, `list_jobs`, `cancel_job`. The executors are behind
+//! [`crate::jobs::Jobs`]; this file is arguments, results and audit events.
+//!
+//! `command` is a string (run as `/bin/sh -c <command>` inside the sandbox, as ns-hpc does:
+//! the shell runs in the sandbox, never on the host) or an argv array (run exactly). `timeout`
+//! is how long to wait for the end, not a run-time limit: that is `resources.time_limit_s`.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::{Context, Output, Progress, ToolError, ToolSpec, parse, schema, tool_family};
+use crate::audit::{Entry, Event, Outcome};
+use crate::state::{InstanceId, JobId, JobMode, JobRecord, NewJob, PageRequest, Resources};
+
+tool_family! {
+    /// The job tools.
+    JobTool {
+        SubmitJob => "submit_job",
+        PollJob => "poll_job",
+        ListJobs => "list_jobs",
+        CancelJob => "cancel_job",
+    }
+}
+
+/// Longest wait one call may ask for, seconds.
+pub const MAX_WAIT_S: u64 = 3600;
+const DEFAULT_SUBMIT_WAIT_S: u64 = 60;
+const DEFAULT_TAIL_LINES: usize = 50;
+const MAX_TAIL_LINES: usize = 1000;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(untagged)]
+enum Command {
+    /// Run by `/bin/sh -c` inside the sandbox.
+    Shell(String),
+    /// A program and its arguments, run exactly as given.
+    Argv(Vec<String>),
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum Mode {
+    Local,
+    Slurm,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ResourceArgs {
+    cpus: Option<u32>,
+    memory_mb: Option<u64>,
+    /// The job is stopped after this many seconds.
+    time_limit_s: Option<u64>,
+    gpus: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Submit {
+    instance_id: String,
+    /// A shell command line (run by /bin/sh inside the sandbox) or an argv array.
+    command: Command,
+    /// `local` (a sandbox on the gateway host, default) or `slurm` (a batch job).
+    mode: Option<Mode>,
+    /// Seconds to wait for the job to end before returning (default 60, at most 3600; 0
+    /// returns at once). Not a run-time limit: see `resources.time_limit_s`.
+    timeout: Option<u64>,
+    /// If the job still runs when the wait ends: keep it running (true, default) or cancel it.
+    detach: Option<bool>,
+    /// Trailing lines of stdout and stderr to return (default 50, at most 1000).
+    tail: Option<usize>,
+    /// Resources for the job; site policy may lower or refuse them.
+    resources: Option<ResourceArgs>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Poll {
+    instance_id: String,
+    job_id: String,
+    /// Seconds to wait for the job to end (default 0: look and return).
+    timeout: Option<u64>,
+    /// If the job still runs when the wait ends: keep it (true, default) or cancel it.
+    detach: Option<bool>,
+    /// Trailing lines of stdout and stderr to return (default 50, at most 1000).
+    tail: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct List {
+    /// Only this instance's jobs (live or archived); all of yours when absent.
+    instance_id: Option<String>,
+    /// At most this many (default 15, at most 500).
+    limit: Option<usize>,
+    offset: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Cancel {
+    instance_id: String,
+    job_id: String,
+    /// Trailing lines of stdout and stderr to return (default 50, at most 1000).
+    tail: Option<usize>,
+}
+
+pub(super) fn spec(tool: JobTool) -> ToolSpec {
+    let spec = |description, input_schema| ToolSpec::new(tool.name(), description, input_schema);
+    match tool {
+        JobTool::SubmitJob => spec(
+            "Run a command in an instance: locally in a sandbox or as a Slurm batch job. Waits up to `timeout` seconds and returns the state with the last lines of output; poll_job continues.",
+            schema::<Submit>(),
+        ),
+        JobTool::PollJob => spec(
+            "The state and latest output of a job; waits up to `timeout` seconds for it to end.",
+            schema::<Poll>(),
+        )
+        .idempotent(),
+        JobTool::ListJobs => spec("List your jobs, newest first.", schema::<List>()).read_only(),
+        JobTool::CancelJob => spec(
+            "Stop a job; a finished job is left as it is.",
+            schema::<Cancel>(),
+        )
+        .destructive()
+        .idempotent(),
+    }
+}
+
+pub(super) fn run(
+    tool: JobTool,
+    cx: &Context<'_>,
+    arguments: Map<String, Value>,
+) -> Result<Output, ToolError> {
+    match tool {
+        JobTool::SubmitJob => {
+            let args: Submit = parse(tool.name(), arguments)?;
+            let instance = InstanceId::parse(&args.instance_id)?;
+            let command = match args.command {
+                Command::Shell(line) if line.trim().is_empty() => {
+                    return Err(ToolError(
+                        "`command` is empty; give a shell command line or an argv array".to_owned(),
+                    ));
+                }
+                Command::Shell(line) => vec!["/bin/sh".to_owned(), "-c".to_owned(), line],
+                Command::Argv(argv) => argv,
+            };
+            let r = args.resources.unwrap_or_default();
+            let new = NewJob {
+                instance,
+                mode: match args.mode {
+                    Some(Mode::Slurm) => JobMode::Slurm,
+                    Some(Mode::Local) | None => JobMode::Local,
+                },
+                command,
+                resources: Resources {
+                    cpus: r.cpus,
+                    memory_mb: r.memory_mb,
+                    time_limit_s: r.time_limit_s,
+                    gpus: r.gpus,
+                },
+                max_running_jobs: cx.quotas.max_running_jobs,
+            };
+            let wait = Wait::new(
+                args.timeout.unwrap_or(DEFAULT_SUBMIT_WAIT_S),
+                args.detach,
+                args.tail,
+            )?;
+            let submitted = cx.jobs.submit(cx.state, cx.tenant, new)?;
+            let record = submitted.record;
+            cx.record(
+                Entry::new(Event::JobSubmitted)
+                    .instance(record.instance.as_str())
+                    .outcome(job_outcome(&record))
+                    .detail("mode", mode_name(record.mode))
+                    .detail("command", record.command.clone()),
+            );
+            if submitted.changed {
+                cx.record(state_event(&record));
+            }
+            finish(cx, record, &wait, "submitted")
+        }
+        JobTool::PollJob => {
+            let args: Poll = parse(tool.name(), arguments)?;
+            let record = lookup(cx, &args.instance_id, &args.job_id)?;
+            let wait = Wait::new(args.timeout.unwrap_or(0), args.detach, args.tail)?;
+            finish(cx, record, &wait, "job")
+        }
+        JobTool::ListJobs => {
+            let args: List = parse(tool.name(), arguments)?;
+            let instance = args
+                .instance_id
+                .as_deref()
+                .map(InstanceId::parse)
+                .transpose()?;
+            let page = PageRequest::new(
+                args.limit.unwrap_or(crate::state::DEFAULT_LIMIT),
+                args.offset.unwrap_or(0),
+            )?;
+            let mut page = cx.state.list_jobs(cx.tenant, instance.as_ref(), page)?;
+            for record in &mut page.items {
+                let refreshed = cx.jobs.refresh(cx.state, record.clone())?;
+                if refreshed.changed {
+                    cx.record(state_event(&refreshed.record));
+                }
+                *record = refreshed.record;
+            }
+            let jobs: Vec<Value> = page.items.iter().map(|r| job_json(r, None)).collect();
+            let mut summary = page.summary("jobs");
+            for r in &page.items {
+                summary.push_str(&format!("\n{}", one_line(r)));
+            }
+            Ok(Output {
+                structured: json!({ "jobs": jobs, "total": page.total, "offset": page.offset }),
+                summary,
+                outcome: Outcome::default(),
+            })
+        }
+        JobTool::CancelJob => {
+            let args: Cancel = parse(tool.name(), arguments)?;
+            let record = lookup(cx, &args.instance_id, &args.job_id)?;
+            let was_final = record.is_final();
+            let cancelled = cx.jobs.cancel(cx.state, record)?;
+            if cancelled.changed {
+                cx.record(state_event(&cancelled.record));
+            }
+            let wait = Wait::new(0, None, args.tail)?;
+            let verb = if was_final {
+                "already finished"
+            } else {
+                "cancel requested"
+            };
+            finish(cx, cancelled.record, &wait, verb)
+        }
+    }
+}
+
+/// How long to wait, what to do if the job still runs, how much output to return.
+struct Wait {
+    timeout: Duration,
+    detach: bool,
+    tail: usize,
+}
+
+impl Wait {
+    fn new(timeout_s: u64, detach: Option<bool>, tail: Option<usize>) -> Result<Wait, ToolError> {
+        if timeout_s > MAX_WAIT_S {
+            return Err(ToolError(format!(
+                "`timeout` is at most {MAX_WAIT_S} seconds; wait in several poll_job calls"
+            )));
+        }
+        let tail = tail.unwrap_or(DEFAULT_TAIL_LINES);
+        if tail > MAX_TAIL_LINES {
+            return Err(ToolError(format!(
+                "`tail` is at most {MAX_TAIL_LINES} lines; read the rest from /output"
+            )));
+        }
+        Ok(Wait {
+            timeout: Duration::from_secs(timeout_s),
+            detach: detach.unwrap_or(true),
+            tail,
+        })
+    }
+}
+
+/// Waits as asked (reporting progress), cancels if asked, and builds the result.
+fn finish(
+    cx: &Context<'_>,
+    record: JobRecord,
+    wait: &Wait,
+    verb: &str,
+) -> Result<Output, ToolError> {
+    let total = wait.timeout.as_secs_f64();
+    let tick = |elapsed: Duration, r: &JobRecord| {
+        (cx.progress)(Progress {
+            progress: elapsed.as_secs_f64(),
+            total: Some(total),
+            message: format!("job `{}` {}", r.job_id, phase_name(r)),
+        });
+    };
+    let (mut record, transitions) = cx.jobs.wait(cx.state, record, wait.timeout, &tick)?;
+    for r in &transitions {
+        cx.record(state_event(r));
+    }
+    let mut cancelled_at_end = false;
+    if !record.is_final() && !wait.detach {
+        let cancelled = cx.jobs.cancel(cx.state, record)?;
+        if cancelled.changed {
+            cx.record(state_event(&cancelled.record));
+        }
+        record = cancelled.record;
+        cancelled_at_end = true;
+    }
+    let (stdout, stderr) = cx.jobs.tails(cx.state, &record, wait.tail);
+    let mut structured = job_json(&record, Some((stdout, stderr)));
+    if cancelled_at_end {
+        structured["cancelled_at_end_of_wait"] = Value::Bool(true);
+    }
+    Ok(Output {
+        summary: format!("{verb}: {}", one_line(&record)),
+        structured: json!({ "job": structured }),
+        outcome: job_outcome(&record),
+    })
+}
+
+fn lookup(cx: &Context<'_>, instance_id: &str, job_id: &str) -> Result<JobRecord, ToolError> {
+    let instance = InstanceId::parse(instance_id)?;
+    let job = JobId::parse(job_id)?;
+    Ok(cx.state.job(cx.tenant, &instance, &job)?)
+}
+
+fn phase_name(record: &JobRecord) -> String {
+    serde_json::to_value(record.status.phase)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn mode_name(mode: JobMode) -> &'static str {
+    match mode {
+        JobMode::Local => "local",
+        JobMode::Slurm => "slurm",
+    }
+}
+
+/// A job as agents see it: no host paths, no Slurm id.
+fn job_json(record: &JobRecord, tails: Option<(String, String)>) -> Value {
+    let duration_s = record.started_at.map(|started| {
+        let end = record
+            .finished_at
+            .unwrap_or_else(crate::time::Timestamp::now);
+        (started.until(end).as_secs_f64() * 100.0).round() / 100.0
+    });
+    let mut job = json!({
+        "job_id": record.job_id,
+        "instance_id": record.instance,
+        "mode": mode_name(record.mode),
+        "status": phase_name(record),
+        "final": record.is_final(),
+        "exit_code": record.status.exit_code,
+        "signal": record.status.signal,
+        "reason": record.status.reason,
+        "message": record.status.message,
+        "command": record.command,
+        "resources": record.resources,
+        "submitted_at": record.submitted_at,
+        "started_at": record.started_at,
+        "finished_at": record.finished_at,
+        "duration_s": duration_s,
+    });
+    if let Some((stdout, stderr)) = tails {
+        job["stdout_tail"] = Value::String(stdout);
+        job["stderr_tail"] = Value::String(stderr);
+    }
+    job
+}
+
+/// `job `id` [local] completed (exit 0) — make test`.
+fn one_line(record: &JobRecord) -> String {
+    let mut line = format!(
+        "job `{}` [{}] {}",
+        record.job_id,
+        mode_name(record.mode),
+        phase_name(record)
+    );
+    if let Some(code) = record.status.exit_code {
+        line.push_str(&format!(" (exit {code})"));
+    } else if let Some(signal) = record.status.signal {
+        line.push_str(&format!(" (signal {signal})"));
+    }
+    if let Some(message) = &record.status.message {
+        line.push_str(&format!(": {message}"));
+    }
+    let command = match record.command.as_slice() {
+        [sh, c, line] if sh == "/bin/sh" && c == "-c" => line.clone(),
+        argv => argv.join(" "),
+    };
+    let command: String = command.chars().take(80).collect();
+    line.push_str(&format!(" — {command}"));
+    line
+}
+
+fn job_outcome(record: &JobRecord) -> Outcome {
+    Outcome {
+        exit_code: record.status.exit_code,
+        job_id: Some(record.job_id.to_string()),
+        state: Some(phase_name(record)),
+        ..Outcome::default()
+    }
+}
+
+/// The audit record of a job's state change.
+pub fn state_event(record: &JobRecord) -> Entry {
+    let mut entry = Entry::new(Event::JobState)
+        .instance(record.instance.as_str())
+        .outcome(job_outcome(record));
+    if let Some(reason) = &record.status.reason {
+        entry = entry.detail("reason", reason.clone());
+    }
+    if let Some(message) = &record.status.message {
+        entry = entry.detail("message", message.clone());
+    }
+    entry
+}
