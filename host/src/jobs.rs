@@ -154,6 +154,12 @@ impl Jobs {
             return Err("Slurm is not enabled".to_owned());
         };
         create_private_dir(dir).map_err(|e| format!("cannot prepare the job's output ({e})"))?;
+        match create_private_dir(&runner.script_dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(format!("cannot prepare the batch script directory ({e})"));
+            }
+            _ => {}
+        }
         let r = &record.resources;
         let job = SlurmJobSpec {
             job_name: format!("hpcgate-{}", record.job_id),

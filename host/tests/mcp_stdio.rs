@@ -2,10 +2,12 @@
 //! tool calls with structured results, and a denial coming back as a tool error.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
-use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
+use rmcp::service::NotificationContext;
 use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
 
 fn config(dir: &Path) -> std::path::PathBuf {
@@ -27,20 +29,26 @@ fn args(value: Value) -> Map<String, Value> {
     }
 }
 
-#[tokio::test]
-async fn an_mcp_client_lists_calls_and_is_refused_over_stdio() {
-    let dir = tempfile::tempdir().unwrap();
+/// `hpcgate run` on a fresh state directory under `dir`.
+fn gateway_command(dir: &Path) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"));
     command
         .arg("run")
         .arg("--config")
-        .arg(config(dir.path()))
-        .env("HOME", dir.path().join("home"))
+        .arg(config(dir))
+        .env("HOME", dir.join("home"))
         .env(
             "XDG_CACHE_HOME",
             Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-cache"),
         )
         .env_remove("HPCGATE_CONFIG");
+    command
+}
+
+#[tokio::test]
+async fn an_mcp_client_lists_calls_and_is_refused_over_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let command = gateway_command(dir.path());
     let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
     let info = client.peer_info().unwrap();
     assert_eq!(
@@ -104,4 +112,71 @@ async fn an_mcp_client_lists_calls_and_is_refused_over_stdio() {
     // Three allowed calls (decision + outcome each), the instance's creation, and one
     // denial (decision only).
     assert!(report.intact && report.records == 8, "{report:?}");
+}
+
+/// A client that keeps every progress notification.
+#[derive(Clone, Default)]
+struct ProgressLog(Arc<Mutex<Vec<ProgressNotificationParam>>>);
+
+impl ClientHandler for ProgressLog {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.0.lock().unwrap().push(params);
+    }
+}
+
+#[tokio::test]
+async fn a_waiting_submit_job_sends_progress_for_the_callers_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = ProgressLog::default();
+    let client = log
+        .clone()
+        .serve(TokioChildProcess::new(gateway_command(dir.path())).unwrap())
+        .await
+        .unwrap();
+    client
+        .call_tool(
+            CallToolRequestParams::new("create_instance")
+                .with_arguments(args(json!({"instance_id": "run1"}))),
+        )
+        .await
+        .unwrap();
+    // The rmcp client puts its own progress token on every request; the gateway must echo it.
+    let submit = |command: &str| {
+        CallToolRequestParams::new("submit_job").with_arguments(args(
+            json!({"instance_id": "run1", "command": command, "timeout": 30}),
+        ))
+    };
+    let result = client
+        .call_tool(submit("sleep 2.5; echo finished"))
+        .await
+        .unwrap();
+    let job = &result.structured_content.unwrap()["job"];
+    assert_eq!(job["status"], "completed", "{job}");
+    assert_eq!(job["stdout_tail"], "finished");
+
+    let first = log.0.lock().unwrap().clone();
+    assert!(
+        first.len() >= 2,
+        "about one notification a second: {first:?}"
+    );
+    let token = first[0].progress_token.clone();
+    assert!(first.iter().all(|p| p.progress_token == token), "{first:?}");
+    assert!(first.iter().all(|p| p.total == Some(30.0)));
+    assert!(
+        first.windows(2).all(|w| w[0].progress < w[1].progress),
+        "{first:?}"
+    );
+
+    client.call_tool(submit("sleep 1.5")).await.unwrap();
+    let second: Vec<_> = log.0.lock().unwrap()[first.len()..].to_vec();
+    assert!(!second.is_empty());
+    assert!(
+        second.iter().all(|p| p.progress_token != token),
+        "each call's notifications carry that call's token: {second:?}"
+    );
+    client.cancel().await.unwrap();
 }

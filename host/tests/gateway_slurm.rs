@@ -1,0 +1,117 @@
+//! Slurm jobs through the dispatch function against a real one-machine cluster
+//! (`scripts/slurm-local.sh start`; if it cannot start, the test fails with its message).
+
+#[path = "support/gateway.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::json;
+use support::{args, caller, err, ok};
+
+/// `SLURM_CONF` of the local cluster.
+fn slurm_conf() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/slurm-local.sh");
+    let out = Command::new(&script).arg("start").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the local Slurm cluster did not start:\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let conf = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("export SLURM_CONF="))
+        .expect("slurm-local.sh start prints `export SLURM_CONF=…`");
+    PathBuf::from(conf.trim_matches('\''))
+}
+
+#[test]
+fn slurm_jobs_run_sandboxed_report_output_and_cancel() {
+    let conf = slurm_conf();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[slurm]\nenabled = true\nslurm_conf = {:?}\n",
+        conf.display().to_string()
+    );
+    let gw = support::open(dir.path(), &config);
+    let chem = caller("chem");
+    ok(gw.call(
+        &chem,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    ok(gw.call(
+        &chem,
+        "write_file",
+        args(json!({"instance_id": "run1", "path": "input.txt", "content": "42\n"})),
+    ));
+
+    let done = ok(gw.call(
+        &chem,
+        "submit_job",
+        args(json!({
+            "instance_id": "run1", "mode": "slurm", "timeout": 120,
+            "command": "cat input.txt; pwd; echo oops >&2; exit 4",
+            "slurm_resources": {"cpus": 1, "memory": 256}
+        })),
+    ))["job"]
+        .clone();
+    assert_eq!(done["mode"], "slurm");
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["exit_code"], 4);
+    assert_eq!(done["stdout_tail"], "42\n/workspace", "{done}");
+    assert_eq!(done["stderr_tail"], "oops");
+    // The alias was folded into `resources` before the policies, then clamped/defaulted.
+    assert_eq!(done["resources"]["memory_mb"], 256);
+    assert!(
+        !serde_json::to_string(&done)
+            .unwrap()
+            .contains("slurm_job_id"),
+        "the Slurm id stays internal"
+    );
+
+    let status = ok(gw.call(&chem, "cluster_status", args(json!({}))));
+    assert!(
+        status["slurm"]["partitions"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty()),
+        "{status}"
+    );
+
+    let running = ok(gw.call(
+        &chem,
+        "submit_job",
+        args(json!({"instance_id": "run1", "mode": "slurm", "command": "sleep 120", "timeout": 0})),
+    ))["job"]
+        .clone();
+    let job_id = running["job_id"].as_str().unwrap();
+    let refused = err(gw.call(
+        &chem,
+        "archive_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    assert!(refused.contains("running"), "{refused}");
+    let cancelled = ok(gw.call(
+        &chem,
+        "cancel_job",
+        args(json!({"instance_id": "run1", "job_id": job_id})),
+    ));
+    let mut job = cancelled["job"].clone();
+    // scancel is asynchronous: wait for Slurm to report the end.
+    if job["final"] != true {
+        job = ok(gw.call(
+            &chem,
+            "poll_job",
+            args(json!({"instance_id": "run1", "job_id": job_id, "timeout": 60})),
+        ))["job"]
+            .clone();
+    }
+    assert_eq!(job["status"], "cancelled", "{job}");
+    ok(gw.call(
+        &chem,
+        "archive_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+}
