@@ -8,6 +8,7 @@
 //! result. Every exit path leaves an audit record.
 
 use std::cell::RefCell;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use hpcgate_executors::sandbox::SupervisorCommand;
@@ -49,12 +50,37 @@ impl CallResult {
 
 /// The gateway's long-lived parts.
 pub struct Gateway {
-    settings: Settings,
-    chain: Chain,
+    /// Settings and policy chain, replaced whole by [`Gateway::reload`]; each call takes one
+    /// snapshot at its start, so a reload never changes a call half-way.
+    live: RwLock<Arc<Live>>,
     audit: AuditLog,
     state: State,
     jobs: Jobs,
-    _engine: PolicyEngine,
+    engine: PolicyEngine,
+}
+
+/// What a reload replaces.
+struct Live {
+    settings: Settings,
+    chain: Chain,
+}
+
+impl Live {
+    fn chain_names(&self) -> Vec<String> {
+        self.settings
+            .policies
+            .iter()
+            .map(|p| p.name.clone())
+            .collect()
+    }
+}
+
+/// What [`Gateway::reload`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reloaded {
+    pub policies: usize,
+    /// Settings that changed in the files but only take effect after a restart.
+    pub needs_restart: Vec<&'static str>,
 }
 
 impl Gateway {
@@ -82,12 +108,11 @@ impl Gateway {
             supervisor,
         );
         let gateway = Gateway {
-            settings,
-            chain,
+            live: RwLock::new(Arc::new(Live { settings, chain })),
             audit,
             state,
             jobs,
-            _engine: engine,
+            engine,
         };
         for record in gateway.jobs.reattach(&gateway.state) {
             gateway.audit.append(
@@ -99,9 +124,108 @@ impl Gateway {
         Ok(gateway)
     }
 
+    fn live(&self) -> Arc<Live> {
+        self.live
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// What tool results carry (`[mcp] result_type`).
     pub fn result_type(&self) -> crate::config::ResultType {
-        self.settings.result_type
+        self.live().settings.result_type
+    }
+
+    /// Replaces the policy chain, tenants, quotas, host commands and result type with those
+    /// of `settings` (SIGHUP). Everything is built and checked first: on any error the old
+    /// set stays in force and the error says why. Settings that need a restart (state and
+    /// audit directories, executors, engine, proxies) are kept and named in the result.
+    /// Audited either way.
+    pub fn reload(&self, settings: Settings) -> anyhow::Result<Reloaded> {
+        let result = self.build_live(settings);
+        let entry = Entry::new(Event::PoliciesReloaded);
+        let entry = match &result {
+            Ok((live, reloaded)) => entry
+                .detail("policies", live.chain_names())
+                .detail("needs_restart", reloaded.needs_restart.clone()),
+            Err(e) => entry.outcome(Outcome {
+                error: Some(format!("{e:#}")),
+                ..Outcome::default()
+            }),
+        };
+        self.audit.append(entry)?;
+        let (live, reloaded) = result?;
+        *self
+            .live
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(live);
+        Ok(reloaded)
+    }
+
+    fn build_live(&self, mut settings: Settings) -> anyhow::Result<(Live, Reloaded)> {
+        let old = self.live();
+        let old = &old.settings;
+        let mut needs_restart = Vec::new();
+        macro_rules! keep {
+            ($($field:ident),*) => {$(
+                if format!("{:?}", settings.$field) != format!("{:?}", old.$field) {
+                    needs_restart.push(stringify!($field));
+                    settings.$field = old.$field.clone();
+                }
+            )*};
+        }
+        keep!(
+            state_dir,
+            audit_dir,
+            sandbox,
+            slurm,
+            audit,
+            engine,
+            proxied_mcps
+        );
+        let chain = settings.build_chain(&self.engine)?;
+        let reloaded = Reloaded {
+            policies: settings.policies.len(),
+            needs_restart,
+        };
+        Ok((Live { settings, chain }, reloaded))
+    }
+
+    /// The MCP resources: the guide and the site's context documents.
+    pub fn resources(&self) -> Vec<crate::resources::ResourceEntry> {
+        let live = self.live();
+        crate::resources::list(
+            &live.settings.context_dirs,
+            &live.settings.resource_patterns,
+        )
+    }
+
+    /// One resource's text.
+    pub fn read_resource(&self, uri: &str) -> Result<crate::resources::ResourceText, String> {
+        let live = self.live();
+        let s = &live.settings;
+        crate::resources::read(&s.context_dirs, &s.resource_patterns, uri)
+    }
+
+    /// Records that a transport started serving.
+    pub fn started(&self, transport: &str) -> anyhow::Result<()> {
+        self.audit.append(
+            Entry::new(Event::GatewayStarted)
+                .detail("transport", transport)
+                .detail("version", env!("CARGO_PKG_VERSION"))
+                .detail("pid", std::process::id()),
+        )?;
+        Ok(())
+    }
+
+    /// Records a clean stop.
+    pub fn stopped(&self, transport: &str) -> anyhow::Result<()> {
+        self.audit.append(
+            Entry::new(Event::GatewayStopped)
+                .detail("transport", transport)
+                .detail("pid", std::process::id()),
+        )?;
+        Ok(())
     }
 
     /// The audit log (for start and stop records by the transports).
@@ -111,10 +235,11 @@ impl Gateway {
 
     /// The tools `caller` may see: every builtin tool the list phase of the chain allows.
     pub fn tools(&self, caller: &Caller) -> Vec<ToolSpec> {
+        let live = self.live();
         Tool::all()
             .map(Tool::spec)
             .filter(|spec| {
-                !self
+                !live
                     .chain
                     .evaluate(&self.policy_input(caller, spec, Phase::List, Map::new()))
                     .is_denied()
@@ -148,7 +273,8 @@ impl Gateway {
         };
         let mut call = self.policy_input(caller, &tool.spec(), Phase::Call, arguments);
         normalize_call(&mut call);
-        let decided = self.chain.evaluate(&call);
+        let live = self.live();
+        let decided = live.chain.evaluate(&call);
         let receipt = match self.audit.append(Entry::call(&call, &decided)) {
             Ok(receipt) => receipt,
             Err(e) => {
@@ -164,7 +290,7 @@ impl Gateway {
             return CallResult::error(format!("denied by policy `{policy}`: {reason}"));
         }
         let arguments = decision.arguments.unwrap_or(call.arguments);
-        let context = self.context(caller, progress);
+        let context = self.context(&live.settings, caller, progress);
         let result = tool.run(&context, arguments);
         for event in context.events.take() {
             let event = event
@@ -223,17 +349,18 @@ impl Gateway {
 
     fn context<'a>(
         &'a self,
+        settings: &'a Settings,
         caller: &'a Caller,
         progress: &'a (dyn Fn(Progress) + Sync),
     ) -> Context<'a> {
-        let quotas = self.settings.tenants.get(&caller.tenant).map(|t| t.quotas);
+        let quotas = settings.tenants.get(&caller.tenant).map(|t| t.quotas);
         Context {
             tenant: &caller.tenant,
             state: &self.state,
-            files: &self.settings.files,
+            files: &settings.files,
             quotas: quotas.unwrap_or_default(),
             jobs: &self.jobs,
-            host_commands: &self.settings.host_commands,
+            host_commands: &settings.host_commands,
             progress,
             events: RefCell::new(Vec::new()),
         }

@@ -10,7 +10,7 @@
 //! - [`time`]: the one timestamp type and format everything stores
 //! - [`gateway`]: the one dispatch function (policy → executor → audit) and [`tools`]
 //! - [`jobs`]: job records and the job executors (supervised sandbox, Slurm) together
-//! - [`mcp`]: the rmcp server over the gateway
+//! - [`mcp`]: the rmcp server over the gateway; [`resources`]: the documents it offers
 //! - [`config`]: the TOML configuration, raw and resolved
 //! - [`cli`]: the `hpcgate` command line
 
@@ -21,6 +21,7 @@ pub mod gateway;
 pub mod jobs;
 pub mod mcp;
 pub mod policy;
+pub mod resources;
 pub mod state;
 pub mod time;
 pub mod tools;

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
-    ServerConfig, Tool, ToolAnnotations,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -21,7 +22,9 @@ use crate::tools::{Progress, ToolSpec};
 
 const INSTRUCTIONS: &str = "hpcgate runs your work on an HPC cluster under the site's policies. \
 Start with `create_instance` (a private /workspace and /output), then use the file tools on that \
-instance. Every call is checked by policy and recorded; a refusal says why and what to do.";
+instance and `submit_job` to run commands. The resource `resource://hpcgate/guide` explains the \
+workflow; other resources are the site's own documentation. Every call is checked by policy and \
+recorded; a refusal says why and what to do.";
 
 /// Blocking calls in flight at most.
 const MAX_BLOCKING: usize = 64;
@@ -62,9 +65,14 @@ impl McpServer {
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("hpcgate", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(Implementation::new("hpcgate", env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS)
     }
 
     async fn list_tools(
@@ -78,6 +86,47 @@ impl ServerHandler for McpServer {
         Ok(ListToolsResult::with_all_items(
             specs.into_iter().map(mcp_tool).collect(),
         ))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let entries = self.blocking(|gateway, _| gateway.resources()).await?;
+        let resources = entries
+            .into_iter()
+            .map(|e| {
+                let mut r = Resource::new(e.uri, e.name).with_description(e.description);
+                r.mime_type = Some("text/markdown".to_owned());
+                r.size = e.size;
+                r
+            })
+            .collect();
+        Ok(ListResourcesResult::with_all_items(resources))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let uri = request.uri;
+        let read = self
+            .blocking(move |gateway, _| gateway.read_resource(&uri))
+            .await?;
+        match read {
+            Ok(text) => Ok(
+                ReadResourceResult::new(vec![ResourceContents::TextResourceContents {
+                    uri: text.uri,
+                    mime_type: Some(text.mime_type.to_owned()),
+                    text: text.text,
+                    meta: None,
+                }])
+                .into(),
+            ),
+            Err(message) => Err(McpError::resource_not_found(message, None)),
+        }
     }
 
     async fn call_tool(

@@ -301,3 +301,43 @@ fn directory_move_delete_and_search_go_through_policy() {
     ok(on("delete_path", json!({"path": "src", "recursive": true})));
     assert!(on("stat_path", json!({"path": "src"})).is_error);
 }
+
+#[test]
+fn a_reload_swaps_the_policies_and_a_bad_one_keeps_the_old_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path());
+    let alice = caller("chem");
+    let denied = gw.call(&alice, "host_exec", Map::new());
+    assert!(
+        denied.text.contains("denied by policy `tools`"),
+        "{}",
+        denied.text
+    );
+
+    // Allow host_exec; also change the sandbox, which only a restart applies.
+    let allowing = "[sandbox]\ntmp_size_mb = 32\n[[policies]]\nname = \"tools\"\nmodule = \"stock:tool-filter\"\n[policies.config]\ndeny = []\n";
+    let reloaded = gw
+        .reload(support::settings(dir.path(), allowing).unwrap())
+        .unwrap();
+    assert_eq!(reloaded.policies, 1);
+    assert_eq!(reloaded.needs_restart, ["sandbox"]);
+    ok(gw.call(&alice, "host_exec", Map::new()));
+
+    // A policy that cannot load: refused, the running set stays, and the attempt is audited.
+    let broken = "[[policies]]\nname = \"tools\"\nmodule = \"/nonexistent/policy.wasm\"\n";
+    let error = gw
+        .reload(support::settings(dir.path(), broken).unwrap())
+        .unwrap_err();
+    assert!(format!("{error:#}").contains("policy.wasm"), "{error:#}");
+    ok(gw.call(&alice, "host_exec", Map::new()));
+
+    let log = std::fs::read_to_string(dir.path().join("state/audit/audit-000001.jsonl")).unwrap();
+    let reloads: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["event"] == "policies.reloaded")
+        .collect();
+    assert_eq!(reloads.len(), 2);
+    assert_eq!(reloads[0]["detail"]["policies"], json!(["tools"]));
+    assert!(reloads[1]["outcome"]["error"].is_string());
+}

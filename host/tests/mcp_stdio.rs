@@ -12,8 +12,14 @@ use serde_json::{Map, Value, json};
 
 fn config(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("gateway.toml");
+    std::fs::create_dir_all(dir.join("docs")).unwrap();
+    std::fs::write(
+        dir.join("docs/site.md"),
+        "# Our cluster\nUse partition `cpu`.\n",
+    )
+    .unwrap();
     let text = format!(
-        "state_dir = {:?}\n\n[[policies]]\nname = \"tools\"\nmodule = \"stock:tool-filter\"\n\
+        "state_dir = {:?}\n[mcp]\ncontext_dirs = [\"docs\"]\n\n[[policies]]\nname = \"tools\"\nmodule = \"stock:tool-filter\"\n\
          [policies.config]\ndeny = [\"list_archived_instances\"]\n\n[[policies]]\nname = \"paths\"\n\
          module = \"stock:path-rules\"\n[policies.config]\ndeny_write = [\"**/.git/**\"]\n",
         dir.join("state").display().to_string()
@@ -106,6 +112,30 @@ async fn an_mcp_client_lists_calls_and_is_refused_over_stdio() {
     assert_eq!(denied.is_error, Some(true));
     let text = serde_json::to_string(&denied.content).unwrap();
     assert!(text.contains("denied by policy `paths`"), "{text}");
+
+    let resources = client.list_all_resources().await.unwrap();
+    let uris: Vec<&str> = resources.iter().map(|r| r.uri.as_str()).collect();
+    assert_eq!(
+        uris,
+        [
+            "resource://hpcgate/guide",
+            "resource://hpcgate/context/site.md"
+        ]
+    );
+    let site = client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "resource://hpcgate/context/site.md",
+        ))
+        .await
+        .unwrap();
+    let text = serde_json::to_string(&site.contents).unwrap();
+    assert!(text.contains("Use partition `cpu`."), "{text}");
+    let missing = client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "resource://hpcgate/context/../../etc/passwd",
+        ))
+        .await;
+    assert!(missing.is_err());
 
     client.cancel().await.unwrap();
     let report = hpcgate::audit::verify(&dir.path().join("state/audit"), None).unwrap();

@@ -272,6 +272,11 @@ fn absolutize(table: &mut toml::Table, dir: Option<&Path>, home: Option<&Path>) 
                 }
             }
         };
+    if let Some(toml::Value::Table(mcp)) = table.get_mut("mcp")
+        && let Some(toml::Value::Array(dirs)) = mcp.get_mut("context_dirs")
+    {
+        dirs.iter_mut().for_each(fix);
+    }
     each(table, "", "policies", "module", Some("stock:"));
     each(table, "sandbox", "extra_ro_binds", "source", None);
 }

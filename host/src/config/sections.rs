@@ -15,6 +15,10 @@ use crate::audit::RedactionRules;
 pub struct McpConfig {
     /// What tool results carry (default `both`).
     pub result_type: Option<ResultType>,
+    /// Directories whose matching files are offered as MCP resources (site docs for agents).
+    pub context_dirs: Option<Vec<PathBuf>>,
+    /// File name globs of those resources (default `["*.md"]`).
+    pub resource_patterns: Option<Vec<String>>,
 }
 
 /// The shape of a tool result.

@@ -30,6 +30,9 @@ pub struct Settings {
     pub audit_dir: PathBuf,
     /// `[mcp] result_type`.
     pub result_type: ResultType,
+    /// `[mcp] context_dirs` (absolute) and `resource_patterns`: files offered as resources.
+    pub context_dirs: Vec<PathBuf>,
+    pub resource_patterns: Vec<String>,
     pub sandbox: SandboxSettings,
     /// `None` when `[slurm] enabled = false`.
     pub slurm: Option<SlurmSettings>,
@@ -165,6 +168,24 @@ impl Settings {
                 },
             );
         }
+        let context_dirs = config.mcp.context_dirs.clone().unwrap_or_default();
+        if let Some(dir) = context_dirs.iter().find(|d| !d.is_absolute()) {
+            return Err(bad(
+                "mcp.context_dirs",
+                format!(
+                    "`{}` must be an absolute path (or relative to the config file)",
+                    dir.display()
+                ),
+            ));
+        }
+        let resource_patterns = config
+            .mcp
+            .resource_patterns
+            .clone()
+            .unwrap_or_else(|| vec!["*.md".to_owned()]);
+        if let Err(e) = hpcgate_policy_sdk::glob::GlobSet::new(&resource_patterns) {
+            return Err(bad("mcp.resource_patterns", e.to_string()));
+        }
         let tenants =
             tenants::resolve(&config.tenants).map_err(|(key, message)| bad(&key, message))?;
         let policies = config.policies_with_proxy_filters();
@@ -174,6 +195,8 @@ impl Settings {
             audit_dir: state_dir.join("audit"),
             state_dir,
             result_type: config.mcp.result_type.unwrap_or_default(),
+            context_dirs,
+            resource_patterns,
             sandbox,
             slurm,
             files,

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use hpcgate::config::{Environment, load};
+use hpcgate::config::{Environment, Settings, load};
 use hpcgate::gateway::{CallResult, Caller, Gateway};
 use hpcgate::jobs::SUPERVISE_SUBCOMMAND;
 use hpcgate::state::TenantName;
@@ -15,6 +15,12 @@ use serde_json::{Map, Value};
 /// A gateway whose state lives under `dir/state`, configured by `config` over the defaults.
 /// Local jobs are supervised by the real `hpcgate` binary (the test binary cannot).
 pub fn open(dir: &Path, config: &str) -> Gateway {
+    let supervisor = SupervisorCommand::reexec(env!("CARGO_BIN_EXE_hpcgate"), SUPERVISE_SUBCOMMAND);
+    Gateway::open_with_supervisor(settings(dir, config).unwrap(), supervisor).unwrap()
+}
+
+/// The settings [`open`] uses: `config` written to `dir/gateway.toml` and layered.
+pub fn settings(dir: &Path, config: &str) -> anyhow::Result<Settings> {
     let file = dir.join("gateway.toml");
     let toml = format!(
         "state_dir = {:?}\n{config}",
@@ -27,11 +33,10 @@ pub fn open(dir: &Path, config: &str) -> Gateway {
         data_home: None,
         explicit: Some(file),
     };
-    let mut settings = load(&env).unwrap().settings().unwrap();
+    let mut settings = load(&env)?.settings()?;
     settings.engine.cache_dir =
         Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("gateway-policy-cache"));
-    let supervisor = SupervisorCommand::reexec(env!("CARGO_BIN_EXE_hpcgate"), SUPERVISE_SUBCOMMAND);
-    Gateway::open_with_supervisor(settings, supervisor).unwrap()
+    Ok(settings)
 }
 
 pub fn caller(tenant: &str) -> Caller {
