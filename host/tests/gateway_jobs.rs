@@ -401,3 +401,56 @@ fn cluster_status_without_slurm_and_host_exec_by_key() {
     assert_eq!(recorded.len(), 2, "one record per command run");
     assert_eq!(recorded[0]["detail"]["key"], "hello");
 }
+
+#[test]
+fn the_running_jobs_quota_counts_unfinished_jobs_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!("{CONFIG}\n[tenants.chem]\nquotas = {{ max_running_jobs = 1 }}\n");
+    let gw = support::open(dir.path(), &config);
+    let chem = caller("chem");
+    ok(gw.call(
+        &chem,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    let first = ok(gw.call(
+        &chem,
+        "submit_job",
+        args(json!({"instance_id": "run1", "command": "sleep 60", "timeout": 0})),
+    ))["job"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let refused = err(gw.call(
+        &chem,
+        "submit_job",
+        args(json!({"instance_id": "run1", "command": "true", "timeout": 0})),
+    ));
+    assert!(
+        refused.contains("1 unfinished jobs (maximum 1)"),
+        "{refused}"
+    );
+    // Another tenant has its own count.
+    let bio = caller("bio");
+    ok(gw.call(
+        &bio,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    ok(gw.call(
+        &bio,
+        "submit_job",
+        args(json!({"instance_id": "run1", "command": "true", "timeout": 10})),
+    ));
+    ok(gw.call(
+        &chem,
+        "cancel_job",
+        args(json!({"instance_id": "run1", "job_id": first})),
+    ));
+    let after = ok(gw.call(
+        &chem,
+        "submit_job",
+        args(json!({"instance_id": "run1", "command": "true", "timeout": 10})),
+    ));
+    assert_eq!(after["job"]["status"], "completed");
+}
