@@ -158,7 +158,7 @@ fn the_engine_keeps_serving_after_faults() {
 }
 
 #[test]
-fn ten_thousand_hostile_evaluations_leave_the_process_healthy() {
+fn twelve_thousand_hostile_evaluations_leave_the_process_healthy() {
     let _exclusive = exclusive();
     let mut grow = Spec::hostile("grow", json!({"behaviour": "grow"}));
     grow.memory_mb = 4;
@@ -180,13 +180,19 @@ fn ten_thousand_hostile_evaluations_leave_the_process_healthy() {
             assert_eq!(outcome.decision.decision, DecisionKind::Deny);
         }
     };
-    run(1_000);
+    // The pooling allocator keeps up to 1 MiB of each slot it has used resident, and how many
+    // slots are in use at once depends on how far the maintenance thread lags (machine load):
+    // so the first phases may grow RSS up to that bound. A leak grows in every phase; the
+    // slot bound does not.
+    run(4_000);
     let warm = rss_kib();
-    run(9_000);
+    run(4_000);
+    let middle = rss_kib();
+    run(4_000);
     let after = rss_kib();
     assert!(
-        after < warm + 16 * 1024,
-        "RSS grew from {warm} KiB to {after} KiB over 9,000 hostile evaluations"
+        after < middle + 8 * 1024 || middle < warm + 8 * 1024,
+        "RSS kept growing: {warm} KiB, then {middle} KiB, then {after} KiB over 4,000 hostile evaluations each"
     );
     let fine = chain(vec![Spec::hostile("ok", json!({"behaviour": "allow"}))]);
     assert_eq!(fine.evaluate(&c).decision.decision, DecisionKind::Allow);

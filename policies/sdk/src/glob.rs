@@ -126,8 +126,24 @@ impl Glob {
         if !text.starts_with(&self.prefix) || !text.contains(&self.required) {
             return false;
         }
+        self.run(text)
+            .is_some_and(|live| live[self.states.len() - 1])
+    }
+
+    /// Whether some path strictly below the directory `dir` could match: the glob protects
+    /// something inside `dir`, so moving or deleting `dir` would touch it. Every state of a
+    /// glob's NFA can still reach the end (each step consumes a character some text has), so
+    /// "still live after `dir/`" is exactly "some continuation matches".
+    pub fn matches_below(&self, dir: &str) -> bool {
+        let mut text = String::with_capacity(dir.len() + 1);
+        text.push_str(dir.trim_end_matches('/'));
+        text.push('/');
+        self.run(&text).is_some()
+    }
+
+    /// Simulates the NFA over `text`; `None` once no state is live.
+    fn run(&self, text: &str) -> Option<Vec<bool>> {
         let n = self.states.len();
-        let accept = n - 1;
         let mut current = vec![false; n];
         let mut next = vec![false; n];
         let mut stack = Vec::with_capacity(n);
@@ -144,11 +160,11 @@ impl Glob {
                 }
             }
             if !any {
-                return false;
+                return None;
             }
             std::mem::swap(&mut current, &mut next);
         }
-        current[accept]
+        Some(current)
     }
 
     /// Adds `from` and every state reachable from it by ε-moves to `set`.
@@ -433,6 +449,33 @@ mod tests {
                 m(pattern, text),
                 expected,
                 "glob `{pattern}` against `{text}`"
+            );
+        }
+    }
+
+    #[test]
+    fn matches_below_finds_protected_descendants() {
+        let cases = [
+            ("/workspace/inputs/**", "/workspace", true),
+            ("/workspace/inputs/**", "/workspace/", true),
+            ("/workspace/inputs/**", "/", true),
+            ("/workspace/inputs/**", "/workspace/inputs", true),
+            ("/workspace/inputs/**", "/workspace/inputs2", false),
+            ("/workspace/inputs/**", "/workspace/out", false),
+            ("/workspace/inputs/**", "/output", false),
+            ("/workspace/a/*.key", "/workspace/a", true),
+            ("/workspace/a/*.key", "/workspace/b", false),
+            ("/workspace/*/secret", "/workspace/x", true),
+            ("/workspace/*/secret", "/workspace/x/y", false),
+            ("**/.git/**", "/workspace/anything", true),
+            ("/data", "/", true),
+            ("/data", "/data", false),
+        ];
+        for (pattern, dir, below) in cases {
+            assert_eq!(
+                Glob::new(pattern).unwrap().matches_below(dir),
+                below,
+                "{pattern} below {dir}"
             );
         }
     }

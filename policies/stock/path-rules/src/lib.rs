@@ -10,7 +10,14 @@
 //! - a value under a path argument name that is not a string (a number, `null`, an object, a
 //!   list inside the list) is denied: the policy cannot tell what it would touch;
 //! - globs follow [`hpcgate_policy_sdk::glob`], where a trailing `/**` also matches the directory
-//!   itself, so `/workspace/inputs/**` protects `inputs` from being moved or deleted whole.
+//!   itself, so `/workspace/inputs/**` protects `inputs` from being moved or deleted whole;
+//! - a glob anchored at `/` also protects the directories *above* what it matches from a tool
+//!   that is not read-only: with `/workspace/inputs/**` denied, `move_path` or `delete_path` of
+//!   `/workspace/data` is fine but of `/workspace` is refused, since it would carry `inputs`
+//!   along ([`Glob::matches_below`]). A name-based glob (`**/.git/**`) cannot do this without
+//!   seeing the files — any directory may contain a `.git` — so it protects by name only: a
+//!   moved `.git` is still called `.git`, but a recursive `delete_path` of its parent is not
+//!   caught. Use anchored globs for what must never be deleted.
 //!
 //! The list phase (`arguments` is `{}`) has no paths, so every tool is shown.
 //!
@@ -21,7 +28,7 @@
 //! deny_write = ["**/.git/**", "/workspace/inputs/**"]
 //! ```
 
-use hpcgate_policy_sdk::glob::GlobSet;
+use hpcgate_policy_sdk::glob::{Glob, GlobSet};
 use hpcgate_policy_sdk::{Call, Decision, Policy, args, path};
 use serde::Deserialize;
 
@@ -74,6 +81,16 @@ impl Policy for PathRules {
                 return Decision::deny(format!(
                     "argument `{location}`: path `{normalized}` matches the deny_write glob \
                      `{glob}`; it may be read but not written"
+                ));
+            }
+            let anchored_above =
+                |glob: &&Glob| glob.as_str().starts_with('/') && glob.matches_below(&normalized);
+            let mut protected = self.deny_read.iter().chain(self.deny_write.iter());
+            if let Some(glob) = protected.find(anchored_above) {
+                return Decision::deny(format!(
+                    "argument `{location}`: path `{normalized}` contains paths the glob `{glob}` \
+                     protects; moving, deleting or replacing it would touch them — work on a \
+                     directory below it instead"
                 ));
             }
         }
@@ -230,6 +247,18 @@ mod tests {
                 false,
             ),
             ("run", false, json!({"command": "cat ~/.ssh/id_rsa"}), false),
+            // Directories above an anchored rule carry what it protects along.
+            ("delete_path", false, json!({"paths": ["/workspace"]}), true),
+            ("delete_path", false, json!({"path": "."}), true),
+            (
+                "move_path",
+                false,
+                json!({"source": "/workspace", "destination": "/output/ws"}),
+                true,
+            ),
+            ("delete_path", false, json!({"path": "data"}), false),
+            ("list_directory", true, json!({"path": "/workspace"}), false),
+            ("write_file", false, json!({"path": "/output/x"}), false),
         ];
         for (tool, read_only, arguments, denied) in cases {
             let decision = decide(tool, read_only, arguments.clone());
@@ -239,6 +268,20 @@ mod tests {
                 "{tool} {arguments}: {decision:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_parent_of_an_anchored_rule_is_refused_with_a_reason() {
+        let why = reason(decide(
+            "move_path",
+            false,
+            json!({"source": "/workspace", "destination": "/output/w"}),
+        ));
+        assert!(
+            why.contains("`/workspace`") && why.contains("`/workspace/inputs/**`"),
+            "{why}"
+        );
+        assert!(why.contains("directory below it"), "{why}");
     }
 
     #[test]
