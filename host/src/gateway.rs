@@ -114,6 +114,11 @@ impl Gateway {
             jobs,
             engine,
         };
+        if let Some(age) = gateway.live().settings.job_retention {
+            for tenant in gateway.state.tenants()? {
+                gateway.state.prune_jobs(&tenant, age)?;
+            }
+        }
         for record in gateway.jobs.reattach(&gateway.state) {
             gateway.audit.append(
                 crate::tools::job_state_event(&record)

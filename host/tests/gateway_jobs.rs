@@ -454,3 +454,50 @@ fn the_running_jobs_quota_counts_unfinished_jobs_only() {
     ));
     assert_eq!(after["job"]["status"], "completed");
 }
+
+#[test]
+fn finished_jobs_past_retention_are_pruned_at_start_and_running_ones_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let chem = caller("chem");
+    let (done, running) = {
+        let gw = setup(dir.path());
+        let done = ok(gw.call(
+            &chem,
+            "submit_job",
+            args(json!({"instance_id": "run1", "command": "true", "timeout": 30})),
+        ))["job"]["job_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let running = ok(gw.call(
+            &chem,
+            "submit_job",
+            args(json!({"instance_id": "run1", "command": "sleep 60", "timeout": 0})),
+        ))["job"]["job_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        (done, running)
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    let mut settings = support::settings(dir.path(), CONFIG).unwrap();
+    settings.job_retention = Some(Duration::from_millis(10));
+    let supervisor = hpcgate_executors::sandbox::SupervisorCommand::reexec(
+        env!("CARGO_BIN_EXE_hpcgate"),
+        hpcgate::jobs::SUPERVISE_SUBCOMMAND,
+    );
+    let gw = hpcgate::gateway::Gateway::open_with_supervisor(settings, supervisor).unwrap();
+    let listed = ok(gw.call(&chem, "list_jobs", args(json!({}))));
+    let ids: Vec<&str> = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [running.as_str()], "{done} was pruned");
+    ok(gw.call(
+        &chem,
+        "cancel_job",
+        args(json!({"instance_id": "run1", "job_id": running})),
+    ));
+}

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::sections::{
-    AuditConfig, FilesConfig, HostCommandConfig, McpConfig, SandboxConfig, SlurmConfig,
+    AuditConfig, FilesConfig, HostCommandConfig, JobsConfig, McpConfig, SandboxConfig, SlurmConfig,
 };
 use super::tenants::TenantConfig;
 use crate::policy::Mode;
@@ -45,6 +45,9 @@ pub struct Config {
     /// `[files]`: caps of the file tools.
     #[serde(default)]
     pub files: FilesConfig,
+    /// `[jobs]`: job record retention.
+    #[serde(default)]
+    pub jobs: JobsConfig,
     /// `[audit]`: redaction and rotation.
     #[serde(default)]
     pub audit: AuditConfig,

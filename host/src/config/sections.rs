@@ -21,6 +21,15 @@ pub struct McpConfig {
     pub resource_patterns: Option<Vec<String>>,
 }
 
+/// `[jobs]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobsConfig {
+    /// Finished job records (and their output) older than this many days are removed when the
+    /// gateway starts; 0 keeps them forever (default 30).
+    pub retention_days: Option<u64>,
+}
+
 /// The shape of a tool result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -37,6 +37,8 @@ pub struct Settings {
     /// `None` when `[slurm] enabled = false`.
     pub slurm: Option<SlurmSettings>,
     pub files: FileLimits,
+    /// `[jobs] retention_days`; `None` keeps finished job records forever.
+    pub job_retention: Option<Duration>,
     pub audit: AuditOptions,
     /// `host_exec` commands by key.
     pub host_commands: BTreeMap<String, HostCommand>,
@@ -200,6 +202,10 @@ impl Settings {
             sandbox,
             slurm,
             files,
+            job_retention: match config.jobs.retention_days.unwrap_or(30) {
+                0 => None,
+                days => Some(Duration::from_secs(days * 24 * 3600)),
+            },
             audit,
             host_commands,
             tenants,
