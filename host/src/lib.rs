@@ -8,12 +8,15 @@
 //! - [`audit`]: the hash-chained, group-committed audit log, its verification and queries
 //! - [`state`]: instances and job records per tenant under the state directory
 //! - [`time`]: the one timestamp type and format everything stores
+//! - [`auth`]: who is calling (tokens, JWT, Unix peers, `Origin`) and per-tenant rate limits
+//! - [`usage`]: disk usage for the host-enforced quotas
 //! - [`gateway`]: the one dispatch function (policy → executor → audit) and [`tools`]
 //! - [`mcp`]: the rmcp server over the gateway
 //! - [`config`]: the TOML configuration, raw and resolved
 //! - [`cli`]: the `hpcgate` command line
 
 pub mod audit;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod gateway;
@@ -22,3 +25,4 @@ pub mod policy;
 pub mod state;
 pub mod time;
 pub mod tools;
+pub mod usage;
