@@ -15,6 +15,8 @@
 //!    (principal `uid:<n>`), else 403;
 //! 5. nothing: 401 without an error attribute (RFC 6750 §3.1).
 //!
+//! stdio and local CLI use take [`Authenticator::local_caller`].
+//!
 //! Nothing is cached: a token removed from the config fails as soon as the transport builds a
 //! new authenticator from the reloaded settings (build it on every reload; it is cheap).
 //! [`RateLimiter`] holds the token buckets; [`bearer`] makes and hashes tokens for
@@ -69,6 +71,8 @@ pub struct Authenticator {
     jwt: Option<JwtVerifier>,
     origins: OriginPolicy,
     own_uid: u32,
+    stdio_tenant: TenantName,
+    tenants: BTreeSet<TenantName>,
 }
 
 impl Authenticator {
@@ -100,6 +104,8 @@ impl Authenticator {
             jwt,
             origins: OriginPolicy::new(settings.allowed_origins.clone()),
             own_uid: rustix::process::geteuid().as_raw(),
+            stdio_tenant: settings.stdio_tenant.clone(),
+            tenants: settings.tenants.keys().cloned().collect(),
         })
     }
 
@@ -142,6 +148,22 @@ impl Authenticator {
             };
         }
         Err(AuthError::MissingCredentials)
+    }
+
+    /// The caller of stdio and local CLI use, as the local user (`$USER`, else `uid:<n>`). On
+    /// a multi-tenant gateway whose `stdio_tenant` is not a configured tenant, the tenant that
+    /// lists the gateway's own uid in `unix_uids` is used instead, if there is one.
+    pub fn local_caller(&self) -> Caller {
+        let tenant = match &self.single {
+            Some(tenant) => tenant.clone(),
+            None if self.tenants.contains(&self.stdio_tenant) => self.stdio_tenant.clone(),
+            None => self
+                .uids
+                .get(&self.own_uid)
+                .unwrap_or(&self.stdio_tenant)
+                .clone(),
+        };
+        caller(tenant, local_principal())
     }
 
     /// How many static tokens are configured (for the startup log line).

@@ -244,6 +244,25 @@ fn single_tenant_gateways_make_every_caller_the_stdio_tenant() {
     );
 }
 
+#[test]
+fn the_local_caller_is_the_stdio_tenant_or_the_tenant_of_our_own_uid() {
+    let own = rustix::process::geteuid().as_raw();
+    assert_eq!(
+        auth("stdio_tenant = \"me\"\n")
+            .local_caller()
+            .tenant
+            .as_str(),
+        "me"
+    );
+    let configured = auth("stdio_tenant = \"bio\"\n[tenants.chem]\n[tenants.bio]\n");
+    assert_eq!(configured.local_caller().tenant.as_str(), "bio");
+    let by_uid = auth(&format!(
+        "[tenants.chem]\nunix_uids = [{own}]\n[tenants.bio]\n"
+    ));
+    assert_eq!(by_uid.local_caller().tenant.as_str(), "chem");
+    assert_eq!(by_uid.local_caller().principal, local_principal());
+}
+
 // ---- JWT ----
 
 struct Keys {

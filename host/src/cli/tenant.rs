@@ -217,12 +217,19 @@ fn add(
 }
 
 fn token(tenant: &str, label: &str, path: Option<&Path>) -> anyhow::Result<ExitCode> {
-    TenantName::parse(tenant).with_context(|| format!("cannot make a token for `{tenant}`"))?;
+    let name =
+        TenantName::parse(tenant).with_context(|| format!("cannot make a token for `{tenant}`"))?;
     if label.trim().is_empty() {
         bail!("the label must not be empty; name the token (e.g. who holds it)");
     }
     let env = Environment::from_process(path.map(Path::to_owned));
     let settings = load(&env)?.settings()?;
+    let configured = settings.tenants.get(&name);
+    if configured.is_some_and(|t| t.tokens.iter().any(|k| k.label == label)) {
+        bail!(
+            "tenant `{tenant}` already has a token labelled `{label}`; choose another label (or remove the old entry to replace it)"
+        );
+    }
     let token = generate_token().context("cannot read random bytes from the OS")?;
     let sha256 = hex::encode(hash_token(&token));
     let mut entry = InlineTable::new();
@@ -256,7 +263,14 @@ fn token(tenant: &str, label: &str, path: Option<&Path>) -> anyhow::Result<ExitC
             "# added to [tenants.{tenant}] tokens in `{}`: {entry}",
             path.display()
         )),
-        None => out(format!("# add to [tenants.{tenant}] tokens: {entry}")),
+        None => {
+            out(format!("# add to [tenants.{tenant}] tokens: {entry}"));
+            if configured.is_none() {
+                out(format!(
+                    "# tenant `{tenant}` is not configured yet: add [tenants.{tenant}] too"
+                ));
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
