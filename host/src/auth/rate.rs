@@ -21,8 +21,15 @@ use crate::state::TenantName;
 /// The rate limits of every tenant.
 #[derive(Debug, Default)]
 pub struct RateLimiter {
-    tenants: HashMap<String, Mutex<Buckets>>,
+    tenants: HashMap<String, Slot>,
 }
+
+/// One tenant's lock and buckets on cache lines of their own: the map stores its values side
+/// by side, and without the padding two tenants' locks would share a line and bounce it
+/// between cores (measured: 2 threads on 2 tenants were slower than 1).
+#[derive(Debug)]
+#[repr(align(128))]
+struct Slot(Mutex<Buckets>);
 
 #[derive(Debug)]
 struct Buckets {
@@ -124,7 +131,7 @@ impl RateLimiter {
                         buckets.tools.insert(key.clone(), bucket);
                     }
                 }
-                (name.as_str().to_owned(), Mutex::new(buckets))
+                (name.as_str().to_owned(), Slot(Mutex::new(buckets)))
             })
             .collect();
         RateLimiter { tenants }
@@ -151,7 +158,7 @@ impl RateLimiter {
         };
         // A poisoned lock only means another call panicked mid-arithmetic; the numbers are
         // still numbers.
-        let mut guard = buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = buckets.0.lock().unwrap_or_else(|e| e.into_inner());
         let Buckets { all, tools } = &mut *guard;
         let mut refused: Option<RetryAfter> = None;
         let applicable = [

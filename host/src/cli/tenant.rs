@@ -63,6 +63,14 @@ pub(crate) enum TenantCommand {
     },
 }
 
+/// `path` made absolute (against the working directory) for messages and audit records.
+fn shown(path: &Path) -> String {
+    std::path::absolute(path)
+        .unwrap_or_else(|_| path.to_owned())
+        .display()
+        .to_string()
+}
+
 pub(crate) fn run(command: TenantCommand) -> anyhow::Result<ExitCode> {
     match command {
         TenantCommand::List { config, json } => list(config, json),
@@ -209,7 +217,7 @@ fn add(
         Entry::new(Event::TenantAdmin)
             .detail("action", "add")
             .detail("tenant", name)
-            .detail("config", path.display().to_string()),
+            .detail("config", shown(path)),
     )?;
     replace_file(path, &text)?;
     out(format!("added [tenants.{name}] to `{}`", path.display()));
@@ -245,7 +253,7 @@ fn token(tenant: &str, label: &str, path: Option<&Path>) -> anyhow::Result<ExitC
             add_token(&mut doc, tenant, label, entry.clone(), path)?;
             let text = doc.to_string();
             check_layered(&env, path, &text)?;
-            record = record.detail("config", path.display().to_string());
+            record = record.detail("config", shown(path));
             Some((path, text))
         }
         None => None,
