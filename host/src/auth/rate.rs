@@ -8,7 +8,8 @@
 //! Locking: the map of tenants is built once and never changes, so finding a tenant takes no
 //! lock; each tenant's buckets sit behind their own `std::sync::Mutex`, held for a few
 //! arithmetic operations. Tenants never contend with each other, and a tenant without limits
-//! costs one hash lookup. (A reload builds a new limiter; the buckets start full again.)
+//! costs one hash lookup. On reload, [`RateLimiter::reloaded`] builds the new limiter and keeps
+//! the fill of every bucket whose limit is unchanged.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -135,6 +136,32 @@ impl RateLimiter {
             })
             .collect();
         RateLimiter { tenants }
+    }
+
+    /// A limiter for reloaded `settings` that keeps the fill level of every bucket whose limit
+    /// did not change (so a reload does not hand every tenant a fresh burst); changed and new
+    /// limits start full.
+    pub fn reloaded(&self, settings: &Settings) -> RateLimiter {
+        let fresh = RateLimiter::from_settings(settings);
+        for (tenant, slot) in &fresh.tenants {
+            let Some(old) = self.tenants.get(tenant) else {
+                continue;
+            };
+            let old = old.0.lock().unwrap_or_else(|e| e.into_inner());
+            let mut new = slot.0.lock().unwrap_or_else(|e| e.into_inner());
+            let keep = |new: &mut Bucket, old: Option<&Bucket>| {
+                if let Some(old) = old.filter(|o| o.limit == new.limit) {
+                    *new = *old;
+                }
+            };
+            if let Some(bucket) = new.all.as_mut() {
+                keep(bucket, old.all.as_ref());
+            }
+            for (tool, bucket) in &mut new.tools {
+                keep(bucket, old.tools.get(tool));
+            }
+        }
+        fresh
     }
 
     /// Takes a token for one call of `tool` by `tenant`, or says when to retry.
@@ -331,6 +358,37 @@ mod tests {
         }
         let single = super::tests::limiter("");
         single.check(&t("default"), "submit_job").unwrap();
+    }
+
+    #[test]
+    fn a_reload_keeps_unchanged_buckets_and_refills_changed_ones() {
+        let before = limiter(TWO_TENANTS);
+        let now = Instant::now();
+        for _ in 0..2 {
+            before.check_at(&t("bio"), "submit_job", now).unwrap();
+        }
+        for _ in 0..10 {
+            before.check_at(&t("chem"), "submit_job", now).unwrap();
+        }
+        let text = TWO_TENANTS.replace("per_minute = 10", "per_minute = 11");
+        let config = crate::config::Config::parse(&text, "t.toml").unwrap();
+        let env = crate::config::Environment {
+            home: Some("/home/u".into()),
+            ..Default::default()
+        };
+        let settings =
+            Settings::resolve(&config, &env, &crate::config::Origins::single("t.toml")).unwrap();
+        let after = before.reloaded(&settings);
+        // bio's limit is unchanged: still empty. chem's submit_job changed: full again.
+        after.check_at(&t("bio"), "submit_job", now).unwrap_err();
+        after.check_at(&t("chem"), "submit_job", now).unwrap();
+    }
+
+    #[test]
+    fn the_limiter_and_the_authenticator_can_be_shared_across_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<RateLimiter>();
+        shared::<crate::auth::Authenticator>();
     }
 
     /// Throughput of `check` with 1 thread, then 16 threads over 8 tenants (2 per tenant), with
