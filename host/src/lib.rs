@@ -8,6 +8,8 @@
 //! - [`audit`]: the hash-chained, group-committed audit log, its verification and queries
 //! - [`state`]: instances and job records per tenant under the state directory
 //! - [`time`]: the one timestamp type and format everything stores
+//! - [`auth`]: who is calling (tokens, JWT, Unix peers, `Origin`) and per-tenant rate limits
+//! - [`usage`]: disk usage for the host-enforced quotas
 //! - [`gateway`]: the one dispatch function (policy → executor → audit) and [`tools`]
 //! - [`jobs`]: job records and the job executors (supervised sandbox, Slurm) together
 //! - [`mcp`]: the rmcp server over the gateway; [`resources`]: the documents it offers
@@ -15,6 +17,7 @@
 //! - [`cli`]: the `hpcgate` command line
 
 pub mod audit;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod gateway;
@@ -25,3 +28,4 @@ pub mod resources;
 pub mod state;
 pub mod time;
 pub mod tools;
+pub mod usage;

@@ -38,10 +38,12 @@ pub enum Event {
     GatewayStopped,
     /// `AuditLog::open` truncated a torn last line; `detail` says what was removed.
     AuditRepaired,
+    /// `hpcgate tenant add|token|list` ran; `detail.action` says which (never a token or hash).
+    TenantAdmin,
 }
 
 impl Event {
-    pub const ALL: [Event; 14] = [
+    pub const ALL: [Event; 15] = [
         Event::Call,
         Event::InstanceCreated,
         Event::InstanceArchived,
@@ -56,6 +58,7 @@ impl Event {
         Event::GatewayStarted,
         Event::GatewayStopped,
         Event::AuditRepaired,
+        Event::TenantAdmin,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -74,6 +77,7 @@ impl Event {
             Event::GatewayStarted => "gateway.started",
             Event::GatewayStopped => "gateway.stopped",
             Event::AuditRepaired => "audit.repaired",
+            Event::TenantAdmin => "tenant.admin",
         }
     }
 }

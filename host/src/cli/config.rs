@@ -57,6 +57,8 @@ fn check(env: &Environment, json: bool) -> anyhow::Result<ExitCode> {
         let settings = loaded.settings()?;
         let engine = PolicyEngine::new(settings.engine.clone())?;
         let chain = settings.build_chain(&engine)?;
+        // Reads the `[auth.jwt]` key files, so a bad key fails here and not at startup.
+        crate::auth::Authenticator::from_settings(&settings)?;
         let names: Vec<String> = chain.names().map(str::to_owned).collect();
         Ok((loaded.layers, settings, names))
     });

@@ -7,6 +7,7 @@ mod doctor;
 mod policy;
 mod run;
 mod scaffold;
+mod tenant;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -36,6 +37,9 @@ enum Command {
     Config(config::ConfigCommand),
     /// Check that this host can run the gateway with this configuration.
     Doctor(doctor::DoctorArgs),
+    /// List tenants, add one, or create a bearer token (audited).
+    #[command(subcommand)]
+    Tenant(tenant::TenantCommand),
 }
 
 /// Parses the command line and runs the command.
@@ -56,6 +60,7 @@ pub fn main() -> ExitCode {
         Command::Audit(command) => audit::run(command),
         Command::Config(command) => config::run(command),
         Command::Doctor(args) => doctor::run(args),
+        Command::Tenant(command) => tenant::run(command),
     };
     match result {
         Ok(code) => code,

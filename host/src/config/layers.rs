@@ -252,6 +252,15 @@ fn absolutize(table: &mut toml::Table, dir: Option<&Path>, home: Option<&Path>) 
             }
         }
     }
+    if let Some(toml::Value::Table(auth)) = table.get_mut("auth")
+        && let Some(toml::Value::Table(jwt)) = auth.get_mut("jwt")
+    {
+        for key in ["key_file", "jwks_file"] {
+            if let Some(v) = jwt.get_mut(key) {
+                fix(v);
+            }
+        }
+    }
     let each =
         |table: &mut toml::Table, outer: &str, inner: &str, key: &str, skip: Option<&str>| {
             let list = match outer {

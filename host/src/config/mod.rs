@@ -10,12 +10,14 @@
 //! (`policies = []` removes every policy). Unknown keys and invalid values are errors naming the
 //! file the key came from and its dotted path.
 //!
-//! - [`raw`], [`sections`], [`tenants`] — the raw model
+//! - [`raw`], [`sections`], [`tenants`], [`auth`] — the raw model (`auth` also resolves JWT,
+//!   origin and rate-limit settings)
 //! - [`layers`] — finding, reading and merging the layers ([`Environment`] says where home is)
 //! - [`parse`] — TOML → [`Config`] with dotted-key errors ([`origins`] remembers each key's file)
 //! - [`chain`] — `[[policies]]` (and `proxied_mcps` filters) → the policy chain
 //! - [`settings`] and [`executors`] — the resolved [`Settings`]
 
+pub mod auth;
 pub mod chain;
 pub mod error;
 pub mod executors;
@@ -27,6 +29,10 @@ pub mod sections;
 pub mod settings;
 pub mod tenants;
 
+pub use auth::{
+    ALL_TOOLS, AuthConfig, HttpConfig, JwtAlgorithm, JwtConfig, JwtKeySource, JwtSettings,
+    RateLimit, RateLimitConfig,
+};
 pub use error::ConfigError;
 pub use executors::{SandboxSettings, SlurmSettings};
 pub use layers::{
@@ -40,7 +46,7 @@ pub use sections::{
     SandboxConfig, SlurmConfig,
 };
 pub use settings::{HostCommand, Settings, load_settings};
-pub use tenants::{Quotas, Tenant, TenantConfig, Token};
+pub use tenants::{Quotas, QuotasConfig, Tenant, TenantConfig, Token, TokenConfig};
 
 #[cfg(test)]
 mod tests;

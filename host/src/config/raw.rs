@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::auth::{AuthConfig, HttpConfig};
 use super::sections::{
     AuditConfig, FilesConfig, HostCommandConfig, JobsConfig, McpConfig, SandboxConfig, SlurmConfig,
 };
@@ -57,6 +58,12 @@ pub struct Config {
     /// `[tenants.<name>]`: none means single-tenant (every caller is `stdio_tenant`).
     #[serde(default)]
     pub tenants: BTreeMap<String, TenantConfig>,
+    /// `[auth]`: how bearer tokens other than the configured hashes are accepted (JWT).
+    #[serde(default)]
+    pub auth: AuthConfig,
+    /// `[http]`: the HTTP transport (browser origins allowed).
+    #[serde(default)]
+    pub http: HttpConfig,
 }
 
 /// `[policy_engine]`: defaults for every policy and engine-wide settings.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use hpcgate_executors::files::FileLimits;
 
+use super::auth::{JwtSettings, resolve_jwt, resolve_origins};
 use super::error::ConfigError;
 use super::executors::{SandboxSettings, SlurmSettings, resolve_sandbox, resolve_slurm};
 use super::layers::{Environment, LoadedConfig};
@@ -44,6 +45,11 @@ pub struct Settings {
     pub host_commands: BTreeMap<String, HostCommand>,
     /// Empty: single-tenant, every caller is [`Self::stdio_tenant`].
     pub tenants: BTreeMap<TenantName, Tenant>,
+    /// `[auth.jwt]`; `None`: JWTs are not accepted.
+    pub jwt: Option<JwtSettings>,
+    /// `[http] allowed_origins`, normalised (`scheme://host[:port]`, lowercase); loopback
+    /// origins are allowed besides these.
+    pub allowed_origins: Vec<String>,
     /// `[policy_engine]` as the engine takes it.
     pub engine: EngineSettings,
     /// `[policy_engine]` defaults applied to each policy.
@@ -190,6 +196,11 @@ impl Settings {
         }
         let tenants =
             tenants::resolve(&config.tenants).map_err(|(key, message)| bad(&key, message))?;
+        let jwt = match &config.auth.jwt {
+            Some(raw) => Some(resolve_jwt(raw, &tenants, &bad)?),
+            None => None,
+        };
+        let allowed_origins = resolve_origins(&config.http, &bad)?;
         let policies = config.policies_with_proxy_filters();
         check_policies(config, &policies, &bad)?;
         Ok(Settings {
@@ -209,6 +220,8 @@ impl Settings {
             audit,
             host_commands,
             tenants,
+            jwt,
+            allowed_origins,
             engine: config.engine_settings(),
             policy_defaults: config.policy_engine.clone(),
             policies,

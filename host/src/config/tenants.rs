@@ -1,9 +1,11 @@
-//! `[tenants.<name>]`: who may connect as which tenant, and their quotas; raw and resolved.
+//! `[tenants.<name>]`: who may connect as which tenant, their quotas and rate limits; raw and
+//! resolved.
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use super::auth::{RateLimit, RateLimitConfig, resolve_rate_limits};
 use crate::state::TenantName;
 
 /// One raw `[tenants.<name>]` table.
@@ -19,6 +21,9 @@ pub struct TenantConfig {
     /// Limits on this tenant (unset: none).
     #[serde(default)]
     pub quotas: QuotasConfig,
+    /// Token buckets by tool name, `"*"` for all calls together (unset: no limit).
+    #[serde(default)]
+    pub rate_limits: BTreeMap<String, RateLimitConfig>,
 }
 
 /// One `tokens` entry.
@@ -39,6 +44,10 @@ pub struct QuotasConfig {
     pub max_instances: Option<usize>,
     /// Most jobs queued or running at once.
     pub max_running_jobs: Option<usize>,
+    /// Most bytes of regular files in one instance's workspace.
+    pub max_workspace_bytes: Option<u64>,
+    /// Most bytes of one instance's output directory.
+    pub max_output_bytes: Option<u64>,
 }
 
 /// A resolved tenant.
@@ -47,6 +56,8 @@ pub struct Tenant {
     pub tokens: Vec<Token>,
     pub unix_uids: Vec<u32>,
     pub quotas: Quotas,
+    /// By tool name; [`super::auth::ALL_TOOLS`] (`"*"`) limits all calls together.
+    pub rate_limits: BTreeMap<String, RateLimit>,
 }
 
 /// A bearer token by its hash.
@@ -61,6 +72,10 @@ pub struct Token {
 pub struct Quotas {
     pub max_instances: Option<usize>,
     pub max_running_jobs: Option<usize>,
+    /// Per instance, regular-file bytes under `workspace/` (see [`crate::usage`]).
+    pub max_workspace_bytes: Option<u64>,
+    /// Per instance, regular-file bytes under `output/`.
+    pub max_output_bytes: Option<u64>,
 }
 
 /// A tenant problem: the dotted key below `tenants` and what is wrong.
@@ -115,8 +130,13 @@ pub(crate) fn resolve(
             }
         }
         for (field, value) in [
-            ("max_instances", t.quotas.max_instances),
-            ("max_running_jobs", t.quotas.max_running_jobs),
+            ("max_instances", t.quotas.max_instances.map(|v| v as u64)),
+            (
+                "max_running_jobs",
+                t.quotas.max_running_jobs.map(|v| v as u64),
+            ),
+            ("max_workspace_bytes", t.quotas.max_workspace_bytes),
+            ("max_output_bytes", t.quotas.max_output_bytes),
         ] {
             if value == Some(0) {
                 return Err((
@@ -133,7 +153,10 @@ pub(crate) fn resolve(
                 quotas: Quotas {
                     max_instances: t.quotas.max_instances,
                     max_running_jobs: t.quotas.max_running_jobs,
+                    max_workspace_bytes: t.quotas.max_workspace_bytes,
+                    max_output_bytes: t.quotas.max_output_bytes,
                 },
+                rate_limits: resolve_rate_limits(&t.rate_limits, &key)?,
             },
         );
     }

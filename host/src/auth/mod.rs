@@ -1,0 +1,200 @@
+//! Who is calling, and how often they may: the transport-independent half of tenancy.
+//!
+//! A transport builds an [`AuthRequest`] from what it knows (the `Authorization` and `Origin`
+//! headers, the Unix peer's uid and gid) and asks [`Authenticator::authenticate`] for a
+//! [`Caller`], or an [`AuthError`] whose [`AuthError::rejection`] is the HTTP answer. The
+//! order is fixed:
+//!
+//! 1. `Origin`, if present, must be loopback or on `[http] allowed_origins` (else 403);
+//! 2. single-tenant gateway (no `[tenants]`): every caller is `stdio_tenant` (a Unix peer must
+//!    be the gateway's own uid or root);
+//! 3. an `Authorization: Bearer` token: a configured token (SHA-256, constant-time over every
+//!    hash; principal `token:<label>`), else, with `[auth.jwt]`, a JWT (principal
+//!    `jwt:<sub>`); anything else is 401 `invalid_token`;
+//! 4. no token but Unix peer credentials: the tenant listing the uid in `unix_uids`
+//!    (principal `uid:<n>`), else 403;
+//! 5. nothing: 401 without an error attribute (RFC 6750 §3.1).
+//!
+//! stdio and local CLI use take [`Authenticator::local_caller`].
+//!
+//! Nothing is cached: a token removed from the config fails as soon as the transport builds a
+//! new authenticator from the reloaded settings (build it on every reload; it is cheap).
+//! [`RateLimiter`] holds the token buckets; [`bearer`] makes and hashes tokens for
+//! `hpcgate tenant token`.
+
+pub mod bearer;
+mod error;
+mod jwt;
+mod origin;
+mod rate;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeSet, HashMap};
+
+pub use error::{AuthError, AuthSetupError, REALM, Rejection};
+pub use origin::normalize_origin;
+pub use rate::{RateLimiter, RetryAfter};
+
+use crate::config::Settings;
+use crate::gateway::Caller;
+use crate::state::TenantName;
+use bearer::TokenTable;
+use jwt::JwtVerifier;
+use origin::OriginPolicy;
+
+/// What the transport knows about one request (or one connection).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AuthRequest<'a> {
+    /// The `Authorization` header value, if any.
+    pub authorization: Option<&'a str>,
+    /// The `Origin` header value, if any.
+    pub origin: Option<&'a str>,
+    /// `SO_PEERCRED` of a Unix-socket connection; `None` over TCP.
+    pub peer: Option<PeerCredentials>,
+}
+
+/// A Unix-socket peer's credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCredentials {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Turns requests into callers; built from the settings, rebuilt on reload.
+#[derive(Debug)]
+pub struct Authenticator {
+    /// `Some(stdio_tenant)` on a single-tenant gateway.
+    single: Option<TenantName>,
+    tokens: TokenTable,
+    uids: HashMap<u32, TenantName>,
+    jwt: Option<JwtVerifier>,
+    origins: OriginPolicy,
+    own_uid: u32,
+    stdio_tenant: TenantName,
+    tenants: BTreeSet<TenantName>,
+}
+
+impl Authenticator {
+    /// Reads the JWT key files, if `[auth.jwt]` is set; everything else is already resolved.
+    pub fn from_settings(settings: &Settings) -> Result<Authenticator, AuthSetupError> {
+        let mut tokens = TokenTable::default();
+        let mut uids = HashMap::new();
+        for (name, tenant) in &settings.tenants {
+            for token in &tenant.tokens {
+                tokens.push(token.sha256, name.clone(), token.label.clone());
+            }
+            for uid in &tenant.unix_uids {
+                uids.insert(*uid, name.clone());
+            }
+        }
+        let jwt = match &settings.jwt {
+            Some(jwt) => Some(JwtVerifier::load(
+                jwt,
+                settings.tenants.keys().cloned().collect::<BTreeSet<_>>(),
+            )?),
+            None => None,
+        };
+        Ok(Authenticator {
+            single: settings
+                .single_tenant()
+                .then(|| settings.stdio_tenant.clone()),
+            tokens,
+            uids,
+            jwt,
+            origins: OriginPolicy::new(settings.allowed_origins.clone()),
+            own_uid: rustix::process::geteuid().as_raw(),
+            stdio_tenant: settings.stdio_tenant.clone(),
+            tenants: settings.tenants.keys().cloned().collect(),
+        })
+    }
+
+    /// Who is calling; see the module doc for the order of the checks.
+    pub fn authenticate(&self, request: &AuthRequest) -> Result<Caller, AuthError> {
+        if let Some(origin) = request.origin
+            && !self.origins.allows(origin)
+        {
+            return Err(AuthError::OriginDenied {
+                origin: printable(origin),
+            });
+        }
+        if let Some(tenant) = &self.single {
+            return match request.peer {
+                Some(peer) if peer.uid != self.own_uid && peer.uid != 0 => {
+                    Err(AuthError::UnknownPeer { uid: peer.uid })
+                }
+                Some(peer) => Ok(caller(tenant.clone(), format!("uid:{}", peer.uid))),
+                None => Ok(caller(tenant.clone(), "anonymous".to_owned())),
+            };
+        }
+        if let Some(header) = request.authorization {
+            let token = bearer::bearer_token(header).map_err(AuthError::invalid)?;
+            // Always scan the whole table first, so a JWT costs the same lookup as any token.
+            if let Some((tenant, label)) = self.tokens.find(token) {
+                return Ok(caller(tenant.clone(), format!("token:{label}")));
+            }
+            return match &self.jwt {
+                Some(jwt) if token.split('.').count() == 3 => {
+                    let (tenant, principal) = jwt.verify(token)?;
+                    Ok(caller(tenant, principal))
+                }
+                _ => Err(AuthError::invalid("the token is not known to this gateway")),
+            };
+        }
+        if let Some(peer) = request.peer {
+            return match self.uids.get(&peer.uid) {
+                Some(tenant) => Ok(caller(tenant.clone(), format!("uid:{}", peer.uid))),
+                None => Err(AuthError::UnknownPeer { uid: peer.uid }),
+            };
+        }
+        Err(AuthError::MissingCredentials)
+    }
+
+    /// The caller of stdio and local CLI use, as the local user (`$USER`, else `uid:<n>`). On
+    /// a multi-tenant gateway whose `stdio_tenant` is not a configured tenant, the tenant that
+    /// lists the gateway's own uid in `unix_uids` is used instead, if there is one.
+    pub fn local_caller(&self) -> Caller {
+        let tenant = match &self.single {
+            Some(tenant) => tenant.clone(),
+            None if self.tenants.contains(&self.stdio_tenant) => self.stdio_tenant.clone(),
+            None => self
+                .uids
+                .get(&self.own_uid)
+                .unwrap_or(&self.stdio_tenant)
+                .clone(),
+        };
+        caller(tenant, local_principal())
+    }
+
+    /// How many static tokens are configured (for the startup log line).
+    pub fn token_count(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// True when `[auth.jwt]` is configured.
+    pub fn accepts_jwt(&self) -> bool {
+        self.jwt.is_some()
+    }
+}
+
+fn caller(tenant: TenantName, principal: String) -> Caller {
+    Caller { tenant, principal }
+}
+
+/// At most 200 printable ASCII characters of a header value, for messages.
+fn printable(value: &str) -> String {
+    value
+        .chars()
+        .take(200)
+        .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
+        .collect()
+}
+
+/// The local user, as the principal of admin commands: `$USER`, `$LOGNAME`, else `uid:<n>`.
+pub fn local_principal() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| format!("uid:{}", rustix::process::geteuid().as_raw()))
+}

@@ -1,0 +1,145 @@
+//! The `Origin` check (DNS-rebinding and cross-site defence for the HTTP transport).
+//!
+//! A request without `Origin` is a non-browser client and passes. A browser request passes only
+//! from a loopback origin (`localhost`, `127.0.0.0/8`, `[::1]`, any scheme and port) or one on
+//! `[http] allowed_origins`. Origins compare normalised: lowercase scheme and host, explicit
+//! port kept, no trailing `/`. `Origin: null` (sandboxed frames, file URLs) never passes.
+
+use std::net::Ipv4Addr;
+
+/// The allow-list.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OriginPolicy {
+    allowed: Vec<String>,
+}
+
+impl OriginPolicy {
+    /// `allowed` as resolved by the config (already normalised).
+    pub(crate) fn new(allowed: Vec<String>) -> OriginPolicy {
+        OriginPolicy { allowed }
+    }
+
+    pub(crate) fn allows(&self, origin: &str) -> bool {
+        match normalize_origin(origin) {
+            Some(origin) => is_loopback(&origin) || self.allowed.contains(&origin),
+            None => false,
+        }
+    }
+}
+
+/// `scheme://host[:port]` lowercased, or `None` if `text` is not a serialised origin (a path,
+/// query, user info or `null` make it none).
+pub fn normalize_origin(text: &str) -> Option<String> {
+    let text = text.trim().strip_suffix('/').unwrap_or(text.trim());
+    let (scheme, rest) = text.split_once("://")?;
+    let scheme_ok = !scheme.is_empty()
+        && scheme.as_bytes()[0].is_ascii_alphabetic()
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
+    if !scheme_ok || rest.is_empty() {
+        return None;
+    }
+    let host_ok = rest
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b));
+    if !host_ok || rest.starts_with(':') {
+        return None;
+    }
+    let (host, port) = split_port(rest)?;
+    if let Some(port) = port
+        && (port.is_empty() || port.parse::<u16>().is_err())
+    {
+        return None;
+    }
+    if host.is_empty() {
+        return None;
+    }
+    Some(format!("{}://{}", scheme, rest).to_ascii_lowercase())
+}
+
+/// `host` and the optional port of `host[:port]`, with `[v6]` hosts.
+fn split_port(rest: &str) -> Option<(&str, Option<&str>)> {
+    if let Some(v6) = rest.strip_prefix('[') {
+        let (addr, after) = v6.split_once(']')?;
+        return match after {
+            "" => Some((addr, None)),
+            _ => Some((addr, Some(after.strip_prefix(':')?))),
+        };
+    }
+    if rest.contains(['[', ']']) {
+        return None;
+    }
+    match rest.split_once(':') {
+        Some((host, port)) => Some((host, Some(port))),
+        None => Some((rest, None)),
+    }
+}
+
+fn is_loopback(normal: &str) -> bool {
+    let Some((_, rest)) = normal.split_once("://") else {
+        return false;
+    };
+    let Some((host, _)) = split_port(rest) else {
+        return false;
+    };
+    host == "localhost"
+        || host == "::1"
+        || host.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_normalise_or_are_refused() {
+        assert_eq!(
+            normalize_origin("HTTPS://Notebook.Example.org/").as_deref(),
+            Some("https://notebook.example.org")
+        );
+        assert_eq!(
+            normalize_origin("http://[::1]:8080").as_deref(),
+            Some("http://[::1]:8080")
+        );
+        for bad in [
+            "null",
+            "example.org",
+            "https://",
+            "https://a/b",
+            "https://u@a",
+            "https://a:x",
+            "https://a:99999",
+            "https://a?q",
+            "https://:80",
+        ] {
+            assert_eq!(normalize_origin(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn loopback_and_listed_origins_pass_others_do_not() {
+        let policy = OriginPolicy::new(vec!["https://notebook.example.org".to_owned()]);
+        for ok in [
+            "http://localhost",
+            "http://localhost:3000",
+            "http://127.0.0.1:8080",
+            "http://127.1.2.3",
+            "http://[::1]:9",
+            "https://Notebook.Example.org",
+        ] {
+            assert!(policy.allows(ok), "{ok}");
+        }
+        for denied in [
+            "https://evil.example",
+            "http://localhost.evil.example",
+            "http://127.0.0.1.evil.example",
+            "https://notebook.example.org:8443",
+            "http://notebook.example.org",
+            "null",
+            "",
+        ] {
+            assert!(!policy.allows(denied), "{denied}");
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! Disk usage for the host-enforced quotas (`max_workspace_bytes`, `max_output_bytes`).
+//!
+//! [`count`] walks a directory with `openat(O_NOFOLLOW)` and `fstatat(AT_SYMLINK_NOFOLLOW)`
+//! relative to each directory's own descriptor, so a symlink (even one swapped in during the
+//! walk) is never followed and nothing outside the directory is counted. Only regular files
+//! count, by their size (hard links count once per link: over, never under). The walk is
+//! bounded: it stops after [`Caps::max_entries`] entries, below [`Caps::max_depth`] levels, or
+//! once the total passes [`Caps::stop_above`], and then says the figure is a lower bound.
+
+use std::ffi::CStr;
+use std::fmt;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use rustix::fs::{AtFlags, CWD, Dir, FileType, Mode, OFlags};
+
+/// Where the walk stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// Directory entries looked at (each costs one `fstatat`).
+    pub max_entries: u64,
+    /// Directory levels below the root (each holds one descriptor while open).
+    pub max_depth: usize,
+    /// Stop once this many bytes are counted (e.g. the quota: past it the exact figure does
+    /// not matter).
+    pub stop_above: Option<u64>,
+}
+
+impl Default for Caps {
+    /// 200 000 entries (well under a second on a local disk), 64 levels, no byte cap.
+    fn default() -> Caps {
+        Caps {
+            max_entries: 200_000,
+            max_depth: 64,
+            stop_above: None,
+        }
+    }
+}
+
+/// What a walk found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Count {
+    /// Bytes of regular files.
+    pub bytes: u64,
+    pub files: u64,
+    /// Entries looked at (files, directories, symlinks, others).
+    pub entries: u64,
+    /// False when a cap stopped the walk: then `bytes` is a lower bound.
+    pub complete: bool,
+}
+
+impl fmt::Display for Count {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.complete {
+            write!(f, "{} bytes", self.bytes)
+        } else {
+            write!(f, "at least {} bytes", self.bytes)
+        }
+    }
+}
+
+/// Regular-file bytes under `dir` with the default [`Caps`]; past a cap, a lower bound ("at
+/// least N"). Use [`count`] to know whether it is exact.
+pub fn workspace_bytes(dir: &Path) -> io::Result<u64> {
+    Ok(count(dir, &Caps::default())?.bytes)
+}
+
+/// Walks `dir` (which must itself be a directory, not a symlink to one) within `caps`.
+pub fn count(dir: &Path, caps: &Caps) -> io::Result<Count> {
+    let root = open_dir(CWD, dir)?;
+    let mut total = Count {
+        complete: true,
+        ..Count::default()
+    };
+    walk(root, 0, caps, &mut total)?;
+    Ok(total)
+}
+
+fn open_dir<Fd: std::os::fd::AsFd, P: rustix::path::Arg>(at: Fd, path: P) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat(
+        at,
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+/// Adds everything below `fd` to `total`; `Ok(true)` when a cap stopped the whole walk (a
+/// directory too deep is only skipped).
+fn walk(fd: OwnedFd, depth: usize, caps: &Caps, total: &mut Count) -> io::Result<bool> {
+    let mut dir = Dir::read_from(&fd)?;
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        let name: &CStr = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        if total.entries >= caps.max_entries || caps.stop_above.is_some_and(|cap| total.bytes > cap)
+        {
+            total.complete = false;
+            return Ok(true);
+        }
+        total.entries += 1;
+        let stat = match rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => stat,
+            // Removed since it was listed: nothing to count.
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::RegularFile => {
+                total.files += 1;
+                total.bytes = total.bytes.saturating_add(stat.st_size.max(0) as u64);
+            }
+            FileType::Directory => {
+                if depth + 1 > caps.max_depth {
+                    total.complete = false;
+                    continue;
+                }
+                let child = match open_dir(&fd, name) {
+                    Ok(child) => child,
+                    // Removed, or replaced by a symlink or file since the stat: not followed.
+                    Err(e)
+                        if matches!(
+                            e.raw_os_error(),
+                            Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR)
+                        ) =>
+                    {
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                if walk(child, depth + 1, caps, total)? {
+                    return Ok(true);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    fn tree() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("a"), vec![0u8; 100]).unwrap();
+        std::fs::create_dir_all(root.join("d/e")).unwrap();
+        std::fs::write(root.join("d/b"), vec![0u8; 20]).unwrap();
+        std::fs::write(root.join("d/e/c"), vec![0u8; 3]).unwrap();
+        std::fs::write(root.join("empty"), b"").unwrap();
+        dir
+    }
+
+    #[test]
+    fn counts_regular_file_bytes_in_every_subdirectory() {
+        let dir = tree();
+        let c = count(dir.path(), &Caps::default()).unwrap();
+        assert_eq!((c.bytes, c.files, c.complete), (123, 4, true));
+        assert_eq!(c.to_string(), "123 bytes");
+        assert_eq!(workspace_bytes(dir.path()).unwrap(), 123);
+    }
+
+    #[test]
+    fn symlinks_are_never_followed() {
+        let dir = tree();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("big"), vec![0u8; 10_000]).unwrap();
+        symlink(outside.path(), dir.path().join("link-dir")).unwrap();
+        symlink(outside.path().join("big"), dir.path().join("link-file")).unwrap();
+        assert_eq!(workspace_bytes(dir.path()).unwrap(), 123);
+        // The root itself must not be a symlink either.
+        let err = workspace_bytes(&dir.path().join("link-dir")).unwrap_err();
+        // Linux answers `O_DIRECTORY | O_NOFOLLOW` on a symlink with ENOTDIR (ELOOP elsewhere).
+        assert!(
+            matches!(err.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn caps_stop_the_walk_and_report_a_lower_bound() {
+        let dir = tree();
+        let c = count(
+            dir.path(),
+            &Caps {
+                max_entries: 2,
+                ..Caps::default()
+            },
+        )
+        .unwrap();
+        assert!(!c.complete);
+        assert_eq!(c.entries, 2);
+        assert!(c.bytes <= 123);
+        assert!(c.to_string().starts_with("at least "), "{c}");
+        let shallow = count(
+            dir.path(),
+            &Caps {
+                max_depth: 0,
+                ..Caps::default()
+            },
+        )
+        .unwrap();
+        assert_eq!((shallow.bytes, shallow.complete), (100, false));
+        let above = count(
+            dir.path(),
+            &Caps {
+                stop_above: Some(50),
+                ..Caps::default()
+            },
+        )
+        .unwrap();
+        assert!(above.bytes > 50 && !above.complete, "{above:?}");
+    }
+
+    #[test]
+    fn a_missing_directory_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(workspace_bytes(&dir.path().join("nope")).is_err());
+    }
+}
