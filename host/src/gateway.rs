@@ -15,6 +15,7 @@ use hpcgate_executors::sandbox::SupervisorCommand;
 use serde_json::{Map, Value, json};
 
 use crate::audit::{AuditLog, Entry, Event, Outcome};
+use crate::auth::RateLimiter;
 use crate::config::Settings;
 use crate::jobs::Jobs;
 use crate::policy::normalize::normalize_call;
@@ -63,6 +64,7 @@ pub struct Gateway {
 struct Live {
     settings: Settings,
     chain: Chain,
+    limiter: RateLimiter,
 }
 
 impl Live {
@@ -108,7 +110,11 @@ impl Gateway {
             supervisor,
         );
         let gateway = Gateway {
-            live: RwLock::new(Arc::new(Live { settings, chain })),
+            live: RwLock::new(Arc::new(Live {
+                limiter: RateLimiter::from_settings(&settings),
+                settings,
+                chain,
+            })),
             audit,
             state,
             jobs,
@@ -193,7 +199,15 @@ impl Gateway {
             policies: settings.policies.len(),
             needs_restart,
         };
-        Ok((Live { settings, chain }, reloaded))
+        let limiter = self.live().limiter.reloaded(&settings);
+        Ok((
+            Live {
+                settings,
+                chain,
+                limiter,
+            },
+            reloaded,
+        ))
     }
 
     /// The MCP resources: the guide and the site's context documents.
@@ -293,6 +307,20 @@ impl Gateway {
             let policy = decision.policy.unwrap_or_default();
             let reason = decision.reason.unwrap_or_default();
             return CallResult::error(format!("denied by policy `{policy}`: {reason}"));
+        }
+        // After the policies: a call they refused takes nothing from the tenant's buckets.
+        if let Err(retry) = live.limiter.check(&caller.tenant, name) {
+            let message = retry.to_string();
+            let record = self
+                .outcome_record(
+                    caller,
+                    name,
+                    call.instance.as_deref(),
+                    Err(&ToolError(message.clone())),
+                )
+                .detail("decision_seq", receipt.seq)
+                .detail("retry_after_s", retry.seconds());
+            return self.finish(record, CallResult::error(message));
         }
         let arguments = decision.arguments.unwrap_or(call.arguments);
         let context = self.context(&live.settings, caller, progress);

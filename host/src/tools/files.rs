@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{Context, Output, ToolError, ToolSpec, parse, schema, tool_family};
+use super::{Area, Context, Output, ToolError, ToolSpec, parse, schema, tool_family};
 use crate::audit::Outcome;
 use crate::state::InstanceId;
 use hpcgate_executors::files::{
@@ -203,6 +203,13 @@ pub(super) fn run(
             } else {
                 WriteMode::Replace
             };
+            let instance = InstanceId::parse(&args.instance_id)?;
+            let area = if hpcgate_policy_sdk::path::normalize(&args.path).starts_with("/output") {
+                Area::Output
+            } else {
+                Area::Workspace
+            };
+            super::check_space(cx, &instance, area, data.len() as u64)?;
             let request = WriteRequest {
                 path: args.path,
                 data,

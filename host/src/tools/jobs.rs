@@ -169,6 +169,10 @@ pub(super) fn run(
                 args.detach,
                 args.tail,
             )?;
+            // A running job cannot be stopped from filling its areas; an area already past
+            // its quota refuses new jobs.
+            super::check_space(cx, &new.instance, super::Area::Workspace, 0)?;
+            super::check_space(cx, &new.instance, super::Area::Output, 0)?;
             let submitted = cx.jobs.submit(cx.state, cx.tenant, new)?;
             let record = submitted.record;
             cx.record(

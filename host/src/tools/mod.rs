@@ -217,6 +217,49 @@ impl Tool {
     }
 }
 
+/// An instance's two writable areas, for the space quotas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Area {
+    Workspace,
+    Output,
+}
+
+/// Refuses `adding` more bytes in `area` of `instance` when that would pass the tenant's
+/// `max_workspace_bytes` / `max_output_bytes` (counted by walking the area; the walk stops once
+/// the quota is passed). No quota: no walk.
+pub(crate) fn check_space(
+    cx: &Context<'_>,
+    instance: &crate::state::InstanceId,
+    area: Area,
+    adding: u64,
+) -> Result<(), ToolError> {
+    let (max, name) = match area {
+        Area::Workspace => (cx.quotas.max_workspace_bytes, "workspace"),
+        Area::Output => (cx.quotas.max_output_bytes, "output"),
+    };
+    let Some(max) = max else {
+        return Ok(());
+    };
+    let paths = cx.state.instance_paths_ambient(cx.tenant, instance)?;
+    let dir = match area {
+        Area::Workspace => paths.workspace,
+        Area::Output => paths.output,
+    };
+    let caps = crate::usage::Caps {
+        stop_above: Some(max),
+        ..crate::usage::Caps::default()
+    };
+    let used = crate::usage::count(&dir, &caps)
+        .map_err(|_| ToolError(format!("cannot measure the {name} of `{instance}`; retry")))?;
+    if used.bytes.saturating_add(adding) > max {
+        return Err(ToolError(format!(
+            "the {name} of `{instance}` holds {used} and may hold {max} bytes (the tenant's \
+             max_{name}_bytes); delete files there before adding {adding} more"
+        )));
+    }
+    Ok(())
+}
+
 /// Deserialises a tool's arguments; the error names the tool and says what was wrong.
 fn parse<T: DeserializeOwned>(tool: &str, arguments: Map<String, Value>) -> Result<T, ToolError> {
     serde_json::from_value(Value::Object(arguments))
