@@ -7,6 +7,13 @@ mod doctor;
 mod policy;
 mod run;
 mod scaffold;
+// --- local instance commands (instance, bwrap, clean) ---
+mod clean;
+mod instance;
+mod instance_jobs;
+mod local;
+mod sandbox;
+// --- end local instance commands ---
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -36,6 +43,14 @@ enum Command {
     Config(config::ConfigCommand),
     /// Check that this host can run the gateway with this configuration.
     Doctor(doctor::DoctorArgs),
+    // --- local instance commands (instance, bwrap, clean) ---
+    /// Manage instances and their jobs as the local user (policy-checked and audited).
+    Instance(instance::InstanceArgs),
+    /// Run a command in an instance's sandbox with the terminal attached: `bwrap ID -- CMD…`.
+    Bwrap(sandbox::BwrapArgs),
+    /// Delete instances archived more than `--days` days ago.
+    Clean(clean::CleanArgs),
+    // --- end local instance commands ---
 }
 
 /// Parses the command line and runs the command.
@@ -56,6 +71,11 @@ pub fn main() -> ExitCode {
         Command::Audit(command) => audit::run(command),
         Command::Config(command) => config::run(command),
         Command::Doctor(args) => doctor::run(args),
+        // --- local instance commands (instance, bwrap, clean) ---
+        Command::Instance(args) => instance::run(args),
+        Command::Bwrap(args) => sandbox::bwrap(args),
+        Command::Clean(args) => clean::run(args),
+        // --- end local instance commands ---
     };
     match result {
         Ok(code) => code,
