@@ -396,14 +396,24 @@ fn every_command_is_audited_with_the_local_principal() {
     let gate = Gate::new("");
     code(&gate.run(&["instance", "create", "run1"]), 0);
     code(&gate.run(&["instance", "list"]), 0);
-    code(
-        &gate.run(&["instance", "run", "run1", "--", "/bin/true"]),
-        0,
-    );
+    code(&gate.run(&["instance", "list-archived"]), 0);
+    code(&gate.run(&["instance", "describe", "run1"]), 0);
+    code(&gate.run(&["instance", "update", "run1", "-d", "x"]), 0);
+    let ran = gate.run(&["instance", "run", "run1", "--", "/bin/true"]);
+    code(&ran, 0);
+    let job = job_id(&ran);
+    code(&gate.run(&["instance", "status", "run1", &job]), 0);
+    code(&gate.run(&["instance", "cancel", "run1", &job]), 0);
     code(&gate.run(&["instance", "jobs", "run1"]), 0);
     code(&gate.run(&["bwrap", "run1", "--", "/bin/true"]), 0);
+    code(
+        &gate.run_with_stdin(&["instance", "enter", "run1"], "exit 0\n"),
+        0,
+    );
     code(&gate.run(&["instance", "archive", "run1"]), 0);
     code(&gate.run(&["instance", "unarchive", "run1"]), 0);
+    code(&gate.run(&["instance", "archive", "run1"]), 0);
+    code(&gate.run(&["clean", "--days", "0"]), 0);
 
     let records = gate.audit();
     let tools: Vec<&str> = records
@@ -416,12 +426,18 @@ fn every_command_is_audited_with_the_local_principal() {
         [
             "create_instance",
             "list_instances",
+            "list_archived_instances",
+            "describe_instance",
+            "update_instance",
             "submit_job",
+            "poll_job",
+            "cancel_job",
             "list_jobs",
+            "archive_instance",
             "archive_instance"
         ]
     );
-    for tool in ["bwrap", "unarchive_instance"] {
+    for tool in ["bwrap", "instance_enter", "unarchive_instance", "clean"] {
         assert!(
             records
                 .iter()
@@ -450,11 +466,9 @@ fn every_command_is_audited_with_the_local_principal() {
         .arg(gate.dir.path().join("state/audit"))
         .output()
         .unwrap();
-    assert!(
-        stdout(&query).contains("instance.unarchived"),
-        "{}",
-        stdout(&query)
-    );
+    for event in ["instance.unarchived", "instance.cleaned"] {
+        assert!(stdout(&query).contains(event), "{}", stdout(&query));
+    }
 }
 
 #[test]
