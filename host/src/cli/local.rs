@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::{Map, Value};
 
+use super::run::local_user;
 use crate::audit::{Entry, Event, Outcome, Receipt};
 use crate::config::{Environment, Settings, load_settings};
 use crate::gateway::{Caller, Gateway};
@@ -133,13 +134,6 @@ impl Local {
             ))
         })
     }
-}
-
-/// The local user, as the principal of stdio and CLI calls.
-pub(crate) fn local_user() -> String {
-    std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| format!("uid:{}", rustix::process::geteuid().as_raw()))
 }
 
 /// Writes one line to stderr.

@@ -8,7 +8,6 @@ use anyhow::Context as _;
 use clap::Args;
 use rmcp::ServiceExt;
 
-use super::local::local_user;
 use crate::config::{Environment, load_settings};
 use crate::gateway::{Caller, Gateway};
 use crate::mcp::McpServer;
@@ -43,4 +42,11 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The local user, as the principal of stdio calls (and of the local CLI commands).
+pub(crate) fn local_user() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| format!("uid:{}", rustix::process::geteuid().as_raw()))
 }
