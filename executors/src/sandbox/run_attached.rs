@@ -7,7 +7,8 @@
 //! already could write. `--new-session` stays: the sandbox has no controlling terminal, so a
 //! process inside cannot push keystrokes into the caller's terminal (TIOCSTI) once the
 //! sandbox ends; the price is that an interactive shell has no job control and the terminal's
-//! Ctrl-C reaches the caller, not the sandbox (the caller dies, and the sandbox with it).
+//! Ctrl-C reaches the caller, not the sandbox (by default the caller dies, and the sandbox
+//! with it).
 //!
 //! Like `run_sync`, the sandbox is a child of the calling thread with a parent-death signal:
 //! it never outlives the caller.

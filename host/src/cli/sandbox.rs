@@ -47,12 +47,28 @@ pub(crate) fn enter(local: &Local, id: &str) -> anyhow::Result<ExitCode> {
         .iter()
         .find(|s| std::path::Path::new(s).is_file())
         .ok_or_else(|| Failed("no shell (/bin/bash or /bin/sh) on this host".to_owned()))?;
+    survive_ctrl_c();
     attached(
         local,
         "instance_enter",
         id,
         vec![(*shell).to_owned(), "-i".to_owned()],
     )
+}
+
+/// Ctrl-C at the terminal signals only this process: the sandbox has its own session and no
+/// controlling terminal, so nothing inside can be interrupted from the keyboard. Left at its
+/// default, SIGINT would end the whole `enter` session (and skip its closing audit record); a
+/// handler that does nothing keeps the session (leave it with `exit` or Ctrl-D). A handler,
+/// unlike an ignored disposition, is reset by `exec`, so nothing in the sandbox inherits it.
+#[allow(unsafe_code)]
+fn survive_ctrl_c() {
+    extern "C" fn nothing(_: libc::c_int) {}
+    // SAFETY: installs an async-signal-safe handler (it does nothing and touches no memory);
+    // the blocking calls it may interrupt (poll, wait) are retried by the sandbox monitor.
+    unsafe {
+        libc::signal(libc::SIGINT, nothing as *const () as libc::sighandler_t);
+    }
 }
 
 /// Runs `command` in instance `id`'s sandbox, audited as `action`; exits with its code.
