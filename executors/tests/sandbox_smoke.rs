@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use harness::{Instance, sh, supervisor};
 use hpcgate_executors::sandbox::{
-    EndReason, ExitInfo, JobPhase, OutputStream, run_sync, spawn_job, tail, wait_job,
+    EndReason, ExitInfo, JobPhase, OutputStream, run_attached, run_sync, spawn_job, tail, wait_job,
 };
 
 #[test]
@@ -25,6 +25,17 @@ fn run_sync_feeds_stdin() {
     let inst = Instance::create();
     let r = run_sync(&inst.spec, &["/bin/cat".to_owned()], Some(b"abc")).expect("runs");
     assert_eq!(r.stdout, b"abc");
+}
+
+#[test]
+fn run_attached_reports_the_exit_code_and_enforces_the_wall_time() {
+    let mut inst = Instance::create();
+    let r = run_attached(&inst.spec, &sh("exit 3")).expect("runs");
+    assert_eq!(r.exit, ExitInfo::Code(3));
+    assert_eq!(r.reason, EndReason::Exited);
+    inst.spec.limits.wall_time = Duration::from_secs(1);
+    let r = run_attached(&inst.spec, &sh("sleep 30")).expect("runs");
+    assert_eq!(r.reason, EndReason::Timeout, "{r:?}");
 }
 
 #[test]

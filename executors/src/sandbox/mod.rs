@@ -2,7 +2,8 @@
 //!
 //! - [`SandboxSpec`] describes one sandbox; [`bwrap_argv`] turns it into bwrap's argv (also
 //!   used by the Slurm executor on compute nodes).
-//! - [`run_sync`] runs a short command and waits for it (bounded by the wall time).
+//! - [`run_sync`] runs a short command and waits for it (bounded by the wall time);
+//!   [`run_attached`] does the same with the caller's stdin, stdout and stderr (the CLI).
 //! - [`spawn_job`] starts a job under a detached supervisor process (`hpcgate-supervisor`, or
 //!   the gateway binary re-executing into [`supervisor_main`]) that owns the sandbox, enforces
 //!   limits and writes the job state atomically into a host-side job directory the sandbox
@@ -33,6 +34,7 @@ mod job;
 mod limits;
 mod monitor;
 mod proc;
+mod run_attached;
 mod run_sync;
 mod spawn;
 mod spec;
@@ -47,6 +49,7 @@ pub use job::{
 pub use limits::{EnforcedLimit, EnforcedLimits, LimitMechanism};
 pub use monitor::{EndReason, ExitInfo};
 pub use proc::ProcessIdentity;
+pub use run_attached::{AttachedResult, run_attached};
 pub use run_sync::{RunResult, run_sync};
 pub use spec::{
     Bind, DEFAULT_BWRAP, ETC_ESSENTIALS, EnvSpec, HostUser, Limits, Network, OUTPUT_MOUNT,

@@ -8,6 +8,11 @@ mod policy;
 mod run;
 mod scaffold;
 mod tenant;
+mod clean;
+mod instance;
+mod instance_jobs;
+mod local;
+mod sandbox;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -40,6 +45,12 @@ enum Command {
     /// List tenants, add one, or create a bearer token (audited).
     #[command(subcommand)]
     Tenant(tenant::TenantCommand),
+    /// Manage instances and their jobs as the local user (policy-checked and audited).
+    Instance(instance::InstanceArgs),
+    /// Run a command in an instance's sandbox with the terminal attached: `bwrap ID -- CMD…`.
+    Bwrap(sandbox::BwrapArgs),
+    /// Delete instances archived more than `--days` days ago.
+    Clean(clean::CleanArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -61,6 +72,9 @@ pub fn main() -> ExitCode {
         Command::Config(command) => config::run(command),
         Command::Doctor(args) => doctor::run(args),
         Command::Tenant(command) => tenant::run(command),
+        Command::Instance(args) => instance::run(args),
+        Command::Bwrap(args) => sandbox::bwrap(args),
+        Command::Clean(args) => clean::run(args),
     };
     match result {
         Ok(code) => code,

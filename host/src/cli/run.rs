@@ -44,8 +44,8 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The local user, as the principal of stdio calls.
-fn local_user() -> String {
+/// The local user, as the principal of stdio calls (and of the local CLI commands).
+pub(crate) fn local_user() -> String {
     std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| format!("uid:{}", rustix::process::geteuid().as_raw()))
