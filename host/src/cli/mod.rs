@@ -2,17 +2,17 @@
 //! their causes, by [`main`].
 
 mod audit;
+mod clean;
 mod config;
 mod doctor;
-mod policy;
-mod run;
-mod scaffold;
-mod tenant;
-mod clean;
 mod instance;
 mod instance_jobs;
 mod local;
+mod policy;
+mod run;
 mod sandbox;
+mod scaffold;
+mod tenant;
 
 use std::io::Write;
 use std::process::ExitCode;
