@@ -8,6 +8,8 @@
 #   Rust: the toolchain and wasm32 target pinned in rust-toolchain.toml, clippy, rustfmt
 #   Python: the official MCP SDK (PyPI `mcp`) in target/python-mcp, for the tests (not with
 #   --no-slurm, which is the run script's minimal set-up)
+#   npm: @modelcontextprotocol/server-filesystem (pinned) in target/mcp-filesystem, for the proxy
+#   tests (not with --no-slurm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,6 +53,20 @@ if [ "$slurm" = yes ]; then
         log "installing the Python MCP SDK into $venv"
         python3 -m venv "$venv" || { log "python3 -m venv failed: apt-get install python3-venv"; exit 1; }
         "$venv/bin/pip" install -q "mcp==2.3.0" || { log "pip install mcp==2.3.0 failed"; exit 1; }
+    fi
+fi
+# The npm filesystem MCP server, pinned, for the proxy tests (host/tests/proxy_filesystem.rs), in
+# the target directory (the tests look for it there). node runs it inside bwrap.
+if [ "$slurm" = yes ]; then
+    fs_mcp="${CARGO_TARGET_DIR:-target}/mcp-filesystem"
+    fs_version="2026.8.31"
+    fs_pkg="$fs_mcp/node_modules/@modelcontextprotocol/server-filesystem/package.json"
+    if ! grep -q "\"version\": \"$fs_version\"" "$fs_pkg" 2>/dev/null; then
+        command -v npm >/dev/null 2>&1 || { log "npm is required: apt-get install nodejs npm"; exit 1; }
+        log "installing @modelcontextprotocol/server-filesystem@$fs_version into $fs_mcp"
+        npm install --prefix "$fs_mcp" --no-audit --no-fund --silent \
+            "@modelcontextprotocol/server-filesystem@$fs_version" >/dev/null \
+            || { log "npm install of the filesystem MCP server failed"; exit 1; }
     fi
 fi
 log "ready"

@@ -5,7 +5,8 @@
 //! build the policy input (host normalisation included) → policy chain → write-ahead audit of
 //! the decision (nothing runs if it cannot be recorded) → deny, or run the tool with the final
 //! arguments (deserialising them is the re-validation after rewrites) → audit the outcome →
-//! result. Every exit path leaves an audit record.
+//! result. Every exit path leaves an audit record. Proxied tools (`<proxy>__<tool>`) take the
+//! same path; only the run step differs ([`crate::proxy::run`]).
 
 use std::cell::RefCell;
 use std::sync::{Arc, RwLock};
@@ -20,8 +21,9 @@ use crate::config::Settings;
 use crate::jobs::Jobs;
 use crate::policy::normalize::normalize_call;
 use crate::policy::{Call, Chain, DecisionKind, Phase, PolicyEngine};
+use crate::proxy::{ProxiedTool, ProxyManager};
 use crate::state::{State, TenantName};
-use crate::tools::{Context, Output, Progress, Tool, ToolError, ToolSpec};
+use crate::tools::{Context, InstanceTool, Output, Progress, Tool, ToolError, ToolSpec};
 
 /// Who is calling, as the transport established it.
 #[derive(Debug, Clone)]
@@ -37,6 +39,9 @@ pub struct CallResult {
     pub structured: Value,
     pub text: String,
     pub is_error: bool,
+    /// A proxied tool's result, passed to the client whole (every content block,
+    /// `structuredContent`, `isError`); `structured` and `text` then only summarise it.
+    pub proxied: Option<Box<rmcp::model::CallToolResult>>,
 }
 
 impl CallResult {
@@ -45,8 +50,15 @@ impl CallResult {
             structured: json!({ "error": message }),
             text: message,
             is_error: true,
+            proxied: None,
         }
     }
+}
+
+/// What a call runs: a builtin tool or a proxied server's tool.
+enum Target {
+    Builtin(Tool),
+    Proxied(Arc<ProxiedTool>),
 }
 
 /// The gateway's long-lived parts.
@@ -57,6 +69,8 @@ pub struct Gateway {
     audit: AuditLog,
     state: State,
     jobs: Jobs,
+    /// Proxied MCP servers (`[proxied_mcps]`, restart-only like the executors).
+    proxies: ProxyManager,
     engine: PolicyEngine,
 }
 
@@ -109,6 +123,12 @@ impl Gateway {
             &settings.state_dir,
             supervisor,
         );
+        // Discovery runs in the background: a slow or broken server never delays the start.
+        let proxies = ProxyManager::start(
+            &settings.proxied_mcps,
+            &settings.sandbox,
+            settings.state_dir.join("tmp").join("proxy"),
+        );
         let gateway = Gateway {
             live: RwLock::new(Arc::new(Live {
                 limiter: RateLimiter::from_settings(&settings),
@@ -118,6 +138,7 @@ impl Gateway {
             audit,
             state,
             jobs,
+            proxies,
             engine,
         };
         if let Some(age) = gateway.live().settings.job_retention {
@@ -252,16 +273,34 @@ impl Gateway {
         &self.audit
     }
 
+    /// The proxied servers: discovery status, running servers.
+    pub fn proxies(&self) -> &ProxyManager {
+        &self.proxies
+    }
+
     /// The tools `caller` may see: every builtin tool the list phase of the chain allows.
     pub fn tools(&self, caller: &Caller) -> Vec<ToolSpec> {
         let live = self.live();
         Tool::all()
+            .filter(|tool| {
+                let call =
+                    self.policy_input(caller, &Target::Builtin(*tool), Phase::List, Map::new());
+                !live.chain.evaluate(&call).is_denied()
+            })
             .map(Tool::spec)
-            .filter(|spec| {
-                !live
-                    .chain
-                    .evaluate(&self.policy_input(caller, spec, Phase::List, Map::new()))
-                    .is_denied()
+            .collect()
+    }
+
+    /// The proxied tools `caller` may see (list phase), as the remote servers describe them.
+    pub fn proxied_tools(&self, caller: &Caller) -> Vec<Arc<ProxiedTool>> {
+        let live = self.live();
+        self.proxies
+            .tools()
+            .into_iter()
+            .filter(|tool| {
+                let target = Target::Proxied(tool.clone());
+                let call = self.policy_input(caller, &target, Phase::List, Map::new());
+                !live.chain.evaluate(&call).is_denied()
             })
             .collect()
     }
@@ -281,7 +320,7 @@ impl Gateway {
         progress: &(dyn Fn(Progress) + Sync),
     ) -> CallResult {
         let started = Instant::now();
-        let Some(tool) = Tool::from_name(name) else {
+        let Some(target) = self.target(name) else {
             let message =
                 format!("unknown tool `{name}`; call tools/list for the tools you may use");
             let record = self.outcome_record(caller, name, None, Err(&ToolError(message.clone())));
@@ -290,7 +329,7 @@ impl Gateway {
                 CallResult::error(message),
             );
         };
-        let mut call = self.policy_input(caller, &tool.spec(), Phase::Call, arguments);
+        let mut call = self.policy_input(caller, &target, Phase::Call, arguments);
         normalize_call(&mut call);
         let live = self.live();
         let decided = live.chain.evaluate(&call);
@@ -324,7 +363,7 @@ impl Gateway {
         }
         let arguments = decision.arguments.unwrap_or(call.arguments);
         let context = self.context(&live.settings, caller, progress);
-        let result = tool.run(&context, arguments);
+        let (result, proxied) = self.run(&target, &context, arguments);
         for event in context.events.take() {
             let event = event
                 .who(caller.tenant.as_ref(), &caller.principal)
@@ -343,26 +382,76 @@ impl Gateway {
             Ok(output) => CallResult {
                 structured: output.structured,
                 text: output.summary,
-                is_error: false,
+                is_error: proxied.as_ref().is_some_and(|r| r.is_error == Some(true)),
+                proxied: proxied.map(Box::new),
             },
             Err(e) => CallResult::error(e.0),
         };
         self.finish(record, response)
     }
 
-    /// The policy input for a builtin tool.
+    /// A builtin tool, else a proxied one (`<proxy>__<tool>`) some proxy currently offers.
+    fn target(&self, name: &str) -> Option<Target> {
+        Tool::from_name(name)
+            .map(Target::Builtin)
+            .or_else(|| self.proxies.find(name).map(Target::Proxied))
+    }
+
+    /// The run step: the builtin tool, or the proxied server (whose raw result comes back too).
+    fn run(
+        &self,
+        target: &Target,
+        cx: &Context<'_>,
+        arguments: Map<String, Value>,
+    ) -> (
+        Result<Output, ToolError>,
+        Option<rmcp::model::CallToolResult>,
+    ) {
+        match target {
+            Target::Builtin(tool) => {
+                let result = tool.run(cx, arguments);
+                if *tool == Tool::Instances(InstanceTool::ArchiveInstance)
+                    && let Some(Value::String(id)) = result
+                        .as_ref()
+                        .ok()
+                        .and_then(|o| o.structured.pointer("/instance/id"))
+                {
+                    // The archive check passed and the instance is archived: stop its servers.
+                    self.proxies.stop_instance(cx.tenant, id);
+                }
+                (result, None)
+            }
+            Target::Proxied(tool) => {
+                match crate::proxy::run(&self.proxies, &self.state, cx.tenant, tool, arguments) {
+                    Ok((output, raw)) => (Ok(output), Some(raw)),
+                    Err(e) => (Err(e), None),
+                }
+            }
+        }
+    }
+
+    /// The policy input for a builtin or proxied tool. A proxied tool's `read_only` is the
+    /// remote `readOnlyHint`: the server's own claim, trusted as far as whoever configured it.
     fn policy_input(
         &self,
         caller: &Caller,
-        spec: &ToolSpec,
+        target: &Target,
         phase: Phase,
         arguments: Map<String, Value>,
     ) -> Call {
-        let mut call = Call::new(spec.name, Value::Object(arguments));
+        let (name, read_only) = match target {
+            Target::Builtin(tool) => (tool.name(), tool.spec().read_only),
+            Target::Proxied(tool) => (tool.exposed_name.as_str(), tool.read_only),
+        };
+        let mut call = Call::new(name, Value::Object(arguments));
+        if let Target::Proxied(tool) = target {
+            call.server = tool.server.clone();
+            call.remote_tool = Some(tool.remote_name.clone());
+        }
         call.phase = phase;
         call.tenant = caller.tenant.to_string();
         call.principal = caller.principal.clone();
-        call.read_only = spec.read_only;
+        call.read_only = read_only;
         call.instance = call
             .arguments
             .get("instance_id")

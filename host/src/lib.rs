@@ -13,6 +13,7 @@
 //! - [`gateway`]: the one dispatch function (policy → executor → audit) and [`tools`]
 //! - [`jobs`]: job records and the job executors (supervised sandbox, Slurm) together
 //! - [`mcp`]: the rmcp server over the gateway; [`resources`]: the documents it offers
+//! - [`proxy`]: proxied MCP servers (`<proxy>__<tool>`), discovered at start, run in sandboxes
 //! - [`config`]: the TOML configuration, raw and resolved
 //! - [`cli`]: the `hpcgate` command line
 
@@ -24,6 +25,7 @@ pub mod gateway;
 pub mod jobs;
 pub mod mcp;
 pub mod policy;
+pub mod proxy;
 pub mod resources;
 pub mod state;
 pub mod time;

@@ -80,11 +80,12 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let specs = self
-            .blocking(|gateway, caller| gateway.tools(caller))
+        let (specs, proxied) = self
+            .blocking(|gateway, caller| (gateway.tools(caller), gateway.proxied_tools(caller)))
             .await?;
+        let proxied = proxied.into_iter().map(|p| p.tool.clone());
         Ok(ListToolsResult::with_all_items(
-            specs.into_iter().map(mcp_tool).collect(),
+            specs.into_iter().map(mcp_tool).chain(proxied).collect(),
         ))
     }
 
@@ -168,6 +169,13 @@ impl ServerHandler for McpServer {
         if let Some(forward) = forward {
             // The sender is gone with the call: the task ends after the last notification.
             let _ = forward.await;
+        }
+        if let Some(mut proxied) = result.proxied {
+            // Whole, as the remote server sent it, whatever `result_type` says (that shapes
+            // hpcgate's own results). `resultType` is required by the 2026-07-28 revision;
+            // rmcp drops it again for clients of older revisions.
+            proxied.result_type = Some(rmcp::model::ResultType::COMPLETE);
+            return Ok((*proxied).into());
         }
         let result_type = self.gateway.result_type();
         let content = match result_type {

@@ -4,6 +4,8 @@
 //!   used by the Slurm executor on compute nodes).
 //! - [`run_sync`] runs a short command and waits for it (bounded by the wall time);
 //!   [`run_attached`] does the same with the caller's stdin, stdout and stderr (the CLI).
+//! - [`spawn_service`] starts a long-lived process that talks over its pipes (a proxied MCP
+//!   server); the caller owns the [`Service`] and kills it.
 //! - [`spawn_job`] starts a job under a detached supervisor process (`hpcgate-supervisor`, or
 //!   the gateway binary re-executing into [`supervisor_main`]) that owns the sandbox, enforces
 //!   limits and writes the job state atomically into a host-side job directory the sandbox
@@ -36,6 +38,7 @@ mod monitor;
 mod proc;
 mod run_attached;
 mod run_sync;
+mod service;
 mod spawn;
 mod spec;
 mod validate;
@@ -51,6 +54,7 @@ pub use monitor::{EndReason, ExitInfo};
 pub use proc::ProcessIdentity;
 pub use run_attached::{AttachedResult, run_attached};
 pub use run_sync::{RunResult, run_sync};
+pub use service::{Service, ServicePipes, spawn_service};
 pub use spec::{
     Bind, DEFAULT_BWRAP, ETC_ESSENTIALS, EnvSpec, HostUser, Limits, Network, OUTPUT_MOUNT,
     SandboxIdentity, SandboxSpec, SystemMount, WORKSPACE_MOUNT,

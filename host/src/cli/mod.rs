@@ -3,6 +3,7 @@
 
 mod audit;
 mod clean;
+mod bench_proxy;
 mod config;
 mod doctor;
 mod instance;
@@ -51,6 +52,15 @@ enum Command {
     Bwrap(sandbox::BwrapArgs),
     /// Delete instances archived more than `--days` days ago.
     Clean(clean::CleanArgs),
+    /// Measure the gateway.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Latency a proxied call gains through hpcgate, against the same server called directly.
+    Proxy(bench_proxy::BenchProxyArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -75,6 +85,7 @@ pub fn main() -> ExitCode {
         Command::Instance(args) => instance::run(args),
         Command::Bwrap(args) => sandbox::bwrap(args),
         Command::Clean(args) => clean::run(args),
+        Command::Bench(BenchCommand::Proxy(args)) => bench_proxy::run(args),
     };
     match result {
         Ok(code) => code,

@@ -160,7 +160,7 @@ pub(super) fn resolve_slurm(
     }))
 }
 
-fn is_env_name(name: &str) -> bool {
+pub(super) fn is_env_name(name: &str) -> bool {
     name.bytes()
         .next()
         .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')

@@ -15,7 +15,7 @@
 //! - [`layers`] — finding, reading and merging the layers ([`Environment`] says where home is)
 //! - [`parse`] — TOML → [`Config`] with dotted-key errors ([`origins`] remembers each key's file)
 //! - [`chain`] — `[[policies]]` (and `proxied_mcps` filters) → the policy chain
-//! - [`settings`] and [`executors`] — the resolved [`Settings`]
+//! - [`settings`], [`executors`] and [`proxies`] — the resolved [`Settings`]
 
 pub mod auth;
 pub mod chain;
@@ -24,6 +24,7 @@ pub mod executors;
 pub mod layers;
 pub mod origins;
 pub mod parse;
+pub mod proxies;
 pub mod raw;
 pub mod sections;
 pub mod settings;
@@ -40,6 +41,7 @@ pub use layers::{
     merge_texts,
 };
 pub use origins::Origins;
+pub use proxies::ProxySettings;
 pub use raw::{Config, EngineConfig, PolicyConfig, ProxyConfig};
 pub use sections::{
     AuditConfig, BindConfig, FilesConfig, HostCommandConfig, LimitsConfig, McpConfig, ResultType,

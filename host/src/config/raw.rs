@@ -103,15 +103,18 @@ pub struct PolicyConfig {
     pub config: toml::Table,
 }
 
-/// `[proxied_mcps.<name>]`. Only `include`/`exclude` matter to the policy engine: they feed an
-/// implicit `stock:proxy-filter` policy named `proxied_mcps`, so ns-hpc configs keep working.
+/// `[proxied_mcps.<name>]`: a child MCP server run inside each instance's sandbox (resolved by
+/// [`super::proxies`]). `include`/`exclude` feed an implicit `stock:proxy-filter` policy named
+/// `proxied_mcps`, so ns-hpc configs keep working.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyConfig {
-    /// The server's program.
+    /// The server's program, as seen inside the sandbox (looked up in the sandbox's `PATH`
+    /// when not absolute).
     pub command: Option<String>,
     #[serde(default)]
     pub args: Vec<String>,
+    /// Added to the sandbox's allow-listed environment (never the gateway's whole environment).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Remote tool globs; when non-empty a tool must match one.
@@ -124,10 +127,17 @@ pub struct ProxyConfig {
     pub idle_timeout: Option<f64>,
     /// Longest wait for one call, seconds.
     pub call_timeout: Option<f64>,
-    /// `none` or `host`.
+    /// `none` or `host` (default: `[sandbox] network`).
     pub network: Option<String>,
+    /// Absolute host paths bound read-only at the same place in the server's sandbox (e.g.
+    /// where the server is installed).
     #[serde(default)]
     pub binds: Vec<String>,
+    /// Largest result passed back to the agent, bytes of JSON (default
+    /// `[sandbox.limits] output_bytes`).
+    pub max_result_bytes: Option<u64>,
+    /// Longest wait for the server to start and list its tools, seconds (default 30).
+    pub start_timeout: Option<f64>,
 }
 
 pub(crate) fn all_tenants() -> Vec<String> {

@@ -13,7 +13,8 @@ use super::error::ConfigError;
 use super::executors::{SandboxSettings, SlurmSettings, resolve_sandbox, resolve_slurm};
 use super::layers::{Environment, LoadedConfig};
 use super::origins::Origins;
-use super::raw::{Config, EngineConfig, PolicyConfig, ProxyConfig};
+use super::proxies::{ProxySettings, resolve_proxies};
+use super::raw::{Config, EngineConfig, PolicyConfig};
 use super::sections::ResultType;
 use super::tenants::{self, Tenant};
 use crate::audit::AuditOptions;
@@ -56,8 +57,8 @@ pub struct Settings {
     pub policy_defaults: EngineConfig,
     /// The chain in order, `proxied_mcps` filters included, module paths absolute.
     pub policies: Vec<PolicyConfig>,
-    /// `[proxied_mcps]` as written (the proxy executor resolves it).
-    pub proxied_mcps: BTreeMap<String, ProxyConfig>,
+    /// `[proxied_mcps]`, resolved, by name.
+    pub proxied_mcps: BTreeMap<String, ProxySettings>,
 }
 
 /// One `[host_commands.<key>]`, resolved.
@@ -102,6 +103,7 @@ impl Settings {
         };
         let sandbox = resolve_sandbox(config, &bad)?;
         let slurm = resolve_slurm(config, &bad)?;
+        let proxied_mcps = resolve_proxies(&config.proxied_mcps, &sandbox, &bad)?;
         let f = &config.files;
         let defaults = FileLimits::default();
         let files = FileLimits {
@@ -225,7 +227,7 @@ impl Settings {
             engine: config.engine_settings(),
             policy_defaults: config.policy_engine.clone(),
             policies,
-            proxied_mcps: config.proxied_mcps.clone(),
+            proxied_mcps,
         })
     }
 

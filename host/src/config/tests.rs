@@ -158,7 +158,7 @@ fn a_higher_layer_removes_a_keyed_entry_with_false() {
         ("/top.toml", "[proxied_mcps.fs]\ncommand = \"other\"\n"),
     ])
     .unwrap();
-    assert_eq!(s.proxied_mcps["fs"].command.as_deref(), Some("other"));
+    assert_eq!(s.proxied_mcps["fs"].argv, ["other"]);
 }
 
 #[test]

@@ -1,0 +1,140 @@
+//! What each proxied server offers: its discovered tools as hpcgate exposes them
+//! (`<proxy>__<tool>`), or why discovery failed (for `doctor` and the log).
+//!
+//! One list per proxy, not per instance: discovery fills it at start, and a
+//! `notifications/tools/list_changed` from any of the proxy's servers replaces it with that
+//! server's new list (servers of one proxy run the same program, so their lists agree).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use rmcp::model::Tool;
+
+use super::schema;
+
+/// A remote tool as exposed by hpcgate.
+#[derive(Debug, Clone)]
+pub struct ProxiedTool {
+    /// The proxy's name: the policy input's `server`.
+    pub server: String,
+    /// The tool's name on the remote server: the policy input's `remote_tool`.
+    pub remote_name: String,
+    /// `<server>__<remote_name>`: the policy input's `tool`.
+    pub exposed_name: String,
+    /// The MCP tool as listed: the remote tool with the exposed name and the wrapped schema;
+    /// title, description, annotations, output schema, icons and `_meta` as the server gave them.
+    pub tool: Tool,
+    /// The exposed name of the remote `instance_id` property, if it had one.
+    pub renamed_instance_id: Option<String>,
+    /// The remote `readOnlyHint`. It is the server's own claim about itself: policies that
+    /// relax rules for read-only tools trust whoever configured the proxy.
+    pub read_only: bool,
+}
+
+impl ProxiedTool {
+    /// Wraps `remote` for exposure; `None` for a name hpcgate would not expose (empty, or with
+    /// characters other than letters, digits, `_`, `-` and `.`).
+    pub fn expose(server: &str, remote: &Tool) -> Option<ProxiedTool> {
+        let name = remote.name.as_ref();
+        let valid = (1..=128).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
+        if !valid {
+            return None;
+        }
+        let exposed_name = format!("{server}__{name}");
+        let (input_schema, renamed_instance_id) = schema::wrap(&remote.input_schema);
+        let mut tool = remote.clone();
+        tool.name = exposed_name.clone().into();
+        tool.input_schema = Arc::new(input_schema);
+        let read_only = remote
+            .annotations
+            .as_ref()
+            .and_then(|a| a.read_only_hint)
+            .unwrap_or(false);
+        Some(ProxiedTool {
+            server: server.to_owned(),
+            remote_name: name.to_owned(),
+            exposed_name,
+            tool,
+            renamed_instance_id,
+            read_only,
+        })
+    }
+}
+
+/// Where one proxy's discovery stands.
+#[derive(Debug, Clone)]
+pub enum Discovery {
+    /// Still starting the throwaway server.
+    Pending,
+    /// The exposed tools, in the server's order.
+    Ready(Vec<Arc<ProxiedTool>>),
+    /// Why no tools are known; calls to this proxy's tools are unknown tools until a refresh.
+    Failed(String),
+}
+
+/// Every proxy's discovery state.
+#[derive(Debug, Default)]
+pub struct Catalog(RwLock<BTreeMap<String, Discovery>>);
+
+impl Catalog {
+    pub fn set(&self, proxy: &str, discovery: Discovery) {
+        self.0
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(proxy.to_owned(), discovery);
+    }
+
+    /// Replaces a proxy's tools with `remote` (as listed by one of its servers).
+    pub fn set_tools(&self, proxy: &str, remote: &[Tool]) -> usize {
+        let tools: Vec<_> = remote
+            .iter()
+            .filter_map(|t| {
+                let exposed = ProxiedTool::expose(proxy, t);
+                if exposed.is_none() {
+                    tracing_skip(proxy, &t.name);
+                }
+                exposed.map(Arc::new)
+            })
+            .collect();
+        let n = tools.len();
+        self.set(proxy, Discovery::Ready(tools));
+        n
+    }
+
+    /// Every exposed tool, proxies in name order.
+    pub fn tools(&self) -> Vec<Arc<ProxiedTool>> {
+        let map = self.0.read().unwrap_or_else(|e| e.into_inner());
+        map.values()
+            .filter_map(|d| match d {
+                Discovery::Ready(tools) => Some(tools.iter().cloned()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    /// The tool exposed as `exposed`.
+    pub fn find(&self, exposed: &str) -> Option<Arc<ProxiedTool>> {
+        let (proxy, _) = exposed.split_once("__")?;
+        let map = self.0.read().unwrap_or_else(|e| e.into_inner());
+        match map.get(proxy)? {
+            Discovery::Ready(tools) => tools.iter().find(|t| t.exposed_name == exposed).cloned(),
+            _ => None,
+        }
+    }
+
+    /// Each proxy's state, for `doctor` and tests.
+    pub fn snapshot(&self) -> BTreeMap<String, Discovery> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+fn tracing_skip(proxy: &str, name: &str) {
+    super::log(&format!(
+        "proxied server `{proxy}`: tool `{}` not exposed: its name is not 1–128 letters, digits, `_`, `-` or `.`",
+        name.escape_debug()
+    ));
+}

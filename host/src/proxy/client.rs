@@ -1,0 +1,308 @@
+//! One running proxied server and the rmcp client that talks to it over its stdio.
+//!
+//! The server runs in a sandbox ([`hpcgate_executors::sandbox::Service`]); the client is an
+//! rmcp service over the sandbox's stdin and stdout. Its stderr is drained (only the last few
+//! KiB are kept, for the log). A closed transport means the server is gone: the call in
+//! flight gets [`ProxyError::Crashed`], and the manager starts a new server on the next call.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hpcgate_executors::sandbox::{ExitInfo, SandboxSpec, Service};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
+    Implementation, Tool,
+};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
+use serde_json::{Map, Value};
+use tokio::io::AsyncReadExt;
+
+use super::catalog::Catalog;
+use super::error::ProxyError;
+use super::spawner::Spawner;
+
+/// Bytes of a server's stderr kept for the log.
+const STDERR_TAIL: usize = 4096;
+
+/// The rmcp client side: identifies hpcgate and refreshes the catalog on `list_changed`.
+#[derive(Clone)]
+pub struct Handler {
+    pub proxy: String,
+    /// `None` for a discovery client, whose list is read once anyway.
+    pub catalog: Option<Arc<Catalog>>,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("hpcgate", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        let Some(catalog) = self.catalog.clone() else {
+            return;
+        };
+        let (proxy, peer) = (self.proxy.clone(), context.peer);
+        // Not inline: the reply to `tools/list` is read by the same service loop that runs
+        // this handler.
+        tokio::spawn(async move {
+            match peer.list_all_tools().await {
+                Ok(tools) => {
+                    let n = catalog.set_tools(&proxy, &tools);
+                    super::log(&format!(
+                        "proxied server `{proxy}` changed its tools: {n} now"
+                    ));
+                }
+                Err(e) => super::log(&format!(
+                    "proxied server `{proxy}` changed its tools but listing them failed: {e}"
+                )),
+            }
+        });
+    }
+}
+
+/// A started server with its client.
+pub struct Client {
+    pub proxy: String,
+    service: Mutex<Service>,
+    running: tokio::sync::Mutex<Option<RunningService<RoleClient, Handler>>>,
+    peer: Peer<RoleClient>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    in_flight: AtomicUsize,
+    last_used: Mutex<Instant>,
+}
+
+impl Client {
+    /// Starts `argv` in a sandbox built from `spec` and completes the MCP handshake within
+    /// `timeout`.
+    pub async fn start(
+        spawner: &Spawner,
+        spec: SandboxSpec,
+        argv: Vec<String>,
+        label: String,
+        handler: Handler,
+        timeout: Duration,
+    ) -> Result<Client, ProxyError> {
+        let proxy = handler.proxy.clone();
+        let start_error = |reason: String| ProxyError::Start {
+            proxy: proxy.clone(),
+            reason,
+        };
+        let (mut service, pipes) = spawner
+            .spawn(spec, argv, label)
+            .await
+            .map_err(|e| start_error(error_chain(&e)))?;
+        let io = (
+            tokio::process::ChildStdout::from_std(pipes.stdout),
+            tokio::process::ChildStdin::from_std(pipes.stdin),
+            tokio::process::ChildStderr::from_std(pipes.stderr),
+        );
+        let (stdout, stdin, stderr) = match io {
+            (Ok(o), Ok(i), Ok(e)) => (o, i, e),
+            _ => {
+                service.kill();
+                return Err(start_error("its pipes could not be set up".to_owned()));
+            }
+        };
+        let tail = Arc::new(Mutex::new(Vec::new()));
+        tokio::spawn(drain(stderr, tail.clone()));
+        let running = match tokio::time::timeout(timeout, handler.serve((stdout, stdin))).await {
+            Ok(Ok(running)) => running,
+            Ok(Err(e)) => {
+                let exit = service.kill();
+                return Err(start_error(format!(
+                    "the MCP handshake failed ({e}){}",
+                    ended(exit)
+                )));
+            }
+            Err(_) => {
+                service.kill();
+                return Err(start_error(format!(
+                    "no MCP handshake within {}s",
+                    timeout.as_secs_f64()
+                )));
+            }
+        };
+        Ok(Client {
+            proxy,
+            peer: running.peer().clone(),
+            running: tokio::sync::Mutex::new(Some(running)),
+            service: Mutex::new(service),
+            stderr: tail,
+            in_flight: AtomicUsize::new(0),
+            last_used: Mutex::new(Instant::now()),
+        })
+    }
+
+    /// Every tool the server lists (all pages).
+    pub async fn list_tools(&self, timeout: Duration) -> Result<Vec<Tool>, String> {
+        match tokio::time::timeout(timeout, self.peer.list_all_tools()).await {
+            Ok(Ok(tools)) => Ok(tools),
+            Ok(Err(e)) => Err(format!("`tools/list` failed: {e}")),
+            Err(_) => Err(format!(
+                "`tools/list` got no answer within {}s",
+                timeout.as_secs_f64()
+            )),
+        }
+    }
+
+    /// Calls `remote` (exposed as `exposed`) with `arguments`. On timeout the request is
+    /// dropped, which sends `notifications/cancelled` to the server.
+    pub async fn call(
+        &self,
+        remote: &str,
+        exposed: &str,
+        arguments: Map<String, Value>,
+        timeout: Duration,
+    ) -> Result<CallToolResult, ProxyError> {
+        let _busy = Busy::enter(self);
+        let params = CallToolRequestParams::new(remote.to_owned()).with_arguments(arguments);
+        let outcome = tokio::time::timeout(timeout, self.peer.call_tool_once(params)).await;
+        match outcome {
+            Err(_) => Err(ProxyError::Timeout {
+                proxy: self.proxy.clone(),
+                tool: exposed.to_owned(),
+                after: timeout,
+            }),
+            Ok(Ok(CallToolResponse::Complete(result))) => Ok(result),
+            Ok(Ok(_)) => Err(ProxyError::Unsupported {
+                tool: exposed.to_owned(),
+            }),
+            Ok(Err(ServiceError::McpError(e))) => Err(ProxyError::Remote {
+                proxy: self.proxy.clone(),
+                tool: exposed.to_owned(),
+                message: e.message.to_string(),
+            }),
+            Ok(Err(e)) => {
+                let how = if self.is_alive() {
+                    format!("the connection failed: {e}")
+                } else {
+                    self.settle().await;
+                    let exit = self.stop().await;
+                    super::log(&format!(
+                        "proxied server `{}` stopped during `{exposed}`{}; its last stderr: {}",
+                        self.proxy,
+                        ended(exit),
+                        self.stderr_tail()
+                    ));
+                    ended(exit).trim_start_matches("; ").to_owned()
+                };
+                Err(ProxyError::Crashed {
+                    proxy: self.proxy.clone(),
+                    tool: exposed.to_owned(),
+                    how,
+                })
+            }
+        }
+    }
+
+    /// False once the server exited or its stdio closed.
+    pub fn is_alive(&self) -> bool {
+        if self.peer.is_transport_closed() {
+            return false;
+        }
+        let mut service = self.service.lock().unwrap_or_else(|e| e.into_inner());
+        service.try_exit().is_none()
+    }
+
+    /// Gives a server whose stdio closed up to 200 ms to exit on its own, so that its exit
+    /// code (not our kill) is what gets reported.
+    async fn settle(&self) {
+        for _ in 0..40 {
+            if self
+                .service
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .try_exit()
+                .is_some()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Marks the server as just used.
+    pub fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    /// Idle since when (`None` while a call is in flight).
+    pub fn idle_since(&self) -> Option<Instant> {
+        if self.in_flight.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        Some(*self.last_used.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Stops the client and kills the whole sandbox; idempotent. Returns how it ended.
+    pub async fn stop(&self) -> Option<ExitInfo> {
+        if let Some(running) = self.running.lock().await.take() {
+            let _ = running.cancel().await;
+        }
+        self.service
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .kill()
+    }
+
+    fn stderr_tail(&self) -> String {
+        let tail = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&tail).trim().to_owned()
+    }
+}
+
+/// Counts a call in flight and stamps the end of it.
+struct Busy<'a>(&'a Client);
+
+impl<'a> Busy<'a> {
+    fn enter(client: &'a Client) -> Busy<'a> {
+        client.in_flight.fetch_add(1, Ordering::SeqCst);
+        Busy(client)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        *self.0.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Keeps the last [`STDERR_TAIL`] bytes of a server's stderr.
+async fn drain(mut stderr: tokio::process::ChildStderr, tail: Arc<Mutex<Vec<u8>>>) {
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = stderr.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+        tail.extend_from_slice(&buf[..n]);
+        let excess = tail.len().saturating_sub(STDERR_TAIL);
+        tail.drain(..excess);
+    }
+}
+
+fn ended(exit: Option<ExitInfo>) -> String {
+    match exit {
+        Some(ExitInfo::Code(code)) => format!("; it exited with code {code}"),
+        Some(ExitInfo::Signal(sig)) => format!("; it was killed by signal {sig}"),
+        None => String::new(),
+    }
+}
+
+/// An error and its sources, for messages that have no other place to show the cause.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

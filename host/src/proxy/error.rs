@@ -1,0 +1,50 @@
+//! Why a proxied call produced no result. Messages are shown to the agent: they say what
+//! happened and what to do, and never contain a host path.
+
+use std::time::Duration;
+
+/// A failed proxied call (a remote `isError` result is not an error: it passes through).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProxyError {
+    #[error(
+        "proxied server `{proxy}` could not start: {reason}; retry later, or ask the admin to run `hpcgate doctor`"
+    )]
+    Start { proxy: String, reason: String },
+    #[error(
+        "`{tool}` did not answer within {}s and was cancelled; retry with less work, or ask the admin to raise `proxied_mcps.{proxy}.call_timeout`",
+        after.as_secs_f64()
+    )]
+    Timeout {
+        proxy: String,
+        tool: String,
+        after: Duration,
+    },
+    #[error(
+        "proxied server `{proxy}` stopped while running `{tool}` ({how}); the call's effects are unknown, and the next call restarts the server"
+    )]
+    Crashed {
+        proxy: String,
+        tool: String,
+        how: String,
+    },
+    #[error("proxied server `{proxy}` rejected `{tool}`: {message}")]
+    Remote {
+        proxy: String,
+        tool: String,
+        message: String,
+    },
+    #[error(
+        "the result of `{tool}` is {bytes} bytes, over the limit of {limit}; ask for less (e.g. a smaller range or fewer entries)"
+    )]
+    TooLarge {
+        tool: String,
+        bytes: u64,
+        limit: u64,
+    },
+    #[error(
+        "`{tool}` asked for interaction or a long-running task, which hpcgate does not relay yet"
+    )]
+    Unsupported { tool: String },
+    #[error("the gateway is shutting down; retry once it is back")]
+    ShuttingDown,
+}

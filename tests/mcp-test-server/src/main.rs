@@ -1,0 +1,255 @@
+//! `mcp-test-server`: a small MCP server over stdio for hpcgate's proxy tests and benchmark.
+//!
+//! Every tool exists to exercise one thing the proxy must get right:
+//!
+//! | tool | what it checks |
+//! |---|---|
+//! | `echo` | the plain path; `readOnlyHint` passes through |
+//! | `add` | integer arguments, `structuredContent` and an output schema |
+//! | `failing` | a remote `isError` result passes through as is |
+//! | `slow` | sleeps `ms` milliseconds: call timeouts and cancellation |
+//! | `huge` | `bytes` of text: the result size cap |
+//! | `image` | every content type: text, image, audio, resource link, embedded resource |
+//! | `nested` | a schema with `$defs`, `$ref`, `format` and `additionalProperties: false` |
+//! | `own_instance_id` | a schema with its own `instance_id` property |
+//! | `enable_extra` | adds tool `extra` and sends `notifications/tools/list_changed` |
+//! | `crash` | exits the process with code 3 in the middle of the call |
+//! | `read_text` | reads a file (paths as the sandbox sees them): mounts and path rules |
+//! | `whoami` | this process's nonce, cancelled-request count and `TEST_MARK`: isolation |
+//!
+//! Every tool's result echoes nothing of the host: it runs inside hpcgate's sandbox.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
+    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Map, Value, json};
+
+/// A 1×1 transparent PNG.
+const PNG: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=";
+
+#[derive(Clone)]
+struct TestServer {
+    extra: Arc<AtomicBool>,
+    nonce: u64,
+    cancelled: Arc<AtomicU64>,
+}
+
+fn tools(extra: bool) -> Vec<Tool> {
+    let mut list = vec![
+        json!({"name": "echo", "description": "Echo `message` back.",
+               "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
+               "annotations": {"readOnlyHint": true, "title": "Echo"}}),
+        json!({"name": "add", "description": "Add two integers.",
+               "inputSchema": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]},
+               "outputSchema": {"type": "object", "properties": {"sum": {"type": "integer"}}, "required": ["sum"]},
+               "annotations": {"readOnlyHint": true, "idempotentHint": true}}),
+        json!({"name": "failing", "description": "Always fails (isError).",
+               "inputSchema": {"type": "object", "properties": {}}}),
+        json!({"name": "slow", "description": "Sleep `ms` milliseconds.",
+               "inputSchema": {"type": "object", "properties": {"ms": {"type": "integer", "minimum": 0}}, "required": ["ms"]}}),
+        json!({"name": "huge", "description": "Return `bytes` bytes of text.",
+               "inputSchema": {"type": "object", "properties": {"bytes": {"type": "integer", "minimum": 0}}, "required": ["bytes"]}}),
+        json!({"name": "image", "description": "Return one block of every content type.",
+               "inputSchema": {"type": "object", "properties": {}}}),
+        json!({"name": "nested", "description": "Echo a nested, referenced argument.",
+               "inputSchema": {
+                   "type": "object",
+                   "$defs": {
+                       "point": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+                                 "required": ["x", "y"], "additionalProperties": false},
+                       "shape": {"type": "object", "properties": {"points": {"type": "array", "items": {"$ref": "#/$defs/point"}},
+                                                                 "label": {"type": "string"}}}
+                   },
+                   "properties": {"shape": {"$ref": "#/$defs/shape"}, "when": {"type": "string", "format": "date-time"}},
+                   "required": ["shape"],
+                   "additionalProperties": false
+               },
+               "annotations": {"destructiveHint": false, "openWorldHint": false}}),
+        json!({"name": "own_instance_id", "description": "A tool with its own `instance_id` property.",
+               "inputSchema": {"type": "object", "properties": {"instance_id": {"type": "integer"}, "note": {"type": "string"}},
+                               "required": ["instance_id"]}}),
+        json!({"name": "enable_extra", "description": "Add the tool `extra` and notify tools/list_changed.",
+               "inputSchema": {"type": "object", "properties": {}}}),
+        json!({"name": "crash", "description": "Exit the process (code 3).",
+               "inputSchema": {"type": "object", "properties": {}}}),
+        json!({"name": "read_text", "description": "Read a text file (sandbox paths).",
+               "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+               "annotations": {"readOnlyHint": true}}),
+        json!({"name": "whoami", "description": "This server process's nonce and environment marker.",
+               "inputSchema": {"type": "object", "properties": {}},
+               "annotations": {"readOnlyHint": true}}),
+    ];
+    if extra {
+        list.push(
+            json!({"name": "extra", "description": "Added by enable_extra.",
+                         "inputSchema": {"type": "object", "properties": {}}}),
+        );
+    }
+    list.into_iter()
+        .map(|t| serde_json::from_value(t).expect("a valid tool"))
+        .collect()
+}
+
+fn result(value: Value) -> Result<CallToolResponse, McpError> {
+    serde_json::from_value::<CallToolResult>(value)
+        .map(CallToolResponse::from)
+        .map_err(|e| McpError::internal_error(e.to_string(), None))
+}
+
+fn text(s: impl Into<String>) -> Result<CallToolResponse, McpError> {
+    result(json!({"content": [{"type": "text", "text": s.into()}]}))
+}
+
+fn int(args: &Map<String, Value>, key: &str) -> Result<i64, McpError> {
+    args.get(key)
+        .and_then(Value::as_i64)
+        .ok_or_else(|| McpError::invalid_params(format!("`{key}` must be an integer"), None))
+}
+
+impl ServerHandler for TestServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("mcp-test-server", "0.1.0"))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(tools(
+            self.extra.load(Ordering::SeqCst),
+        )))
+    }
+
+    async fn on_cancelled(
+        &self,
+        _notification: CancelledNotificationParam,
+        _context: NotificationContext<RoleServer>,
+    ) {
+        self.cancelled.fetch_add(1, Ordering::SeqCst);
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let args = request.arguments.unwrap_or_default();
+        match request.name.as_ref() {
+            "echo" => {
+                let message = args.get("message").and_then(Value::as_str).unwrap_or("");
+                text(message)
+            }
+            "add" => {
+                let sum = int(&args, "a")? + int(&args, "b")?;
+                result(
+                    json!({"content": [{"type": "text", "text": sum.to_string()}],
+                              "structuredContent": {"sum": sum}}),
+                )
+            }
+            "failing" => result(
+                json!({"content": [{"type": "text", "text": "this tool always fails"}],
+                                       "isError": true}),
+            ),
+            "slow" => {
+                let ms = int(&args, "ms")?.max(0) as u64;
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                text(format!("slept {ms} ms"))
+            }
+            "huge" => {
+                let bytes = int(&args, "bytes")?.max(0) as usize;
+                text("x".repeat(bytes))
+            }
+            "image" => result(json!({
+                "content": [
+                    {"type": "text", "text": "one of each"},
+                    {"type": "image", "data": PNG, "mimeType": "image/png", "annotations": {"audience": ["user"]}},
+                    {"type": "audio", "data": "UklGRiQAAABXQVZF", "mimeType": "audio/wav"},
+                    {"type": "resource_link", "uri": "file:///workspace/a.txt", "name": "a.txt", "mimeType": "text/plain"},
+                    {"type": "resource", "resource": {"uri": "file:///workspace/b.txt", "mimeType": "text/plain", "text": "embedded"}},
+                    {"type": "resource", "resource": {"uri": "file:///workspace/c.bin", "blob": "AAEC"}}
+                ],
+                "structuredContent": {"kinds": 6, "nested": {"ok": true}}
+            })),
+            "nested" | "own_instance_id" => result(json!({
+                "content": [{"type": "text", "text": Value::Object(args.clone()).to_string()}],
+                "structuredContent": {"received": args}
+            })),
+            "enable_extra" => {
+                self.extra.store(true, Ordering::SeqCst);
+                let _ = context.peer.notify_tool_list_changed().await;
+                text("extra enabled")
+            }
+            "crash" => std::process::exit(3),
+            "read_text" => {
+                let path = args.get("path").and_then(Value::as_str).unwrap_or("");
+                match std::fs::read_to_string(path) {
+                    Ok(s) => text(s),
+                    Err(e) => result(
+                        json!({"content": [{"type": "text", "text": format!("cannot read {path}: {e}")}],
+                                            "isError": true}),
+                    ),
+                }
+            }
+            "whoami" => result(json!({
+                "content": [{"type": "text", "text": self.nonce.to_string()}],
+                "structuredContent": {
+                    "nonce": self.nonce,
+                    "cancelled": self.cancelled.load(Ordering::SeqCst),
+                    "mark": std::env::var("TEST_MARK").ok(),
+                    "home": std::env::var("HOME").ok(),
+                    "cwd": std::env::current_dir().ok().map(|p| p.display().to_string()),
+                    "secret": std::env::var("HPCGATE_TEST_SECRET").ok(),
+                }
+            })),
+            "extra" if self.extra.load(Ordering::SeqCst) => text("extra works"),
+            other => Err(McpError::invalid_params(
+                format!("unknown tool `{other}`"),
+                None,
+            )),
+        }
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(_) => return std::process::ExitCode::FAILURE,
+    };
+    let nonce = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id());
+    let server = TestServer {
+        extra: Arc::new(AtomicBool::new(false)),
+        nonce,
+        cancelled: Arc::new(AtomicU64::new(0)),
+    };
+    let served = runtime.block_on(async {
+        let running = server.serve(rmcp::transport::stdio()).await?;
+        running.waiting().await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    });
+    match served {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(_) => std::process::ExitCode::FAILURE,
+    }
+}
