@@ -8,6 +8,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
+#[path = "support/proxy.rs"]
+mod proxy_support;
+
 /// Runs `hpcgate doctor --json --config <config>` with `home` as `HOME`.
 fn doctor(home: &Path, config: &str) -> (Option<i32>, Value) {
     let file = home.join("doctor.toml");
@@ -60,7 +63,8 @@ fn a_login_node_without_slurm_passes_and_slurm_is_skipped() {
             "state dir",
             "audit dir",
             "policies",
-            "slurm"
+            "slurm",
+            "proxied mcps"
         ]
     );
     for name in [
@@ -178,4 +182,36 @@ fn an_invalid_config_is_one_failed_check() {
             .contains("unknown key `slurm.enabeld`"),
         "{config}"
     );
+}
+
+#[test]
+fn proxied_mcps_are_started_and_a_broken_one_fails_by_name() {
+    let home = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}{}",
+        state_config(home.path()),
+        proxy_support::test_proxy("t", "")
+    );
+    let (code, report) = doctor(home.path(), &config);
+    let proxies = check(&report, "proxied mcps");
+    assert_eq!(proxies["status"], "pass", "{proxies}");
+    assert!(
+        proxies["detail"]
+            .as_str()
+            .unwrap()
+            .contains("`t` (12 tools)"),
+        "{proxies}"
+    );
+    assert_eq!(code, Some(0), "{report}");
+
+    let broken = format!("{config}[proxied_mcps.gone]\ncommand = \"/nonexistent/server\"\n");
+    let (code, report) = doctor(home.path(), &broken);
+    let proxies = check(&report, "proxied mcps");
+    assert_eq!(proxies["status"], "fail", "{proxies}");
+    let detail = proxies["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("`gone`: proxied server `gone` could not start"),
+        "{detail}"
+    );
+    assert_eq!(code, Some(1));
 }

@@ -5,7 +5,8 @@
 //! (cgroup v2 when delegated, rlimits otherwise — reported, never a failure); the state
 //! directory (private, ours) and the audit directory (writable); the policy chain loads; and,
 //! only when `[slurm] enabled`, the Slurm clients exist and `sinfo` answers — a host without
-//! Slurm is not a broken host. Each line says what is wrong and what to do; exit 1 when any
+//! Slurm is not a broken host; and each `[proxied_mcps]` server answers `tools/list` in a
+//! throwaway sandbox. Each line says what is wrong and what to do; exit 1 when any
 //! required check fails.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -15,6 +16,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 use serde_json::json;
 
+mod proxies;
 mod system;
 
 use super::out;
@@ -161,6 +163,7 @@ fn checks(settings: &Settings) -> Vec<Check> {
     checks.push(audit_dir(&settings.audit_dir, &settings.state_dir));
     checks.push(policies(settings));
     checks.push(slurm(settings));
+    checks.push(proxies::proxied_mcps(settings));
     checks
 }
 

@@ -249,7 +249,10 @@ impl ProxyManager {
             self.block(stop_slots(slots));
         }
         if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_timeout(Duration::from_secs(2));
+            // Not `shutdown_timeout`: the last owner may drop the gateway inside an async
+            // context (the MCP session's task), where blocking on a runtime panics. Every
+            // server is already stopped; what remains are idle tasks.
+            runtime.shutdown_background();
         }
     }
 
