@@ -30,15 +30,16 @@ fn config() -> String {
         "{} is missing: run scripts/setup.sh (it installs the npm filesystem server)",
         entry.display()
     );
-    let include: Vec<String> = READ_TOOLS.iter().map(|t| format!("{t:?}")).collect();
+    // The README's example policy, verbatim.
+    let include = r#"["read_*", "list_*", "directory_tree", "search_files", "get_file_info"]"#;
     format!(
         "[proxied_mcps.fs]\ncommand = \"/usr/bin/node\"\nargs = [{:?}, \"/workspace\"]\n\
          binds = [{:?}]\nstart_timeout = 60\n\n\
          [[policies]]\nname = \"fs-read-only\"\nmodule = \"stock:proxy-filter\"\n\
-         [policies.config.servers.fs]\ninclude = [{}]\n",
+         [policies.config.servers.fs]\ninclude = {}\n",
         entry.display().to_string(),
         prefix.display().to_string(),
-        include.join(", ")
+        include
     )
 }
 
