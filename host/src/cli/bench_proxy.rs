@@ -7,8 +7,13 @@
 //!   which judges the call with the default policy chain, writes both fsync'd audit records,
 //!   and forwards it to the server running in the instance's bwrap sandbox.
 //!
+//! A third run calls the builtin `stat_path` through the same `hpcgate run`: the gateway's own
+//! cost (stdio hop, policy chain, two fsync'd audit records), so that what remains of the
+//! proxied call's cost is the proxy hop itself (bridge to the proxy runtime, the rmcp client,
+//! the sandboxed server).
+//!
 //! Calls are sequential (latency, not throughput), after warm-up calls that also start the
-//! instance's server. Reports p50 and p99 of each run and the difference.
+//! instance's server. Reports p50 and p99 of each run and the differences.
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
@@ -61,12 +66,13 @@ pub(crate) fn run(args: BenchProxyArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let (direct, gateway) = runtime.block_on(async {
+    let (direct, gateway, builtin) = runtime.block_on(async {
         let mut command = tokio::process::Command::new(&server);
         let client = connect(&mut command)
             .await
             .context("the server did not start")?;
-        let direct = measure(&client, "echo", None, args.warmup, args.calls).await?;
+        let echo = object(json!({"message": "ping"}));
+        let direct = measure(&client, "echo", &echo, args.warmup, args.calls).await?;
         let _ = client.cancel().await;
 
         let config = gateway_config(scratch.path(), &server)?;
@@ -91,22 +97,20 @@ pub(crate) fn run(args: BenchProxyArgs) -> anyhow::Result<ExitCode> {
             bail!("create_instance failed: {:?}", created.content);
         }
         wait_for_tool(&client, "bench__echo").await?;
-        let gateway = measure(
-            &client,
-            "bench__echo",
-            Some("bench"),
-            args.warmup,
-            args.calls,
-        )
-        .await?;
+        let mut proxied = echo.clone();
+        proxied.insert("instance_id".to_owned(), json!("bench"));
+        let gateway = measure(&client, "bench__echo", &proxied, args.warmup, args.calls).await?;
+        let stat = object(json!({"instance_id": "bench", "path": "."}));
+        let builtin = measure(&client, "stat_path", &stat, args.warmup, args.calls).await?;
         let _ = client.cancel().await;
-        anyhow::Ok((direct, gateway))
+        anyhow::Ok((direct, gateway, builtin))
     })?;
     let report = json!({
         "calls": args.calls,
         "direct": {"p50_us": direct.p50, "p99_us": direct.p99},
         "hpcgate": {"p50_us": gateway.p50, "p99_us": gateway.p99},
         "added": {"p50_us": gateway.p50 - direct.p50, "p99_us": gateway.p99 - direct.p99},
+        "builtin_stat_path": {"p50_us": builtin.p50, "p99_us": builtin.p99},
     });
     if args.json {
         out(report);
@@ -129,6 +133,10 @@ pub(crate) fn run(args: BenchProxyArgs) -> anyhow::Result<ExitCode> {
             "added",
             gateway.p50 - direct.p50,
             gateway.p99 - direct.p99
+        ));
+        out(format!(
+            "{:<16} {:>10.1} {:>10.1}",
+            "stat_path", builtin.p50, builtin.p99
         ));
     }
     Ok(ExitCode::SUCCESS)
@@ -161,14 +169,10 @@ async fn connect(
 async fn measure(
     client: &RunningService<RoleClient, ()>,
     tool: &str,
-    instance: Option<&str>,
+    arguments: &Map<String, Value>,
     warmup: usize,
     calls: usize,
 ) -> anyhow::Result<Percentiles> {
-    let mut arguments = object(json!({"message": "ping"}));
-    if let Some(id) = instance {
-        arguments.insert("instance_id".to_owned(), json!(id));
-    }
     let mut samples = Vec::with_capacity(calls);
     for i in 0..warmup + calls {
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.clone());

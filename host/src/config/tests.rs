@@ -306,3 +306,63 @@ fn slurm_settings_resolve_only_when_enabled() {
     assert_eq!(slurm.client.bin_dir, Some(PathBuf::from("/opt/slurm/bin")));
     assert_eq!(slurm.client.timeout, std::time::Duration::from_secs(5));
 }
+
+#[test]
+fn proxied_mcps_resolve_and_bad_entries_name_the_key() {
+    let s = settings(&[(
+        "/c.toml",
+        "[proxied_mcps.fs]\ncommand = \"npx\"\nargs = [\"-y\", \"srv\"]\nenv = { A = \"1\" }\n\
+         idle_timeout = 0\ncall_timeout = 2.5\nnetwork = \"host\"\nbinds = [\"/opt/mcp\"]\n",
+    )])
+    .unwrap();
+    let fs = &s.proxied_mcps["fs"];
+    assert_eq!(fs.argv, ["npx", "-y", "srv"]);
+    assert_eq!(fs.env, [("A".to_owned(), "1".to_owned())]);
+    assert_eq!(fs.idle_timeout, None, "0 = never");
+    assert_eq!(fs.call_timeout, std::time::Duration::from_millis(2500));
+    assert_eq!(fs.network, hpcgate_executors::sandbox::Network::Host);
+    assert_eq!(fs.binds[0].target, PathBuf::from("/opt/mcp"));
+    assert_eq!(fs.max_result_bytes, s.sandbox.limits.output_bytes);
+
+    for (toml, key) in [
+        (
+            "[proxied_mcps.a__b]\ncommand = \"x\"\n",
+            "proxied_mcps.a__b",
+        ),
+        (
+            "[proxied_mcps.fs]\nargs = [\"x\"]\n",
+            "proxied_mcps.fs.command",
+        ),
+        (
+            "[proxied_mcps.fs]\ncommand = \" \"\n",
+            "proxied_mcps.fs.command",
+        ),
+        (
+            "[proxied_mcps.fs]\ncommand = \"x\"\nargs = [\"a\\u0000b\"]\n",
+            "proxied_mcps.fs.args",
+        ),
+        (
+            "[proxied_mcps.fs]\ncommand = \"x\"\nnetwork = \"lan\"\n",
+            "proxied_mcps.fs.network",
+        ),
+        (
+            "[proxied_mcps.fs]\ncommand = \"x\"\nbinds = [\"rel\"]\n",
+            "proxied_mcps.fs.binds[0]",
+        ),
+        (
+            "[proxied_mcps.fs]\ncommand = \"x\"\nbinds = [\"/workspace/x\"]\n",
+            "proxied_mcps.fs.binds[0]",
+        ),
+        (
+            "[proxied_mcps.fs]\ncommand = \"x\"\ncall_timeout = -1\n",
+            "proxied_mcps.fs.call_timeout",
+        ),
+        (
+            "[proxied_mcps.fs]\ncommand = \"x\"\nenv = { \"A-B\" = \"1\" }\n",
+            "proxied_mcps.fs.env.A-B",
+        ),
+    ] {
+        let err = settings(&[("/c.toml", toml)]).unwrap_err().to_string();
+        assert!(err.contains(&format!("`{key}`")), "{toml}: {err}");
+    }
+}

@@ -126,6 +126,12 @@ impl Catalog {
         }
     }
 
+    /// True while `proxy`'s discovery has not finished.
+    pub fn is_pending(&self, proxy: &str) -> bool {
+        let map = self.0.read().unwrap_or_else(|e| e.into_inner());
+        matches!(map.get(proxy), Some(Discovery::Pending))
+    }
+
     /// Each proxy's state, for `doctor` and tests.
     pub fn snapshot(&self) -> BTreeMap<String, Discovery> {
         self.0.read().unwrap_or_else(|e| e.into_inner()).clone()

@@ -146,9 +146,18 @@ impl ProxyManager {
             .unwrap_or_default()
     }
 
-    /// The tool exposed as `name`, if a proxy offers it.
+    /// The tool exposed as `name`, if a proxy offers it. A call that races its proxy's
+    /// discovery (just after start) waits for it, at most twice its `start_timeout`, rather
+    /// than failing as an unknown tool.
     pub fn find(&self, name: &str) -> Option<Arc<ProxiedTool>> {
-        self.inner.as_ref()?.catalog.find(name)
+        let inner = self.inner.as_ref()?;
+        let (proxy, _) = name.split_once("__")?;
+        let settings = inner.proxies.get(proxy)?;
+        let until = std::time::Instant::now() + settings.start_timeout * 2;
+        while inner.catalog.is_pending(proxy) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        inner.catalog.find(name)
     }
 
     /// Each proxy's discovery state (tools, pending, or the failure), for `doctor` and tests.
