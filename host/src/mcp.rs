@@ -12,7 +12,7 @@ use rmcp::model::{
     ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
     ResourceContents, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use tokio::sync::Semaphore;
 
@@ -68,11 +68,35 @@ impl ServerHandler for McpServer {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
+                .enable_tool_list_changed()
                 .enable_resources()
                 .build(),
         )
         .with_server_info(Implementation::new("hpcgate", env!("CARGO_PKG_VERSION")))
         .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // Proxied tools appear when background discovery finishes, and change when a server
+        // says so: tell the client to list again. Ends with the session or the gateway.
+        let Some(mut changes) = self.gateway.proxies().subscribe() else {
+            return;
+        };
+        let peer = context.peer;
+        tokio::spawn(async move {
+            loop {
+                let changed =
+                    tokio::time::timeout(std::time::Duration::from_secs(30), changes.changed())
+                        .await;
+                match changed {
+                    Ok(Ok(())) if peer.notify_tool_list_changed().await.is_err() => return,
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return,
+                    Err(_) if peer.is_transport_closed() => return,
+                    Err(_) => {}
+                }
+            }
+        });
     }
 
     async fn list_tools(

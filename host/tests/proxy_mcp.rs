@@ -8,9 +8,13 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rmcp::ServiceExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use rmcp::model::CallToolRequestParams;
+use rmcp::service::NotificationContext;
 use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::json;
 use support::{args, target_dir, test_proxy};
 
@@ -23,6 +27,16 @@ fn config(dir: &Path) -> PathBuf {
     );
     std::fs::write(&path, text).unwrap();
     path
+}
+
+/// Counts `notifications/tools/list_changed` from hpcgate.
+#[derive(Clone, Default)]
+struct Counter(Arc<AtomicUsize>);
+
+impl ClientHandler for Counter {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 #[tokio::test]
@@ -39,7 +53,12 @@ async fn the_rmcp_client_gets_proxied_results_whole() {
             Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-cache"),
         )
         .env_remove("HPCGATE_CONFIG");
-    let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
+    let changes = Counter::default();
+    let client = changes
+        .clone()
+        .serve(TokioChildProcess::new(command).unwrap())
+        .await
+        .unwrap();
     let until = Instant::now() + Duration::from_secs(20);
     let tools = loop {
         let tools = client.list_all_tools().await.unwrap();
@@ -75,6 +94,20 @@ async fn the_rmcp_client_gets_proxied_results_whole() {
         .await
         .unwrap();
     assert_eq!(failing.is_error, Some(true));
+
+    // A server's list_changed reaches the client as hpcgate's own list_changed.
+    let before = changes.0.load(Ordering::SeqCst);
+    client
+        .call_tool(call("t__enable_extra", json!({"instance_id": "run1"})))
+        .await
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while changes.0.load(Ordering::SeqCst) == before {
+        assert!(Instant::now() < until, "no tools/list_changed from hpcgate");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "t__extra"));
     client.cancel().await.unwrap();
 }
 

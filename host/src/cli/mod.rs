@@ -2,8 +2,8 @@
 //! their causes, by [`main`].
 
 mod audit;
-mod clean;
 mod bench_proxy;
+mod clean;
 mod config;
 mod doctor;
 mod instance;

@@ -75,16 +75,35 @@ pub enum Discovery {
     Failed(String),
 }
 
-/// Every proxy's discovery state.
-#[derive(Debug, Default)]
-pub struct Catalog(RwLock<BTreeMap<String, Discovery>>);
+/// Every proxy's discovery state, and a counter bumped whenever it changes (for MCP sessions
+/// to send `notifications/tools/list_changed`).
+#[derive(Debug)]
+pub struct Catalog {
+    map: RwLock<BTreeMap<String, Discovery>>,
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Catalog {
+    fn default() -> Self {
+        Catalog {
+            map: RwLock::default(),
+            changes: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
 
 impl Catalog {
     pub fn set(&self, proxy: &str, discovery: Discovery) {
-        self.0
+        self.map
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(proxy.to_owned(), discovery);
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// Wakes on every change of any proxy's tools.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Replaces a proxy's tools with `remote` (as listed by one of its servers).
@@ -106,7 +125,7 @@ impl Catalog {
 
     /// Every exposed tool, proxies in name order.
     pub fn tools(&self) -> Vec<Arc<ProxiedTool>> {
-        let map = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
         map.values()
             .filter_map(|d| match d {
                 Discovery::Ready(tools) => Some(tools.iter().cloned()),
@@ -119,7 +138,7 @@ impl Catalog {
     /// The tool exposed as `exposed`.
     pub fn find(&self, exposed: &str) -> Option<Arc<ProxiedTool>> {
         let (proxy, _) = exposed.split_once("__")?;
-        let map = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
         match map.get(proxy)? {
             Discovery::Ready(tools) => tools.iter().find(|t| t.exposed_name == exposed).cloned(),
             _ => None,
@@ -128,13 +147,13 @@ impl Catalog {
 
     /// True while `proxy`'s discovery has not finished.
     pub fn is_pending(&self, proxy: &str) -> bool {
-        let map = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
         matches!(map.get(proxy), Some(Discovery::Pending))
     }
 
     /// Each proxy's state, for `doctor` and tests.
     pub fn snapshot(&self) -> BTreeMap<String, Discovery> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.map.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 

@@ -160,6 +160,12 @@ impl ProxyManager {
         inner.catalog.find(name)
     }
 
+    /// Wakes whenever the proxied tools change (discovery finished, a server's
+    /// `list_changed`); `None` when no proxy is configured.
+    pub fn subscribe(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.as_ref().map(|i| i.catalog.subscribe())
+    }
+
     /// Each proxy's discovery state (tools, pending, or the failure), for `doctor` and tests.
     pub fn status(&self) -> BTreeMap<String, Discovery> {
         self.inner
