@@ -5,9 +5,10 @@ mod harness;
 
 use std::time::Duration;
 
-use harness::{Instance, sh, supervisor};
+use harness::{Instance, gone_within, sh, supervisor};
 use hpcgate_executors::sandbox::{
-    EndReason, ExitInfo, JobPhase, OutputStream, run_attached, run_sync, spawn_job, tail, wait_job,
+    EndReason, ExitInfo, JobPhase, OutputStream, run_attached, run_sync, spawn_job, spawn_service,
+    tail, wait_job,
 };
 
 #[test]
@@ -135,4 +136,34 @@ fn a_job_dir_cannot_be_reused() {
     wait_job(&dir, Duration::from_secs(10)).expect("wait");
     let err = spawn_job(&dir, &inst.spec, &sh("true"), &supervisor()).expect_err("reused");
     assert!(matches!(err, SandboxError::JobDirExists { .. }), "{err}");
+}
+
+#[test]
+fn a_service_talks_over_its_pipes_and_dies_whole_when_killed() {
+    use std::io::{BufRead, BufReader, Write};
+    let inst = Instance::create();
+    // A line-echo service with a grandchild that would outlive a naive kill.
+    let marker = "hpcgate-service-smoke-sleeper";
+    let script =
+        format!("(exec -a {marker} sleep 300) & while read -r l; do echo \"got $l\"; done");
+    let bash = vec!["/usr/bin/bash".to_owned(), "-c".to_owned(), script];
+    let (mut service, mut pipes) =
+        spawn_service(&inst.spec, &bash, "hpcgate-test-service").expect("starts");
+    writeln!(pipes.stdin, "ping").unwrap();
+    let mut line = String::new();
+    BufReader::new(&mut pipes.stdout)
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "got ping\n");
+    assert_eq!(service.try_exit(), None, "still running");
+    assert!(
+        !harness::running("sleep", marker).is_empty(),
+        "the grandchild runs"
+    );
+    assert!(service.kill().is_some());
+    assert!(
+        gone_within(marker, Duration::from_secs(5)),
+        "the sandbox's processes are gone"
+    );
+    assert!(service.kill().is_some(), "idempotent");
 }
