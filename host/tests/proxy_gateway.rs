@@ -192,7 +192,22 @@ fn results_pass_through_whole_and_are_audited() {
     assert_eq!(who.structured["mark"], "marked");
     assert_eq!(who.structured["cwd"], "/workspace");
     assert_eq!(who.structured["home"], "/tmp");
-    assert_eq!(who.structured["secret"], Value::Null);
+    // Only the allow-list (`LANG`, `LC_ALL`, `TZ` when set), `HOME`, `PATH`, the proxy's `env`
+    // and bwrap's `PWD` (= /workspace): nothing of the gateway's own environment (cargo sets
+    // dozens of `CARGO_*` for this test).
+    let names: Vec<&str> = who.structured["env_names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for name in &names {
+        assert!(
+            ["HOME", "PATH", "PWD", "TEST_MARK", "LANG", "LC_ALL", "TZ"].contains(name),
+            "{name} leaked into the sandbox: {names:?}"
+        );
+    }
+    assert!(std::env::vars().any(|(k, _)| k.starts_with("CARGO")));
 
     // The instance's workspace is mounted: a file written by the builtin tool is readable.
     ok(gw.call(

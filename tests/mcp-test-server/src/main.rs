@@ -15,7 +15,7 @@
 //! | `enable_extra` | adds tool `extra` and sends `notifications/tools/list_changed` |
 //! | `crash` | exits the process with code 3 in the middle of the call |
 //! | `read_text` | reads a file (paths as the sandbox sees them): mounts and path rules |
-//! | `whoami` | this process's nonce, cancelled-request count and `TEST_MARK`: isolation |
+//! | `whoami` | this process's nonce, cancelled-request count, `TEST_MARK` and environment names: isolation |
 //!
 //! Every tool's result echoes nothing of the host: it runs inside hpcgate's sandbox.
 
@@ -214,7 +214,7 @@ impl ServerHandler for TestServer {
                     "mark": std::env::var("TEST_MARK").ok(),
                     "home": std::env::var("HOME").ok(),
                     "cwd": std::env::current_dir().ok().map(|p| p.display().to_string()),
-                    "secret": std::env::var("HPCGATE_TEST_SECRET").ok(),
+                    "env_names": env_names(),
                 }
             })),
             "extra" if self.extra.load(Ordering::SeqCst) => text("extra works"),
@@ -224,6 +224,13 @@ impl ServerHandler for TestServer {
             )),
         }
     }
+}
+
+/// The names of this process's environment variables, sorted.
+fn env_names() -> Vec<String> {
+    let mut names: Vec<String> = std::env::vars().map(|(k, _)| k).collect();
+    names.sort();
+    names
 }
 
 fn main() -> std::process::ExitCode {
