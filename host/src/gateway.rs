@@ -321,8 +321,9 @@ impl Gateway {
     ) -> CallResult {
         let started = Instant::now();
         let Some(target) = self.target(name) else {
-            let message =
-                format!("unknown tool `{name}`; call tools/list for the tools you may use");
+            let message = self.proxies.unavailable(name).unwrap_or_else(|| {
+                format!("unknown tool `{name}`; call tools/list for the tools you may use")
+            });
             let record = self.outcome_record(caller, name, None, Err(&ToolError(message.clone())));
             return self.finish(
                 record.duration(started.elapsed()),

@@ -533,4 +533,15 @@ fn slow_or_broken_servers_never_delay_the_start() {
     assert!(matches!(status["t"], Discovery::Ready(_)));
     let listed = names(&gw, "chem");
     assert!(listed.iter().all(|n| n.starts_with("t__")), "{listed:?}");
+    let unavailable = err(gw.call(
+        &caller("chem"),
+        "broken__anything",
+        args(json!({"instance_id": "run1"})),
+    ));
+    assert!(
+        unavailable.contains("proxied server `broken` could not be started")
+            && unavailable.contains("hpcgate doctor")
+            && !unavailable.contains("/nonexistent"),
+        "{unavailable}"
+    );
 }

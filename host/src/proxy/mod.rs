@@ -160,6 +160,18 @@ impl ProxyManager {
         inner.catalog.find(name)
     }
 
+    /// Why `name` is not offered when its proxy exists but could not list its tools: a message
+    /// for the agent (no details: those are in the log and in `hpcgate doctor`).
+    pub fn unavailable(&self, name: &str) -> Option<String> {
+        let (proxy, _) = name.split_once("__")?;
+        match self.status().get(proxy)? {
+            Discovery::Failed(_) => Some(format!(
+                "tool `{name}` is unavailable: proxied server `{proxy}` could not be started; ask the admin to check `hpcgate doctor`"
+            )),
+            _ => None,
+        }
+    }
+
     /// Wakes whenever the proxied tools change (discovery finished, a server's
     /// `list_changed`); `None` when no proxy is configured.
     pub fn subscribe(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
