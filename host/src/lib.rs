@@ -9,7 +9,8 @@
 //! - [`state`]: instances and job records per tenant under the state directory
 //! - [`time`]: the one timestamp type and format everything stores
 //! - [`gateway`]: the one dispatch function (policy → executor → audit) and [`tools`]
-//! - [`mcp`]: the rmcp server over the gateway
+//! - [`mcp`]: the rmcp server over the gateway; [`http`]: its streamable HTTP and Unix-socket
+//!   transport
 //! - [`config`]: the TOML configuration, raw and resolved
 //! - [`cli`]: the `hpcgate` command line
 
@@ -17,6 +18,7 @@ pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod gateway;
+pub mod http;
 pub mod mcp;
 pub mod policy;
 pub mod state;

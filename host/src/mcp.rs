@@ -25,31 +25,51 @@ instance. Every call is checked by policy and recorded; a refusal says why and w
 /// Blocking calls in flight at most.
 const MAX_BLOCKING: usize = 64;
 
-/// One MCP session: a caller (identified by the transport) served by the shared gateway.
+/// The gateway as an MCP server, for one session's caller or for callers identified per request.
 #[derive(Clone)]
 pub struct McpServer {
     gateway: Arc<Gateway>,
-    caller: Caller,
+    /// `None`: every request carries its caller (HTTP, see [`crate::http::request_caller`]).
+    caller: Option<Caller>,
     bridge: Arc<Semaphore>,
 }
 
 impl McpServer {
+    /// One session, one caller (stdio).
     pub fn new(gateway: Arc<Gateway>, caller: Caller) -> McpServer {
         McpServer {
+            caller: Some(caller),
+            ..McpServer::per_request(gateway)
+        }
+    }
+
+    /// Callers identified by the transport on each request (HTTP); clones share the bridge.
+    pub fn per_request(gateway: Arc<Gateway>) -> McpServer {
+        McpServer {
             gateway,
-            caller,
+            caller: None,
             bridge: Arc::new(Semaphore::new(MAX_BLOCKING)),
         }
     }
 
+    /// Who sent this request: the session's caller, else the one the transport attached.
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
+        self.caller
+            .clone()
+            .or_else(|| crate::http::request_caller(&context.extensions))
+            .ok_or_else(|| {
+                McpError::internal_error("the transport did not identify the caller", None)
+            })
+    }
+
     /// The bridge from async to the synchronous core: a permit, then `spawn_blocking`.
-    async fn blocking<T, F>(&self, work: F) -> Result<T, McpError>
+    async fn blocking<T, F>(&self, caller: Caller, work: F) -> Result<T, McpError>
     where
         T: Send + 'static,
         F: FnOnce(&Gateway, &Caller) -> T + Send + 'static,
     {
         let permit = self.bridge.clone().acquire_owned().await;
-        let (gateway, caller) = (self.gateway.clone(), self.caller.clone());
+        let gateway = self.gateway.clone();
         let joined = tokio::task::spawn_blocking(move || {
             let _permit = permit;
             work(&gateway, &caller)
@@ -69,10 +89,12 @@ impl ServerHandler for McpServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let specs = self
-            .blocking(|gateway, caller| gateway.tools(caller))
+            .blocking(self.caller(&context)?, |gateway, caller| {
+                gateway.tools(caller)
+            })
             .await?;
         Ok(ListToolsResult::with_all_items(
             specs.into_iter().map(mcp_tool).collect(),
@@ -82,12 +104,15 @@ impl ServerHandler for McpServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let caller = self.caller(&context)?;
         let name = request.name.to_string();
         let arguments = request.arguments.unwrap_or_default();
         let result = self
-            .blocking(move |gateway, caller| gateway.call(caller, &name, arguments))
+            .blocking(caller, move |gateway, caller| {
+                gateway.call(caller, &name, arguments)
+            })
             .await?;
         let content = vec![ContentBlock::text(result.text)];
         let mut response = if result.is_error {

@@ -2,6 +2,7 @@
 //! their causes, by [`main`].
 
 mod audit;
+mod bench;
 mod config;
 mod doctor;
 mod policy;
@@ -23,7 +24,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the gateway as an MCP server on stdio.
+    /// Run the gateway as an MCP server (stdio, streamable HTTP or a Unix socket).
     Run(run::RunArgs),
     /// Check, test, benchmark and scaffold policies.
     #[command(subcommand)]
@@ -36,6 +37,9 @@ enum Command {
     Config(config::ConfigCommand),
     /// Check that this host can run the gateway with this configuration.
     Doctor(doctor::DoctorArgs),
+    /// Benchmark the gateway end to end (`bench gateway`).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 /// Parses the command line and runs the command.
@@ -47,6 +51,7 @@ pub fn main() -> ExitCode {
         Command::Audit(command) => audit::run(command),
         Command::Config(command) => config::run(command),
         Command::Doctor(args) => doctor::run(args),
+        Command::Bench(command) => bench::run(command),
     };
     match result {
         Ok(code) => code,
