@@ -27,7 +27,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::IncomingStream;
+use axum::serve::{IncomingStream, ListenerExt as _};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::{TcpListener, UnixListener};
@@ -122,6 +122,10 @@ pub async fn serve(
                 .await
                 .with_context(|| format!("cannot listen on `{host}:{port}`"))?;
             let bound = listener.local_addr()?;
+            // Small request/response exchanges: never hold a segment back for Nagle.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             announce(&format!("http://{bound}{path}"));
             let app = app(mcp_routes(gateway, config, path).layer(from_fn(
                 move |request: Request, next: Next| tcp_identify(caller.clone(), request, next),
