@@ -105,9 +105,9 @@ pub async fn serve(
         .with_json_response(true)
         .with_cancellation_token(shutdown.clone());
     let signalled = {
-        let shutdown = shutdown.clone();
+        let (shutdown, signal) = (shutdown.clone(), shutdown_signal()?);
         async move {
-            shutdown_signal().await;
+            signal.await;
             shutdown.cancel();
         }
     };
@@ -352,28 +352,19 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// A future that resolves on SIGINT or SIGTERM. The handlers are installed now, not when the
+/// future is first polled: a signal right after `listening on` must not kill the process
+/// before the socket is removed.
+pub fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
-    }
-}
-
-/// Runs `future` until it ends or a shutdown signal arrives, whichever is first.
-pub async fn until_shutdown<F: Future>(future: F) -> Option<F::Output> {
-    tokio::select! {
-        output = future => Some(output),
-        () = shutdown_signal() => None,
-    }
+    })
 }
 
 #[cfg(test)]

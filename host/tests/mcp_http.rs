@@ -241,3 +241,29 @@ async fn unsafe_listening_is_refused_at_start() {
     let tenants = config(dir.path(), "[tenants.chem]\nunix_uids = [4242]\n");
     refuses(dir.path(), &tenants, &http, "issue #6").await;
 }
+
+#[tokio::test]
+async fn sigterm_stops_the_stdio_gateway_cleanly_with_stdin_open() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), "");
+    let mut child = support::command(dir.path(), &config, &[])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(format!("{INITIALIZE}\n").as_bytes())
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    stdout.read_line(&mut answer).await.unwrap();
+    assert!(answer.contains("\"hpcgate\""), "{answer}");
+    let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = child.wait().await.unwrap();
+    assert!(status.success(), "{status:?}");
+    drop(stdin);
+}

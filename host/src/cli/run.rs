@@ -11,7 +11,7 @@ use rmcp::ServiceExt;
 
 use crate::config::{Environment, load_settings};
 use crate::gateway::{Caller, Gateway};
-use crate::http::{Identity, Listen, until_shutdown};
+use crate::http::{Identity, Listen, shutdown_signal};
 use crate::mcp::McpServer;
 
 #[derive(Debug, Args)]
@@ -72,29 +72,38 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async {
+    let served = runtime.block_on(async {
         match transport {
             Transport::Stdio => serve_stdio(gateway, stdio_caller).await,
             Transport::StreamableHttp => {
                 crate::http::serve(gateway, identity, listen, &args.path).await
             }
         }
-    })?;
+    });
+    // The stdio transport's stdin reader is a blocking thread that returns only at EOF; after a
+    // signal, give in-flight calls a moment instead of waiting for stdin forever.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    served?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// One MCP session on stdin/stdout, until the client leaves or SIGINT/SIGTERM.
+/// One MCP session on stdin/stdout, until the client leaves or SIGINT/SIGTERM (handled from
+/// the start, the handshake included).
 async fn serve_stdio(gateway: Arc<Gateway>, caller: Caller) -> anyhow::Result<()> {
-    let service = McpServer::new(gateway, caller)
-        .serve(rmcp::transport::stdio())
-        .await
-        .context("the MCP client did not complete the handshake on stdio")?;
+    let signal = shutdown_signal()?;
+    tokio::pin!(signal);
+    let service = tokio::select! {
+        served = McpServer::new(gateway, caller).serve(rmcp::transport::stdio()) => {
+            served.context("the MCP client did not complete the handshake on stdio")?
+        }
+        () = &mut signal => return Ok(()),
+    };
     let cancel = service.cancellation_token();
-    match until_shutdown(service.waiting()).await {
-        Some(ended) => {
+    tokio::select! {
+        ended = service.waiting() => {
             ended.context("the stdio MCP session failed")?;
         }
-        None => cancel.cancel(),
+        () = signal => cancel.cancel(),
     }
     Ok(())
 }
