@@ -12,7 +12,8 @@
 //! - [`usage`]: disk usage for the host-enforced quotas
 //! - [`gateway`]: the one dispatch function (policy → executor → audit) and [`tools`]
 //! - [`jobs`]: job records and the job executors (supervised sandbox, Slurm) together
-//! - [`mcp`]: the rmcp server over the gateway; [`resources`]: the documents it offers
+//! - [`mcp`]: the rmcp server over the gateway; [`http`]: its streamable HTTP and Unix-socket
+//!   transport; [`resources`]: the documents it offers
 //! - [`proxy`]: proxied MCP servers (`<proxy>__<tool>`), discovered at start, run in sandboxes
 //! - [`config`]: the TOML configuration, raw and resolved
 //! - [`cli`]: the `hpcgate` command line
@@ -22,6 +23,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod gateway;
+pub mod http;
 pub mod jobs;
 pub mod mcp;
 pub mod policy;

@@ -29,31 +29,51 @@ recorded; a refusal says why and what to do.";
 /// Blocking calls in flight at most.
 const MAX_BLOCKING: usize = 64;
 
-/// One MCP session: a caller (identified by the transport) served by the shared gateway.
+/// The gateway as an MCP server, for one session's caller or for callers identified per request.
 #[derive(Clone)]
 pub struct McpServer {
     gateway: Arc<Gateway>,
-    caller: Caller,
+    /// `None`: every request carries its caller (HTTP, see [`crate::http::request_caller`]).
+    caller: Option<Caller>,
     bridge: Arc<Semaphore>,
 }
 
 impl McpServer {
+    /// One session, one caller (stdio).
     pub fn new(gateway: Arc<Gateway>, caller: Caller) -> McpServer {
         McpServer {
+            caller: Some(caller),
+            ..McpServer::per_request(gateway)
+        }
+    }
+
+    /// Callers identified by the transport on each request (HTTP); clones share the bridge.
+    pub fn per_request(gateway: Arc<Gateway>) -> McpServer {
+        McpServer {
             gateway,
-            caller,
+            caller: None,
             bridge: Arc::new(Semaphore::new(MAX_BLOCKING)),
         }
     }
 
+    /// Who sent this request: the session's caller, else the one the transport attached.
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
+        self.caller
+            .clone()
+            .or_else(|| crate::http::request_caller(&context.extensions))
+            .ok_or_else(|| {
+                McpError::internal_error("the transport did not identify the caller", None)
+            })
+    }
+
     /// The bridge from async to the synchronous core: a permit, then `spawn_blocking`.
-    async fn blocking<T, F>(&self, work: F) -> Result<T, McpError>
+    async fn blocking<T, F>(&self, caller: Caller, work: F) -> Result<T, McpError>
     where
         T: Send + 'static,
         F: FnOnce(&Gateway, &Caller) -> T + Send + 'static,
     {
         let permit = self.bridge.clone().acquire_owned().await;
-        let (gateway, caller) = (self.gateway.clone(), self.caller.clone());
+        let gateway = self.gateway.clone();
         let joined = tokio::task::spawn_blocking(move || {
             let _permit = permit;
             work(&gateway, &caller)
@@ -102,10 +122,12 @@ impl ServerHandler for McpServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let (specs, proxied) = self
-            .blocking(|gateway, caller| (gateway.tools(caller), gateway.proxied_tools(caller)))
+            .blocking(self.caller(&context)?, |gateway, caller| {
+                (gateway.tools(caller), gateway.proxied_tools(caller))
+            })
             .await?;
         let proxied = proxied.into_iter().map(|p| p.tool.clone());
         Ok(ListToolsResult::with_all_items(
@@ -116,9 +138,11 @@ impl ServerHandler for McpServer {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let entries = self.blocking(|gateway, _| gateway.resources()).await?;
+        let entries = self
+            .blocking(self.caller(&context)?, |gateway, _| gateway.resources())
+            .await?;
         let resources = entries
             .into_iter()
             .map(|e| {
@@ -134,11 +158,13 @@ impl ServerHandler for McpServer {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let uri = request.uri;
         let read = self
-            .blocking(move |gateway, _| gateway.read_resource(&uri))
+            .blocking(self.caller(&context)?, move |gateway, _| {
+                gateway.read_resource(&uri)
+            })
             .await?;
         match read {
             Ok(text) => Ok(
@@ -159,6 +185,7 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let caller = self.caller(&context)?;
         let name = request.name.to_string();
         let token = request
             .meta
@@ -183,7 +210,7 @@ impl ServerHandler for McpServer {
             })
         });
         let result = self
-            .blocking(move |gateway, caller| {
+            .blocking(caller, move |gateway, caller| {
                 let report = |p: Progress| {
                     let _ = progress_tx.send(p);
                 };

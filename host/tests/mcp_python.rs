@@ -1,8 +1,12 @@
 //! A third-party client: the official Python MCP SDK (`mcp` from PyPI, installed by
-//! `scripts/setup.sh` into `target/python-mcp`) drives the real binary over stdio.
+//! `scripts/setup.sh` into `target/python-mcp`) drives the real binary over stdio and over
+//! streamable HTTP.
 
 use std::path::PathBuf;
 use std::process::Command;
+
+#[path = "support/served.rs"]
+mod support;
 
 fn python() -> PathBuf {
     let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
@@ -16,6 +20,62 @@ fn python() -> PathBuf {
         python.display()
     );
     python
+}
+
+/// What `tests/python/*_client.py` saw: the handshake, the tools, a file round trip, a denial.
+fn assert_seen(seen: &serde_json::Value, instance_content: &str) {
+    assert_eq!(seen["server"], "hpcgate");
+    let tools = seen["tools"].as_array().unwrap();
+    assert!(
+        tools.iter().any(|t| t == "create_instance") && tools.iter().any(|t| t == "search_files")
+    );
+    assert_eq!(
+        (
+            seen["created_error"].as_bool(),
+            seen["written_error"].as_bool()
+        ),
+        (Some(false), Some(false)),
+        "{seen}"
+    );
+    assert_eq!(seen["read_content"], instance_content);
+    // The embedded default policies refuse writes into .git.
+    assert_eq!(seen["denied_error"], true);
+    assert!(
+        seen["denied_text"]
+            .as_str()
+            .unwrap()
+            .starts_with("denied by policy `paths`"),
+        "{seen}"
+    );
+}
+
+#[tokio::test]
+async fn the_python_sdk_lists_calls_and_is_refused_over_streamable_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = support::config(dir.path(), "");
+    let served = support::Served::start(
+        dir.path(),
+        &config,
+        &["--transport", "streamable-http", "--port", "0"],
+    )
+    .await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/python/http_client.py");
+    let output = tokio::process::Command::new(python())
+        .arg(script)
+        .arg(&served.address)
+        .output()
+        .await
+        .expect("run the Python client");
+    let (status, stderr) = served.stop().await;
+    assert!(
+        output.status.success(),
+        "{}\ngateway: {stderr}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(status.success(), "{status:?}: {stderr}");
+    let seen: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("the client prints JSON");
+    assert_seen(&seen, "over http");
 }
 
 #[test]
@@ -45,26 +105,5 @@ fn the_python_sdk_lists_calls_and_is_refused_over_stdio() {
     );
     let seen: serde_json::Value =
         serde_json::from_slice(&output.stdout).expect("the client prints JSON");
-    assert_eq!(seen["server"], "hpcgate");
-    let tools = seen["tools"].as_array().unwrap();
-    assert!(
-        tools.iter().any(|t| t == "create_instance") && tools.iter().any(|t| t == "search_files")
-    );
-    assert_eq!(
-        (
-            seen["created_error"].as_bool(),
-            seen["written_error"].as_bool()
-        ),
-        (Some(false), Some(false))
-    );
-    assert_eq!(seen["read_content"], "from python");
-    // The embedded default policies refuse writes into .git.
-    assert_eq!(seen["denied_error"], true);
-    assert!(
-        seen["denied_text"]
-            .as_str()
-            .unwrap()
-            .starts_with("denied by policy `paths`"),
-        "{seen}"
-    );
+    assert_seen(&seen, "from python");
 }

@@ -2,6 +2,7 @@
 //! their causes, by [`main`].
 
 mod audit;
+mod bench;
 mod bench_proxy;
 mod clean;
 mod config;
@@ -30,7 +31,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the gateway as an MCP server on stdio.
+    /// Run the gateway as an MCP server (stdio, streamable HTTP or a Unix socket).
     Run(run::RunArgs),
     /// Check, test, benchmark and scaffold policies.
     #[command(subcommand)]
@@ -59,6 +60,8 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum BenchCommand {
+    /// Measure the gateway end to end: `stat_path` latency, throughput and idle memory.
+    Gateway(bench::GatewayArgs),
     /// Latency a proxied call gains through hpcgate, against the same server called directly.
     Proxy(bench_proxy::BenchProxyArgs),
 }
@@ -86,6 +89,7 @@ pub fn main() -> ExitCode {
         Command::Bwrap(args) => sandbox::bwrap(args),
         Command::Clean(args) => clean::run(args),
         Command::Bench(BenchCommand::Proxy(args)) => bench_proxy::run(args),
+        Command::Bench(BenchCommand::Gateway(args)) => bench::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,15 +1,17 @@
-//! `hpcgate run`: the gateway over stdio (the default transport).
+//! `hpcgate run`: the gateway as an MCP server over stdio (the default), streamable HTTP on a
+//! loopback port, or the same HTTP app on a Unix socket (`crate::http`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Context as _;
-use clap::Args;
+use anyhow::{Context as _, bail};
+use clap::{Args, ValueEnum};
 use rmcp::ServiceExt;
 
 use crate::config::{Environment, load_settings};
 use crate::gateway::{Caller, Gateway};
+use crate::http::{Identity, Listen, shutdown_signal};
 use crate::mcp::McpServer;
 
 #[derive(Debug, Args)]
@@ -17,31 +19,93 @@ pub(crate) struct RunArgs {
     /// A config file layered over the defaults and `~/.config/hpcgate/config.toml`.
     #[arg(long, env = "HPCGATE_CONFIG")]
     config: Option<PathBuf>,
+    /// `stdio` (default), or `streamable-http` (implied by `--uds`).
+    #[arg(long, value_enum)]
+    transport: Option<Transport>,
+    /// Address to listen on for streamable HTTP; loopback only unless tenants are configured.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port for streamable HTTP; 0 picks a free one (the address is printed on stderr).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Where MCP is mounted on the HTTP app (`/healthz` is beside it).
+    #[arg(long, default_value = "/mcp")]
+    path: String,
+    /// Serve the HTTP app on this Unix socket (mode 0600) instead of a TCP port.
+    #[arg(long, value_name = "PATH")]
+    uds: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Transport {
+    Stdio,
+    StreamableHttp,
 }
 
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let transport = match (args.transport, &args.uds) {
+        (Some(Transport::Stdio), Some(_)) => {
+            bail!("`--uds` serves streamable HTTP: drop `--transport stdio` or `--uds`")
+        }
+        (None, Some(_)) => Transport::StreamableHttp,
+        (transport, None) => transport.unwrap_or(Transport::Stdio),
+        (Some(transport), Some(_)) => transport,
+    };
     let settings = load_settings(&Environment::from_process(args.config))?;
-    let caller = Caller {
+    let stdio_caller = Caller {
         tenant: settings.stdio_tenant.clone(),
         principal: local_user(),
     };
+    let identity = Identity::from_settings(&settings);
+    let listen = match args.uds {
+        Some(path) => Listen::Unix(path),
+        None => Listen::Tcp {
+            host: args.host,
+            port: args.port,
+        },
+    };
+    if transport == Transport::StreamableHttp {
+        crate::http::check(&listen, &identity, &args.path)?;
+    }
     let gateway = Arc::new(Gateway::open(settings)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async {
-        let service = McpServer::new(gateway, caller)
-            .serve(rmcp::transport::stdio())
-            .await
-            .context("the MCP client did not complete the handshake on stdio")?;
-        service
-            .waiting()
-            .await
-            .context("the stdio MCP session failed")?;
-        anyhow::Ok(())
-    })?;
+    let served = runtime.block_on(async {
+        match transport {
+            Transport::Stdio => serve_stdio(gateway, stdio_caller).await,
+            Transport::StreamableHttp => {
+                crate::http::serve(gateway, identity, listen, &args.path).await
+            }
+        }
+    });
+    // The stdio transport's stdin reader is a blocking thread that returns only at EOF; after a
+    // signal, give in-flight calls a moment instead of waiting for stdin forever.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    served?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// One MCP session on stdin/stdout, until the client leaves or SIGINT/SIGTERM (handled from
+/// the start, the handshake included).
+async fn serve_stdio(gateway: Arc<Gateway>, caller: Caller) -> anyhow::Result<()> {
+    let signal = shutdown_signal()?;
+    tokio::pin!(signal);
+    let service = tokio::select! {
+        served = McpServer::new(gateway, caller).serve(rmcp::transport::stdio()) => {
+            served.context("the MCP client did not complete the handshake on stdio")?
+        }
+        () = &mut signal => return Ok(()),
+    };
+    let cancel = service.cancellation_token();
+    tokio::select! {
+        ended = service.waiting() => {
+            ended.context("the stdio MCP session failed")?;
+        }
+        () = signal => cancel.cancel(),
+    }
+    Ok(())
 }
 
 /// The local user, as the principal of stdio calls (and of the local CLI commands).

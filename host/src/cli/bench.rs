@@ -1,0 +1,384 @@
+//! `hpcgate bench gateway`: the whole gateway under a cheap tool, as production runs it — the
+//! gateway in its own process (`hpcgate run`, this executable), the embedded default
+//! configuration (stock policy chain on, fsync'd audit log) on a private temporary state dir,
+//! and the real rmcp client over streamable HTTP or the child's stdio.
+//!
+//! Measured (issue #4's acceptance targets beside each): `stat_path` latency p50/p99 from one
+//! client; throughput with `--clients` concurrent clients, each its own MCP connection; the
+//! gateway's idle RSS after start-up, set-up and a second of quiet.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use clap::{Args, ValueEnum};
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::out;
+
+#[derive(Debug, Args)]
+pub(crate) struct GatewayArgs {
+    #[arg(long, value_enum, default_value = "all")]
+    transport: Which,
+    /// Concurrent clients of the throughput run (HTTP).
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Calls per latency run, and in all for the throughput run.
+    #[arg(long, default_value_t = 5_000)]
+    calls: usize,
+    /// Print the figures as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Which {
+    Http,
+    Stdio,
+    All,
+}
+
+/// Issue #4's targets.
+const HTTP_P50_US: f64 = 1_000.0;
+const HTTP_CALLS_PER_S: f64 = 5_000.0;
+const STDIO_P50_US: f64 = 300.0;
+const IDLE_RSS_KB: u64 = 40 * 1024;
+
+type Client = RunningService<RoleClient, ()>;
+
+pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
+    if args.calls == 0 || args.clients == 0 {
+        bail!("`--calls` and `--clients` must be at least 1");
+    }
+    // One client thread: the clients' work stays on one core, and the latency runs pay no
+    // cross-thread wake-ups on the client side (the gateway runs its own runtime as in production).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let report = runtime.block_on(bench(&args))?;
+    if args.json {
+        out(serde_json::to_string_pretty(&report)?);
+    } else {
+        for check in report["checks"].as_array().into_iter().flatten() {
+            out(format!(
+                "{:<34} {:>12} {:<8} (target {})",
+                check["name"].as_str().unwrap_or_default(),
+                check["value"].as_str().unwrap_or_default(),
+                if check["pass"] == true {
+                    "PASS"
+                } else {
+                    "MISS"
+                },
+                check["target"].as_str().unwrap_or_default(),
+            ));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn bench(args: &GatewayArgs) -> anyhow::Result<Value> {
+    let dir = tempfile::Builder::new()
+        .prefix("hpcgate-bench-")
+        .tempdir()
+        .context("cannot create a temporary directory for the benchmark")?;
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = {}\n",
+            toml::Value::String(dir.path().join("state").display().to_string())
+        ),
+    )?;
+    let mut report = Map::new();
+    let mut checks = Vec::new();
+    report.insert("calls".into(), json!(args.calls));
+    report.insert("clients".into(), json!(args.clients));
+
+    if args.transport != Which::Stdio {
+        let figures = bench_http(dir.path(), &config, args).await?;
+        checks.push(check_us("http p50 (1 client)", figures.p50_us, HTTP_P50_US));
+        checks.push(check_throughput(
+            &format!("http throughput ({} clients)", args.clients),
+            figures.calls_per_s,
+        ));
+        checks.push(check_rss("http idle RSS", figures.idle_rss_kb));
+        report.insert("http".into(), figures.to_json());
+    }
+    if args.transport != Which::Http {
+        let figures = bench_stdio(dir.path(), &config, args).await?;
+        checks.push(check_us(
+            "stdio p50 (1 client)",
+            figures.p50_us,
+            STDIO_P50_US,
+        ));
+        checks.push(check_rss("stdio idle RSS", figures.idle_rss_kb));
+        report.insert("stdio".into(), figures.to_json());
+    }
+    report.insert("checks".into(), Value::Array(checks));
+    Ok(Value::Object(report))
+}
+
+#[derive(Debug, Default)]
+struct Figures {
+    p50_us: f64,
+    p99_us: f64,
+    /// Measured only over HTTP.
+    calls_per_s: Option<f64>,
+    idle_rss_kb: u64,
+}
+
+impl Figures {
+    fn to_json(&self) -> Value {
+        let mut figures = json!({
+            "p50_us": round(self.p50_us),
+            "p99_us": round(self.p99_us),
+            "idle_rss_kb": self.idle_rss_kb,
+        });
+        if let Some(calls_per_s) = self.calls_per_s {
+            figures["calls_per_s"] = json!(calls_per_s.round());
+        }
+        figures
+    }
+}
+
+async fn bench_http(dir: &Path, config: &Path, args: &GatewayArgs) -> anyhow::Result<Figures> {
+    let mut gateway = gateway_command(dir, config)
+        .args(["--transport", "streamable-http", "--port", "0"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot start `hpcgate run --transport streamable-http`")?;
+    let pid = gateway.id().context("the gateway exited at once")?;
+    let url = listening_address(&mut gateway).await?;
+    let connect = || async {
+        ().serve(StreamableHttpClientTransport::from_uri(url.as_str()))
+            .await
+            .with_context(|| format!("the MCP handshake with `{url}` failed"))
+    };
+    let client = connect().await?;
+    set_up(&client, "http").await?;
+    let idle_rss_kb = idle_rss_kb(pid).await?;
+    let mut figures = latency(&client, "http", args.calls).await?;
+    figures.idle_rss_kb = idle_rss_kb;
+    client.cancel().await?;
+
+    let mut clients = Vec::with_capacity(args.clients);
+    for _ in 0..args.clients {
+        let client = connect().await?;
+        stat(&client, "http").await?;
+        clients.push(client);
+    }
+    figures.calls_per_s = Some(throughput(clients, "http", args.calls).await?);
+    stop(gateway).await;
+    Ok(figures)
+}
+
+async fn bench_stdio(dir: &Path, config: &Path, args: &GatewayArgs) -> anyhow::Result<Figures> {
+    let mut command = gateway_command(dir, config);
+    command.stderr(Stdio::null());
+    let transport = TokioChildProcess::new(command).context("cannot start `hpcgate run`")?;
+    let pid = transport.id().context("the gateway exited at once")?;
+    let client = ().serve(transport).await.context("the MCP handshake over stdio failed")?;
+    set_up(&client, "stdio").await?;
+    let idle_rss_kb = idle_rss_kb(pid).await?;
+    let mut figures = latency(&client, "stdio", args.calls).await?;
+    figures.idle_rss_kb = idle_rss_kb;
+    client.cancel().await?;
+    Ok(figures)
+}
+
+/// `hpcgate run` (this executable) on `config` alone: a private HOME so no user config layers
+/// in, the user's policy compile cache so start-up does not recompile.
+fn gateway_command(dir: &Path, config: &Path) -> tokio::process::Command {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache")));
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hpcgate"));
+    let mut command = tokio::process::Command::new(exe);
+    command
+        .arg("run")
+        .arg("--config")
+        .arg(config)
+        .env("HOME", dir.join("home"))
+        .env_remove("HPCGATE_CONFIG")
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_DATA_HOME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    if let Some(cache) = cache {
+        command.env("XDG_CACHE_HOME", cache);
+    }
+    command
+}
+
+/// Reads the gateway's `hpcgate: listening on URL` line; keeps draining its stderr after.
+async fn listening_address(gateway: &mut tokio::process::Child) -> anyhow::Result<String> {
+    let stderr = gateway
+        .stderr
+        .take()
+        .context("the gateway's stderr is not piped")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let mut seen = String::new();
+    while let Some(line) = lines.next_line().await? {
+        if let Some(url) = line.strip_prefix("hpcgate: listening on ") {
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            return Ok(url.to_owned());
+        }
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    bail!("the gateway exited before listening: {seen}")
+}
+
+async fn stop(mut gateway: tokio::process::Child) {
+    if let Some(pid) = gateway
+        .id()
+        .and_then(|pid| rustix::process::Pid::from_raw(pid as i32))
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    }
+    let _ = gateway.wait().await;
+}
+
+/// An instance and a file in it; a few calls so that every lazy path has run once.
+async fn set_up(client: &Client, instance: &str) -> anyhow::Result<()> {
+    call(
+        client,
+        "create_instance",
+        json!({ "instance_id": instance }),
+    )
+    .await?;
+    call(
+        client,
+        "write_file",
+        json!({ "instance_id": instance, "path": "data.txt", "content": "benchmark" }),
+    )
+    .await?;
+    for _ in 0..10 {
+        stat(client, instance).await?;
+    }
+    Ok(())
+}
+
+async fn stat(client: &Client, instance: &str) -> anyhow::Result<()> {
+    call(
+        client,
+        "stat_path",
+        json!({ "instance_id": instance, "path": "data.txt" }),
+    )
+    .await
+}
+
+async fn call(client: &Client, tool: &'static str, arguments: Value) -> anyhow::Result<()> {
+    let Value::Object(arguments) = arguments else {
+        bail!("arguments must be an object");
+    };
+    let result = client
+        .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
+        .await
+        .with_context(|| format!("`{tool}` failed on the wire"))?;
+    if result.is_error == Some(true) {
+        bail!(
+            "`{tool}` was refused: {}",
+            serde_json::to_string(&result.content)?
+        );
+    }
+    Ok(())
+}
+
+/// `calls` sequential `stat_path` calls after a warm-up: p50 and p99 in µs.
+async fn latency(client: &Client, instance: &str, calls: usize) -> anyhow::Result<Figures> {
+    for _ in 0..calls.min(200) {
+        stat(client, instance).await?;
+    }
+    let mut samples = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let started = Instant::now();
+        stat(client, instance).await?;
+        samples.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    samples.sort_by(f64::total_cmp);
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    Ok(Figures {
+        p50_us: at(0.50),
+        p99_us: at(0.99),
+        ..Figures::default()
+    })
+}
+
+/// `calls` `stat_path` calls in all, spread over the clients running at once: calls per second.
+async fn throughput(clients: Vec<Client>, instance: &str, calls: usize) -> anyhow::Result<f64> {
+    let per_client = calls.div_ceil(clients.len());
+    let start = Arc::new(tokio::sync::Barrier::new(clients.len() + 1));
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in clients {
+        let (start, instance) = (start.clone(), instance.to_owned());
+        tasks.spawn(async move {
+            start.wait().await;
+            for _ in 0..per_client {
+                stat(&client, &instance).await?;
+            }
+            client.cancel().await?;
+            anyhow::Ok(())
+        });
+    }
+    let total = per_client * tasks.len();
+    start.wait().await;
+    let started = Instant::now();
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+/// VmRSS of `pid` after a second without calls.
+async fn idle_rss_kb(pid: u32) -> anyhow::Result<u64> {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("cannot read `/proc/{pid}/status`"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("no VmRSS in `/proc/{pid}/status`"))
+}
+
+fn check_us(name: &str, value: f64, target: f64) -> Value {
+    json!({
+        "name": name,
+        "value": format!("{:.0} µs", value),
+        "target": format!("p50 ≤ {target:.0} µs"),
+        "pass": value <= target,
+    })
+}
+
+fn check_throughput(name: &str, value: Option<f64>) -> Value {
+    let value = value.unwrap_or_default();
+    json!({
+        "name": name,
+        "value": format!("{value:.0} calls/s"),
+        "target": format!("≥ {HTTP_CALLS_PER_S:.0} calls/s"),
+        "pass": value >= HTTP_CALLS_PER_S,
+    })
+}
+
+fn check_rss(name: &str, kb: u64) -> Value {
+    json!({
+        "name": name,
+        "value": format!("{:.1} MB", kb as f64 / 1024.0),
+        "target": format!("≤ {} MB", IDLE_RSS_KB / 1024),
+        "pass": kb <= IDLE_RSS_KB,
+    })
+}
+
+fn round(us: f64) -> f64 {
+    (us * 10.0).round() / 10.0
+}

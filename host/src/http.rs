@@ -1,0 +1,444 @@
+//! The HTTP face of the gateway: MCP over streamable HTTP at one path, plus `GET /healthz`,
+//! served by one axum app on a TCP port or a Unix socket.
+//!
+//! Identity comes from the transport and travels with each request: a middleware puts the
+//! [`Caller`] into the request's extensions, rmcp hands the request's `http::request::Parts` to
+//! the handler, and [`McpServer`] reads it back with [`request_caller`]. So the MCP service is
+//! stateless (rmcp's `legacy_session_mode = false`): any request can go to any gateway sharing
+//! the state directory, and no session outlives its request.
+//!
+//! Who may connect (DESIGN.md "Tenancy"): single-tenant (no `[tenants]`) listens only on loopback
+//! or a Unix socket, every caller being `stdio_tenant`; with tenants, a Unix-socket peer is mapped
+//! by uid (`unix_uids`) and any other uid is refused. Bearer tokens for multi-tenant TCP are
+//! issue #6; until then TCP refuses to start with tenants configured.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::Write as _;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use axum::Router;
+use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{Next, from_fn, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::serve::{IncomingStream, ListenerExt as _};
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio::net::{TcpListener, UnixListener};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+use crate::gateway::{Caller, Gateway};
+use crate::mcp::McpServer;
+use crate::state::TenantName;
+
+/// Where the app listens.
+#[derive(Debug, Clone)]
+pub enum Listen {
+    /// `host` is an IP address or `localhost`; port 0 picks a free port.
+    Tcp { host: String, port: u16 },
+    /// A Unix socket at this path (mode 0600), removed on shutdown.
+    Unix(PathBuf),
+}
+
+/// How the gateway maps a connection to a caller.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    stdio_tenant: TenantName,
+    /// Empty: single-tenant.
+    tenants_by_uid: HashMap<u32, TenantName>,
+    multi_tenant: bool,
+}
+
+impl Identity {
+    pub fn from_settings(settings: &Settings) -> Identity {
+        let tenants_by_uid = settings
+            .tenants
+            .iter()
+            .flat_map(|(name, tenant)| tenant.unix_uids.iter().map(|uid| (*uid, name.clone())))
+            .collect();
+        Identity {
+            stdio_tenant: settings.stdio_tenant.clone(),
+            tenants_by_uid,
+            multi_tenant: !settings.tenants.is_empty(),
+        }
+    }
+
+    /// The caller behind a Unix-socket peer with this uid (`None`: credentials unavailable).
+    fn unix_caller(&self, uid: Option<u32>) -> Result<Caller, String> {
+        let Some(uid) = uid else {
+            return Err("refused: the peer's credentials (SO_PEERCRED) are unavailable".into());
+        };
+        let tenant = if self.multi_tenant {
+            self.tenants_by_uid.get(&uid).cloned().ok_or_else(|| {
+                format!(
+                    "refused: uid {uid} belongs to no tenant; an admin adds it to `unix_uids` of a `[tenants.<name>]` table"
+                )
+            })?
+        } else {
+            self.stdio_tenant.clone()
+        };
+        Ok(Caller {
+            tenant,
+            principal: format!("uid:{uid}"),
+        })
+    }
+}
+
+/// Serves the gateway on `listen` until SIGINT or SIGTERM. `path` is where MCP is mounted.
+pub async fn serve(
+    gateway: Arc<Gateway>,
+    identity: Identity,
+    listen: Listen,
+    path: &str,
+) -> anyhow::Result<()> {
+    check(&listen, &identity, path)?;
+    let shutdown = CancellationToken::new();
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_cancellation_token(shutdown.clone());
+    let signalled = {
+        let (shutdown, signal) = (shutdown.clone(), shutdown_signal()?);
+        async move {
+            signal.await;
+            shutdown.cancel();
+        }
+    };
+    match listen {
+        Listen::Tcp { host, port } => {
+            let config = config.with_allowed_hosts(allowed_hosts(&host));
+            let caller = Caller {
+                tenant: identity.stdio_tenant.clone(),
+                principal: "http".to_owned(),
+            };
+            let listener = TcpListener::bind((host.as_str(), port))
+                .await
+                .with_context(|| format!("cannot listen on `{host}:{port}`"))?;
+            let bound = listener.local_addr()?;
+            // Small request/response exchanges: never hold a segment back for Nagle.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            announce(&format!("http://{bound}{path}"));
+            let app = app(mcp_routes(gateway, config, path).layer(from_fn(
+                move |request: Request, next: Next| tcp_identify(caller.clone(), request, next),
+            )));
+            axum::serve(listener, app)
+                .with_graceful_shutdown(signalled)
+                .await
+                .context("the HTTP server failed")
+        }
+        Listen::Unix(socket) => {
+            let listener = bind_unix(&socket)?;
+            let _remove = RemoveOnDrop(socket.clone());
+            announce(&format!("unix:{} (MCP at {path})", socket.display()));
+            let app = app(mcp_routes(gateway, config, path)
+                .layer(from_fn_with_state(Arc::new(identity), unix_identify)));
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<UnixPeer>(),
+            )
+            .with_graceful_shutdown(signalled)
+            .await
+            .context("the Unix-socket server failed")
+        }
+    }
+}
+
+/// MCP at `path`, one stateless service whose handler reads the caller from each request.
+fn mcp_routes(gateway: Arc<Gateway>, config: StreamableHttpServerConfig, path: &str) -> Router {
+    let server = McpServer::per_request(gateway);
+    let mcp = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    Router::new().nest_service(path, mcp)
+}
+
+/// The whole app around the identified MCP routes: `/healthz` and the Origin check.
+fn app(identified_mcp: Router) -> Router {
+    identified_mcp
+        .route("/healthz", get(healthz))
+        .layer(from_fn(refuse_foreign_origin))
+}
+
+/// The caller a transport attached to this MCP request (see the module doc), if any.
+pub fn request_caller(extensions: &rmcp::model::Extensions) -> Option<Caller> {
+    extensions
+        .get::<::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Caller>())
+        .cloned()
+}
+
+async fn healthz() -> impl IntoResponse {
+    axum::Json(serde_json::json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
+}
+
+async fn tcp_identify(caller: Caller, mut request: Request, next: Next) -> Response {
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+async fn unix_identify(
+    State(identity): State<Arc<Identity>>,
+    ConnectInfo(peer): ConnectInfo<UnixPeer>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    match identity.unix_caller(peer.uid) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(message) => (StatusCode::FORBIDDEN, message).into_response(),
+    }
+}
+
+/// DNS-rebinding defence: a browser page on another site must not reach a local gateway.
+async fn refuse_foreign_origin(request: Request, next: Next) -> Response {
+    match request.headers().get(header::ORIGIN) {
+        Some(origin) if !is_loopback_origin(origin) => (
+            StatusCode::FORBIDDEN,
+            format!(
+                "refused: Origin `{}` is not a loopback origin; hpcgate serves only local clients and non-browser MCP clients (which send no Origin)",
+                origin.to_str().unwrap_or("<not UTF-8>")
+            ),
+        )
+            .into_response(),
+        _ => next.run(request).await,
+    }
+}
+
+/// `http(s)://` + `localhost` or a loopback IP, with an optional port and nothing else.
+fn is_loopback_origin(origin: &HeaderValue) -> bool {
+    let Ok(origin) = origin.to_str() else {
+        return false;
+    };
+    let Some(authority) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some(split) => split,
+            None => return false,
+        },
+        None => authority.split_at(authority.find(':').unwrap_or(authority.len())),
+    };
+    let port_ok = port.is_empty()
+        || port
+            .strip_prefix(':')
+            .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    port_ok && is_loopback_host(host)
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Refuses, before anything starts, what [`serve`] must not do: see the module doc.
+pub fn check(listen: &Listen, identity: &Identity, path: &str) -> anyhow::Result<()> {
+    check_mount_path(path)?;
+    match listen {
+        Listen::Tcp { host, .. } => check_tcp_host(host, identity),
+        Listen::Unix(_) => Ok(()),
+    }
+}
+
+fn check_mount_path(path: &str) -> anyhow::Result<()> {
+    if !path.starts_with('/') || path == "/" || path == "/healthz" || path.ends_with('/') {
+        bail!(
+            "`--path {path}` is not usable: give an absolute path such as `/mcp` (not `/`, not `/healthz`, no trailing slash)"
+        );
+    }
+    Ok(())
+}
+
+fn check_tcp_host(host: &str, identity: &Identity) -> anyhow::Result<()> {
+    if identity.multi_tenant {
+        bail!(
+            "tenants are configured, and bearer-token authentication for multi-tenant HTTP is not built yet (issue #6): serve them on a Unix socket with `--uds PATH`, where peers are mapped to tenants by uid"
+        );
+    }
+    if !is_loopback_host(host) {
+        bail!(
+            "`--host {host}` is not a loopback address: without `[tenants]` every HTTP caller acts as `{}` with no authentication, so hpcgate listens only on loopback (127.0.0.1, ::1, localhost) or a Unix socket (`--uds PATH`)",
+            identity.stdio_tenant
+        );
+    }
+    Ok(())
+}
+
+/// rmcp's loopback `Host` names, plus the host we listen on (e.g. `127.0.0.2`).
+fn allowed_hosts(host: &str) -> Vec<String> {
+    let mut hosts = StreamableHttpServerConfig::default().allowed_hosts;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if !hosts.iter().any(|h| h == host) {
+        hosts.push(host.to_owned());
+    }
+    hosts
+}
+
+/// One parseable line on stderr (stdout belongs to MCP over stdio; tests read this line).
+fn announce(address: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "hpcgate: listening on {address}");
+}
+
+/// The peer of one Unix-socket connection, from `SO_PEERCRED`.
+#[derive(Debug, Clone, Copy)]
+struct UnixPeer {
+    uid: Option<u32>,
+}
+
+impl Connected<IncomingStream<'_, UnixListener>> for UnixPeer {
+    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> UnixPeer {
+        UnixPeer {
+            uid: stream.io().peer_cred().ok().map(|cred| cred.uid()),
+        }
+    }
+}
+
+/// Binds `path` with mode 0600, replacing a stale socket and refusing anything else.
+fn bind_unix(path: &Path) -> anyhow::Result<UnixListener> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot inspect `{}`", path.display())),
+        Ok(meta) => {
+            use std::os::unix::fs::FileTypeExt as _;
+            if !meta.file_type().is_socket() {
+                bail!(
+                    "`{}` exists and is not a socket: choose another `--uds` path or remove it",
+                    path.display()
+                );
+            }
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                bail!(
+                    "`{}` is in use by a running server: stop it or choose another `--uds` path",
+                    path.display()
+                );
+            }
+            std::fs::remove_file(path)
+                .with_context(|| format!("cannot remove the stale socket `{}`", path.display()))?;
+        }
+    }
+    // The socket file is created by bind with the process umask; tighten the umask around it so
+    // the socket is never connectable by others, not even between bind and a chmod. The runtime's
+    // other threads create no files at this point.
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
+    let bound = UnixListener::bind(path);
+    rustix::process::umask(old);
+    bound.with_context(|| format!("cannot listen on the Unix socket `{}`", path.display()))
+}
+
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A future that resolves on SIGINT or SIGTERM. The handlers are installed now, not when the
+/// future is first polled: a signal right after `listening on` must not kill the process
+/// before the socket is removed.
+pub fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_origins_pass() {
+        let table = [
+            ("http://localhost", true),
+            ("http://localhost:8000", true),
+            ("https://127.0.0.1:443", true),
+            ("http://127.3.4.5", true),
+            ("http://[::1]:8000", true),
+            ("http://LOCALHOST", true),
+            ("http://evil.example", false),
+            ("http://localhost.evil.example", false),
+            ("http://127.0.0.1.evil.example", false),
+            ("http://localhost:80@evil.example", false),
+            ("http://localhost:8000/path", false),
+            ("http://localhost:", false),
+            ("http://[::2]", false),
+            ("http://[::1", false),
+            ("http://10.0.0.1:8000", false),
+            ("file://localhost", false),
+            ("null", false),
+            ("", false),
+        ];
+        for (origin, allowed) in table {
+            assert_eq!(
+                is_loopback_origin(&HeaderValue::from_str(origin).unwrap()),
+                allowed,
+                "{origin}"
+            );
+        }
+    }
+
+    #[test]
+    fn single_tenant_tcp_listens_only_on_loopback() {
+        let identity = Identity {
+            stdio_tenant: TenantName::parse("default").unwrap(),
+            tenants_by_uid: HashMap::new(),
+            multi_tenant: false,
+        };
+        for host in ["127.0.0.1", "::1", "localhost"] {
+            assert!(check_tcp_host(host, &identity).is_ok(), "{host}");
+        }
+        for host in ["0.0.0.0", "10.1.2.3", "login1.cluster"] {
+            let error = check_tcp_host(host, &identity).unwrap_err().to_string();
+            assert!(error.contains("not a loopback address"), "{error}");
+        }
+    }
+
+    #[test]
+    fn unix_peers_map_to_tenants_by_uid() {
+        let chem = TenantName::parse("chem").unwrap();
+        let identity = Identity {
+            stdio_tenant: TenantName::parse("default").unwrap(),
+            tenants_by_uid: HashMap::from([(1001, chem.clone())]),
+            multi_tenant: true,
+        };
+        let caller = identity.unix_caller(Some(1001)).unwrap();
+        assert_eq!(
+            (caller.tenant, caller.principal.as_str()),
+            (chem, "uid:1001")
+        );
+        assert!(identity.unix_caller(Some(1002)).is_err());
+        assert!(identity.unix_caller(None).is_err());
+        let error = check_tcp_host("127.0.0.1", &identity)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("issue #6") && error.contains("--uds"),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,61 @@
+//! `hpcgate bench gateway` runs end to end (both transports, a real gateway child) and prints
+//! its figures as JSON. No timing is asserted: the figures belong in BENCHMARKS.md.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::PathBuf;
+use std::process::Command;
+
+#[test]
+fn the_gateway_bench_prints_its_figures_as_json() {
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-cache");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&cache)
+        .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+        .args([
+            "bench",
+            "gateway",
+            "--calls",
+            "50",
+            "--clients",
+            "2",
+            "--json",
+        ])
+        .env("XDG_CACHE_HOME", &cache)
+        .env_remove("HPCGATE_CONFIG")
+        .output()
+        .expect("run hpcgate");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    });
+    assert_eq!(
+        (report["calls"].as_u64(), report["clients"].as_u64()),
+        (Some(50), Some(2))
+    );
+    for key in ["p50_us", "p99_us", "calls_per_s", "idle_rss_kb"] {
+        assert!(
+            report["http"][key].as_f64().is_some_and(|v| v > 0.0),
+            "http.{key}: {report}"
+        );
+    }
+    for key in ["p50_us", "p99_us", "idle_rss_kb"] {
+        assert!(
+            report["stdio"][key].as_f64().is_some_and(|v| v > 0.0),
+            "stdio.{key}: {report}"
+        );
+    }
+    let checks = report["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 5, "{report}");
+    assert!(
+        checks
+            .iter()
+            .all(|c| c["pass"].is_boolean() && c["target"].is_string())
+    );
+}

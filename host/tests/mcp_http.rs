@@ -1,0 +1,269 @@
+//! The real binary over streamable HTTP and a Unix socket with the rmcp client: tools after
+//! policy, a file round trip, a denial as a tool error, `/healthz`, the Origin check, identity
+//! from the transport (uid → tenant on the socket), refusals at start, graceful shutdown.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use tokio::net::{TcpStream, UnixStream};
+
+#[path = "support/served.rs"]
+mod support;
+use support::{INITIALIZE, MCP_POST, Served, config, exchange};
+
+const POLICIES: &str = "\n[[policies]]\nname = \"tools\"\nmodule = \"stock:tool-filter\"\n\
+     [policies.config]\ndeny = [\"list_archived_instances\"]\n\n[[policies]]\nname = \"paths\"\n\
+     module = \"stock:path-rules\"\n[policies.config]\ndeny_write = [\"**/.git/**\"]\n";
+
+fn call(name: &'static str, arguments: Value) -> CallToolRequestParams {
+    let Value::Object(arguments) = arguments else {
+        unreachable!()
+    };
+    CallToolRequestParams::new(name).with_arguments(arguments)
+}
+
+/// What every transport must do for an MCP client: 3 allowed calls and one denial.
+async fn exercise(client: &RunningService<RoleClient, ()>) {
+    let info = client.peer_info().unwrap();
+    assert_eq!(
+        info.server_info.as_ref().map(|s| s.name.as_str()),
+        Some("hpcgate")
+    );
+    let names: Vec<_> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(names.iter().any(|n| n == "write_file"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n == "list_archived_instances"),
+        "hidden by policy: {names:?}"
+    );
+
+    let created = client
+        .call_tool(call("create_instance", json!({"instance_id": "web1"})))
+        .await
+        .unwrap();
+    assert_eq!(created.is_error, Some(false), "{created:?}");
+    let written = client
+        .call_tool(call(
+            "write_file",
+            json!({"instance_id": "web1", "path": "a.txt", "content": "over http"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(written.is_error, Some(false), "{written:?}");
+    let read = client
+        .call_tool(call(
+            "read_file",
+            json!({"instance_id": "web1", "path": "a.txt"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(read.structured_content.unwrap()["content"], "over http");
+
+    let denied = client
+        .call_tool(call(
+            "write_file",
+            json!({"instance_id": "web1", "path": ".git/x", "content": "no"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(denied.is_error, Some(true));
+    let text = serde_json::to_string(&denied.content).unwrap();
+    assert!(text.contains("denied by policy `paths`"), "{text}");
+}
+
+/// The audit log holds the 7 records of [`exercise`] and every one names `who`.
+fn assert_audited(dir: &Path, who: &str) {
+    let audit = dir.join("state/audit");
+    let report = hpcgate::audit::verify(&audit, None).unwrap();
+    assert!(report.intact && report.records == 7, "{report:?}");
+    let mut records = 0;
+    for file in std::fs::read_dir(&audit).unwrap() {
+        let path = file.unwrap().path();
+        if path.extension().is_some_and(|e| e == "jsonl") {
+            for line in std::fs::read_to_string(path).unwrap().lines() {
+                assert!(line.contains(who), "{who} missing in {line}");
+                records += 1;
+            }
+        }
+    }
+    assert_eq!(records, 7);
+}
+
+#[tokio::test]
+async fn an_mcp_client_works_over_streamable_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), POLICIES);
+    let served = Served::start(
+        dir.path(),
+        &config,
+        &["--transport", "streamable-http", "--port", "0"],
+    )
+    .await;
+    let url = served.address.clone();
+    let authority = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix("/mcp"))
+        .unwrap_or_else(|| panic!("unexpected listening line: {url}"))
+        .to_owned();
+
+    let client = ().serve(StreamableHttpClientTransport::from_uri(url.as_str())).await.unwrap();
+    exercise(&client).await;
+    client.cancel().await.unwrap();
+
+    let tcp = || TcpStream::connect(authority.as_str());
+    let (status, body) = exchange(tcp().await.unwrap(), "GET", "/healthz", &[], "").await;
+    assert_eq!(status, 200, "{body}");
+    let health: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (health["status"].as_str(), health["version"].as_str()),
+        (Some("ok"), Some(env!("CARGO_PKG_VERSION")))
+    );
+
+    let foreign = [MCP_POST[0], MCP_POST[1], ("Origin", "http://evil.example")];
+    let (status, body) = exchange(tcp().await.unwrap(), "POST", "/mcp", &foreign, INITIALIZE).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("not a loopback origin"), "{body}");
+    let local_origin = format!("http://{authority}");
+    let local = [MCP_POST[0], MCP_POST[1], ("Origin", local_origin.as_str())];
+    let (status, body) = exchange(tcp().await.unwrap(), "POST", "/mcp", &local, INITIALIZE).await;
+    assert_eq!(status, 200, "{body}");
+
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert_audited(dir.path(), "\"http\"");
+}
+
+#[tokio::test]
+async fn a_unix_socket_peer_is_its_uid_and_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    let uid = rustix::process::geteuid().as_raw();
+    let config = config(
+        dir.path(),
+        &format!("{POLICIES}\n[tenants.chem]\nunix_uids = [{uid}]\n"),
+    );
+    let socket = dir.path().join("gw.sock");
+    let served = Served::start(dir.path(), &config, &["--uds", socket.to_str().unwrap()]).await;
+    assert!(served.address.starts_with("unix:"), "{}", served.address);
+    let mode = std::fs::symlink_metadata(&socket)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "socket mode {mode:o}");
+
+    let client = ()
+        .serve(StreamableHttpClientTransport::from_unix_socket(
+            socket.to_str().unwrap(),
+            "http://localhost/mcp",
+        ))
+        .await
+        .unwrap();
+    exercise(&client).await;
+    client.cancel().await.unwrap();
+
+    let uds = || UnixStream::connect(&socket);
+    let (status, body) = exchange(uds().await.unwrap(), "GET", "/healthz", &[], "").await;
+    assert_eq!(status, 200, "{body}");
+    let foreign = [MCP_POST[0], MCP_POST[1], ("Origin", "https://evil.example")];
+    let (status, body) = exchange(uds().await.unwrap(), "POST", "/mcp", &foreign, INITIALIZE).await;
+    assert_eq!(status, 403, "{body}");
+
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(!socket.exists(), "the socket is removed on shutdown");
+    assert_audited(dir.path(), &format!("\"uid:{uid}\""));
+    assert_audited(dir.path(), "\"chem\"");
+}
+
+#[tokio::test]
+async fn a_unix_socket_peer_in_no_tenant_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = rustix::process::geteuid().as_raw() + 1;
+    let config = config(
+        dir.path(),
+        &format!("[tenants.bio]\nunix_uids = [{other}]\n"),
+    );
+    let socket = dir.path().join("gw.sock");
+    let served = Served::start(dir.path(), &config, &["--uds", socket.to_str().unwrap()]).await;
+    let stream = UnixStream::connect(&socket).await.unwrap();
+    let (status, body) = exchange(stream, "POST", "/mcp", &MCP_POST, INITIALIZE).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("belongs to no tenant"), "{body}");
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+}
+
+/// `hpcgate run ARGS…` exits 2 before listening, saying `expected` on stderr.
+async fn refuses(dir: &Path, config: &Path, args: &[&str], expected: &str) {
+    let output = support::command(dir, config, args)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(expected), "{stderr}");
+    assert!(!stderr.contains("listening on"), "{stderr}");
+}
+
+#[tokio::test]
+async fn unsafe_listening_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let single = config(dir.path(), "");
+    let http = ["--transport", "streamable-http", "--port", "0"];
+    refuses(
+        dir.path(),
+        &single,
+        &[&http[..], &["--host", "0.0.0.0"]].concat(),
+        "is not a loopback address",
+    )
+    .await;
+    let not_a_socket = dir.path().join("file");
+    std::fs::write(&not_a_socket, "keep me").unwrap();
+    refuses(
+        dir.path(),
+        &single,
+        &["--uds", not_a_socket.to_str().unwrap()],
+        "exists and is not a socket",
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(&not_a_socket).unwrap(), "keep me");
+
+    let tenants = config(dir.path(), "[tenants.chem]\nunix_uids = [4242]\n");
+    refuses(dir.path(), &tenants, &http, "issue #6").await;
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_stdio_gateway_cleanly_with_stdin_open() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), "");
+    let mut child = support::command(dir.path(), &config, &[])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(format!("{INITIALIZE}\n").as_bytes())
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    stdout.read_line(&mut answer).await.unwrap();
+    assert!(answer.contains("\"hpcgate\""), "{answer}");
+    let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = child.wait().await.unwrap();
+    assert!(status.success(), "{status:?}");
+    drop(stdin);
+}
