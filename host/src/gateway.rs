@@ -16,7 +16,7 @@ use hpcgate_executors::sandbox::SupervisorCommand;
 use serde_json::{Map, Value, json};
 
 use crate::audit::{AuditLog, Entry, Event, Outcome};
-use crate::auth::RateLimiter;
+use crate::auth::{AuthError, AuthRequest, Authenticator, RateLimiter};
 use crate::config::Settings;
 use crate::jobs::Jobs;
 use crate::policy::normalize::normalize_call;
@@ -79,6 +79,9 @@ struct Live {
     settings: Settings,
     chain: Chain,
     limiter: RateLimiter,
+    /// Who a transport's request is; rebuilt from the settings (so a removed token stops
+    /// working at the reload).
+    auth: Authenticator,
 }
 
 impl Live {
@@ -132,6 +135,7 @@ impl Gateway {
         let gateway = Gateway {
             live: RwLock::new(Arc::new(Live {
                 limiter: RateLimiter::from_settings(&settings),
+                auth: Authenticator::from_settings(&settings)?,
                 settings,
                 chain,
             })),
@@ -161,6 +165,17 @@ impl Gateway {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// Who is calling, from what the transport knows (token, JWT, Unix peer, `Origin`), with
+    /// the tenants and keys in force now.
+    pub fn authenticate(&self, request: &AuthRequest) -> Result<Caller, AuthError> {
+        self.live().auth.authenticate(request)
+    }
+
+    /// The caller of stdio and the local CLI.
+    pub fn local_caller(&self) -> Caller {
+        self.live().auth.local_caller()
     }
 
     /// What tool results carry (`[mcp] result_type`).
@@ -221,11 +236,13 @@ impl Gateway {
             needs_restart,
         };
         let limiter = self.live().limiter.reloaded(&settings);
+        let auth = Authenticator::from_settings(&settings)?;
         Ok((
             Live {
                 settings,
                 chain,
                 limiter,
+                auth,
             },
             reloaded,
         ))

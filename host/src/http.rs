@@ -7,12 +7,13 @@
 //! stateless (rmcp's `legacy_session_mode = false`): any request can go to any gateway sharing
 //! the state directory, and no session outlives its request.
 //!
-//! Who may connect (DESIGN.md "Tenancy"): single-tenant (no `[tenants]`) listens only on loopback
-//! or a Unix socket, every caller being `stdio_tenant`; with tenants, a Unix-socket peer is mapped
-//! by uid (`unix_uids`) and any other uid is refused. Bearer tokens for multi-tenant TCP are
-//! issue #6; until then TCP refuses to start with tenants configured.
+//! Who may connect (DESIGN.md "Tenancy"): every MCP request goes through
+//! [`Gateway::authenticate`] ([`crate::auth`]) with its `Authorization` and `Origin` headers and,
+//! on a Unix socket, the peer's `SO_PEERCRED`: a refusal is a 401 with `WWW-Authenticate` or a
+//! 403, before any MCP handling. Single-tenant (no `[tenants]`) listens only on loopback or a
+//! Unix socket, every caller being `stdio_tenant`; with tenants, TCP callers need a bearer token
+//! or JWT, and Unix-socket peers are mapped by uid (`unix_uids`).
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::io::Write as _;
 use std::net::IpAddr;
@@ -33,6 +34,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::{AuthRequest, PeerCredentials};
 use crate::config::Settings;
 use crate::gateway::{Caller, Gateway};
 use crate::mcp::McpServer;
@@ -47,47 +49,19 @@ pub enum Listen {
     Unix(PathBuf),
 }
 
-/// How the gateway maps a connection to a caller.
+/// What the listen checks need to know of the tenants.
 #[derive(Debug, Clone)]
 pub struct Identity {
     stdio_tenant: TenantName,
-    /// Empty: single-tenant.
-    tenants_by_uid: HashMap<u32, TenantName>,
     multi_tenant: bool,
 }
 
 impl Identity {
     pub fn from_settings(settings: &Settings) -> Identity {
-        let tenants_by_uid = settings
-            .tenants
-            .iter()
-            .flat_map(|(name, tenant)| tenant.unix_uids.iter().map(|uid| (*uid, name.clone())))
-            .collect();
         Identity {
             stdio_tenant: settings.stdio_tenant.clone(),
-            tenants_by_uid,
             multi_tenant: !settings.tenants.is_empty(),
         }
-    }
-
-    /// The caller behind a Unix-socket peer with this uid (`None`: credentials unavailable).
-    fn unix_caller(&self, uid: Option<u32>) -> Result<Caller, String> {
-        let Some(uid) = uid else {
-            return Err("refused: the peer's credentials (SO_PEERCRED) are unavailable".into());
-        };
-        let tenant = if self.multi_tenant {
-            self.tenants_by_uid.get(&uid).cloned().ok_or_else(|| {
-                format!(
-                    "refused: uid {uid} belongs to no tenant; an admin adds it to `unix_uids` of a `[tenants.<name>]` table"
-                )
-            })?
-        } else {
-            self.stdio_tenant.clone()
-        };
-        Ok(Caller {
-            tenant,
-            principal: format!("uid:{uid}"),
-        })
     }
 }
 
@@ -114,10 +88,6 @@ pub async fn serve(
     match listen {
         Listen::Tcp { host, port } => {
             let config = config.with_allowed_hosts(allowed_hosts(&host));
-            let caller = Caller {
-                tenant: identity.stdio_tenant.clone(),
-                principal: "http".to_owned(),
-            };
             let listener = TcpListener::bind((host.as_str(), port))
                 .await
                 .with_context(|| format!("cannot listen on `{host}:{port}`"))?;
@@ -127,9 +97,7 @@ pub async fn serve(
                 let _ = tcp.set_nodelay(true);
             });
             announce(&format!("http://{bound}{path}"));
-            let app = app(mcp_routes(gateway, config, path).layer(from_fn(
-                move |request: Request, next: Next| tcp_identify(caller.clone(), request, next),
-            )));
+            let app = app(mcp_routes(gateway, config, path));
             axum::serve(listener, app)
                 .with_graceful_shutdown(signalled)
                 .await
@@ -139,8 +107,7 @@ pub async fn serve(
             let listener = bind_unix(&socket)?;
             let _remove = RemoveOnDrop(socket.clone());
             announce(&format!("unix:{} (MCP at {path})", socket.display()));
-            let app = app(mcp_routes(gateway, config, path)
-                .layer(from_fn_with_state(Arc::new(identity), unix_identify)));
+            let app = app(mcp_routes(gateway, config, path));
             axum::serve(
                 listener,
                 app.into_make_service_with_connect_info::<UnixPeer>(),
@@ -152,15 +119,18 @@ pub async fn serve(
     }
 }
 
-/// MCP at `path`, one stateless service whose handler reads the caller from each request.
+/// MCP at `path`, one stateless service whose handler reads the caller from each request,
+/// behind the authentication of each request.
 fn mcp_routes(gateway: Arc<Gateway>, config: StreamableHttpServerConfig, path: &str) -> Router {
-    let server = McpServer::per_request(gateway);
+    let server = McpServer::per_request(gateway.clone());
     let mcp = StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(NeverSessionManager::default()),
         config,
     );
-    Router::new().nest_service(path, mcp)
+    Router::new()
+        .nest_service(path, mcp)
+        .layer(from_fn_with_state(gateway, identify))
 }
 
 /// The whole app around the identified MCP routes: `/healthz` and the Origin check.
@@ -185,23 +155,56 @@ async fn healthz() -> impl IntoResponse {
     }))
 }
 
-async fn tcp_identify(caller: Caller, mut request: Request, next: Next) -> Response {
-    request.extensions_mut().insert(caller);
-    next.run(request).await
-}
-
-async fn unix_identify(
-    State(identity): State<Arc<Identity>>,
-    ConnectInfo(peer): ConnectInfo<UnixPeer>,
+/// Authenticates one request and attaches its [`Caller`], or answers 401/403.
+async fn identify(
+    State(gateway): State<Arc<Gateway>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    match identity.unix_caller(peer.uid) {
+    let unix = request
+        .extensions()
+        .get::<ConnectInfo<UnixPeer>>()
+        .map(|info| info.0.cred);
+    if let Some(None) = unix {
+        return (
+            StatusCode::FORBIDDEN,
+            "refused: the peer's credentials (SO_PEERCRED) are unavailable",
+        )
+            .into_response();
+    }
+    // In a block: the borrows of the request (whose body is not `Sync`) end before the await.
+    let decided = {
+        let header = |name| {
+            request
+                .headers()
+                .get(name)
+                .map(|v: &HeaderValue| v.to_str().unwrap_or("\u{fffd}"))
+        };
+        gateway.authenticate(&AuthRequest {
+            authorization: header(header::AUTHORIZATION),
+            origin: header(header::ORIGIN),
+            peer: unix.flatten(),
+        })
+    };
+    match decided {
         Ok(caller) => {
             request.extensions_mut().insert(caller);
             next.run(request).await
         }
-        Err(message) => (StatusCode::FORBIDDEN, message).into_response(),
+        Err(e) => {
+            let rejection = e.rejection();
+            let status = StatusCode::from_u16(rejection.status).unwrap_or(StatusCode::FORBIDDEN);
+            let mut response = (status, rejection.message).into_response();
+            if let Some(challenge) = rejection
+                .www_authenticate
+                .and_then(|c| HeaderValue::from_str(&c).ok())
+            {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, challenge);
+            }
+            response
+        }
     }
 }
 
@@ -269,12 +272,8 @@ fn check_mount_path(path: &str) -> anyhow::Result<()> {
 }
 
 fn check_tcp_host(host: &str, identity: &Identity) -> anyhow::Result<()> {
-    if identity.multi_tenant {
-        bail!(
-            "tenants are configured, and bearer-token authentication for multi-tenant HTTP is not built yet (issue #6): serve them on a Unix socket with `--uds PATH`, where peers are mapped to tenants by uid"
-        );
-    }
-    if !is_loopback_host(host) {
+    // With tenants every TCP request must authenticate (bearer token or JWT), on any address.
+    if !identity.multi_tenant && !is_loopback_host(host) {
         bail!(
             "`--host {host}` is not a loopback address: without `[tenants]` every HTTP caller acts as `{}` with no authentication, so hpcgate listens only on loopback (127.0.0.1, ::1, localhost) or a Unix socket (`--uds PATH`)",
             identity.stdio_tenant
@@ -301,13 +300,16 @@ fn announce(address: &str) {
 /// The peer of one Unix-socket connection, from `SO_PEERCRED`.
 #[derive(Debug, Clone, Copy)]
 struct UnixPeer {
-    uid: Option<u32>,
+    cred: Option<PeerCredentials>,
 }
 
 impl Connected<IncomingStream<'_, UnixListener>> for UnixPeer {
     fn connect_info(stream: IncomingStream<'_, UnixListener>) -> UnixPeer {
         UnixPeer {
-            uid: stream.io().peer_cred().ok().map(|cred| cred.uid()),
+            cred: stream.io().peer_cred().ok().map(|cred| PeerCredentials {
+                uid: cred.uid(),
+                gid: cred.gid(),
+            }),
         }
     }
 }
@@ -406,7 +408,6 @@ mod tests {
     fn single_tenant_tcp_listens_only_on_loopback() {
         let identity = Identity {
             stdio_tenant: TenantName::parse("default").unwrap(),
-            tenants_by_uid: HashMap::new(),
             multi_tenant: false,
         };
         for host in ["127.0.0.1", "::1", "localhost"] {
@@ -419,26 +420,13 @@ mod tests {
     }
 
     #[test]
-    fn unix_peers_map_to_tenants_by_uid() {
-        let chem = TenantName::parse("chem").unwrap();
+    fn with_tenants_tcp_may_listen_anywhere_since_every_request_authenticates() {
         let identity = Identity {
             stdio_tenant: TenantName::parse("default").unwrap(),
-            tenants_by_uid: HashMap::from([(1001, chem.clone())]),
             multi_tenant: true,
         };
-        let caller = identity.unix_caller(Some(1001)).unwrap();
-        assert_eq!(
-            (caller.tenant, caller.principal.as_str()),
-            (chem, "uid:1001")
-        );
-        assert!(identity.unix_caller(Some(1002)).is_err());
-        assert!(identity.unix_caller(None).is_err());
-        let error = check_tcp_host("127.0.0.1", &identity)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains("issue #6") && error.contains("--uds"),
-            "{error}"
-        );
+        for host in ["127.0.0.1", "0.0.0.0", "login1.cluster"] {
+            assert!(check_tcp_host(host, &identity).is_ok(), "{host}");
+        }
     }
 }

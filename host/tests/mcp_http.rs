@@ -81,22 +81,29 @@ async fn exercise(client: &RunningService<RoleClient, ()>) {
     assert!(text.contains("denied by policy `paths`"), "{text}");
 }
 
-/// The audit log holds the 7 records of [`exercise`] and every one names `who`.
+/// The audit log holds the 8 records of [`exercise`] (7 for the calls, one for the instance's
+/// creation), every one naming `who`, between the gateway's start and stop records.
 fn assert_audited(dir: &Path, who: &str) {
     let audit = dir.join("state/audit");
     let report = hpcgate::audit::verify(&audit, None).unwrap();
-    assert!(report.intact && report.records == 7, "{report:?}");
-    let mut records = 0;
+    assert!(report.intact && report.records == 10, "{report:?}");
+    let mut events = Vec::new();
     for file in std::fs::read_dir(&audit).unwrap() {
         let path = file.unwrap().path();
         if path.extension().is_some_and(|e| e == "jsonl") {
             for line in std::fs::read_to_string(path).unwrap().lines() {
-                assert!(line.contains(who), "{who} missing in {line}");
-                records += 1;
+                let record: serde_json::Value = serde_json::from_str(line).unwrap();
+                let event = record["event"].as_str().unwrap().to_owned();
+                if !event.starts_with("gateway.") {
+                    assert!(line.contains(who), "{who} missing in {line}");
+                }
+                events.push(event);
             }
         }
     }
-    assert_eq!(records, 7);
+    assert_eq!(events.len(), 10);
+    assert_eq!(events.first().map(String::as_str), Some("gateway.started"));
+    assert_eq!(events.last().map(String::as_str), Some("gateway.stopped"));
 }
 
 #[tokio::test]
@@ -140,7 +147,7 @@ async fn an_mcp_client_works_over_streamable_http() {
 
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{status:?}: {stderr}");
-    assert_audited(dir.path(), "\"http\"");
+    assert_audited(dir.path(), "\"anonymous\"");
 }
 
 #[tokio::test]
@@ -197,7 +204,7 @@ async fn a_unix_socket_peer_in_no_tenant_is_refused() {
     let stream = UnixStream::connect(&socket).await.unwrap();
     let (status, body) = exchange(stream, "POST", "/mcp", &MCP_POST, INITIALIZE).await;
     assert_eq!(status, 403, "{body}");
-    assert!(body.contains("belongs to no tenant"), "{body}");
+    assert!(body.contains("may not use this gateway"), "{body}");
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{status:?}: {stderr}");
 }
@@ -237,9 +244,93 @@ async fn unsafe_listening_is_refused_at_start() {
     )
     .await;
     assert_eq!(std::fs::read_to_string(&not_a_socket).unwrap(), "keep me");
+}
 
-    let tenants = config(dir.path(), "[tenants.chem]\nunix_uids = [4242]\n");
-    refuses(dir.path(), &tenants, &http, "issue #6").await;
+/// With `[tenants]`, TCP serves only callers with a configured bearer token: none, a wrong one
+/// or a revoked one gets 401 before any MCP handling; a good one acts as its tenant, and the
+/// token's label (never the token) is the principal in the audit log.
+#[tokio::test]
+async fn multi_tenant_http_needs_a_bearer_token() {
+    use hpcgate::auth::bearer::{generate_token, hash_token};
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let (alice, bob) = (generate_token().unwrap(), generate_token().unwrap());
+    let tenants = format!(
+        "[tenants.chem]\ntokens = [{{ label = \"alice\", sha256 = \"{}\" }}]\n[tenants.bio]\ntokens = [{{ label = \"bob\", sha256 = \"{}\" }}]\n",
+        hex::encode(hash_token(&alice)),
+        hex::encode(hash_token(&bob))
+    );
+    let config = config(dir.path(), &format!("{tenants}{POLICIES}"));
+    let served = Served::start(
+        dir.path(),
+        &config,
+        &["--transport", "streamable-http", "--port", "0"],
+    )
+    .await;
+    let url = served.address.clone();
+    let authority = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix("/mcp"))
+        .unwrap()
+        .to_owned();
+    let post = |auth: Option<String>| {
+        let authority = authority.clone();
+        async move {
+            let mut headers = MCP_POST.to_vec();
+            let value = auth.unwrap_or_default();
+            if !value.is_empty() {
+                headers.push(("Authorization", value.as_str()));
+            }
+            let stream = TcpStream::connect(authority.as_str()).await.unwrap();
+            exchange(stream, "POST", "/mcp", &headers, INITIALIZE).await
+        }
+    };
+    let (status, body) = post(None).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("authentication required"), "{body}");
+    let forged = format!("Bearer {}", generate_token().unwrap());
+    let (status, body) = post(Some(forged)).await;
+    assert_eq!(status, 401, "{body}");
+    let (status, _) = post(Some(format!("Bearer {alice}"))).await;
+    assert_eq!(status, 200);
+
+    let client = ()
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url.as_str()).auth_header(alice.clone()),
+        ))
+        .await
+        .unwrap();
+    exercise(&client).await;
+    client.cancel().await.unwrap();
+    // bob is another tenant: alice's instance does not exist for him.
+    let bobs = ()
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url.as_str()).auth_header(bob.clone()),
+        ))
+        .await
+        .unwrap();
+    let read = bobs
+        .call_tool(
+            CallToolRequestParams::new("read_file").with_arguments(
+                json!({"instance_id": "web1", "path": "a.txt"})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(read.is_error, Some(true));
+    assert!(!serde_json::to_string(&read).unwrap().contains("over http"));
+    bobs.cancel().await.unwrap();
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+    let log = std::fs::read_to_string(dir.path().join("state/audit/audit-000001.jsonl")).unwrap();
+    assert!(log.contains("\"token:alice\"") && log.contains("\"token:bob\""));
+    assert!(
+        !log.contains(&alice) && !log.contains(&bob),
+        "tokens are never logged"
+    );
 }
 
 #[tokio::test]
@@ -266,4 +357,79 @@ async fn sigterm_stops_the_stdio_gateway_cleanly_with_stdin_open() {
     let status = child.wait().await.unwrap();
     assert!(status.success(), "{status:?}");
     drop(stdin);
+}
+
+/// SIGHUP re-reads the configuration: a policy change applies to the next call without a
+/// restart, a broken file is refused while the running set stays, and both are audited.
+#[tokio::test]
+async fn sighup_reloads_the_policies_and_refuses_a_broken_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), POLICIES);
+    let served = Served::start(
+        dir.path(),
+        &config,
+        &["--transport", "streamable-http", "--port", "0"],
+    )
+    .await;
+    let client = ()
+        .serve(StreamableHttpClientTransport::from_uri(
+            served.address.as_str(),
+        ))
+        .await
+        .unwrap();
+    let names = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
+        tools.into_iter().map(|t| t.name.to_string()).collect()
+    };
+    assert!(
+        !names(client.list_all_tools().await.unwrap())
+            .contains(&"list_archived_instances".to_owned())
+    );
+
+    let audit = dir.path().join("state/audit/audit-000001.jsonl");
+    let reloads = || {
+        std::fs::read_to_string(&audit)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("\"policies.reloaded\""))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let hangup = |count: usize| {
+        let pid = rustix::process::Pid::from_raw(served.child.id().unwrap() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while reloads().len() < count {
+            assert!(std::time::Instant::now() < deadline, "no reload record");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("deny = [\"list_archived_instances\"]", "deny = []"),
+    )
+    .unwrap();
+    hangup(1);
+    assert!(
+        names(client.list_all_tools().await.unwrap())
+            .contains(&"list_archived_instances".to_owned())
+    );
+
+    std::fs::write(
+        &config,
+        format!("{text}\n[[policies]]\nname = \"broken\"\nmodule = \"missing.wasm\"\n"),
+    )
+    .unwrap();
+    hangup(2);
+    assert!(reloads()[1].contains("missing.wasm"), "{:?}", reloads());
+    assert!(
+        names(client.list_all_tools().await.unwrap())
+            .contains(&"list_archived_instances".to_owned()),
+        "the running set stays after a refused reload"
+    );
+    client.cancel().await.unwrap();
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(stderr.contains("reload refused"), "{stderr}");
 }

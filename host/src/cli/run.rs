@@ -1,6 +1,7 @@
 //! `hpcgate run`: the gateway as an MCP server over stdio (the default), streamable HTTP on a
 //! loopback port, or the same HTTP app on a Unix socket (`crate::http`).
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -51,7 +52,8 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         (transport, None) => transport.unwrap_or(Transport::Stdio),
         (Some(transport), Some(_)) => transport,
     };
-    let settings = load_settings(&Environment::from_process(args.config))?;
+    let env = Environment::from_process(args.config);
+    let settings = load_settings(&env)?;
     let stdio_caller = Caller {
         tenant: settings.stdio_tenant.clone(),
         principal: local_user(),
@@ -72,7 +74,16 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let name = match (transport, &listen) {
+        (Transport::Stdio, _) => "stdio",
+        (_, Listen::Unix(_)) => "unix-socket",
+        _ => "streamable-http",
+    };
+    gateway.started(name)?;
+    let serving = gateway.clone();
     let served = runtime.block_on(async {
+        let gateway = serving;
+        reload_on_sighup(gateway.clone(), env)?;
         match transport {
             Transport::Stdio => serve_stdio(gateway, stdio_caller).await,
             Transport::StreamableHttp => {
@@ -83,8 +94,41 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // The stdio transport's stdin reader is a blocking thread that returns only at EOF; after a
     // signal, give in-flight calls a moment instead of waiting for stdin forever.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    gateway.stopped(name)?;
     served?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// On each SIGHUP: the configuration is read again and the policies, tenants, quotas and
+/// host commands are replaced if all of it checks out (see [`Gateway::reload`]); either way the
+/// outcome is audited and said on stderr.
+fn reload_on_sighup(gateway: Arc<Gateway>, env: Environment) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            let (gateway, env) = (gateway.clone(), env.clone());
+            let outcome = tokio::task::spawn_blocking(move || {
+                let settings = load_settings(&env)?;
+                gateway.reload(settings)
+            })
+            .await;
+            let line = match outcome {
+                Ok(Ok(r)) if r.needs_restart.is_empty() => {
+                    format!("hpcgate: reloaded {} policies", r.policies)
+                }
+                Ok(Ok(r)) => format!(
+                    "hpcgate: reloaded {} policies; restart to apply: {}",
+                    r.policies,
+                    r.needs_restart.join(", ")
+                ),
+                Ok(Err(e)) => format!("hpcgate: reload refused, the running set stays: {e:#}"),
+                Err(e) => format!("hpcgate: reload failed: {e}"),
+            };
+            let _ = writeln!(std::io::stderr().lock(), "{line}");
+        }
+    });
+    Ok(())
 }
 
 /// One MCP session on stdin/stdout, until the client leaves or SIGINT/SIGTERM (handled from
