@@ -51,6 +51,21 @@ fn setup(dir: &Path) -> hpcgate::gateway::Gateway {
     gw
 }
 
+/// Submits `command` to the caller's instance `run1` and returns the job id.
+fn submit(
+    gw: &hpcgate::gateway::Gateway,
+    who: &hpcgate::gateway::Caller,
+    command: &str,
+    timeout: u64,
+) -> String {
+    let submitted = ok(gw.call(
+        who,
+        "submit_job",
+        args(json!({"instance_id": "run1", "command": command, "timeout": timeout})),
+    ));
+    submitted["job"]["job_id"].as_str().unwrap().to_owned()
+}
+
 fn audit_events(dir: &Path, event: &str) -> Vec<Value> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir.join("state/audit")).unwrap() {
@@ -223,24 +238,8 @@ fn jobs_survive_a_gateway_restart_and_are_reattached() {
     let chem = caller("chem");
     let (quick, slow) = {
         let gw = setup(dir.path());
-        let quick = ok(gw.call(
-            &chem,
-            "submit_job",
-            args(json!({"instance_id": "run1", "command": "sleep 0.5; echo done", "timeout": 0})),
-        ))["job"]["job_id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        let slow = ok(gw.call(
-            &chem,
-            "submit_job",
-            args(
-                json!({"instance_id": "run1", "command": "sleep 4; echo slow done", "timeout": 0}),
-            ),
-        ))["job"]["job_id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let quick = submit(&gw, &chem, "sleep 0.5; echo done", 0);
+        let slow = submit(&gw, &chem, "sleep 4; echo slow done", 0);
         (quick, slow)
         // The gateway is dropped here, with both jobs possibly running.
     };
@@ -413,14 +412,7 @@ fn the_running_jobs_quota_counts_unfinished_jobs_only() {
         "create_instance",
         args(json!({"instance_id": "run1"})),
     ));
-    let first = ok(gw.call(
-        &chem,
-        "submit_job",
-        args(json!({"instance_id": "run1", "command": "sleep 60", "timeout": 0})),
-    ))["job"]["job_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let first = submit(&gw, &chem, "sleep 60", 0);
     let refused = err(gw.call(
         &chem,
         "submit_job",
@@ -461,22 +453,8 @@ fn finished_jobs_past_retention_are_pruned_at_start_and_running_ones_kept() {
     let chem = caller("chem");
     let (done, running) = {
         let gw = setup(dir.path());
-        let done = ok(gw.call(
-            &chem,
-            "submit_job",
-            args(json!({"instance_id": "run1", "command": "true", "timeout": 30})),
-        ))["job"]["job_id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        let running = ok(gw.call(
-            &chem,
-            "submit_job",
-            args(json!({"instance_id": "run1", "command": "sleep 60", "timeout": 0})),
-        ))["job"]["job_id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let done = submit(&gw, &chem, "true", 30);
+        let running = submit(&gw, &chem, "sleep 60", 0);
         (done, running)
     };
     std::thread::sleep(Duration::from_millis(20));
