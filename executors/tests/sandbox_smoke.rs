@@ -156,10 +156,12 @@ fn a_service_talks_over_its_pipes_and_dies_whole_when_killed() {
         .unwrap();
     assert_eq!(line, "got ping\n");
     assert_eq!(service.try_exit(), None, "still running");
-    assert!(
-        !harness::running("sleep", marker).is_empty(),
-        "the grandchild runs"
-    );
+    // The grandchild is started in the background: it may exec a moment after the echo.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while harness::running("sleep", marker).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the grandchild runs");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert!(service.kill().is_some());
     assert!(
         gone_within(marker, Duration::from_secs(5)),
