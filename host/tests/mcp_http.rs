@@ -110,18 +110,9 @@ fn assert_audited(dir: &Path, who: &str) {
 async fn an_mcp_client_works_over_streamable_http() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), POLICIES);
-    let served = Served::start(
-        dir.path(),
-        &config,
-        &["--transport", "streamable-http", "--port", "0"],
-    )
-    .await;
+    let served = Served::http(dir.path(), &config).await;
     let url = served.address.clone();
-    let authority = url
-        .strip_prefix("http://")
-        .and_then(|rest| rest.strip_suffix("/mcp"))
-        .unwrap_or_else(|| panic!("unexpected listening line: {url}"))
-        .to_owned();
+    let authority = served.authority();
 
     let client = ().serve(StreamableHttpClientTransport::from_uri(url.as_str())).await.unwrap();
     exercise(&client).await;
@@ -261,18 +252,9 @@ async fn multi_tenant_http_needs_a_bearer_token() {
         hex::encode(hash_token(&bob))
     );
     let config = config(dir.path(), &format!("{tenants}{POLICIES}"));
-    let served = Served::start(
-        dir.path(),
-        &config,
-        &["--transport", "streamable-http", "--port", "0"],
-    )
-    .await;
+    let served = Served::http(dir.path(), &config).await;
     let url = served.address.clone();
-    let authority = url
-        .strip_prefix("http://")
-        .and_then(|rest| rest.strip_suffix("/mcp"))
-        .unwrap()
-        .to_owned();
+    let authority = served.authority();
     let post = |auth: Option<String>| {
         let authority = authority.clone();
         async move {
@@ -365,12 +347,7 @@ async fn sigterm_stops_the_stdio_gateway_cleanly_with_stdin_open() {
 async fn sighup_reloads_the_policies_and_refuses_a_broken_set() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), POLICIES);
-    let served = Served::start(
-        dir.path(),
-        &config,
-        &["--transport", "streamable-http", "--port", "0"],
-    )
-    .await;
+    let served = Served::http(dir.path(), &config).await;
     let client = ()
         .serve(StreamableHttpClientTransport::from_uri(
             served.address.as_str(),

@@ -53,12 +53,7 @@ fn assert_seen(seen: &serde_json::Value, instance_content: &str) {
 async fn the_python_sdk_lists_calls_and_is_refused_over_streamable_http() {
     let dir = tempfile::tempdir().unwrap();
     let config = support::config(dir.path(), "");
-    let served = support::Served::start(
-        dir.path(),
-        &config,
-        &["--transport", "streamable-http", "--port", "0"],
-    )
-    .await;
+    let served = support::Served::http(dir.path(), &config).await;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/python/http_client.py");
     let output = tokio::process::Command::new(python())
         .arg(script)

@@ -67,6 +67,25 @@ impl Served {
         }
     }
 
+    /// `hpcgate run` over streamable HTTP on a free loopback port.
+    pub async fn http(dir: &Path, config: &Path) -> Served {
+        Served::start(
+            dir,
+            config,
+            &["--transport", "streamable-http", "--port", "0"],
+        )
+        .await
+    }
+
+    /// `HOST:PORT` of an HTTP gateway (its address is `http://HOST:PORT/mcp`).
+    pub fn authority(&self) -> String {
+        self.address
+            .strip_prefix("http://")
+            .and_then(|rest| rest.strip_suffix("/mcp"))
+            .unwrap_or_else(|| panic!("unexpected listening line: {}", self.address))
+            .to_owned()
+    }
+
     /// SIGTERM, then the exit status and everything the gateway wrote on stderr.
     pub async fn stop(mut self) -> (ExitStatus, String) {
         let pid = rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap();
