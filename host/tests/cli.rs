@@ -261,12 +261,19 @@ fn pinned_toolchain() -> String {
     line.split('"').nth(1).expect("quoted channel").to_owned()
 }
 
+/// One target dir for every scaffolded crate, kept under the workspace's own target dir: the
+/// policy's build dependencies (wit-component, wit-bindgen) compile once, not once per run in a
+/// fresh temp dir.
+fn scaffold_target() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("scaffold-target")
+}
+
 fn cargo(dir: &Path, args: &[&str]) {
     let status = Command::new("cargo")
         .args(args)
         .current_dir(dir)
         .env("RUSTUP_TOOLCHAIN", pinned_toolchain())
-        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .env("CARGO_TARGET_DIR", scaffold_target())
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .status()
@@ -300,7 +307,7 @@ fn new_scaffolds_a_policy_that_tests_builds_and_loads() {
             "wasm32-unknown-unknown",
         ],
     );
-    let module = root.join("target/wasm32-unknown-unknown/release/no_rm.wasm");
+    let module = scaffold_target().join("wasm32-unknown-unknown/release/no_rm.wasm");
     let output = hpcgate(&[
         "policy",
         "check",
