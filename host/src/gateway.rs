@@ -3,9 +3,9 @@
 //!
 //! The order is the contract and reads top to bottom in [`Gateway::call`]: resolve the tool →
 //! build the policy input (host normalisation included) → policy chain → write-ahead audit of
-//! the decision (nothing runs if it cannot be recorded) → deny, or run the tool with the final
-//! arguments (deserialising them is the re-validation after rewrites) → audit the outcome →
-//! result. Every exit path leaves an audit record. Proxied tools (`<proxy>__<tool>`) take the
+//! the decision (nothing runs if it cannot be recorded; a read-only call's decision is instead
+//! recorded with its outcome, in one record) → deny, or run the tool with the final arguments
+//! (deserialising them is the re-validation after rewrites) → audit the outcome → result. Every exit path leaves an audit record. Proxied tools (`<proxy>__<tool>`) take the
 //! same path; only the run step differs ([`crate::proxy::run`]).
 
 use std::cell::RefCell;
@@ -53,6 +53,14 @@ impl CallResult {
             proxied: None,
         }
     }
+}
+
+/// Where a call's decision record is.
+enum Recorded {
+    /// Durable before the call ran (calls that may change something, and denials).
+    Ahead(crate::audit::Receipt),
+    /// Written with the outcome, after a read-only call ran.
+    Deferred(Box<Entry>),
 }
 
 /// What a call runs: a builtin tool or a proxied server's tool.
@@ -342,22 +350,29 @@ impl Gateway {
                 format!("unknown tool `{name}`; call tools/list for the tools you may use")
             });
             let record = self.outcome_record(caller, name, None, Err(&ToolError(message.clone())));
-            return self.finish(
-                record.duration(started.elapsed()),
-                CallResult::error(message),
-            );
+            let record = record.duration(started.elapsed());
+            return self.finish(vec![record], CallResult::error(message));
         };
         let mut call = self.policy_input(caller, &target, Phase::Call, arguments);
         normalize_call(&mut call);
         let live = self.live();
         let decided = live.chain.evaluate(&call);
-        let receipt = match self.audit.append(Entry::call(&call, &decided)) {
-            Ok(receipt) => receipt,
-            Err(e) => {
-                return CallResult::error(format!(
-                    "refused: the audit log cannot record this call ({e})"
-                ));
+        // Write-ahead: a call that may change something is recorded before it runs, and nothing
+        // runs if it cannot be. A read-only call's decision waits for its outcome and both are
+        // one record (one fsync): nothing reaches the agent before it is durable, and a read
+        // that never completes had no effect to record.
+        let decision_record = Entry::call(&call, &decided);
+        let recorded = if decided.is_denied() || !call.read_only {
+            match self.audit.append(decision_record) {
+                Ok(receipt) => Recorded::Ahead(receipt),
+                Err(e) => {
+                    return CallResult::error(format!(
+                        "refused: the audit log cannot record this call ({e})"
+                    ));
+                }
             }
+        } else {
+            Recorded::Deferred(Box::new(decision_record))
         };
         let decision = decided.decision;
         if decision.decision == DecisionKind::Deny {
@@ -368,33 +383,28 @@ impl Gateway {
         // After the policies: a call they refused takes nothing from the tenant's buckets.
         if let Err(retry) = live.limiter.check(&caller.tenant, name) {
             let message = retry.to_string();
-            let record = self
+            let outcome = self
                 .outcome_record(
                     caller,
                     name,
                     call.instance.as_deref(),
                     Err(&ToolError(message.clone())),
                 )
-                .detail("decision_seq", receipt.seq)
                 .detail("retry_after_s", retry.seconds());
-            return self.finish(record, CallResult::error(message));
+            return self.settle(recorded, Vec::new(), outcome, CallResult::error(message));
         }
         let arguments = decision.arguments.unwrap_or(call.arguments);
         let context = self.context(&live.settings, caller, progress);
         let (result, proxied) = self.run(&target, &context, arguments);
-        for event in context.events.take() {
-            let event = event
-                .who(caller.tenant.as_ref(), &caller.principal)
-                .tool(name);
-            if let Err(e) = self.audit.append(event) {
-                return CallResult::error(format!(
-                    "the call ran but its events could not be recorded in the audit log ({e}); check its result before retrying"
-                ));
-            }
-        }
-        let record = self
+        let events = (context.events.take().into_iter())
+            .map(|event| {
+                event
+                    .who(caller.tenant.as_ref(), &caller.principal)
+                    .tool(name)
+            })
+            .collect();
+        let outcome = self
             .outcome_record(caller, name, call.instance.as_deref(), result.as_ref())
-            .detail("decision_seq", receipt.seq)
             .duration(started.elapsed());
         let response = match result {
             Ok(output) => CallResult {
@@ -405,7 +415,7 @@ impl Gateway {
             },
             Err(e) => CallResult::error(e.0),
         };
-        self.finish(record, response)
+        self.settle(recorded, events, outcome, response)
     }
 
     /// A builtin tool, else a proxied one (`<proxy>__<tool>`) some proxy currently offers.
@@ -532,9 +542,31 @@ impl Gateway {
         }
     }
 
-    /// Appends the outcome record; a result that cannot be recorded is not returned as success.
-    fn finish(&self, record: Entry, response: CallResult) -> CallResult {
-        match self.audit.append(record) {
+    /// Makes a call's records durable, in one batch, before its result goes back: the events it
+    /// caused, then its outcome — a record pointing at the write-ahead decision, or the
+    /// deferred decision record completed with the outcome.
+    fn settle(
+        &self,
+        decision: Recorded,
+        mut records: Vec<Entry>,
+        outcome: Entry,
+        response: CallResult,
+    ) -> CallResult {
+        records.push(match decision {
+            Recorded::Ahead(receipt) => outcome.detail("decision_seq", receipt.seq),
+            Recorded::Deferred(decision) => Entry {
+                outcome: outcome.outcome,
+                duration_ms: outcome.duration_ms,
+                detail: outcome.detail,
+                ..*decision
+            },
+        });
+        self.finish(records, response)
+    }
+
+    /// Appends the records; a result that cannot be recorded is not returned as success.
+    fn finish(&self, records: Vec<Entry>, response: CallResult) -> CallResult {
+        match self.audit.append_all(records) {
             Ok(_) => response,
             Err(e) => CallResult::error(format!(
                 "the call ran but its outcome could not be recorded in the audit log ({e}); check its result before retrying"

@@ -55,9 +55,34 @@ fn create_write_read_round_trip_is_audited_and_replays() {
     let audit_dir = dir.path().join("state/audit");
     let report = verify(&audit_dir, None).unwrap();
     assert!(report.intact, "{report:?}");
-    // Three decision records, three outcome records and the instance's creation.
-    assert_eq!(report.records, 7);
+    // Create and write: a decision written ahead and an outcome each; the read: one record
+    // holding both (one fsync); and the instance's creation.
+    assert_eq!(report.records, 6);
     let log = std::fs::read_to_string(audit_dir.join("audit-000001.jsonl")).unwrap();
+    let records: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let read = records.last().unwrap();
+    assert_eq!(
+        (
+            &read["tool"],
+            &read["decision"]["decision"],
+            &read["outcome"]["bytes"]
+        ),
+        (&json!("read_file"), &json!("allow"), &json!(5)),
+        "{read}"
+    );
+    assert!(
+        read["call"].is_object() && read["duration_ms"].is_number(),
+        "{read}"
+    );
+    let write_outcome = &records[records.len() - 2];
+    assert_eq!(
+        write_outcome["detail"]["decision_seq"],
+        records[records.len() - 3]["seq"],
+        "a write's outcome points at the decision written before it ran: {log}"
+    );
     let created: Vec<Value> = log
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
@@ -77,7 +102,7 @@ fn create_write_read_round_trip_is_audited_and_replays() {
         "write_file content is redacted in the audit log"
     );
     let (cases, skipped) = parse_cases(&log).unwrap();
-    assert_eq!((cases.len(), skipped), (3, 4));
+    assert_eq!((cases.len(), skipped), (3, 3));
     let engine = PolicyEngine::new(EngineSettings {
         cache_dir: None,
         ..EngineSettings::default()

@@ -1,6 +1,6 @@
 //! [`AuditLog`]: the handle the gateway appends through.
 //!
-//! Group commit: callers serialise and redact their entry on their own thread, hand the bytes
+//! Group commit: callers serialise and redact their entries on their own thread, hand the bytes
 //! to one writer thread and block; the writer takes everything queued (while it was busy
 //! syncing the previous batch, more callers arrived), writes it as one batch with one
 //! `fdatasync`, and wakes each caller with its receipt — or with the same error for every
@@ -57,15 +57,16 @@ struct Counters {
     records: AtomicU64,
 }
 
-type Reply = Sender<Result<Receipt, AuditError>>;
+type Reply<T> = Sender<Result<T, AuditError>>;
 
 enum Request {
+    /// Records that go into one batch, next to each other and in this order.
     Append {
-        body: Vec<u8>,
-        reply: Reply,
+        bodies: Vec<Vec<u8>>,
+        reply: Reply<Vec<Receipt>>,
     },
     Head {
-        reply: Reply,
+        reply: Reply<Receipt>,
     },
     #[cfg(test)]
     Inject(super::writer::Inject),
@@ -112,10 +113,25 @@ impl AuditLog {
 
     /// Redacts and appends one record; returns once it is durable. On `Err` the record is not
     /// in the log and the call it describes must be refused.
-    pub fn append(&self, mut entry: Entry) -> Result<Receipt, AuditError> {
-        self.redaction.apply(&mut entry);
-        let body = encode_body(&entry);
-        self.ask(|reply| Request::Append { body, reply })
+    pub fn append(&self, entry: Entry) -> Result<Receipt, AuditError> {
+        let mut receipts = self.append_all(vec![entry])?;
+        receipts.pop().ok_or(AuditError::Closed)
+    }
+
+    /// Redacts and appends the records next to each other, in order, in one batch (one
+    /// `fdatasync`); returns once all are durable. On `Err` none of them is in the log.
+    pub fn append_all(&self, entries: Vec<Entry>) -> Result<Vec<Receipt>, AuditError> {
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let bodies = entries
+            .into_iter()
+            .map(|mut entry| {
+                self.redaction.apply(&mut entry);
+                encode_body(&entry)
+            })
+            .collect();
+        self.ask(|reply| Request::Append { bodies, reply })
     }
 
     /// The last durable record of the log (written by any process) as a checkpoint to export.
@@ -156,7 +172,7 @@ impl AuditLog {
         }
     }
 
-    fn ask(&self, request: impl FnOnce(Reply) -> Request) -> Result<Receipt, AuditError> {
+    fn ask<T>(&self, request: impl FnOnce(Reply<T>) -> Request) -> Result<T, AuditError> {
         let (reply, answer) = bounded(1);
         let requests = self.requests.as_ref().ok_or(AuditError::Closed)?;
         requests
@@ -183,15 +199,19 @@ impl Drop for AuditLog {
 
 fn run(mut writer: Writer, queue: &Receiver<Request>, counters: &Counters) {
     while let Ok(first) = queue.recv() {
+        // Each caller's records, and how many they are, in batch order.
         let (mut bodies, mut replies, mut heads) = (Vec::new(), Vec::new(), Vec::new());
         let mut bytes = 0;
         let mut next = Some(first);
         while let Some(request) = next.take() {
             match request {
-                Request::Append { body, reply } => {
-                    bytes += body.len();
-                    bodies.push(body);
-                    replies.push(reply);
+                Request::Append {
+                    bodies: mine,
+                    reply,
+                } => {
+                    bytes += mine.iter().map(Vec::len).sum::<usize>();
+                    replies.push((reply, mine.len()));
+                    bodies.extend(mine);
                 }
                 Request::Head { reply } => heads.push(reply),
                 #[cfg(test)]
@@ -209,12 +229,13 @@ fn run(mut writer: Writer, queue: &Receiver<Request>, counters: &Counters) {
                     counters
                         .records
                         .fetch_add(receipts.len() as u64, Ordering::Relaxed);
-                    for (reply, receipt) in replies.into_iter().zip(receipts) {
-                        let _ = reply.send(Ok(receipt));
+                    let mut receipts = receipts.into_iter();
+                    for (reply, count) in replies {
+                        let _ = reply.send(Ok(receipts.by_ref().take(count).collect()));
                     }
                 }
                 Err(error) => {
-                    for reply in replies {
+                    for (reply, _) in replies {
                         let _ = reply.send(Err(error.clone()));
                     }
                 }
