@@ -72,6 +72,8 @@ impl<R: AsyncRead + Unpin> AsyncRead for CappedLines<R> {
             longest = longest.max(this.line);
         }
         if longest > this.limit {
+            // A failed read hands back nothing (tokio's contract for `poll_read`).
+            buf.set_filled(before);
             this.tripped.store(true, Ordering::SeqCst);
             return Poll::Ready(Err(this.over()));
         }
