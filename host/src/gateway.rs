@@ -74,7 +74,8 @@ pub struct Gateway {
     /// Settings and policy chain, replaced whole by [`Gateway::reload`]; each call takes one
     /// snapshot at its start, so a reload never changes a call half-way.
     live: RwLock<Arc<Live>>,
-    audit: AuditLog,
+    /// Shared with the proxies, which record their servers' lives.
+    audit: Arc<AuditLog>,
     state: State,
     jobs: Jobs,
     /// Proxied MCP servers (`[proxied_mcps]`, restart-only like the executors).
@@ -127,7 +128,7 @@ impl Gateway {
         let engine = PolicyEngine::new(settings.engine.clone())?;
         let chain = settings.build_chain(&engine)?;
         let state = State::open(&settings.state_dir)?;
-        let audit = AuditLog::open(&settings.audit_dir, settings.audit.clone())?;
+        let audit = Arc::new(AuditLog::open(&settings.audit_dir, settings.audit.clone())?);
         let jobs = Jobs::new(
             settings.sandbox.clone(),
             settings.slurm.clone(),
@@ -139,6 +140,7 @@ impl Gateway {
             &settings.proxied_mcps,
             &settings.sandbox,
             settings.state_dir.join("tmp").join("proxy"),
+            Some(audit.clone()),
         );
         let gateway = Gateway {
             live: RwLock::new(Arc::new(Live {
@@ -283,8 +285,9 @@ impl Gateway {
         Ok(())
     }
 
-    /// Records a clean stop.
+    /// Stops the proxied servers (each audited) and records a clean stop.
     pub fn stopped(&self, transport: &str) -> anyhow::Result<()> {
+        self.proxies.stop_all();
         self.audit.append(
             Entry::new(Event::GatewayStopped)
                 .detail("transport", transport)
@@ -316,11 +319,12 @@ impl Gateway {
             .collect()
     }
 
-    /// The proxied tools `caller` may see (list phase), as the remote servers describe them.
+    /// The proxied tools `caller` may see (list phase), as the remote servers describe them:
+    /// discovery's, plus those the caller's own tenant's servers announced since.
     pub fn proxied_tools(&self, caller: &Caller) -> Vec<Arc<ProxiedTool>> {
         let live = self.live();
         self.proxies
-            .tools()
+            .tools(&caller.tenant)
             .into_iter()
             .filter(|tool| {
                 let target = Target::Proxied(tool.clone());
@@ -345,7 +349,8 @@ impl Gateway {
         progress: &(dyn Fn(Progress) + Sync),
     ) -> CallResult {
         let started = Instant::now();
-        let Some(target) = self.target(name) else {
+        let instance = arguments.get("instance_id").and_then(Value::as_str);
+        let Some(target) = self.target(caller, instance, name) else {
             let message = self.proxies.unavailable(name).unwrap_or_else(|| {
                 format!("unknown tool `{name}`; call tools/list for the tools you may use")
             });
@@ -418,11 +423,13 @@ impl Gateway {
         self.settle(recorded, events, outcome, response)
     }
 
-    /// A builtin tool, else a proxied one (`<proxy>__<tool>`) some proxy currently offers.
-    fn target(&self, name: &str) -> Option<Target> {
-        Tool::from_name(name)
-            .map(Target::Builtin)
-            .or_else(|| self.proxies.find(name).map(Target::Proxied))
+    /// A builtin tool, else a proxied one (`<proxy>__<tool>`) as the caller's instance sees it.
+    fn target(&self, caller: &Caller, instance: Option<&str>, name: &str) -> Option<Target> {
+        Tool::from_name(name).map(Target::Builtin).or_else(|| {
+            self.proxies
+                .find(&caller.tenant, instance, name)
+                .map(Target::Proxied)
+        })
     }
 
     /// The run step: the builtin tool, or the proxied server (whose raw result comes back too).

@@ -18,6 +18,7 @@ use tokio::sync::Semaphore;
 
 use crate::config::ResultType;
 use crate::gateway::{Caller, Gateway};
+use crate::proxy::Change;
 use crate::tools::{Progress, ToolSpec};
 
 const INSTRUCTIONS: &str = "hpcgate runs your work on an HPC cluster under the site's policies. \
@@ -97,23 +98,33 @@ impl ServerHandler for McpServer {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        // Proxied tools appear when background discovery finishes, and change when a server
-        // says so: tell the client to list again. Ends with the session or the gateway.
+        // Proxied tools appear when background discovery finishes, and change for one tenant
+        // when one of its servers says so: tell the client to list again, only if the change
+        // concerns its caller (a session whose caller is unknown hears only of discovery).
+        // Ends with the session or the gateway.
         let Some(mut changes) = self.gateway.proxies().subscribe() else {
             return;
         };
+        let tenant = self
+            .caller
+            .clone()
+            .or_else(|| crate::http::request_caller(&context.extensions))
+            .map(|c| c.tenant);
         let peer = context.peer;
         tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
             loop {
                 let changed =
-                    tokio::time::timeout(std::time::Duration::from_secs(30), changes.changed())
-                        .await;
-                match changed {
-                    Ok(Ok(())) if peer.notify_tool_list_changed().await.is_err() => return,
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => return,
+                    tokio::time::timeout(std::time::Duration::from_secs(30), changes.recv()).await;
+                let concerns_us = match changed {
+                    Ok(Ok(Change::Everyone)) | Ok(Err(RecvError::Lagged(_))) => true,
+                    Ok(Ok(Change::Tenant(t))) => tenant.as_ref() == Some(&t),
+                    Ok(Err(RecvError::Closed)) => return,
                     Err(_) if peer.is_transport_closed() => return,
-                    Err(_) => {}
+                    Err(_) => false,
+                };
+                if concerns_us && peer.notify_tool_list_changed().await.is_err() {
+                    return;
                 }
             }
         });

@@ -40,10 +40,18 @@ pub enum Event {
     AuditRepaired,
     /// `hpcgate tenant add|token|list` ran; `detail.action` says which (never a token or hash).
     TenantAdmin,
+    /// A proxied server started for a tenant's instance; `detail.proxy`, `detail.server`.
+    ProxyStarted,
+    /// A proxied server was stopped; `detail.reason` = idle | archive | shutdown | overflow.
+    ProxyStopped,
+    /// A proxied server ended on its own; the outcome has its exit code and when.
+    ProxyCrashed,
+    /// A proxy's discovery failed (its tools are not offered); the outcome says why.
+    ProxyDiscoveryFailed,
 }
 
 impl Event {
-    pub const ALL: [Event; 15] = [
+    pub const ALL: [Event; 19] = [
         Event::Call,
         Event::InstanceCreated,
         Event::InstanceArchived,
@@ -59,6 +67,10 @@ impl Event {
         Event::GatewayStopped,
         Event::AuditRepaired,
         Event::TenantAdmin,
+        Event::ProxyStarted,
+        Event::ProxyStopped,
+        Event::ProxyCrashed,
+        Event::ProxyDiscoveryFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -78,6 +90,10 @@ impl Event {
             Event::GatewayStopped => "gateway.stopped",
             Event::AuditRepaired => "audit.repaired",
             Event::TenantAdmin => "tenant.admin",
+            Event::ProxyStarted => "proxy.started",
+            Event::ProxyStopped => "proxy.stopped",
+            Event::ProxyCrashed => "proxy.crashed",
+            Event::ProxyDiscoveryFailed => "proxy.discovery_failed",
         }
     }
 }

@@ -1,9 +1,9 @@
 //! What each proxied server offers: its discovered tools as hpcgate exposes them
 //! (`<proxy>__<tool>`), or why discovery failed (for `doctor` and the log).
 //!
-//! One list per proxy, not per instance: discovery fills it at start, and a
-//! `notifications/tools/list_changed` from any of the proxy's servers replaces it with that
-//! server's new list (servers of one proxy run the same program, so their lists agree).
+//! One list per proxy: discovery fills it at start, and it is the baseline every tenant sees.
+//! A running server's `notifications/tools/list_changed` never changes it: what that server
+//! announces applies to its own (tenant, instance) only (see [`super::overlay`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -11,6 +11,21 @@ use std::sync::{Arc, RwLock};
 use rmcp::model::Tool;
 
 use super::schema;
+use crate::state::TenantName;
+
+/// Who a change of the proxied tools concerns, for MCP sessions to send
+/// `notifications/tools/list_changed` to exactly them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The baseline changed (a discovery finished).
+    Everyone,
+    /// One of this tenant's running servers announced or dropped its own list.
+    Tenant(TenantName),
+}
+
+/// Changes kept for a session that has not read them yet; one that falls further behind is
+/// told the list changed (a notification carries no data, so a spare one is harmless).
+const CHANGES_KEPT: usize = 64;
 
 /// A remote tool as exposed by hpcgate.
 #[derive(Debug, Clone)]
@@ -75,19 +90,19 @@ pub enum Discovery {
     Failed(String),
 }
 
-/// Every proxy's discovery state, and a counter bumped whenever it changes (for MCP sessions
-/// to send `notifications/tools/list_changed`).
+/// Every proxy's discovery state, and the changes of the proxied tools (baseline and
+/// per-tenant) for MCP sessions to send `notifications/tools/list_changed`.
 #[derive(Debug)]
 pub struct Catalog {
     map: RwLock<BTreeMap<String, Discovery>>,
-    changes: tokio::sync::watch::Sender<u64>,
+    changes: tokio::sync::broadcast::Sender<Change>,
 }
 
 impl Default for Catalog {
     fn default() -> Self {
         Catalog {
             map: RwLock::default(),
-            changes: tokio::sync::watch::Sender::new(0),
+            changes: tokio::sync::broadcast::Sender::new(CHANGES_KEPT),
         }
     }
 }
@@ -98,25 +113,24 @@ impl Catalog {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(proxy.to_owned(), discovery);
-        self.changes.send_modify(|n| *n += 1);
+        self.notify(Change::Everyone);
     }
 
-    /// Wakes on every change of any proxy's tools.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+    /// Tells the subscribed sessions (none may be listening: that is fine).
+    pub fn notify(&self, change: Change) {
+        let _ = self.changes.send(change);
+    }
+
+    /// Every change of the proxied tools, for whoever it concerns.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Change> {
         self.changes.subscribe()
     }
 
-    /// Replaces a proxy's tools with `remote` (as listed by one of its servers).
+    /// Sets a proxy's baseline to `remote` (as listed by its discovery server).
     pub fn set_tools(&self, proxy: &str, remote: &[Tool]) -> usize {
-        let tools: Vec<_> = remote
-            .iter()
-            .filter_map(|t| {
-                let exposed = ProxiedTool::expose(proxy, t);
-                if exposed.is_none() {
-                    tracing_skip(proxy, &t.name);
-                }
-                exposed.map(Arc::new)
-            })
+        let tools: Vec<_> = expose_all(proxy, remote)
+            .into_iter()
+            .map(Arc::new)
             .collect();
         let n = tools.len();
         self.set(proxy, Discovery::Ready(tools));
@@ -155,6 +169,20 @@ impl Catalog {
     pub fn snapshot(&self) -> BTreeMap<String, Discovery> {
         self.map.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
+}
+
+/// `remote` as exposed for `proxy`, skipping (and logging) names hpcgate would not expose.
+pub fn expose_all(proxy: &str, remote: &[Tool]) -> Vec<ProxiedTool> {
+    remote
+        .iter()
+        .filter_map(|t| {
+            let exposed = ProxiedTool::expose(proxy, t);
+            if exposed.is_none() {
+                tracing_skip(proxy, &t.name);
+            }
+            exposed
+        })
+        .collect()
 }
 
 fn tracing_skip(proxy: &str, name: &str) {

@@ -5,7 +5,7 @@
 //! KiB are kept, for the log). A closed transport means the server is gone: the call in
 //! flight gets [`ProxyError::Crashed`], and the manager starts a new server on the next call.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,23 +15,29 @@ use rmcp::model::{
     Implementation, Tool,
 };
 use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
 use serde_json::{Map, Value};
 use tokio::io::AsyncReadExt;
 
-use super::catalog::Catalog;
+use super::capped::{CappedLines, MESSAGE_MARGIN};
 use super::error::ProxyError;
+use super::lifecycle::{Lifecycle, Stop};
+use super::overlay::Announcer;
 use super::spawner::Spawner;
 
 /// Bytes of a server's stderr kept for the log.
 const STDERR_TAIL: usize = 4096;
 
-/// The rmcp client side: identifies hpcgate and refreshes the catalog on `list_changed`.
+/// The rmcp client side: identifies hpcgate and, on `list_changed`, records the server's new
+/// list for its own (tenant, instance).
 #[derive(Clone)]
 pub struct Handler {
     pub proxy: String,
     /// `None` for a discovery client, whose list is read once anyway.
-    pub catalog: Option<Arc<Catalog>>,
+    pub announcer: Option<Announcer>,
+    /// The audit records of a call server's life; `None` for a discovery client.
+    pub lifecycle: Option<Arc<Lifecycle>>,
 }
 
 impl ClientHandler for Handler {
@@ -43,7 +49,7 @@ impl ClientHandler for Handler {
     }
 
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
-        let Some(catalog) = self.catalog.clone() else {
+        let Some(announcer) = self.announcer.clone() else {
             return;
         };
         let (proxy, peer) = (self.proxy.clone(), context.peer);
@@ -52,9 +58,13 @@ impl ClientHandler for Handler {
         tokio::spawn(async move {
             match peer.list_all_tools().await {
                 Ok(tools) => {
-                    let n = catalog.set_tools(&proxy, &tools);
+                    let n = announcer
+                        .overlays
+                        .announce(&announcer.key, announcer.server, &tools);
+                    let key = &announcer.key;
                     super::log(&format!(
-                        "proxied server `{proxy}` changed its tools: {n} now"
+                        "proxied server `{proxy}` of tenant `{}` instance `{}` changed its tools: {n} now, for that instance only",
+                        key.tenant, key.instance
                     ));
                 }
                 Err(e) => super::log(&format!(
@@ -68,6 +78,12 @@ impl ClientHandler for Handler {
 /// A started server with its client.
 pub struct Client {
     pub proxy: String,
+    announcer: Option<Announcer>,
+    lifecycle: Option<Arc<Lifecycle>>,
+    /// `proxied_mcps.<proxy>.max_result_bytes`.
+    max_result_bytes: u64,
+    /// Set once the server sent a message over the cap (see [`CappedLines`]).
+    overflowed: Arc<AtomicBool>,
     service: Mutex<Service>,
     running: tokio::sync::Mutex<Option<RunningService<RoleClient, Handler>>>,
     peer: Peer<RoleClient>,
@@ -78,16 +94,19 @@ pub struct Client {
 
 impl Client {
     /// Starts `argv` in a sandbox built from `spec` and completes the MCP handshake within
-    /// `timeout`.
+    /// `timeout`. No message the server sends may be longer than `max_result_bytes` plus
+    /// [`MESSAGE_MARGIN`].
     pub async fn start(
         spawner: &Spawner,
         spec: SandboxSpec,
         argv: Vec<String>,
         label: String,
         handler: Handler,
-        timeout: Duration,
+        (timeout, max_result_bytes): (Duration, u64),
     ) -> Result<Client, ProxyError> {
         let proxy = handler.proxy.clone();
+        let announcer = handler.announcer.clone();
+        let lifecycle = handler.lifecycle.clone();
         let start_error = |reason: String| ProxyError::Start {
             proxy: proxy.clone(),
             reason,
@@ -110,7 +129,13 @@ impl Client {
         };
         let tail = Arc::new(Mutex::new(Vec::new()));
         tokio::spawn(drain(stderr, tail.clone()));
-        let running = match tokio::time::timeout(timeout, handler.serve((stdout, stdin))).await {
+        let stdout = CappedLines::new(stdout, max_result_bytes.saturating_add(MESSAGE_MARGIN));
+        let overflowed = stdout.tripped();
+        // The cap is ours (`CappedLines` stops the stream); rmcp's own line limit would
+        // instead drop an over-long line and leave the call waiting for its timeout.
+        let transport = AsyncRwTransport::<RoleClient, _, _>::new(stdout, stdin)
+            .with_max_line_length(usize::MAX);
+        let running = match tokio::time::timeout(timeout, handler.serve(transport)).await {
             Ok(Ok(running)) => running,
             Ok(Err(e)) => {
                 let exit = service.kill();
@@ -129,6 +154,10 @@ impl Client {
         };
         Ok(Client {
             proxy,
+            announcer,
+            lifecycle,
+            max_result_bytes,
+            overflowed,
             peer: running.peer().clone(),
             running: tokio::sync::Mutex::new(Some(running)),
             service: Mutex::new(service),
@@ -177,12 +206,24 @@ impl Client {
                 tool: exposed.to_owned(),
                 message: e.message.to_string(),
             }),
+            Ok(Err(_)) if self.overflowed.load(Ordering::SeqCst) => {
+                self.end(Stop::Overflow, Some(exposed)).await;
+                super::log(&format!(
+                    "proxied server `{}` sent a message over {} bytes during `{exposed}`; stopped it",
+                    self.proxy, self.max_result_bytes
+                ));
+                Err(ProxyError::Overflow {
+                    proxy: self.proxy.clone(),
+                    tool: exposed.to_owned(),
+                    limit: self.max_result_bytes,
+                })
+            }
             Ok(Err(e)) => {
                 let how = if self.is_alive() {
                     format!("the connection failed: {e}")
                 } else {
                     self.settle().await;
-                    let exit = self.stop().await;
+                    let exit = self.end(Stop::Crashed, Some(exposed)).await;
                     super::log(&format!(
                         "proxied server `{}` stopped during `{exposed}`{}; its last stderr: {}",
                         self.proxy,
@@ -197,6 +238,13 @@ impl Client {
                     how,
                 })
             }
+        }
+    }
+
+    /// Records that the server started (for a call).
+    pub fn started(&self) {
+        if let Some(lifecycle) = &self.lifecycle {
+            lifecycle.started();
         }
     }
 
@@ -239,15 +287,30 @@ impl Client {
         Some(*self.last_used.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Stops the client and kills the whole sandbox; idempotent. Returns how it ended.
-    pub async fn stop(&self) -> Option<ExitInfo> {
+    /// Stops the client and kills the whole sandbox; idempotent. Returns how it ended. What
+    /// the server announced goes with it: its instance is back on the baseline. The first
+    /// stop is audited, with `why` (or as a crash if the server was already gone).
+    pub async fn stop(&self, why: Stop) -> Option<ExitInfo> {
+        self.end(why, None).await
+    }
+
+    async fn end(&self, why: Stop, tool: Option<&str>) -> Option<ExitInfo> {
+        let was_alive = self.is_alive();
         if let Some(running) = self.running.lock().await.take() {
             let _ = running.cancel().await;
         }
-        self.service
+        if let Some(a) = &self.announcer {
+            a.overlays.forget(&a.key, a.server);
+        }
+        let exit = self
+            .service
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .kill()
+            .kill();
+        if let Some(lifecycle) = &self.lifecycle {
+            lifecycle.ended(why, was_alive, tool, exit);
+        }
+        exit
     }
 
     fn stderr_tail(&self) -> String {

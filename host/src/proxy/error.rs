@@ -34,11 +34,20 @@ pub enum ProxyError {
         message: String,
     },
     #[error(
-        "the result of `{tool}` is {bytes} bytes, over the limit of {limit}; ask for less (e.g. a smaller range or fewer entries)"
+        "the result of `{tool}` is {bytes} bytes, over the limit of {limit}; ask for less (e.g. a smaller range or fewer entries), or ask the admin to raise `proxied_mcps.{proxy}.max_result_bytes`"
     )]
     TooLarge {
+        proxy: String,
         tool: String,
         bytes: u64,
+        limit: u64,
+    },
+    #[error(
+        "the reply to `{tool}` grew over the limit of {limit} bytes and was cut off unread; proxied server `{proxy}` was stopped and the next call restarts it; ask for less (e.g. a smaller range or fewer entries), or ask the admin to raise `proxied_mcps.{proxy}.max_result_bytes`"
+    )]
+    Overflow {
+        proxy: String,
+        tool: String,
         limit: u64,
     },
     #[error(

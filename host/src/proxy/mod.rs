@@ -4,8 +4,11 @@
 //! The [`ProxyManager`] is owned by the gateway. It keeps
 //! - the [`Catalog`]: each proxy's tools, found at start by a throwaway server in a sandbox
 //!   with empty scratch directories, in the background (a slow or broken server never delays
-//!   or breaks the gateway's start; its failure is kept for `doctor` and logged), refreshed on
-//!   `notifications/tools/list_changed`;
+//!   or breaks the gateway's start; its failure is kept for `doctor` and logged). It is the
+//!   baseline every tenant sees;
+//! - the [`overlay`]s: what a running server announces later
+//!   (`notifications/tools/list_changed`) applies to its own (tenant, instance) only — one
+//!   tenant's server can never add, remove or change another tenant's tools;
 //! - the clients: one server per (tenant, instance, proxy), never shared across tenants or
 //!   instances, started lazily inside the instance's sandbox (workspace and output mounted,
 //!   the sandbox's limits, environment = `[sandbox] env_allow` + the proxy's `env`, the
@@ -21,9 +24,12 @@
 //! The policy chain, audit and result shaping stay in the gateway's one dispatch function:
 //! this module only lists and runs.
 
+mod capped;
 mod catalog;
 mod client;
 mod error;
+mod lifecycle;
+mod overlay;
 mod run;
 mod schema;
 mod spawner;
@@ -38,18 +44,21 @@ use hpcgate_executors::sandbox::SandboxSpec;
 use rmcp::model::CallToolResult;
 use serde_json::{Map, Value};
 
-pub use catalog::{Catalog, Discovery, ProxiedTool};
+pub use catalog::{Catalog, Change, Discovery, ProxiedTool};
 pub use error::ProxyError;
 pub use run::run;
 pub use schema::{INSTANCE_ID, to_remote};
 
+use crate::audit::AuditLog;
 use crate::config::{ProxySettings, SandboxSettings};
 use crate::state::{InstancePathsAmbient, TenantName};
 use client::{Client, Handler};
+use lifecycle::{Lifecycle, Stop};
+use overlay::{Announcer, Overlays};
 use spawner::Spawner;
 
 /// One client per (tenant, instance, proxy).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Key {
     tenant: TenantName,
     instance: String,
@@ -65,9 +74,13 @@ struct Inner {
     /// Empty workspace and output directories for discovery servers are made below it.
     scratch: PathBuf,
     catalog: Arc<Catalog>,
+    overlays: Arc<Overlays>,
     clients: Mutex<HashMap<Key, Arc<Slot>>>,
     spawner: Spawner,
     starts: AtomicU64,
+    /// Where servers' starts, stops and crashes and discovery failures are recorded (`None`
+    /// for `doctor`'s throwaway manager).
+    audit: Option<Arc<AuditLog>>,
 }
 
 /// The proxied servers of one gateway.
@@ -79,11 +92,13 @@ pub struct ProxyManager {
 
 impl ProxyManager {
     /// Starts discovery of every proxy in the background and returns at once. `scratch` is a
-    /// private directory for discovery's empty workspaces (e.g. under the state directory).
+    /// private directory for discovery's empty workspaces (e.g. under the state directory);
+    /// servers' lives and discovery failures are recorded in `audit`.
     pub fn start(
         proxies: &BTreeMap<String, ProxySettings>,
         sandbox: &SandboxSettings,
         scratch: PathBuf,
+        audit: Option<Arc<AuditLog>>,
     ) -> ProxyManager {
         if proxies.is_empty() {
             return ProxyManager {
@@ -120,10 +135,12 @@ impl ProxyManager {
             proxies: proxies.clone(),
             sandbox: sandbox.clone(),
             scratch,
+            overlays: Arc::new(Overlays::new(catalog.clone())),
             catalog,
             clients: Mutex::new(HashMap::new()),
             spawner,
             starts: AtomicU64::new(0),
+            audit,
         });
         for name in proxies.keys() {
             inner.catalog.set(name, Discovery::Pending);
@@ -138,18 +155,25 @@ impl ProxyManager {
         }
     }
 
-    /// Every exposed tool of every proxy whose discovery succeeded (before policy).
-    pub fn tools(&self) -> Vec<Arc<ProxiedTool>> {
+    /// The exposed tools `tenant` may list (before policy): every proxy's discovered tools,
+    /// plus those the tenant's own running servers announced since (see [`overlay`]).
+    pub fn tools(&self, tenant: &TenantName) -> Vec<Arc<ProxiedTool>> {
         self.inner
             .as_ref()
-            .map(|i| i.catalog.tools())
+            .map(|i| i.overlays.listed(tenant))
             .unwrap_or_default()
     }
 
-    /// The tool exposed as `name`, if a proxy offers it. A call that races its proxy's
-    /// discovery (just after start) waits for it, at most twice its `start_timeout`, rather
-    /// than failing as an unknown tool.
-    pub fn find(&self, name: &str) -> Option<Arc<ProxiedTool>> {
+    /// The tool exposed as `name` as a call by `tenant` on `instance` sees it: from that
+    /// instance's running server if it announced its own list, else from discovery. A call
+    /// that races its proxy's discovery (just after start) waits for it, at most twice its
+    /// `start_timeout`, rather than failing as an unknown tool.
+    pub fn find(
+        &self,
+        tenant: &TenantName,
+        instance: Option<&str>,
+        name: &str,
+    ) -> Option<Arc<ProxiedTool>> {
         let inner = self.inner.as_ref()?;
         let (proxy, _) = name.split_once("__")?;
         let settings = inner.proxies.get(proxy)?;
@@ -157,7 +181,7 @@ impl ProxyManager {
         while inner.catalog.is_pending(proxy) && std::time::Instant::now() < until {
             std::thread::sleep(Duration::from_millis(10));
         }
-        inner.catalog.find(name)
+        inner.overlays.find(tenant, instance, name)
     }
 
     /// Why `name` is not offered when its proxy exists but could not list its tools: a message
@@ -172,9 +196,10 @@ impl ProxyManager {
         }
     }
 
-    /// Wakes whenever the proxied tools change (discovery finished, a server's
-    /// `list_changed`); `None` when no proxy is configured.
-    pub fn subscribe(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+    /// Every change of the proxied tools and whom it concerns (a discovery finished: everyone;
+    /// a server's `list_changed` or the end of a server that had one: its tenant); `None` when
+    /// no proxy is configured.
+    pub fn subscribe(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
         self.inner.as_ref().map(|i| i.catalog.subscribe())
     }
 
@@ -241,6 +266,7 @@ impl ProxyManager {
             let bytes = serde_json::to_vec(&result).map_or(0, |b| b.len() as u64);
             if bytes > settings.max_result_bytes {
                 return Err(ProxyError::TooLarge {
+                    proxy: key.proxy.clone(),
                     tool: tool.exposed_name.clone(),
                     bytes,
                     limit: settings.max_result_bytes,
@@ -266,14 +292,22 @@ impl ProxyManager {
                 .collect();
             keys.iter().filter_map(|k| clients.remove(k)).collect()
         };
-        self.block(stop_slots(slots));
+        self.block(stop_slots(slots, Stop::Archive));
+    }
+
+    /// Stops every running server (the gateway is stopping); audited as `shutdown`. Blocks.
+    pub fn stop_all(&self) {
+        if let Some(inner) = &self.inner {
+            let slots: Vec<_> = lock(&inner.clients).drain().map(|(_, s)| s).collect();
+            self.block(stop_slots(slots, Stop::Shutdown));
+        }
     }
 
     /// Stops every server; later calls fail with [`ProxyError::ShuttingDown`]. Idempotent.
     pub fn shutdown(&mut self) {
         if let Some(inner) = self.inner.take() {
             let slots: Vec<_> = lock(&inner.clients).drain().map(|(_, s)| s).collect();
-            self.block(stop_slots(slots));
+            self.block(stop_slots(slots, Stop::Shutdown));
         }
         if let Some(runtime) = self.runtime.take() {
             // Not `shutdown_timeout`: the last owner may drop the gateway inside an async
@@ -320,14 +354,20 @@ impl Inner {
                 client.touch();
                 return Ok(client.clone());
             }
-            client.stop().await;
+            // Gone since its last call: audited as a crash.
+            client.stop(Stop::Idle).await;
             *current = None;
         }
         let spec = self.spec(settings, paths.workspace, paths.output);
         let n = self.starts.fetch_add(1, Ordering::SeqCst);
         let handler = Handler {
             proxy: key.proxy.clone(),
-            catalog: Some(self.catalog.clone()),
+            announcer: Some(Announcer {
+                overlays: self.overlays.clone(),
+                key: key.clone(),
+                server: n,
+            }),
+            lifecycle: Some(Arc::new(Lifecycle::new(self.audit.clone(), key.clone(), n))),
         };
         let client = Client::start(
             &self.spawner,
@@ -335,7 +375,7 @@ impl Inner {
             settings.argv.clone(),
             format!("hpcgate-proxy-{}-{n}", std::process::id()),
             handler,
-            settings.start_timeout,
+            (settings.start_timeout, settings.max_result_bytes),
         )
         .await
         .map(Arc::new);
@@ -343,6 +383,7 @@ impl Inner {
             log(&e.to_string());
         }
         let client = client?;
+        client.started();
         *current = Some(client.clone());
         Ok(client)
     }
@@ -357,23 +398,45 @@ impl Inner {
     }
 }
 
+/// First wait before discovery is tried again after a failure; it doubles after each failed
+/// attempt, up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(300);
+
 /// Discovery of one proxy: a throwaway server with empty scratch directories lists its tools.
+/// A failure is kept (for `doctor` and the unavailable-tool message), audited and logged, and
+/// discovery is tried again with exponential backoff until it succeeds (a server whose
+/// dependency came up late is offered without a restart of the gateway).
 async fn discover(inner: Arc<Inner>, proxy: String) {
     let Some(settings) = inner.proxies.get(&proxy).cloned() else {
         return;
     };
-    let outcome = discover_tools(&inner, &settings).await;
-    match outcome {
-        Ok(tools) => {
-            let n = inner.catalog.set_tools(&proxy, &tools);
-            log(&format!("proxied server `{proxy}`: {n} tools discovered"));
+    let mut wait = RETRY_FIRST;
+    for attempt in 1u64.. {
+        match discover_tools(&inner, &settings).await {
+            Ok(tools) => {
+                let n = inner.catalog.set_tools(&proxy, &tools);
+                log(&format!(
+                    "proxied server `{proxy}`: {n} tools discovered (attempt {attempt})"
+                ));
+                return;
+            }
+            Err(reason) => {
+                log(&format!(
+                    "proxied server `{proxy}`: discovery failed, its tools are not offered: {reason}; trying again in {}s",
+                    wait.as_secs()
+                ));
+                lifecycle::discovery_failed(
+                    inner.audit.as_deref(),
+                    &proxy,
+                    &reason,
+                    (attempt, wait),
+                );
+                inner.catalog.set(&proxy, Discovery::Failed(reason));
+            }
         }
-        Err(reason) => {
-            log(&format!(
-                "proxied server `{proxy}`: discovery failed, its tools are not offered: {reason}"
-            ));
-            inner.catalog.set(&proxy, Discovery::Failed(reason));
-        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(RETRY_MAX);
     }
 }
 
@@ -396,7 +459,8 @@ async fn discover_tools(
     let spec = inner.spec(settings, workspace, output);
     let handler = Handler {
         proxy: settings.name.clone(),
-        catalog: None,
+        announcer: None,
+        lifecycle: None,
     };
     let started = Client::start(
         &inner.spawner,
@@ -404,7 +468,7 @@ async fn discover_tools(
         settings.argv.clone(),
         format!("hpcgate-proxy-discover-{}-{n}", std::process::id()),
         handler,
-        settings.start_timeout,
+        (settings.start_timeout, settings.max_result_bytes),
     )
     .await;
     let listed = match &started {
@@ -412,16 +476,16 @@ async fn discover_tools(
         Err(e) => Err(e.to_string()),
     };
     if let Ok(client) = started {
-        client.stop().await;
+        client.stop(Stop::Discovered).await;
     }
     let _ = std::fs::remove_dir_all(&dir);
     listed
 }
 
-async fn stop_slots(slots: Vec<Arc<Slot>>) {
+async fn stop_slots(slots: Vec<Arc<Slot>>, why: Stop) {
     for slot in slots {
         if let Some(client) = slot.lock().await.take() {
-            client.stop().await;
+            client.stop(why).await;
         }
     }
 }
@@ -456,7 +520,7 @@ async fn reap_idle(inner: std::sync::Weak<Inner>, tick: Duration) {
                 !c.is_alive() || c.idle_since().is_some_and(|t| t.elapsed() >= idle)
             });
             if expired && let Some(client) = current.take() {
-                client.stop().await;
+                client.stop(Stop::Idle).await;
             }
         }
     }

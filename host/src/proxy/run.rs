@@ -33,8 +33,22 @@ pub fn run(
     };
     let id = InstanceId::parse(instance)?;
     let paths = state.instance_paths_ambient(tenant, &id)?;
+    // The tool as this instance's server offers it now (its own `list_changed` may have
+    // removed or changed it since the call was resolved, or a policy rewrite moved the call).
+    let Some(current) = manager.find(tenant, Some(id.as_str()), &tool.exposed_name) else {
+        return Err(ToolError(format!(
+            "tool `{}` is not offered on instance `{id}`: its proxied server withdrew it; call tools/list again",
+            tool.exposed_name
+        )));
+    };
+    if tool.read_only && !current.read_only {
+        return Err(ToolError(format!(
+            "tool `{}` on instance `{id}` is no longer the read-only tool the policies judged; call it again",
+            tool.exposed_name
+        )));
+    }
     let result = manager
-        .call(tenant, id.as_str(), paths, tool, arguments)
+        .call(tenant, id.as_str(), paths, &current, arguments)
         .map_err(|e| ToolError(e.to_string()))?;
     let bytes = serde_json::to_vec(&result).map_or(0, |b| b.len() as u64);
     let summary = first_text(&result);

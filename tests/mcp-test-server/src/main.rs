@@ -9,6 +9,7 @@
 //! | `failing` | a remote `isError` result passes through as is |
 //! | `slow` | sleeps `ms` milliseconds: call timeouts and cancellation |
 //! | `huge` | `bytes` of text: the result size cap |
+//! | `flood` | writes a reply of `bytes` bytes straight to stdout, 64 KiB at a time, without holding it: the cap while reading |
 //! | `image` | every content type: text, image, audio, resource link, embedded resource |
 //! | `nested` | a schema with `$defs`, `$ref`, `format` and `additionalProperties: false` |
 //! | `own_instance_id` | a schema with its own `instance_id` property |
@@ -57,6 +58,8 @@ fn tools(extra: bool) -> Vec<Tool> {
         json!({"name": "slow", "description": "Sleep `ms` milliseconds.",
                "inputSchema": {"type": "object", "properties": {"ms": {"type": "integer", "minimum": 0}}, "required": ["ms"]}}),
         json!({"name": "huge", "description": "Return `bytes` bytes of text.",
+               "inputSchema": {"type": "object", "properties": {"bytes": {"type": "integer", "minimum": 0}}, "required": ["bytes"]}}),
+        json!({"name": "flood", "description": "Stream a reply of `bytes` bytes without holding it.",
                "inputSchema": {"type": "object", "properties": {"bytes": {"type": "integer", "minimum": 0}}, "required": ["bytes"]}}),
         json!({"name": "image", "description": "Return one block of every content type.",
                "inputSchema": {"type": "object", "properties": {}}}),
@@ -175,6 +178,13 @@ impl ServerHandler for TestServer {
                 let bytes = int(&args, "bytes")?.max(0) as usize;
                 text("x".repeat(bytes))
             }
+            "flood" => {
+                let bytes = int(&args, "bytes")?.max(0) as u64;
+                match flood(&context.id, bytes) {
+                    Ok(()) => text("flooded"),
+                    Err(e) => Err(McpError::internal_error(e.to_string(), None)),
+                }
+            }
             "image" => result(json!({
                 "content": [
                     {"type": "text", "text": "one of each"},
@@ -224,6 +234,28 @@ impl ServerHandler for TestServer {
             )),
         }
     }
+}
+
+/// Writes the reply to request `id`, a text of `bytes` bytes, to stdout as it goes (rmcp
+/// writes nothing else meanwhile: this is the only request in flight). Blocks the server, as a
+/// hostile one would.
+fn flood(id: &rmcp::model::RequestId, bytes: u64) -> std::io::Result<()> {
+    use std::io::Write;
+    let id = serde_json::to_string(id).map_err(std::io::Error::other)?;
+    let mut out = std::io::stdout().lock();
+    write!(
+        out,
+        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":""#
+    )?;
+    let chunk = [b'x'; 64 * 1024];
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        out.write_all(&chunk[..n])?;
+        left -= n as u64;
+    }
+    out.write_all(b"\"}]}}\n")?;
+    out.flush()
 }
 
 /// The names of this process's environment variables, sorted.

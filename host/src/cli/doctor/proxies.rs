@@ -25,8 +25,12 @@ pub(super) fn proxied_mcps(settings: &Settings) -> Check {
         .map(|p| p.start_timeout)
         .max()
         .unwrap_or_default();
-    let mut manager =
-        ProxyManager::start(&settings.proxied_mcps, &settings.sandbox, scratch.clone());
+    let mut manager = ProxyManager::start(
+        &settings.proxied_mcps,
+        &settings.sandbox,
+        scratch.clone(),
+        None,
+    );
     // Discovery waits for the start, then for `tools/list`: each bounded by `start_timeout`.
     let until = Instant::now() + longest * 2 + Duration::from_secs(2);
     while Instant::now() < until
