@@ -13,6 +13,14 @@
 //! 403, before any MCP handling. Single-tenant (no `[tenants]`) listens only on loopback or a
 //! Unix socket, every caller being `stdio_tenant`; with tenants, TCP callers need a bearer token
 //! or JWT, and Unix-socket peers are mapped by uid (`unix_uids`).
+//!
+//! Who may reach the socket at all: it is created 0600 (only the gateway's own uid), which is
+//! right single-tenant and when `unix_uids` names no uid but the gateway's. When some tenant
+//! maps another uid, an owner-only socket could not serve that uid, so the socket is made
+//! 0666 ([`Identity::socket_mode`]): connecting then proves nothing, and that is fine because
+//! every request is authenticated by the kernel-reported peer uid (`SO_PEERCRED`), which a
+//! client cannot forge, and a uid no tenant maps is refused (403) before any MCP handling.
+//! Operators who want fewer uids to even connect restrict the socket's directory.
 
 use std::future::Future;
 use std::io::Write as _;
@@ -45,7 +53,7 @@ use crate::state::TenantName;
 pub enum Listen {
     /// `host` is an IP address or `localhost`; port 0 picks a free port.
     Tcp { host: String, port: u16 },
-    /// A Unix socket at this path (mode 0600), removed on shutdown.
+    /// A Unix socket at this path (mode [`Identity::socket_mode`]), removed on shutdown.
     Unix(PathBuf),
 }
 
@@ -54,14 +62,29 @@ pub enum Listen {
 pub struct Identity {
     stdio_tenant: TenantName,
     multi_tenant: bool,
+    /// Whether some tenant's `unix_uids` holds a uid other than the gateway's own.
+    foreign_unix_uids: bool,
 }
 
 impl Identity {
     pub fn from_settings(settings: &Settings) -> Identity {
+        let own = rustix::process::geteuid().as_raw();
         Identity {
             stdio_tenant: settings.stdio_tenant.clone(),
             multi_tenant: !settings.tenants.is_empty(),
+            foreign_unix_uids: settings
+                .tenants
+                .values()
+                .flat_map(|tenant| &tenant.unix_uids)
+                .any(|&uid| uid != own),
         }
+    }
+
+    /// The Unix socket's mode: 0600 unless a tenant maps a uid other than the gateway's own,
+    /// then 0666 — every request is still authenticated by its peer uid (see the module doc).
+    /// Decided at start: a reload that maps a first foreign uid needs a restart to reach it.
+    pub fn socket_mode(&self) -> u32 {
+        if self.foreign_unix_uids { 0o666 } else { 0o600 }
     }
 }
 
@@ -104,7 +127,7 @@ pub async fn serve(
                 .context("the HTTP server failed")
         }
         Listen::Unix(socket) => {
-            let listener = bind_unix(&socket)?;
+            let listener = bind_unix(&socket, identity.socket_mode())?;
             let _remove = RemoveOnDrop(socket.clone());
             announce(&format!("unix:{} (MCP at {path})", socket.display()));
             let app = app(mcp_routes(gateway, config, path));
@@ -314,8 +337,8 @@ impl Connected<IncomingStream<'_, UnixListener>> for UnixPeer {
     }
 }
 
-/// Binds `path` with mode 0600, replacing a stale socket and refusing anything else.
-fn bind_unix(path: &Path) -> anyhow::Result<UnixListener> {
+/// Binds `path` with `mode`, replacing a stale socket and refusing anything else.
+fn bind_unix(path: &Path, mode: u32) -> anyhow::Result<UnixListener> {
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("cannot inspect `{}`", path.display())),
@@ -343,7 +366,21 @@ fn bind_unix(path: &Path) -> anyhow::Result<UnixListener> {
     let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
     let bound = UnixListener::bind(path);
     rustix::process::umask(old);
-    bound.with_context(|| format!("cannot listen on the Unix socket `{}`", path.display()))
+    let bound =
+        bound.with_context(|| format!("cannot listen on the Unix socket `{}`", path.display()))?;
+    // Widening after bind opens nothing too early: the wider mode is the intended one.
+    if mode != 0o600 {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).with_context(
+            || {
+                format!(
+                    "cannot set mode {mode:o} on the Unix socket `{}`",
+                    path.display()
+                )
+            },
+        )?;
+    }
+    Ok(bound)
 }
 
 struct RemoveOnDrop(PathBuf);
@@ -409,6 +446,7 @@ mod tests {
         let identity = Identity {
             stdio_tenant: TenantName::parse("default").unwrap(),
             multi_tenant: false,
+            foreign_unix_uids: false,
         };
         for host in ["127.0.0.1", "::1", "localhost"] {
             assert!(check_tcp_host(host, &identity).is_ok(), "{host}");
@@ -424,6 +462,7 @@ mod tests {
         let identity = Identity {
             stdio_tenant: TenantName::parse("default").unwrap(),
             multi_tenant: true,
+            foreign_unix_uids: false,
         };
         for host in ["127.0.0.1", "0.0.0.0", "login1.cluster"] {
             assert!(check_tcp_host(host, &identity).is_ok(), "{host}");

@@ -193,6 +193,15 @@ async fn a_unix_socket_peer_in_no_tenant_is_refused() {
     );
     let socket = dir.path().join("gw.sock");
     let served = Served::start(dir.path(), &config, &["--uds", socket.to_str().unwrap()]).await;
+    let mode = std::fs::symlink_metadata(&socket)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(
+        mode & 0o777,
+        0o666,
+        "another uid is mapped: socket mode {mode:o}"
+    );
     let stream = UnixStream::connect(&socket).await.unwrap();
     let (status, body) = exchange(stream, "POST", "/mcp", &MCP_POST, INITIALIZE).await;
     assert_eq!(status, 403, "{body}");
