@@ -5,7 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The proxy tests bind binaries from the target dir into the sandbox, and binds under /tmp are
+# refused (the sandbox has its own /tmp): a checkout under /tmp builds into /var/tmp instead.
+if [[ -z "${CARGO_TARGET_DIR:-}" && "$PWD" == /tmp/* ]]; then
+    export CARGO_TARGET_DIR="/var/tmp/hpcgate-target/$(printf '%s' "$PWD" | sha256sum | cut -c1-16)"
+fi
+
 scripts/setup.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+cargo test --workspace --locked --no-fail-fast
