@@ -5,8 +5,9 @@
 //! build the policy input (host normalisation included) → policy chain → write-ahead audit of
 //! the decision (nothing runs if it cannot be recorded; a read-only call's decision is instead
 //! recorded with its outcome, in one record) → deny, or run the tool with the final arguments
-//! (deserialising them is the re-validation after rewrites) → audit the outcome → result. Every exit path leaves an audit record. Proxied tools (`<proxy>__<tool>`) take the
-//! same path; only the run step differs ([`crate::proxy::run`]).
+//! (deserialising them is the re-validation after rewrites) → audit the outcome → result.
+//! Every exit path leaves an audit record. Proxied tools (`<proxy>__<tool>`) take the same
+//! path; only the run step differs ([`crate::proxy::run`]).
 
 use std::cell::RefCell;
 use std::sync::{Arc, RwLock};
