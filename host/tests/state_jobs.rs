@@ -291,3 +291,84 @@ fn crashed_new_job_leftovers_are_ignored_then_swept() {
     assert!(!leftover.exists(), "prune sweeps crashed new_job leftovers");
     state.job(&chem, &id("run1"), &job.job_id).unwrap();
 }
+
+/// The running-jobs index (`jobs/.running/`) lists the unfinished jobs, so `usage` and the
+/// quota read those records only; crash leftovers in it are harmless and swept, and a state
+/// directory without it gets it rebuilt from the records.
+#[test]
+fn running_index_follows_jobs_and_recovers_from_crashes() {
+    let (dir, state) = state();
+    let chem = t("chem");
+    create(&state, &chem, "run1");
+    let jobs: Vec<JobRecord> = (0..3)
+        .map(|_| state.new_job(&chem, new_job("run1")).unwrap())
+        .collect();
+    let index = dir.path().join("state/tenants/chem/jobs/.running");
+    let markers = || {
+        let mut names: Vec<String> = fs::read_dir(&index)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    let ids = |records: &[&JobRecord]| {
+        let mut ids: Vec<String> = records.iter().map(|r| r.job_id.to_string()).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(markers(), ids(&[&jobs[0], &jobs[1], &jobs[2]]));
+
+    let finished = &jobs[0];
+    state
+        .refresh(&chem, &finished.job_id, observed(JobPhase::Completed))
+        .unwrap();
+    assert_eq!(markers(), ids(&[&jobs[1], &jobs[2]]));
+    assert_eq!(state.running_jobs(&chem, None).unwrap().len(), 2);
+
+    // A crash between "final record durable" and "marker removed", and one between "marker
+    // durable" and "record published": both leave a marker that counts for nothing.
+    fs::write(index.join(finished.job_id.as_str()), b"").unwrap();
+    fs::write(index.join("j-cccccccccccccccc"), b"").unwrap();
+    assert_eq!(state.running_jobs(&chem, None).unwrap().len(), 2);
+    assert!(matches!(
+        state.new_job(
+            &chem,
+            NewJob {
+                max_running_jobs: Some(2),
+                ..new_job("run1")
+            }
+        ),
+        Err(StateError::JobQuotaExceeded { count: 2, .. })
+    ));
+    state
+        .prune_jobs(&chem, std::time::Duration::from_secs(3600))
+        .unwrap();
+    assert_eq!(markers(), ids(&[&jobs[1], &jobs[2]]), "stale markers swept");
+
+    // Only indexed records are read: a finished record that claims to run again (edited
+    // by hand, never by the gateway) is not counted.
+    let edited = dir
+        .path()
+        .join("state/tenants/chem/jobs")
+        .join(finished.job_id.as_str())
+        .join("record.json");
+    let text = fs::read_to_string(&edited).unwrap();
+    assert!(text.contains("\"completed\""));
+    fs::write(&edited, text.replace("\"completed\"", "\"running\"")).unwrap();
+    assert_eq!(state.running_jobs(&chem, None).unwrap().len(), 2);
+    fs::write(&edited, text).unwrap();
+
+    // A state directory from before the index: rebuilt from the records on first use, and
+    // the archive check still sees the running jobs.
+    fs::remove_dir_all(&index).unwrap();
+    assert!(matches!(
+        state.archive(&chem, &id("run1"), |_| None),
+        Err(StateError::HasRunningJobs { count: 2, .. })
+    ));
+    assert_eq!(markers(), ids(&[&jobs[1], &jobs[2]]));
+    fs::remove_dir_all(&index).unwrap();
+    let running = state.running_jobs(&chem, Some(&id("run1"))).unwrap();
+    assert_eq!(ids(&running.iter().collect::<Vec<_>>()), markers());
+    assert_eq!(running.len(), 2);
+}

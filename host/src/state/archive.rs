@@ -18,11 +18,12 @@ use super::fsops::{rename_noreplace, sync_dir};
 use super::id::{InstanceId, TenantName};
 use super::instance::Instance;
 use super::job::JobRecord;
-use super::jobs::{all_records, save_record};
+use super::jobs::{save_record, unfinished};
 use super::layout::Location;
 use super::lock::TenantLock;
 use super::observe::Observation;
 use super::refresh::apply;
+use super::running;
 use crate::time::Timestamp;
 
 impl State {
@@ -41,9 +42,10 @@ impl State {
         let _lock = TenantLock::acquire(&paths)?;
         let mut meta = self.live_meta(&paths, tenant, id)?;
 
-        let mut unfinished = Vec::new();
-        for mut record in all_records(&paths, tenant)? {
-            if &record.instance != id || record.is_final() {
+        let mut still_running = Vec::new();
+        let indexed = running::listed_locked(&paths, tenant)?;
+        for mut record in unfinished(&paths, tenant, indexed) {
+            if &record.instance != id {
                 continue;
             }
             if let Some(observation) = observe(&record) {
@@ -53,13 +55,13 @@ impl State {
                 }
             }
             if !record.is_final() {
-                unfinished.push(record.job_id);
+                still_running.push(record.job_id);
             }
         }
-        if let Some(first) = unfinished.iter().min() {
+        if let Some(first) = still_running.iter().min() {
             return Err(StateError::HasRunningJobs {
                 id: id.to_string(),
-                count: unfinished.len(),
+                count: still_running.len(),
                 first: first.to_string(),
             });
         }

@@ -21,6 +21,7 @@ use super::jobs::all_records;
 use super::layout::{Location, NEW_PREFIX, TRASH_PREFIX, TenantPaths};
 use super::lock::TenantLock;
 use super::query::instance_ids;
+use super::running;
 use crate::time::Timestamp;
 
 impl State {
@@ -44,7 +45,7 @@ impl State {
     ) -> Result<Vec<InstanceId>, StateError> {
         let paths = self.tenant(tenant);
         let _lock = TenantLock::acquire(&paths)?;
-        self.sweep_leftovers(&paths)?;
+        self.sweep_leftovers(&paths, tenant)?;
         let mut removed = Vec::new();
         for id in instance_ids(&paths, Location::Archived)? {
             let Ok(Some(mut meta)) = self.read_meta(&paths, tenant, Location::Archived, &id) else {
@@ -73,13 +74,18 @@ impl State {
 
     /// Removes what crashed operations left: `.new-*` in `instances/` and `jobs/` (a create
     /// or `new_job` that never published) and `.trash-*` in `archived/` and `jobs/` (a
-    /// deletion that never finished).
+    /// deletion that never finished), and running-index markers of finished or missing jobs.
     /// Only called with the tenant lock held, so none of them belongs to a running operation.
-    pub(crate) fn sweep_leftovers(&self, paths: &TenantPaths) -> Result<(), StateError> {
+    pub(crate) fn sweep_leftovers(
+        &self,
+        paths: &TenantPaths,
+        tenant: &TenantName,
+    ) -> Result<(), StateError> {
         sweep(&paths.dir(Location::Live), NEW_PREFIX)?;
         sweep(&paths.dir(Location::Archived), TRASH_PREFIX)?;
         sweep(&paths.jobs(), TRASH_PREFIX)?;
-        sweep(&paths.jobs(), NEW_PREFIX)
+        sweep(&paths.jobs(), NEW_PREFIX)?;
+        running::sweep_stale(paths, tenant)
     }
 }
 

@@ -38,7 +38,7 @@ impl State {
         };
         let paths = self.tenant(tenant);
         let _lock = TenantLock::acquire(&paths)?;
-        self.sweep_leftovers(&paths)?;
+        self.sweep_leftovers(&paths, tenant)?;
 
         let io = StateError::io;
         for (location, where_) in [

@@ -20,6 +20,7 @@ use super::job::{JobMode, JobPhase, JobRecord, JobStatus, RECORD_VERSION, Resour
 use super::layout::{Location, NEW_PREFIX, RECORD, SANDBOX_JOB_DIR, TenantPaths};
 use super::lock::TenantLock;
 use super::page::{Page, PageRequest};
+use super::running;
 use crate::time::Timestamp;
 
 /// What `new_job` records.
@@ -47,11 +48,9 @@ impl State {
         let _lock = TenantLock::acquire(&paths)?;
         // Under the lock, so archive cannot slip in between this check and the record.
         self.live_meta(&paths, tenant, &new.instance)?;
+        let indexed = running::listed_locked(&paths, tenant)?;
         if let Some(max) = new.max_running_jobs {
-            let running = all_records(&paths, tenant)?
-                .iter()
-                .filter(|r| !r.is_final())
-                .count();
+            let running = unfinished(&paths, tenant, indexed).len();
             if running >= max {
                 return Err(StateError::JobQuotaExceeded {
                     tenant: tenant.to_string(),
@@ -83,6 +82,7 @@ impl State {
             updated_at: now,
         };
         write_json_atomic(&tmp, RECORD, &record).map_err(StateError::io("write a job record"))?;
+        running::mark(&paths, &record.job_id)?;
         rename_noreplace(&tmp, &paths.job(&record.job_id))
             .map_err(StateError::io("create a job record"))?;
         sync_dir(&paths.jobs()).map_err(StateError::io("create a job record"))?;
@@ -137,11 +137,16 @@ impl State {
         tenant: &TenantName,
         instance: Option<&InstanceId>,
     ) -> Result<Vec<JobRecord>, StateError> {
-        let mut records: Vec<JobRecord> = all_records(&self.tenant(tenant), tenant)?
-            .into_iter()
-            .filter(|r| !r.is_final() && instance.is_none_or(|id| &r.instance == id))
-            .collect();
-        records.sort_by(|a, b| (a.submitted_at, &a.job_id).cmp(&(b.submitted_at, &b.job_id)));
+        let paths = self.tenant(tenant);
+        let ids = match running::listed(&paths)? {
+            Some(ids) => ids,
+            None => {
+                let _lock = TenantLock::acquire(&paths)?;
+                running::listed_locked(&paths, tenant)?
+            }
+        };
+        let mut records = unfinished(&paths, tenant, ids);
+        records.retain(|r| instance.is_none_or(|id| &r.instance == id));
         Ok(records)
     }
 
@@ -158,9 +163,30 @@ impl State {
     }
 }
 
+/// Replaces a job's record (caller holds the lock); a final record leaves the running index.
 pub(crate) fn save_record(paths: &TenantPaths, record: &JobRecord) -> Result<(), StateError> {
     write_json_atomic(&paths.job(&record.job_id), RECORD, record)
-        .map_err(StateError::io("write a job record"))
+        .map_err(StateError::io("write a job record"))?;
+    if record.is_final() {
+        running::unmark(paths, &record.job_id)?;
+    }
+    Ok(())
+}
+
+/// The unfinished records among `ids` (from the running index), oldest first. Markers whose
+/// record is missing, final or unreadable are skipped.
+pub(crate) fn unfinished(
+    paths: &TenantPaths,
+    tenant: &TenantName,
+    ids: Vec<JobId>,
+) -> Vec<JobRecord> {
+    let mut records: Vec<JobRecord> = ids
+        .iter()
+        .filter_map(|id| read_record(paths, tenant, id).ok())
+        .filter(|r| !r.is_final())
+        .collect();
+    records.sort_by(|a, b| (a.submitted_at, &a.job_id).cmp(&(b.submitted_at, &b.job_id)));
+    records
 }
 
 /// Reads a record; `NotFound` if absent, `Corrupt` if unparsable or stored under another

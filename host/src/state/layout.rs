@@ -11,6 +11,7 @@
 //!     archived/.trash-<id>-<random>/    an archived instance being deleted by `clean`
 //!     jobs/<job-id>/record.json         the job record
 //!     jobs/<job-id>/sandbox/            the sandbox executor's job directory (local jobs)
+//!     jobs/.running/<job-id>            empty: the job may be unfinished (`running.rs`)
 //!     jobs/.new-<job-id>/, jobs/.trash-<job-id>-<random>/   as for instances
 //! ```
 //!
@@ -26,6 +27,7 @@ pub(crate) const TENANTS: &str = "tenants";
 pub(crate) const INSTANCES: &str = "instances";
 pub(crate) const ARCHIVED: &str = "archived";
 pub(crate) const JOBS: &str = "jobs";
+pub(crate) const RUNNING: &str = ".running";
 pub(crate) const LOCK: &str = "lock";
 pub(crate) const META: &str = "meta.json";
 pub(crate) const RECORD: &str = "record.json";
@@ -74,6 +76,10 @@ impl TenantPaths {
 
     pub(crate) fn jobs(&self) -> PathBuf {
         self.root.join(JOBS)
+    }
+
+    pub(crate) fn running(&self) -> PathBuf {
+        self.jobs().join(RUNNING)
     }
 
     pub(crate) fn job(&self, id: &JobId) -> PathBuf {

@@ -38,6 +38,7 @@ mod prune;
 mod query;
 mod random;
 mod refresh;
+mod running;
 mod update;
 
 use std::path::{Path, PathBuf};

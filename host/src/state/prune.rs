@@ -30,7 +30,7 @@ impl State {
     ) -> Result<Vec<JobId>, StateError> {
         let paths = self.tenant(tenant);
         let _lock = TenantLock::acquire(&paths)?;
-        self.sweep_leftovers(&paths)?;
+        self.sweep_leftovers(&paths, tenant)?;
         let mut removed = Vec::new();
         for record in all_records(&paths, tenant)? {
             let old = record.is_final() && record.finished_at.is_some_and(|at| at < cutoff);
