@@ -4,3 +4,4 @@ mod harness;
 mod policy_cache;
 mod policy_chain;
 mod policy_hostile;
+mod usage_quota;

@@ -206,6 +206,15 @@ impl Tool {
         }
     }
 
+    /// Whether a call can add file bytes to its instance (so the gateway measures the
+    /// instance's `workspace_bytes` / `output_bytes` for the policies first).
+    pub fn adds_bytes(self) -> bool {
+        matches!(
+            self,
+            Tool::Files(FileTool::WriteFile | FileTool::MovePath) | Tool::Jobs(JobTool::SubmitJob)
+        )
+    }
+
     /// Runs the tool with its final (policy-approved) arguments.
     pub fn run(self, cx: &Context<'_>, arguments: Map<String, Value>) -> Result<Output, ToolError> {
         match self {

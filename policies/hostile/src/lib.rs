@@ -10,6 +10,7 @@
 //! | `count`        | denies with `count=N`, N = evaluations this instance has seen        |
 //! | `echo`         | denies with the arguments it received, as JSON                       |
 //! | `rewrite`      | rewrites: the arguments with the `set` object merged in              |
+//! | `usage-cap`    | denies with every usage counter, as JSON, when `counter` > `max`     |
 //! | `huge-reason`  | denies with an 8 MiB reason                                          |
 //! | `huge-rewrite` | rewrites with a 2 MiB arguments object                               |
 //! | `bad-json`     | rewrites with arguments that are not JSON                            |
@@ -34,6 +35,8 @@ mod guest {
         behaviour: String,
         in_configure: bool,
         set: Map<String, Value>,
+        counter: String,
+        max: u64,
     }
 
     static SETTINGS: Mutex<Option<Settings>> = Mutex::new(None);
@@ -75,6 +78,8 @@ mod guest {
                 behaviour,
                 in_configure,
                 set,
+                counter: value["counter"].as_str().unwrap_or_default().to_owned(),
+                max: value["max"].as_u64().unwrap_or(u64::MAX),
             });
             Ok(())
         }
@@ -93,6 +98,19 @@ mod guest {
                     Decision::Deny(format!("count={count}"))
                 }
                 "echo" => Decision::Deny(call.arguments),
+                "usage-cap" => {
+                    let usage: Map<String, Value> = call
+                        .usage
+                        .iter()
+                        .map(|c| (c.name.clone(), Value::from(c.value)))
+                        .collect();
+                    match usage.get(&settings.counter).and_then(Value::as_u64) {
+                        Some(value) if value > settings.max => {
+                            Decision::Deny(format!("over quota: {}", Value::Object(usage)))
+                        }
+                        _ => Decision::Allow,
+                    }
+                }
                 "rewrite" => {
                     let mut arguments: Map<String, Value> =
                         serde_json::from_str(&call.arguments).unwrap_or_default();

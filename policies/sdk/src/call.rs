@@ -37,7 +37,8 @@ pub struct Call {
     pub arguments: Map<String, Value>,
     #[serde(default)]
     pub read_only: bool,
-    /// The tenant's usage counters (`running_jobs`, `instances`, ...).
+    /// The tenant's usage counters (`instances`, `running_jobs`; `workspace_bytes` and
+    /// `output_bytes` of the instance for calls that can add bytes to it).
     #[serde(default)]
     pub usage: BTreeMap<String, u64>,
 }
