@@ -1,5 +1,6 @@
-//! `hpcgate bench gateway` runs end to end (both transports, a real gateway child) and prints
-//! its figures as JSON. No timing is asserted: the figures belong in BENCHMARKS.md.
+//! `hpcgate bench gateway` runs end to end (both transports, a real gateway child, and the
+//! multi-tenant authenticated HTTP run) and prints its figures as JSON. No timing is asserted:
+//! the figures belong in BENCHMARKS.md.
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
@@ -20,7 +21,9 @@ fn the_gateway_bench_prints_its_figures_as_json() {
             "--calls",
             "50",
             "--clients",
-            "2",
+            "4",
+            "--tenants",
+            "3",
             "--json",
         ])
         .env("XDG_CACHE_HOME", &cache)
@@ -37,12 +40,20 @@ fn the_gateway_bench_prints_its_figures_as_json() {
     });
     assert_eq!(
         (report["calls"].as_u64(), report["clients"].as_u64()),
-        (Some(50), Some(2))
+        (Some(50), Some(4))
     );
     for key in ["p50_us", "p99_us", "calls_per_s", "idle_rss_kb"] {
         assert!(
             report["http"][key].as_f64().is_some_and(|v| v > 0.0),
             "http.{key}: {report}"
+        );
+    }
+    for key in ["p50_us", "p99_us", "calls_per_s", "idle_rss_kb"] {
+        assert!(
+            report["http_tenants"][key]
+                .as_f64()
+                .is_some_and(|v| v > 0.0),
+            "http_tenants.{key}: {report}"
         );
     }
     for key in ["p50_us", "p99_us", "idle_rss_kb"] {
@@ -52,7 +63,7 @@ fn the_gateway_bench_prints_its_figures_as_json() {
         );
     }
     let checks = report["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 5, "{report}");
+    assert_eq!(checks.len(), 7, "{report}");
     assert!(
         checks
             .iter()

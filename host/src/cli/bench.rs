@@ -6,6 +6,9 @@
 //! Measured (issue #4's acceptance targets beside each): `stat_path` latency p50/p99 from one
 //! client; throughput with `--clients` concurrent clients, each its own MCP connection; the
 //! gateway's idle RSS after start-up, set-up and a second of quiet.
+//!
+//! Then the same HTTP run with `--tenants` tenants, each with a bearer token, the clients
+//! spread over them (issue #6: within 10% of the single-tenant figures).
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
@@ -16,6 +19,7 @@ use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
@@ -33,6 +37,9 @@ pub(crate) struct GatewayArgs {
     /// Calls per latency run, and in all for the throughput run.
     #[arg(long, default_value_t = 5_000)]
     calls: usize,
+    /// Tenants of the authenticated HTTP run (1: skip it).
+    #[arg(long, default_value_t = 8)]
+    tenants: usize,
     /// Print the figures as one JSON object.
     #[arg(long)]
     json: bool,
@@ -50,12 +57,14 @@ const HTTP_P50_US: f64 = 1_000.0;
 const HTTP_CALLS_PER_S: f64 = 5_000.0;
 const STDIO_P50_US: f64 = 300.0;
 const IDLE_RSS_KB: u64 = 40 * 1024;
+/// Issue #6's: the multi-tenant, authenticated figures within 10% of the single-tenant ones.
+const TENANTS_SLOWDOWN: f64 = 1.10;
 
 type Client = RunningService<RoleClient, ()>;
 
 pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
-    if args.calls == 0 || args.clients == 0 {
-        bail!("`--calls` and `--clients` must be at least 1");
+    if args.calls == 0 || args.clients == 0 || args.tenants == 0 {
+        bail!("`--calls`, `--clients` and `--tenants` must be at least 1");
     }
     // One client thread: the clients' work stays on one core, and the latency runs pay no
     // cross-thread wake-ups on the client side (the gateway runs its own runtime as in production).
@@ -103,13 +112,27 @@ async fn bench(args: &GatewayArgs) -> anyhow::Result<Value> {
     report.insert("clients".into(), json!(args.clients));
 
     if args.transport != Which::Stdio {
-        let figures = bench_http(dir.path(), &config, args).await?;
+        let figures = bench_http(dir.path(), &config, args, &[]).await?;
         checks.push(check_us("http p50 (1 client)", figures.p50_us, HTTP_P50_US));
         checks.push(check_throughput(
             &format!("http throughput ({} clients)", args.clients),
             figures.calls_per_s,
         ));
         checks.push(check_rss("http idle RSS", figures.idle_rss_kb));
+        if args.tenants > 1 {
+            let (config, tokens) = tenants_config(dir.path(), args.tenants)?;
+            let tenants = bench_http(dir.path(), &config, args, &tokens).await?;
+            checks.push(check_slowdown(
+                &format!("http p50, {} tenants + auth", args.tenants),
+                tenants.p50_us / figures.p50_us,
+            ));
+            checks.push(check_slowdown(
+                &format!("http throughput, {} tenants + auth", args.tenants),
+                figures.calls_per_s.unwrap_or_default()
+                    / tenants.calls_per_s.unwrap_or(f64::MIN_POSITIVE),
+            ));
+            report.insert("http_tenants".into(), tenants.to_json());
+        }
         report.insert("http".into(), figures.to_json());
     }
     if args.transport != Which::Http {
@@ -149,7 +172,14 @@ impl Figures {
     }
 }
 
-async fn bench_http(dir: &Path, config: &Path, args: &GatewayArgs) -> anyhow::Result<Figures> {
+/// The HTTP run. With `tokens` (one per tenant), client `i` authenticates as tenant
+/// `i % tokens.len()`, each tenant with its own instance; without, no authentication.
+async fn bench_http(
+    dir: &Path,
+    config: &Path,
+    args: &GatewayArgs,
+    tokens: &[String],
+) -> anyhow::Result<Figures> {
     let mut gateway = gateway_command(dir, config)
         .args(["--transport", "streamable-http", "--port", "0"])
         .stderr(Stdio::piped())
@@ -157,12 +187,23 @@ async fn bench_http(dir: &Path, config: &Path, args: &GatewayArgs) -> anyhow::Re
         .context("cannot start `hpcgate run --transport streamable-http`")?;
     let pid = gateway.id().context("the gateway exited at once")?;
     let url = listening_address(&mut gateway).await?;
-    let connect = || async {
-        ().serve(StreamableHttpClientTransport::from_uri(url.as_str()))
-            .await
-            .with_context(|| format!("the MCP handshake with `{url}` failed"))
+    let connect = |i: usize| {
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+        if !tokens.is_empty() {
+            config = config.auth_header(tokens[i % tokens.len()].clone());
+        }
+        async {
+            ().serve(StreamableHttpClientTransport::from_config(config))
+                .await
+                .with_context(|| format!("the MCP handshake with `{url}` failed"))
+        }
     };
-    let client = connect().await?;
+    for tenant in 1..tokens.len() {
+        let client = connect(tenant).await?;
+        set_up(&client, "http").await?;
+        client.cancel().await?;
+    }
+    let client = connect(0).await?;
     set_up(&client, "http").await?;
     let idle_rss_kb = idle_rss_kb(pid).await?;
     let mut figures = latency(&client, "http", args.calls).await?;
@@ -170,8 +211,8 @@ async fn bench_http(dir: &Path, config: &Path, args: &GatewayArgs) -> anyhow::Re
     client.cancel().await?;
 
     let mut clients = Vec::with_capacity(args.clients);
-    for _ in 0..args.clients {
-        let client = connect().await?;
+    for i in 0..args.clients {
+        let client = connect(i).await?;
         stat(&client, "http").await?;
         clients.push(client);
     }
@@ -192,6 +233,28 @@ async fn bench_stdio(dir: &Path, config: &Path, args: &GatewayArgs) -> anyhow::R
     figures.idle_rss_kb = idle_rss_kb;
     client.cancel().await?;
     Ok(figures)
+}
+
+/// A config with `n` tenants, each with one bearer token, beside the single-tenant one (own
+/// state directory); returns it and the tokens.
+fn tenants_config(dir: &Path, n: usize) -> anyhow::Result<(PathBuf, Vec<String>)> {
+    let mut toml = format!(
+        "state_dir = {}\n",
+        toml::Value::String(dir.join("state-tenants").display().to_string())
+    );
+    let mut tokens = Vec::with_capacity(n);
+    for i in 0..n {
+        let token = crate::auth::bearer::generate_token()
+            .map_err(|e| anyhow::anyhow!("cannot generate a token: {e}"))?;
+        toml.push_str(&format!(
+            "[tenants.bench{i}]\ntokens = [{{ label = \"bench{i}\", sha256 = \"{}\" }}]\n",
+            hex::encode(crate::auth::bearer::hash_token(&token))
+        ));
+        tokens.push(token);
+    }
+    let config = dir.join("gateway-tenants.toml");
+    std::fs::write(&config, toml)?;
+    Ok((config, tokens))
 }
 
 /// `hpcgate run` (this executable) on `config` alone: a private HOME so no user config layers
@@ -367,6 +430,17 @@ fn check_throughput(name: &str, value: Option<f64>) -> Value {
         "value": format!("{value:.0} calls/s"),
         "target": format!("≥ {HTTP_CALLS_PER_S:.0} calls/s"),
         "pass": value >= HTTP_CALLS_PER_S,
+    })
+}
+
+/// `ratio` = how many times slower the multi-tenant run was (p50 ratio, or the inverse
+/// throughput ratio).
+fn check_slowdown(name: &str, ratio: f64) -> Value {
+    json!({
+        "name": name,
+        "value": format!("{:+.1}%", (ratio - 1.0) * 100.0),
+        "target": format!("≤ {:+.0}% vs 1 tenant", (TENANTS_SLOWDOWN - 1.0) * 100.0),
+        "pass": ratio <= TENANTS_SLOWDOWN,
     })
 }
 
