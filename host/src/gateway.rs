@@ -316,7 +316,7 @@ impl Gateway {
                     self.policy_input(caller, &Target::Builtin(*tool), Phase::List, Map::new());
                 !live.chain.evaluate(&call).is_denied()
             })
-            .map(Tool::spec)
+            .map(|tool| tool.spec().clone())
             .collect()
     }
 

@@ -197,7 +197,16 @@ impl Tool {
         }
     }
 
-    pub fn spec(self) -> ToolSpec {
+    /// How the tool presents itself; built once (a JSON schema costs allocations enough to
+    /// show in the gateway's per-call profile).
+    pub fn spec(self) -> &'static ToolSpec {
+        static SPECS: std::sync::OnceLock<Vec<ToolSpec>> = std::sync::OnceLock::new();
+        let specs = SPECS.get_or_init(|| Tool::all().map(Tool::build_spec).collect());
+        let index = Tool::all().position(|t| t == self);
+        &specs[index.expect("every tool is in Tool::all()")]
+    }
+
+    fn build_spec(self) -> ToolSpec {
         match self {
             Tool::Instances(tool) => instances::spec(tool),
             Tool::Jobs(tool) => jobs::spec(tool),
