@@ -187,13 +187,20 @@ async fn bench_http(
         .context("cannot start `hpcgate run --transport streamable-http`")?;
     let pid = gateway.id().context("the gateway exited at once")?;
     let url = listening_address(&mut gateway).await?;
+    // Keep-alive connections, as MCP clients built on fetch or a pooled HTTP client use: the
+    // gateway is measured, not a TCP handshake per call. (rmcp's default client turns pooling
+    // off against a stall with partly read SSE bodies; the gateway answers with plain JSON.)
+    let http = reqwest::Client::builder()
+        .build()
+        .context("cannot build the HTTP client")?;
     let connect = |i: usize| {
         let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
         if !tokens.is_empty() {
             config = config.auth_header(tokens[i % tokens.len()].clone());
         }
+        let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
         async {
-            ().serve(StreamableHttpClientTransport::from_config(config))
+            ().serve(transport)
                 .await
                 .with_context(|| format!("the MCP handshake with `{url}` failed"))
         }
