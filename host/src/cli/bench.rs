@@ -7,8 +7,9 @@
 //! client; throughput with `--clients` concurrent clients, each its own MCP connection; the
 //! gateway's idle RSS after start-up, set-up and a second of quiet.
 //!
-//! Then the same HTTP run with `--tenants` tenants, each with a bearer token, the clients
-//! spread over them (issue #6: within 10% of the single-tenant figures).
+//! Beside the HTTP gateway runs a second one with `--tenants` tenants, each with a bearer token,
+//! the clients spread over them (issue #6: within 10% of the single-tenant figures); the two
+//! take turns in rounds so that they see the same machine.
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
@@ -112,16 +113,19 @@ async fn bench(args: &GatewayArgs) -> anyhow::Result<Value> {
     report.insert("clients".into(), json!(args.clients));
 
     if args.transport != Which::Stdio {
-        let figures = bench_http(dir.path(), &config, args, &[]).await?;
+        let mut runs = vec![(config.clone(), Vec::new())];
+        if args.tenants > 1 {
+            runs.push(tenants_config(dir.path(), args.tenants)?);
+        }
+        let mut figures = bench_http(dir.path(), runs, args).await?.into_iter();
+        let (figures, tenants) = (figures.next().unwrap_or_default(), figures.next());
         checks.push(check_us("http p50 (1 client)", figures.p50_us, HTTP_P50_US));
         checks.push(check_throughput(
             &format!("http throughput ({} clients)", args.clients),
             figures.calls_per_s,
         ));
         checks.push(check_rss("http idle RSS", figures.idle_rss_kb));
-        if args.tenants > 1 {
-            let (config, tokens) = tenants_config(dir.path(), args.tenants)?;
-            let tenants = bench_http(dir.path(), &config, args, &tokens).await?;
+        if let Some(tenants) = tenants {
             checks.push(check_slowdown(
                 &format!("http p50, {} tenants + auth", args.tenants),
                 tenants.p50_us / figures.p50_us,
@@ -172,59 +176,122 @@ impl Figures {
     }
 }
 
-/// The HTTP run. With `tokens` (one per tenant), client `i` authenticates as tenant
-/// `i % tokens.len()`, each tenant with its own instance; without, no authentication.
+/// HTTP gateways take turns in this many rounds (latency, then throughput, each gateway in
+/// turn), so that drift on a shared machine (other load, CPU frequency, the page cache) falls
+/// on all of them alike: the multi-tenant comparison is otherwise within run-to-run noise.
+const ROUNDS: usize = 3;
+
+/// One `hpcgate run --transport streamable-http` child and how to reach it.
+struct Endpoint {
+    gateway: tokio::process::Child,
+    pid: u32,
+    url: String,
+    /// One bearer token per tenant; empty: no authentication.
+    tokens: Vec<String>,
+    http: reqwest::Client,
+}
+
+impl Endpoint {
+    async fn start(dir: &Path, config: &Path, tokens: Vec<String>) -> anyhow::Result<Endpoint> {
+        let mut gateway = gateway_command(dir, config)
+            .args(["--transport", "streamable-http", "--port", "0"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot start `hpcgate run --transport streamable-http`")?;
+        let pid = gateway.id().context("the gateway exited at once")?;
+        let url = listening_address(&mut gateway).await?;
+        // Keep-alive connections, as MCP clients built on fetch or a pooled HTTP client use:
+        // the gateway is measured, not a TCP handshake per call. (rmcp's default client turns
+        // pooling off against a stall with partly read SSE bodies; hpcgate answers with JSON.)
+        let http = reqwest::Client::builder()
+            .build()
+            .context("cannot build the HTTP client")?;
+        Ok(Endpoint {
+            gateway,
+            pid,
+            url,
+            tokens,
+            http,
+        })
+    }
+
+    /// A new MCP session, as tenant `i % tenants` when there are tokens.
+    async fn connect(&self, i: usize) -> anyhow::Result<Client> {
+        let mut config = StreamableHttpClientTransportConfig::with_uri(self.url.as_str());
+        if !self.tokens.is_empty() {
+            config = config.auth_header(self.tokens[i % self.tokens.len()].clone());
+        }
+        let transport = StreamableHttpClientTransport::with_client(self.http.clone(), config);
+        ().serve(transport)
+            .await
+            .with_context(|| format!("the MCP handshake with `{}` failed", self.url))
+    }
+}
+
+/// The HTTP runs, one per `(config, tokens)`: client `i` of a run with tokens authenticates as
+/// tenant `i % tokens.len()`, each tenant with its own instance.
 async fn bench_http(
     dir: &Path,
-    config: &Path,
+    runs: Vec<(PathBuf, Vec<String>)>,
     args: &GatewayArgs,
-    tokens: &[String],
-) -> anyhow::Result<Figures> {
-    let mut gateway = gateway_command(dir, config)
-        .args(["--transport", "streamable-http", "--port", "0"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot start `hpcgate run --transport streamable-http`")?;
-    let pid = gateway.id().context("the gateway exited at once")?;
-    let url = listening_address(&mut gateway).await?;
-    // Keep-alive connections, as MCP clients built on fetch or a pooled HTTP client use: the
-    // gateway is measured, not a TCP handshake per call. (rmcp's default client turns pooling
-    // off against a stall with partly read SSE bodies; the gateway answers with plain JSON.)
-    let http = reqwest::Client::builder()
-        .build()
-        .context("cannot build the HTTP client")?;
-    let connect = |i: usize| {
-        let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
-        if !tokens.is_empty() {
-            config = config.auth_header(tokens[i % tokens.len()].clone());
+) -> anyhow::Result<Vec<Figures>> {
+    let mut endpoints = Vec::with_capacity(runs.len());
+    for (config, tokens) in runs {
+        endpoints.push(Endpoint::start(dir, &config, tokens).await?);
+    }
+    let mut sessions = Vec::with_capacity(endpoints.len());
+    for endpoint in &endpoints {
+        for tenant in 1..endpoint.tokens.len() {
+            let client = endpoint.connect(tenant).await?;
+            set_up(&client, "http").await?;
+            client.cancel().await?;
         }
-        let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
-        async {
-            ().serve(transport)
-                .await
-                .with_context(|| format!("the MCP handshake with `{url}` failed"))
-        }
-    };
-    for tenant in 1..tokens.len() {
-        let client = connect(tenant).await?;
+        let client = endpoint.connect(0).await?;
         set_up(&client, "http").await?;
+        sessions.push(client);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut figures = Vec::with_capacity(endpoints.len());
+    for endpoint in &endpoints {
+        figures.push(Figures {
+            idle_rss_kb: rss_kb(endpoint.pid)?,
+            ..Figures::default()
+        });
+    }
+    for client in &sessions {
+        for _ in 0..args.calls.min(200) {
+            stat(client, "http").await?;
+        }
+    }
+    let per_round = args.calls.div_ceil(ROUNDS);
+    let mut samples = vec![Vec::with_capacity(args.calls); endpoints.len()];
+    let mut spent = vec![(0, Duration::ZERO); endpoints.len()];
+    for _ in 0..ROUNDS {
+        for (client, samples) in sessions.iter().zip(&mut samples) {
+            samples.extend(latencies(client, "http", per_round).await?);
+        }
+        for (endpoint, spent) in endpoints.iter().zip(&mut spent) {
+            let mut clients = Vec::with_capacity(args.clients);
+            for i in 0..args.clients {
+                let client = endpoint.connect(i).await?;
+                stat(&client, "http").await?;
+                clients.push(client);
+            }
+            let (calls, took) = throughput(clients, "http", per_round).await?;
+            spent.0 += calls;
+            spent.1 += took;
+        }
+    }
+    for client in sessions {
         client.cancel().await?;
     }
-    let client = connect(0).await?;
-    set_up(&client, "http").await?;
-    let idle_rss_kb = idle_rss_kb(pid).await?;
-    let mut figures = latency(&client, "http", args.calls).await?;
-    figures.idle_rss_kb = idle_rss_kb;
-    client.cancel().await?;
-
-    let mut clients = Vec::with_capacity(args.clients);
-    for i in 0..args.clients {
-        let client = connect(i).await?;
-        stat(&client, "http").await?;
-        clients.push(client);
+    for endpoint in endpoints {
+        stop(endpoint.gateway).await;
     }
-    figures.calls_per_s = Some(throughput(clients, "http", args.calls).await?);
-    stop(gateway).await;
+    for ((figures, samples), (calls, took)) in figures.iter_mut().zip(&mut samples).zip(spent) {
+        (figures.p50_us, figures.p99_us) = percentiles(samples);
+        figures.calls_per_s = Some(calls as f64 / took.as_secs_f64());
+    }
     Ok(figures)
 }
 
@@ -235,11 +302,20 @@ async fn bench_stdio(dir: &Path, config: &Path, args: &GatewayArgs) -> anyhow::R
     let pid = transport.id().context("the gateway exited at once")?;
     let client = ().serve(transport).await.context("the MCP handshake over stdio failed")?;
     set_up(&client, "stdio").await?;
-    let idle_rss_kb = idle_rss_kb(pid).await?;
-    let mut figures = latency(&client, "stdio", args.calls).await?;
-    figures.idle_rss_kb = idle_rss_kb;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle_rss_kb = rss_kb(pid)?;
+    for _ in 0..args.calls.min(200) {
+        stat(&client, "stdio").await?;
+    }
+    let mut samples = latencies(&client, "stdio", args.calls).await?;
     client.cancel().await?;
-    Ok(figures)
+    let (p50_us, p99_us) = percentiles(&mut samples);
+    Ok(Figures {
+        p50_us,
+        p99_us,
+        calls_per_s: None,
+        idle_rss_kb,
+    })
 }
 
 /// A config with `n` tenants, each with one bearer token, beside the single-tenant one (own
@@ -364,28 +440,31 @@ async fn call(client: &Client, tool: &'static str, arguments: Value) -> anyhow::
     Ok(())
 }
 
-/// `calls` sequential `stat_path` calls after a warm-up: p50 and p99 in µs.
-async fn latency(client: &Client, instance: &str, calls: usize) -> anyhow::Result<Figures> {
-    for _ in 0..calls.min(200) {
-        stat(client, instance).await?;
-    }
+/// The latencies of `calls` sequential `stat_path` calls, in µs.
+async fn latencies(client: &Client, instance: &str, calls: usize) -> anyhow::Result<Vec<f64>> {
     let mut samples = Vec::with_capacity(calls);
     for _ in 0..calls {
         let started = Instant::now();
         stat(client, instance).await?;
         samples.push(started.elapsed().as_secs_f64() * 1e6);
     }
-    samples.sort_by(f64::total_cmp);
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    Ok(Figures {
-        p50_us: at(0.50),
-        p99_us: at(0.99),
-        ..Figures::default()
-    })
+    Ok(samples)
 }
 
-/// `calls` `stat_path` calls in all, spread over the clients running at once: calls per second.
-async fn throughput(clients: Vec<Client>, instance: &str, calls: usize) -> anyhow::Result<f64> {
+/// p50 and p99 of `samples` (sorted in place).
+fn percentiles(samples: &mut [f64]) -> (f64, f64) {
+    samples.sort_by(f64::total_cmp);
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    (at(0.50), at(0.99))
+}
+
+/// `calls` `stat_path` calls in all, spread over the clients running at once: how many ran,
+/// and how long they took.
+async fn throughput(
+    clients: Vec<Client>,
+    instance: &str,
+    calls: usize,
+) -> anyhow::Result<(usize, Duration)> {
     let per_client = calls.div_ceil(clients.len());
     let start = Arc::new(tokio::sync::Barrier::new(clients.len() + 1));
     let mut tasks = tokio::task::JoinSet::new();
@@ -406,12 +485,11 @@ async fn throughput(clients: Vec<Client>, instance: &str, calls: usize) -> anyho
     while let Some(done) = tasks.join_next().await {
         done??;
     }
-    Ok(total as f64 / started.elapsed().as_secs_f64())
+    Ok((total, started.elapsed()))
 }
 
-/// VmRSS of `pid` after a second without calls.
-async fn idle_rss_kb(pid: u32) -> anyhow::Result<u64> {
-    tokio::time::sleep(Duration::from_secs(1)).await;
+/// VmRSS of `pid`.
+fn rss_kb(pid: u32) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("cannot read `/proc/{pid}/status`"))?;
     status
