@@ -371,4 +371,8 @@ fn running_index_follows_jobs_and_recovers_from_crashes() {
     let running = state.running_jobs(&chem, Some(&id("run1"))).unwrap();
     assert_eq!(ids(&running.iter().collect::<Vec<_>>()), markers());
     assert_eq!(running.len(), 2);
+
+    // Counting for a tenant that never had a job creates nothing.
+    assert!(state.running_jobs(&t("bio"), None).unwrap().is_empty());
+    assert!(!dir.path().join("state/tenants/bio").exists());
 }

@@ -19,17 +19,22 @@ use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 
 use super::error::StateError;
-use super::fsops::{create_dir_private, ensure_dir_private, remove_tree, sync_dir};
+use super::fsops::{create_dir_private, ensure_dir_private, is_real_dir, remove_tree, sync_dir};
 use super::id::{JobId, TenantName};
 use super::jobs::{all_records, read_record};
 use super::layout::{NEW_PREFIX, TenantPaths};
 use super::random::random_base32;
 
-/// The ids the index lists, or `None` if the tenant has no index yet.
+/// The ids the index lists, or `None` if the tenant has records but no index yet. A tenant
+/// without a `jobs/` directory has no jobs: nothing is created for a mere count.
 pub(crate) fn listed(paths: &TenantPaths) -> Result<Option<Vec<JobId>>, StateError> {
     let entries = match fs::read_dir(paths.running()) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let has_jobs =
+                is_real_dir(&paths.jobs()).map_err(StateError::io("list running jobs"))?;
+            return Ok((!has_jobs).then(Vec::new));
+        }
         Err(e) => return Err(StateError::io("list running jobs")(e)),
     };
     let mut ids = Vec::new();
