@@ -46,6 +46,8 @@ fn args(value: Value) -> Map<String, Value> {
 
 #[test]
 fn a_policy_caps_workspace_bytes_from_usage() {
+    // Opening a gateway compiles policies on every core: not beside the timing tests.
+    let _exclusive = crate::harness::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let gw = gateway(dir.path());
     let chem = Caller {
