@@ -23,7 +23,7 @@ use crate::jobs::Jobs;
 use crate::policy::normalize::normalize_call;
 use crate::policy::{Call, Chain, DecisionKind, Phase, PolicyEngine};
 use crate::proxy::{ProxiedTool, ProxyManager};
-use crate::state::{InstanceId, State, TenantName};
+use crate::state::{State, TenantName};
 use crate::tools::{Context, InstanceTool, Output, Progress, Tool, ToolError, ToolSpec};
 
 /// Who is calling, as the transport established it.
@@ -506,35 +506,15 @@ impl Gateway {
                 Target::Proxied(tool) => !tool.read_only,
             };
             if adds_bytes && let Some(instance) = &call.instance {
-                self.measure_instance(caller, instance, &mut call.usage);
+                crate::usage::instance_usage(
+                    &self.state,
+                    &caller.tenant,
+                    instance,
+                    &mut call.usage,
+                );
             }
         }
         call
-    }
-
-    /// `workspace_bytes` and `output_bytes` of a live instance of the caller (regular-file
-    /// bytes, a lower bound past [`crate::usage::Caps`]), for calls that can add bytes: a
-    /// policy can then cap space by itself. Nothing for an instance that is not found.
-    fn measure_instance(
-        &self,
-        caller: &Caller,
-        instance: &str,
-        usage: &mut std::collections::BTreeMap<String, u64>,
-    ) {
-        let Ok(id) = InstanceId::parse(instance) else {
-            return;
-        };
-        let Ok(paths) = self.state.instance_paths_ambient(&caller.tenant, &id) else {
-            return;
-        };
-        for (key, dir) in [
-            ("workspace_bytes", &paths.workspace),
-            ("output_bytes", &paths.output),
-        ] {
-            if let Ok(count) = crate::usage::count(dir, &crate::usage::Caps::default()) {
-                usage.insert(key.to_owned(), count.bytes);
-            }
-        }
     }
 
     fn context<'a>(

@@ -60,6 +60,31 @@ impl fmt::Display for Count {
     }
 }
 
+/// Adds `workspace_bytes` and `output_bytes` of a live instance of `tenant` to a policy's
+/// `usage` (for calls that can add bytes: a policy can then cap space by itself). Nothing for
+/// an instance that is not found.
+pub(crate) fn instance_usage(
+    state: &crate::state::State,
+    tenant: &crate::state::TenantName,
+    instance: &str,
+    usage: &mut std::collections::BTreeMap<String, u64>,
+) {
+    let Ok(id) = crate::state::InstanceId::parse(instance) else {
+        return;
+    };
+    let Ok(paths) = state.instance_paths_ambient(tenant, &id) else {
+        return;
+    };
+    for (key, dir) in [
+        ("workspace_bytes", &paths.workspace),
+        ("output_bytes", &paths.output),
+    ] {
+        if let Ok(count) = count(dir, &Caps::default()) {
+            usage.insert(key.to_owned(), count.bytes);
+        }
+    }
+}
+
 /// Regular-file bytes under `dir` with the default [`Caps`]; past a cap, a lower bound ("at
 /// least N"). Use [`count`] to know whether it is exact.
 pub fn workspace_bytes(dir: &Path) -> io::Result<u64> {

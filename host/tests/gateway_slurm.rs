@@ -4,28 +4,12 @@
 #[path = "support/gateway.rs"]
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+#[path = "support/slurm.rs"]
+mod slurm;
 
 use serde_json::json;
+use slurm::slurm_conf;
 use support::{args, caller, err, ok};
-
-/// `SLURM_CONF` of the local cluster.
-fn slurm_conf() -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/slurm-local.sh");
-    let out = Command::new(&script).arg("start").output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the local Slurm cluster did not start:\n{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let conf = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("export SLURM_CONF="))
-        .expect("slurm-local.sh start prints `export SLURM_CONF=…`");
-    PathBuf::from(conf.trim_matches('\''))
-}
 
 #[test]
 fn slurm_jobs_run_sandboxed_report_output_and_cancel() {

@@ -11,12 +11,9 @@ mod served;
 mod matrix;
 
 use hpcgate::auth::bearer::{generate_token, hash_token};
-use matrix::Reply;
-use rmcp::model::CallToolRequestParams;
+use rmcp::ServiceExt;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{RoleClient, ServiceExt, service::RunningService};
-use serde_json::{Value, json};
 use served::{Served, config};
 
 #[test]
@@ -45,15 +42,17 @@ fn two_bearer_tenants_see_nothing_of_each_other() {
     };
 
     let chem = connect(&chem_token);
-    let job = matrix::chem_setup(&mut |tool, arguments| call(&runtime, &chem, tool, arguments));
+    let job = matrix::chem_setup(&mut |tool, arguments| {
+        matrix::mcp_call(&runtime, &chem, tool, arguments)
+    });
     let bio = connect(&bio_token);
     matrix::bio_attack(
-        &mut |tool, arguments| call(&runtime, &bio, tool, arguments),
+        &mut |tool, arguments| matrix::mcp_call(&runtime, &bio, tool, arguments),
         &job,
     );
     matrix::assert_bio_audit_scoped(&dir.path().join("state/audit"));
     matrix::chem_check(
-        &mut |tool, arguments| call(&runtime, &chem, tool, arguments),
+        &mut |tool, arguments| matrix::mcp_call(&runtime, &chem, tool, arguments),
         &job,
     );
     runtime.block_on(bio.cancel()).unwrap();
@@ -75,29 +74,4 @@ fn two_bearer_tenants_see_nothing_of_each_other() {
         !audit.contains(&bio_token) && !audit.contains(&chem_token),
         "no token in the audit log"
     );
-}
-
-/// One MCP `tools/call`; a JSON-RPC error counts as a refusal with its message.
-fn call(
-    runtime: &tokio::runtime::Runtime,
-    client: &RunningService<RoleClient, ()>,
-    tool: &str,
-    arguments: Value,
-) -> Reply {
-    let Value::Object(arguments) = arguments else {
-        unreachable!("arguments are objects")
-    };
-    let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
-    match runtime.block_on(client.call_tool(params)) {
-        Ok(result) => Reply {
-            text: serde_json::to_string(&result.content).unwrap(),
-            structured: result.structured_content.unwrap_or(json!(null)),
-            is_error: result.is_error == Some(true),
-        },
-        Err(error) => Reply {
-            text: error.to_string(),
-            structured: json!(null),
-            is_error: true,
-        },
-    }
 }

@@ -5,8 +5,10 @@
 #[path = "support/served.rs"]
 mod served;
 
+#[path = "support/slurm.rs"]
+mod slurm;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
@@ -16,29 +18,12 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use served::Served;
 
-/// `SLURM_CONF` of the local cluster.
-fn slurm_conf() -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/slurm-local.sh");
-    let out = Command::new(&script).arg("start").output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the local Slurm cluster did not start:\n{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let conf = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("export SLURM_CONF="))
-        .expect("slurm-local.sh start prints `export SLURM_CONF=…`");
-    PathBuf::from(conf.trim_matches('\''))
-}
-
 fn config(dir: &Path) -> PathBuf {
     served::config(
         dir,
         &format!(
             "[slurm]\nenabled = true\nslurm_conf = {:?}\n",
-            slurm_conf().display().to_string()
+            slurm::slurm_conf().display().to_string()
         ),
     )
 }

@@ -18,11 +18,9 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 
-use matrix::Reply;
-use rmcp::model::CallToolRequestParams;
+use rmcp::ServiceExt;
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{RoleClient, ServiceExt, service::RunningService};
-use serde_json::{Value, json};
+use serde_json::Value;
 use served::{INITIALIZE, MCP_POST, Served, config, exchange};
 
 const CHEM_UID: u32 = 61001;
@@ -145,7 +143,8 @@ fn client() {
             "http://localhost/mcp",
         )))
         .unwrap();
-    let mut mcp = |tool: &str, arguments: Value| call(&runtime, &client, tool, arguments);
+    let mut mcp =
+        |tool: &str, arguments: Value| matrix::mcp_call(&runtime, &client, tool, arguments);
     match role.as_str() {
         "chem-setup" => {
             let job = matrix::chem_setup(&mut mcp);
@@ -156,29 +155,4 @@ fn client() {
         other => panic!("unknown role `{other}`"),
     }
     runtime.block_on(client.cancel()).unwrap();
-}
-
-/// One MCP `tools/call`; a JSON-RPC error counts as a refusal with its message.
-fn call(
-    runtime: &tokio::runtime::Runtime,
-    client: &RunningService<RoleClient, ()>,
-    tool: &str,
-    arguments: Value,
-) -> Reply {
-    let Value::Object(arguments) = arguments else {
-        unreachable!("arguments are objects")
-    };
-    let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
-    match runtime.block_on(client.call_tool(params)) {
-        Ok(result) => Reply {
-            text: serde_json::to_string(&result.content).unwrap(),
-            structured: result.structured_content.unwrap_or(json!(null)),
-            is_error: result.is_error == Some(true),
-        },
-        Err(error) => Reply {
-            text: error.to_string(),
-            structured: json!(null),
-            is_error: true,
-        },
-    }
 }

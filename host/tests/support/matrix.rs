@@ -30,6 +30,32 @@ pub struct Reply {
 /// One call by one tenant: tool name and arguments (an object).
 pub type Call<'a> = dyn FnMut(&str, Value) -> Reply + 'a;
 
+/// One MCP `tools/call` over a blocking bridge; a JSON-RPC error counts as a refusal with its
+/// message.
+pub fn mcp_call(
+    runtime: &tokio::runtime::Runtime,
+    client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    tool: &str,
+    arguments: Value,
+) -> Reply {
+    let Value::Object(arguments) = arguments else {
+        unreachable!("arguments are objects")
+    };
+    let params = rmcp::model::CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+    match runtime.block_on(client.call_tool(params)) {
+        Ok(result) => Reply {
+            text: serde_json::to_string(&result.content).unwrap(),
+            structured: result.structured_content.unwrap_or(json!(null)),
+            is_error: result.is_error == Some(true),
+        },
+        Err(error) => Reply {
+            text: error.to_string(),
+            structured: json!(null),
+            is_error: true,
+        },
+    }
+}
+
 fn ok(call: &mut Call<'_>, tool: &str, arguments: Value) -> Value {
     let reply = call(tool, arguments);
     assert!(!reply.is_error, "{tool}: {}", reply.text);
