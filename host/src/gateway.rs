@@ -25,6 +25,7 @@ use crate::policy::{Call, Chain, DecisionKind, Phase, PolicyEngine};
 use crate::proxy::{ProxiedTool, ProxyManager};
 use crate::state::{State, TenantName};
 use crate::tools::{Context, InstanceTool, Output, Progress, Tool, ToolError, ToolSpec};
+use crate::usage::Measured;
 
 /// Who is calling, as the transport established it.
 #[derive(Debug, Clone)]
@@ -68,6 +69,17 @@ enum Recorded {
 enum Target {
     Builtin(Tool),
     Proxied(Arc<ProxiedTool>),
+}
+
+impl Target {
+    /// Whether a call can add file bytes to its instance (a proxied tool's claim to be
+    /// read-only is the remote server's).
+    fn adds_bytes(&self) -> bool {
+        match self {
+            Target::Builtin(tool) => tool.adds_bytes(),
+            Target::Proxied(tool) => !tool.read_only,
+        }
+    }
 }
 
 /// The gateway's long-lived parts.
@@ -360,6 +372,15 @@ impl Gateway {
             return self.finish(vec![record], CallResult::error(message));
         };
         let mut call = self.policy_input(caller, &target, Phase::Call, arguments);
+        // A call that can add bytes to its instance: the policies see the instance's usage,
+        // and the space quotas reuse the walk.
+        let measured = match &call.instance {
+            Some(instance) if target.adds_bytes() => {
+                Measured::of(&self.state, &caller.tenant, instance)
+            }
+            _ => Measured::default(),
+        };
+        measured.report(&mut call.usage);
         normalize_call(&mut call);
         let live = self.live();
         let decided = live.chain.evaluate(&call);
@@ -400,7 +421,7 @@ impl Gateway {
             return self.settle(recorded, Vec::new(), outcome, CallResult::error(message));
         }
         let arguments = decision.arguments.unwrap_or(call.arguments);
-        let context = self.context(&live.settings, caller, progress);
+        let context = self.context(&live.settings, caller, progress, measured);
         let (result, proxied) = self.run(&target, &context, arguments);
         let events = (context.events.take().into_iter())
             .map(|event| {
@@ -501,18 +522,6 @@ impl Gateway {
                 call.usage
                     .insert("running_jobs".to_owned(), jobs.len() as u64);
             }
-            let adds_bytes = match target {
-                Target::Builtin(tool) => tool.adds_bytes(),
-                Target::Proxied(tool) => !tool.read_only,
-            };
-            if adds_bytes && let Some(instance) = &call.instance {
-                crate::usage::instance_usage(
-                    &self.state,
-                    &caller.tenant,
-                    instance,
-                    &mut call.usage,
-                );
-            }
         }
         call
     }
@@ -522,6 +531,7 @@ impl Gateway {
         settings: &'a Settings,
         caller: &'a Caller,
         progress: &'a (dyn Fn(Progress) + Sync),
+        measured: Measured,
     ) -> Context<'a> {
         let quotas = settings.tenants.get(&caller.tenant).map(|t| t.quotas);
         Context {
@@ -533,6 +543,7 @@ impl Gateway {
             host_commands: &settings.host_commands,
             progress,
             events: RefCell::new(Vec::new()),
+            measured,
         }
     }
 

@@ -7,6 +7,7 @@
 //! bounded: it stops after [`Caps::max_entries`] entries, below [`Caps::max_depth`] levels, or
 //! once the total passes [`Caps::stop_above`], and then says the figure is a lower bound.
 
+use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::fmt;
 use std::io;
@@ -14,6 +15,8 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use rustix::fs::{AtFlags, CWD, Dir, FileType, Mode, OFlags};
+
+use crate::state::{InstanceId, State, TenantName};
 
 /// Where the walk stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,27 +63,53 @@ impl fmt::Display for Count {
     }
 }
 
-/// Adds `workspace_bytes` and `output_bytes` of a live instance of `tenant` to a policy's
-/// `usage` (for calls that can add bytes: a policy can then cap space by itself). Nothing for
-/// an instance that is not found.
-pub(crate) fn instance_usage(
-    state: &crate::state::State,
-    tenant: &crate::state::TenantName,
-    instance: &str,
-    usage: &mut std::collections::BTreeMap<String, u64>,
-) {
-    let Ok(id) = crate::state::InstanceId::parse(instance) else {
-        return;
-    };
-    let Ok(paths) = state.instance_paths_ambient(tenant, &id) else {
-        return;
-    };
-    for (key, dir) in [
-        ("workspace_bytes", &paths.workspace),
-        ("output_bytes", &paths.output),
-    ] {
-        if let Ok(count) = count(dir, &Caps::default()) {
-            usage.insert(key.to_owned(), count.bytes);
+/// An instance's two areas, measured once per call that can add bytes to it: reported to the
+/// policies as `usage.workspace_bytes` / `usage.output_bytes`, then reused by the host's space
+/// quotas instead of a second walk.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    instance: Option<InstanceId>,
+    workspace: Option<Count>,
+    output: Option<Count>,
+}
+
+impl Measured {
+    /// Walks both areas of `instance`, a live instance of `tenant`; nothing if it is not one.
+    pub(crate) fn of(state: &State, tenant: &TenantName, instance: &str) -> Measured {
+        let Ok(id) = InstanceId::parse(instance) else {
+            return Measured::default();
+        };
+        let Ok(paths) = state.instance_paths_ambient(tenant, &id) else {
+            return Measured::default();
+        };
+        Measured {
+            workspace: count(&paths.workspace, &Caps::default()).ok(),
+            output: count(&paths.output, &Caps::default()).ok(),
+            instance: Some(id),
+        }
+    }
+
+    /// Adds the byte counters to a policy's `usage`.
+    pub(crate) fn report(&self, usage: &mut BTreeMap<String, u64>) {
+        for (key, area) in [
+            ("workspace_bytes", self.workspace),
+            ("output_bytes", self.output),
+        ] {
+            if let Some(area) = area {
+                usage.insert(key.to_owned(), area.bytes);
+            }
+        }
+    }
+
+    /// The count of `instance`'s workspace (or output), if it is the one measured.
+    pub(crate) fn area(&self, instance: &InstanceId, workspace: bool) -> Option<Count> {
+        if self.instance.as_ref() != Some(instance) {
+            return None;
+        }
+        if workspace {
+            self.workspace
+        } else {
+            self.output
         }
     }
 }

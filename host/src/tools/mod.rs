@@ -38,6 +38,8 @@ pub struct Context<'a> {
     /// Audit events the tool produced (instance lifecycle, job state changes), appended by
     /// the gateway before the call's outcome record — also when the tool then fails.
     pub events: RefCell<Vec<Entry>>,
+    /// The call's instance as measured for the policies, for the space quotas.
+    pub measured: crate::usage::Measured,
 }
 
 impl Context<'_> {
@@ -243,8 +245,9 @@ pub(crate) enum Area {
 }
 
 /// Refuses `adding` more bytes in `area` of `instance` when that would pass the tenant's
-/// `max_workspace_bytes` / `max_output_bytes` (counted by walking the area; the walk stops once
-/// the quota is passed). No quota: no walk.
+/// `max_workspace_bytes` / `max_output_bytes`: counted as measured for the policies when this
+/// call's instance was, else by walking the area (stopping once the quota is passed). No
+/// quota: no walk.
 pub(crate) fn check_space(
     cx: &Context<'_>,
     instance: &crate::state::InstanceId,
@@ -258,17 +261,23 @@ pub(crate) fn check_space(
     let Some(max) = max else {
         return Ok(());
     };
-    let paths = cx.state.instance_paths_ambient(cx.tenant, instance)?;
-    let dir = match area {
-        Area::Workspace => paths.workspace,
-        Area::Output => paths.output,
+    let used = match cx.measured.area(instance, area == Area::Workspace) {
+        Some(used) => used,
+        None => {
+            let paths = cx.state.instance_paths_ambient(cx.tenant, instance)?;
+            let dir = match area {
+                Area::Workspace => paths.workspace,
+                Area::Output => paths.output,
+            };
+            let caps = crate::usage::Caps {
+                stop_above: Some(max),
+                ..crate::usage::Caps::default()
+            };
+            crate::usage::count(&dir, &caps).map_err(|_| {
+                ToolError(format!("cannot measure the {name} of `{instance}`; retry"))
+            })?
+        }
     };
-    let caps = crate::usage::Caps {
-        stop_above: Some(max),
-        ..crate::usage::Caps::default()
-    };
-    let used = crate::usage::count(&dir, &caps)
-        .map_err(|_| ToolError(format!("cannot measure the {name} of `{instance}`; retry")))?;
     if used.bytes.saturating_add(adding) > max {
         return Err(ToolError(format!(
             "the {name} of `{instance}` holds {used} and may hold {max} bytes (the tenant's \
