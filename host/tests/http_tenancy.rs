@@ -60,12 +60,7 @@ fn two_bearer_tenants_see_nothing_of_each_other() {
 
     let (status, stderr) = runtime.block_on(served.stop());
     assert!(status.success(), "{status:?}: {stderr}");
-    let audit: String = std::fs::read_dir(dir.path().join("state/audit"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|e| e == "jsonl"))
-        .map(|path| std::fs::read_to_string(path).unwrap())
-        .collect();
+    let audit = served::audit_text(&dir.path().join("state/audit"));
     assert!(
         audit.contains("\"token:bob\""),
         "bio's calls name its token label"

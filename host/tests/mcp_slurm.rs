@@ -9,12 +9,11 @@ mod served;
 mod slurm;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
-use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
-use rmcp::service::{NotificationContext, Peer};
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::Peer;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use served::Served;
 
@@ -118,20 +117,6 @@ async fn slurm_workflow(peer: &Peer<RoleClient>) {
     ok(peer, "archive_instance", json!({"instance_id": "run1"})).await;
 }
 
-/// A client that keeps every progress notification.
-#[derive(Clone, Default)]
-struct ProgressLog(Arc<Mutex<Vec<ProgressNotificationParam>>>);
-
-impl ClientHandler for ProgressLog {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.0.lock().unwrap().push(params);
-    }
-}
-
 #[tokio::test]
 async fn a_slurm_job_over_stdio_reports_progress_and_cancels() {
     let dir = tempfile::tempdir().unwrap();
@@ -140,7 +125,7 @@ async fn a_slurm_job_over_stdio_reports_progress_and_cancels() {
     command
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped());
-    let log = ProgressLog::default();
+    let log = served::ProgressLog::default();
     let client = log
         .clone()
         .serve(TokioChildProcess::new(command).unwrap())

@@ -1,13 +1,14 @@
 //! The real binary over stdio with the rmcp client: the handshake, `tools/list` after policy,
 //! tool calls with structured results, and a denial coming back as a tool error.
 
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+#[path = "support/served.rs"]
+mod served;
 
-use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
-use rmcp::service::NotificationContext;
+use std::path::Path;
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
 use rmcp::transport::TokioChildProcess;
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
 
 fn config(dir: &Path) -> std::path::PathBuf {
@@ -148,24 +149,10 @@ async fn an_mcp_client_lists_calls_and_is_refused_over_stdio() {
     );
 }
 
-/// A client that keeps every progress notification.
-#[derive(Clone, Default)]
-struct ProgressLog(Arc<Mutex<Vec<ProgressNotificationParam>>>);
-
-impl ClientHandler for ProgressLog {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.0.lock().unwrap().push(params);
-    }
-}
-
 #[tokio::test]
 async fn a_waiting_submit_job_sends_progress_for_the_callers_token() {
     let dir = tempfile::tempdir().unwrap();
-    let log = ProgressLog::default();
+    let log = served::ProgressLog::default();
     let client = log
         .clone()
         .serve(TokioChildProcess::new(gateway_command(dir.path())).unwrap())

@@ -77,12 +77,7 @@ async fn two_uids_on_one_socket_see_nothing_of_each_other() {
 
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{status:?}: {stderr}");
-    let audit: String = std::fs::read_dir(dir.path().join("state/audit"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|e| e == "jsonl"))
-        .map(|path| std::fs::read_to_string(path).unwrap())
-        .collect();
+    let audit = served::audit_text(&dir.path().join("state/audit"));
     assert!(
         audit.contains(&format!("\"uid:{BIO_UID}\"")),
         "bio's calls name its uid"

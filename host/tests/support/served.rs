@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 
+use rmcp::model::ProgressNotificationParam;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -155,3 +156,27 @@ pub const MCP_POST: [(&str, &str); 2] = [
     ("Content-Type", "application/json"),
     ("Accept", "application/json, text/event-stream"),
 ];
+
+/// A client that keeps every progress notification.
+#[derive(Clone, Default)]
+pub struct ProgressLog(pub std::sync::Arc<std::sync::Mutex<Vec<ProgressNotificationParam>>>);
+
+impl rmcp::ClientHandler for ProgressLog {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        self.0.lock().unwrap().push(params);
+    }
+}
+
+/// Every audit file under `dir` (`state/audit`), concatenated.
+pub fn audit_text(dir: &Path) -> String {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "jsonl"))
+        .map(|path| std::fs::read_to_string(path).unwrap())
+        .collect()
+}
