@@ -298,13 +298,17 @@ impl Gateway {
         Ok(())
     }
 
-    /// Stops the proxied servers (each audited) and records a clean stop.
+    /// Stops the proxied servers (each audited) and records a clean stop, with how many
+    /// records this process wrote and in how many `fdatasync`ed batches (the group commit).
     pub fn stopped(&self, transport: &str) -> anyhow::Result<()> {
         self.proxies.stop_all();
+        let written = self.audit.stats();
         self.audit.append(
             Entry::new(Event::GatewayStopped)
                 .detail("transport", transport)
-                .detail("pid", std::process::id()),
+                .detail("pid", std::process::id())
+                .detail("audit_records", written.records)
+                .detail("audit_batches", written.batches),
         )?;
         Ok(())
     }

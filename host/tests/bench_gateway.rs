@@ -56,7 +56,13 @@ fn the_gateway_bench_prints_its_figures_as_json() {
             "http_tenants.{key}: {report}"
         );
     }
-    for key in ["p50_us", "p99_us", "idle_rss_kb"] {
+    for key in ["stdio_ping_p50_us", "append_fdatasync_p50_us"] {
+        assert!(
+            report["floors"][key].as_f64().is_some_and(|v| v > 0.0),
+            "floors.{key}: {report}"
+        );
+    }
+    for key in ["p50_us", "p99_us", "idle_rss_kb", "ping_p50_us"] {
         assert!(
             report["stdio"][key].as_f64().is_some_and(|v| v > 0.0),
             "stdio.{key}: {report}"

@@ -1,18 +1,19 @@
 //! [`AuditLog`]: the handle the gateway appends through.
 //!
-//! Group commit: callers serialise and redact their entries on their own thread, hand the bytes
-//! to one writer thread and block; the writer takes everything queued (while it was busy
-//! syncing the previous batch, more callers arrived), writes it as one batch with one
-//! `fdatasync`, and wakes each caller with its receipt — or with the same error for every
-//! caller in a failed batch. `append` returns only once the record is durable, so the gateway
-//! can refuse the call on `Err` (fail closed).
+//! Group commit without a writer thread: callers serialise and redact their entries on their own
+//! thread and queue the bytes. A caller that finds no commit under way leads one: it takes
+//! everything queued, writes it as one batch with one `fdatasync`, and hands each waiting
+//! caller its receipt — or the same error for every caller in a failed batch. Callers that
+//! arrive while a batch is syncing wait, and one of them leads the next batch with all of them.
+//! A lone caller thus writes and syncs on its own thread, with no hand-off to another thread
+//! and back. `append` returns only once the record is durable, so the gateway can refuse the
+//! call on `Err` (fail closed).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread::JoinHandle;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
-use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use serde_json::{Map, Value};
 
 use super::canonical::encode_body;
@@ -57,29 +58,30 @@ struct Counters {
     records: AtomicU64,
 }
 
-type Reply<T> = Sender<Result<T, AuditError>>;
-
-enum Request {
-    /// Records that go into one batch, next to each other and in this order.
-    Append {
-        bodies: Vec<Vec<u8>>,
-        reply: Reply<Vec<Receipt>>,
-    },
-    Head {
-        reply: Reply<Receipt>,
-    },
-    #[cfg(test)]
-    Inject(super::writer::Inject),
+/// The commit queue: what waits for the next batch, and what finished batches answered.
+#[derive(Default)]
+struct Queue {
+    /// Each caller's records, by ticket, in arrival order.
+    waiting: Vec<(u64, Vec<Vec<u8>>)>,
+    /// Answers not yet collected, by ticket.
+    answered: HashMap<u64, Result<Vec<Receipt>, AuditError>>,
+    next_ticket: u64,
+    /// A caller is writing a batch.
+    leading: bool,
 }
 
 /// The open audit log. `Sync`: share it (e.g. in an `Arc`) between all request handlers.
 pub struct AuditLog {
     dir: PathBuf,
     redaction: RedactionRules,
-    requests: Option<Sender<Request>>,
-    writer: Option<JoinHandle<()>>,
+    queue: Mutex<Queue>,
+    /// Signalled when a batch is done: its callers collect their answers, and one of those
+    /// who queued meanwhile leads the next batch.
+    batch_done: Condvar,
+    /// Taken by the caller leading a batch (and by `checkpoint`), never while holding `queue`.
+    writer: Mutex<Writer>,
     repaired: Vec<Map<String, Value>>,
-    counters: Arc<Counters>,
+    counters: Counters,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -90,24 +92,18 @@ impl std::fmt::Debug for AuditLog {
 
 impl AuditLog {
     /// Opens (creating) the log in `dir`: a private directory, the newest file's torn last
-    /// line truncated and recorded as `audit.repaired`, the writer thread started.
+    /// line truncated and recorded as `audit.repaired`.
     pub fn open(dir: impl AsRef<Path>, options: AuditOptions) -> Result<AuditLog, AuditError> {
         let dir = dir.as_ref().to_owned();
         let (writer, repaired) = Writer::open(&dir, options.max_file_bytes)?;
-        let (requests, queue) = unbounded();
-        let counters = Arc::new(Counters::default());
-        let thread_counters = Arc::clone(&counters);
-        let writer = std::thread::Builder::new()
-            .name("hpcgate-audit".to_owned())
-            .spawn(move || run(writer, &queue, &thread_counters))
-            .map_err(|e| AuditError::Write(super::error::arc(e)))?;
         Ok(AuditLog {
             dir,
             redaction: options.redaction,
-            requests: Some(requests),
-            writer: Some(writer),
+            queue: Mutex::new(Queue::default()),
+            batch_done: Condvar::new(),
+            writer: Mutex::new(writer),
             repaired,
-            counters,
+            counters: Counters::default(),
         })
     }
 
@@ -131,15 +127,66 @@ impl AuditLog {
                 encode_body(&entry)
             })
             .collect();
-        self.ask(|reply| Request::Append { bodies, reply })
+        let mut queue = self.lock_queue();
+        let ticket = queue.next_ticket;
+        queue.next_ticket += 1;
+        queue.waiting.push((ticket, bodies));
+        loop {
+            if let Some(answer) = queue.answered.remove(&ticket) {
+                return answer;
+            }
+            if queue.leading {
+                queue = self
+                    .batch_done
+                    .wait(queue)
+                    .unwrap_or_else(PoisonError::into_inner);
+            } else {
+                queue = self.lead(queue);
+            }
+        }
+    }
+
+    /// Writes the queued records as one batch (up to the batch limits) and answers their
+    /// callers; `queue` is released while the batch is written.
+    fn lead<'a>(&'a self, mut queue: MutexGuard<'a, Queue>) -> MutexGuard<'a, Queue> {
+        // At least the first caller's records, then whole callers while the batch has room.
+        let (mut taken, mut records, mut bytes) = (0, 0, 0);
+        for (_, mine) in &queue.waiting {
+            let size: usize = mine.iter().map(Vec::len).sum();
+            if taken > 0
+                && (records + mine.len() > MAX_BATCH_RECORDS || bytes + size > MAX_BATCH_BYTES)
+            {
+                break;
+            }
+            (taken, records, bytes) = (taken + 1, records + mine.len(), bytes + size);
+        }
+        let (mut tickets, mut bodies) = (Vec::with_capacity(taken), Vec::with_capacity(records));
+        for (ticket, mine) in queue.waiting.drain(..taken) {
+            tickets.push((ticket, mine.len()));
+            bodies.extend(mine);
+        }
+        queue.leading = true;
+        drop(queue);
+        // Answers every caller of the batch even if the commit panics, and hands on the lead.
+        let mut batch = Batch {
+            log: self,
+            tickets,
+            answer: Err(AuditError::Closed),
+        };
+        let slices: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
+        batch.answer = self.lock_writer().commit(&slices);
+        if let Ok(receipts) = &batch.answer {
+            self.counters.batches.fetch_add(1, Ordering::Relaxed);
+            (self.counters.records).fetch_add(receipts.len() as u64, Ordering::Relaxed);
+        }
+        drop(batch);
+        self.lock_queue()
     }
 
     /// The last durable record of the log (written by any process) as a checkpoint to export.
     pub fn checkpoint(&self) -> Result<Checkpoint, AuditError> {
-        self.ask(|reply| Request::Head { reply })
-            .map(Checkpoint::from)
+        self.lock_writer().head().map(Checkpoint::from)
     }
-
     /// The `limit` newest records matching `filter` within `scope`, newest first. The gateway
     /// passes `Scope::Tenant(<the caller's tenant>)`.
     pub fn tail(
@@ -172,77 +219,48 @@ impl AuditLog {
         }
     }
 
-    fn ask<T>(&self, request: impl FnOnce(Reply<T>) -> Request) -> Result<T, AuditError> {
-        let (reply, answer) = bounded(1);
-        let requests = self.requests.as_ref().ok_or(AuditError::Closed)?;
-        requests
-            .send(request(reply))
-            .map_err(|_| AuditError::Closed)?;
-        answer.recv().map_err(|_| AuditError::Closed)?
+    fn lock_queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_writer(&self) -> MutexGuard<'_, Writer> {
+        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     #[cfg(test)]
     pub(crate) fn inject(&self, fault: super::writer::Inject) {
-        let _ = self.requests.as_ref().unwrap().send(Request::Inject(fault));
+        self.lock_writer().inject = Some(fault);
     }
 }
 
-impl Drop for AuditLog {
-    /// Lets the writer finish what is queued, then joins it.
+/// A batch being written: on drop its callers get their answers and the lead is free again.
+struct Batch<'a> {
+    log: &'a AuditLog,
+    /// Each caller's ticket and how many of the batch's records are theirs, in order.
+    tickets: Vec<(u64, usize)>,
+    answer: Result<Vec<Receipt>, AuditError>,
+}
+
+impl Drop for Batch<'_> {
     fn drop(&mut self) {
-        self.requests.take();
-        if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
-        }
-    }
-}
-
-fn run(mut writer: Writer, queue: &Receiver<Request>, counters: &Counters) {
-    while let Ok(first) = queue.recv() {
-        // Each caller's records, and how many they are, in batch order.
-        let (mut bodies, mut replies, mut heads) = (Vec::new(), Vec::new(), Vec::new());
-        let mut bytes = 0;
-        let mut next = Some(first);
-        while let Some(request) = next.take() {
-            match request {
-                Request::Append {
-                    bodies: mine,
-                    reply,
-                } => {
-                    bytes += mine.iter().map(Vec::len).sum::<usize>();
-                    replies.push((reply, mine.len()));
-                    bodies.extend(mine);
+        let answer = std::mem::replace(&mut self.answer, Err(AuditError::Closed));
+        let mut queue = self.log.lock_queue();
+        match answer {
+            Ok(receipts) => {
+                let mut receipts = receipts.into_iter();
+                for &(ticket, count) in &self.tickets {
+                    let mine = receipts.by_ref().take(count).collect();
+                    queue.answered.insert(ticket, Ok(mine));
                 }
-                Request::Head { reply } => heads.push(reply),
-                #[cfg(test)]
-                Request::Inject(fault) => writer.inject = Some(fault),
             }
-            if bodies.len() < MAX_BATCH_RECORDS && bytes < MAX_BATCH_BYTES {
-                next = queue.try_recv().ok();
-            }
-        }
-        if !bodies.is_empty() {
-            let slices: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
-            match writer.commit(&slices) {
-                Ok(receipts) => {
-                    counters.batches.fetch_add(1, Ordering::Relaxed);
-                    counters
-                        .records
-                        .fetch_add(receipts.len() as u64, Ordering::Relaxed);
-                    let mut receipts = receipts.into_iter();
-                    for (reply, count) in replies {
-                        let _ = reply.send(Ok(receipts.by_ref().take(count).collect()));
-                    }
-                }
-                Err(error) => {
-                    for (reply, _) in replies {
-                        let _ = reply.send(Err(error.clone()));
-                    }
+            Err(error) => {
+                for &(ticket, _) in &self.tickets {
+                    queue.answered.insert(ticket, Err(error.clone()));
                 }
             }
         }
-        for reply in heads {
-            let _ = reply.send(writer.head());
-        }
+        queue.leading = false;
+        drop(queue);
+        self.log.batch_done.notify_all();
     }
 }

@@ -11,6 +11,7 @@
 //! the clients spread over them (issue #6: within 10% of the single-tenant figures); the two
 //! take turns in rounds so that they see the same machine.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, ClientRequest, PingRequest};
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -44,6 +45,10 @@ pub(crate) struct GatewayArgs {
     /// Print the figures as one JSON object.
     #[arg(long)]
     json: bool,
+    /// Keep the gateways' temporary state directory (its path goes to stderr), e.g. to read
+    /// their audit logs: each `gateway.stopped` record counts records and fsync'd batches.
+    #[arg(long)]
+    keep: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -90,6 +95,12 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
                 check["target"].as_str().unwrap_or_default(),
             ));
         }
+        if let Some(floors) = report.get("floors") {
+            out(format!(
+                "floors here: stdio MCP ping p50 {} µs; 1 KiB append + fdatasync p50 {} µs",
+                floors["stdio_ping_p50_us"], floors["append_fdatasync_p50_us"]
+            ));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -99,6 +110,7 @@ async fn bench(args: &GatewayArgs) -> anyhow::Result<Value> {
         .prefix("hpcgate-bench-")
         .tempdir()
         .context("cannot create a temporary directory for the benchmark")?;
+    let dir = Scratch(Some(dir), args.keep);
     let config = dir.path().join("gateway.toml");
     std::fs::write(
         &config,
@@ -147,10 +159,59 @@ async fn bench(args: &GatewayArgs) -> anyhow::Result<Value> {
             STDIO_P50_US,
         ));
         checks.push(check_rss("stdio idle RSS", figures.idle_rss_kb));
+        // What no gateway can go below here: the transport's round trip with no work, and one
+        // durable append on the state directory's disk (each call's audit record waits for one).
+        let fsync_us = fsync_p50_us(dir.path(), args.calls.min(2_000))?;
+        report.insert(
+            "floors".into(),
+            json!({
+                "stdio_ping_p50_us": round(figures.ping_p50_us.unwrap_or_default()),
+                "append_fdatasync_p50_us": round(fsync_us),
+            }),
+        );
         report.insert("stdio".into(), figures.to_json());
     }
     report.insert("checks".into(), Value::Array(checks));
     Ok(Value::Object(report))
+}
+
+/// p50 of `appends` appends of a 1 KiB line (an audit record's size) each followed by
+/// `fdatasync`, to a scratch file in `dir`, in µs.
+fn fsync_p50_us(dir: &Path, appends: usize) -> anyhow::Result<f64> {
+    let path = dir.join("fsync-probe");
+    let mut file = std::fs::OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("cannot create `{}`", path.display()))?;
+    let line = [b'x'; 1024];
+    let mut samples = Vec::with_capacity(appends);
+    for _ in 0..appends.max(1) {
+        let started = Instant::now();
+        file.write_all(&line)?;
+        file.sync_data()?;
+        samples.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    std::fs::remove_file(&path)?;
+    Ok(percentiles(&mut samples).0)
+}
+
+/// The benchmark's temporary directory, removed at the end unless kept.
+struct Scratch(Option<tempfile::TempDir>, bool);
+
+impl Scratch {
+    fn path(&self) -> &Path {
+        self.0.as_ref().map_or(Path::new("/"), |dir| dir.path())
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let (Some(dir), true) = (self.0.take(), self.1) {
+            let kept = dir.keep();
+            let _ = writeln!(std::io::stderr(), "hpcgate bench: kept {}", kept.display());
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -159,6 +220,8 @@ struct Figures {
     p99_us: f64,
     /// Measured only over HTTP.
     calls_per_s: Option<f64>,
+    /// The same client's MCP `ping` p50: the transport's round trip, no gateway work.
+    ping_p50_us: Option<f64>,
     idle_rss_kb: u64,
 }
 
@@ -171,6 +234,9 @@ impl Figures {
         });
         if let Some(calls_per_s) = self.calls_per_s {
             figures["calls_per_s"] = json!(calls_per_s.round());
+        }
+        if let Some(ping) = self.ping_p50_us {
+            figures["ping_p50_us"] = json!(round(ping));
         }
         figures
     }
@@ -308,12 +374,22 @@ async fn bench_stdio(dir: &Path, config: &Path, args: &GatewayArgs) -> anyhow::R
         stat(&client, "stdio").await?;
     }
     let mut samples = latencies(&client, "stdio", args.calls).await?;
+    let mut pings = Vec::with_capacity(args.calls);
+    for _ in 0..args.calls {
+        let started = Instant::now();
+        client
+            .send_request(ClientRequest::PingRequest(PingRequest::default()))
+            .await
+            .context("MCP ping failed")?;
+        pings.push(started.elapsed().as_secs_f64() * 1e6);
+    }
     client.cancel().await?;
     let (p50_us, p99_us) = percentiles(&mut samples);
     Ok(Figures {
         p50_us,
         p99_us,
         calls_per_s: None,
+        ping_p50_us: Some(percentiles(&mut pings).0),
         idle_rss_kb,
     })
 }

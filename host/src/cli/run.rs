@@ -2,6 +2,8 @@
 //! loopback port, or the same HTTP app on a Unix socket (`crate::http`).
 
 use std::io::Write as _;
+use std::os::fd::AsFd as _;
+use std::os::unix::fs::FileTypeExt as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -70,7 +72,14 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         crate::http::check(&listen, &identity, &args.path)?;
     }
     let gateway = Arc::new(Gateway::open(settings)?);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // Over stdio one client's messages arrive one at a time: one thread runs the transport and
+    // every call goes to a blocking thread, without the wake-ups of idle workers looking for
+    // work that a multi-threaded scheduler makes on every message.
+    let mut builder = match transport {
+        Transport::Stdio => tokio::runtime::Builder::new_current_thread(),
+        Transport::StreamableHttp => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = builder
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
@@ -91,8 +100,8 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
         }
     });
-    // The stdio transport's stdin reader is a blocking thread that returns only at EOF; after a
-    // signal, give in-flight calls a moment instead of waiting for stdin forever.
+    // Give in-flight calls a moment after a signal; a stdin that is not a pipe is read by a
+    // blocking thread that returns only at EOF, which must not be waited for.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     gateway.stopped(name)?;
     served?;
@@ -137,7 +146,7 @@ async fn serve_stdio(gateway: Arc<Gateway>, caller: Caller) -> anyhow::Result<()
     let signal = shutdown_signal()?;
     tokio::pin!(signal);
     let service = tokio::select! {
-        served = McpServer::new(gateway, caller).serve(rmcp::transport::stdio()) => {
+        served = McpServer::new(gateway, caller).serve(stdio_transport()) => {
             served.context("the MCP client did not complete the handshake on stdio")?
         }
         () = &mut signal => return Ok(()),
@@ -150,6 +159,35 @@ async fn serve_stdio(gateway: Arc<Gateway>, caller: Caller) -> anyhow::Result<()
         () = signal => cancel.cancel(),
     }
     Ok(())
+}
+
+/// Standard input and output as the MCP transport. When they are pipes (as an MCP client starts
+/// the gateway) they are read and written directly by the runtime, non-blocking; tokio's own
+/// stdin and stdout hand every read and write to a blocking thread, a thread wake-up each way
+/// on every message. A terminal or a file falls back to those.
+fn stdio_transport() -> (
+    Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+) {
+    use tokio::net::unix::pipe;
+    let pipe_end = |fd: std::os::fd::BorrowedFd<'_>| {
+        fd.try_clone_to_owned()
+            .ok()
+            .map(std::fs::File::from)
+            .filter(|file| file.metadata().is_ok_and(|m| m.file_type().is_fifo()))
+    };
+    let stdin = pipe_end(std::io::stdin().as_fd()).and_then(|f| pipe::Receiver::from_file(f).ok());
+    let stdout = pipe_end(std::io::stdout().as_fd()).and_then(|f| pipe::Sender::from_file(f).ok());
+    (
+        match stdin {
+            Some(receiver) => Box::new(receiver),
+            None => Box::new(tokio::io::stdin()),
+        },
+        match stdout {
+            Some(sender) => Box::new(sender),
+            None => Box::new(tokio::io::stdout()),
+        },
+    )
 }
 
 /// The local user, as the principal of stdio calls (and of the local CLI commands).
