@@ -366,3 +366,57 @@ fn a_reload_swaps_the_policies_and_a_bad_one_keeps_the_old_set() {
     assert_eq!(reloads[0]["detail"]["policies"], json!(["tools"]));
     assert!(reloads[1]["outcome"]["error"].is_string());
 }
+
+#[test]
+fn the_default_chain_runs_resource_caps_only_for_submit_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = support::open(dir.path(), "");
+    let alice = caller("chem");
+    ok(gw.call(&alice, "create_instance", args(json!({"instance_id": "r"}))));
+    ok(gw.call(
+        &alice,
+        "write_file",
+        args(json!({"instance_id": "r", "path": "a", "content": "x"})),
+    ));
+    ok(gw.call(
+        &alice,
+        "stat_path",
+        args(json!({"instance_id": "r", "path": "a"})),
+    ));
+    let log = std::fs::read_to_string(dir.path().join("state/audit/audit-000001.jsonl")).unwrap();
+    let stat: Value = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["tool"] == "stat_path")
+        .unwrap();
+    let ran: Vec<_> = (stat["policies"].as_array().unwrap().iter())
+        .map(|p| p["policy"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ran,
+        ["tools", "paths"],
+        "caps is scoped to submit_job: {stat}"
+    );
+
+    let engine = PolicyEngine::new(EngineSettings {
+        cache_dir: None,
+        ..EngineSettings::default()
+    })
+    .unwrap();
+    let settings = support::settings(dir.path(), "").unwrap();
+    let chain = settings.build_chain(&engine).unwrap();
+    let mut call: hpcgate::policy::Call = serde_json::from_value(stat["call"].clone()).unwrap();
+    call.tool = "submit_job".into();
+    call.read_only = false;
+    call.arguments =
+        args(json!({"instance_id": "r", "command": "make", "resources": {"cpus": 99}}));
+    let outcome = chain.evaluate(&call);
+    let ran: Vec<_> = outcome.policies.iter().map(|p| p.policy.as_str()).collect();
+    assert_eq!(ran, ["tools", "paths", "caps"]);
+    assert_eq!(outcome.decision.policy.as_deref(), Some("caps"));
+    assert_eq!(
+        outcome.decision.arguments.unwrap()["resources"]["cpus"],
+        json!(8),
+        "the default caps clamp cpus to 8"
+    );
+}

@@ -48,6 +48,7 @@ pub struct Spec {
     pub config: Value,
     pub mode: Mode,
     pub tenants: Vec<String>,
+    pub tools: Vec<String>,
     pub deadline: Duration,
     pub memory_mb: usize,
     pub reuse: bool,
@@ -61,6 +62,7 @@ impl Spec {
             config,
             mode: Mode::Enforce,
             tenants: vec!["*".into()],
+            tools: vec!["*".into()],
             // Generous: only the tests about deadlines set a tight one, so a loaded CI machine
             // cannot turn a slow evaluation into a spurious timeout.
             deadline: Duration::from_millis(2_000),
@@ -87,6 +89,11 @@ impl Spec {
         self
     }
 
+    pub fn tools(mut self, tools: &[&str]) -> Spec {
+        self.tools = tools.iter().map(|t| t.to_string()).collect();
+        self
+    }
+
     pub fn reuse(mut self) -> Spec {
         self.reuse = true;
         self
@@ -106,6 +113,7 @@ impl Spec {
             settings: self.config.to_string(),
             mode: self.mode,
             tenants: self.tenants,
+            tools: self.tools,
             deadline: self.deadline,
             memory_bytes: self.memory_mb << 20,
             reuse: self.reuse,

@@ -95,6 +95,43 @@ fn tenant_globs_select_the_policies_that_run() {
 }
 
 #[test]
+fn tool_globs_select_the_policies_that_run_in_both_phases() {
+    let chain = chain(vec![
+        Spec::hostile("jobs-only", json!({"behaviour": "deny"})).tools(&["submit_job", "*_job"]),
+        Spec::hostile("fs-proxy", json!({"behaviour": "count"})).tools(&["fs__*"]),
+    ]);
+    for phase in [Phase::Call, Phase::List] {
+        let mut c = call("stat_path", json!({"path": "a"}));
+        c.phase = phase;
+        let outcome = chain.evaluate(&c);
+        assert_eq!(outcome.decision.decision, DecisionKind::Allow);
+        assert!(
+            outcome.policies.is_empty(),
+            "no policy matches `stat_path`, none runs or is recorded: {:?}",
+            outcome.policies
+        );
+        for tool in ["submit_job", "cancel_job"] {
+            c.tool = tool.into();
+            let outcome = chain.evaluate(&c);
+            assert_eq!(outcome.decision.decision, DecisionKind::Deny, "{tool}");
+            assert_eq!(outcome.decision.policy.as_deref(), Some("jobs-only"));
+        }
+        c.tool = "fs__read_text_file".into();
+        let ran: Vec<_> = (chain.evaluate(&c).policies.into_iter())
+            .map(|p| p.policy)
+            .collect();
+        assert_eq!(ran, ["fs-proxy"]);
+    }
+    let error = chain_error(vec![
+        Spec::hostile("bad", json!({"behaviour": "allow"})).tools(&["submit_job", ""]),
+    ]);
+    assert!(
+        error.starts_with("policy `bad`: invalid `tools` glob:"),
+        "{error}"
+    );
+}
+
+#[test]
 fn list_phase_sees_empty_arguments_and_a_rewrite_counts_as_allow() {
     let rewrite = chain(vec![Spec::hostile(
         "r",

@@ -132,6 +132,7 @@ fn check(module: &str, settings: &str) -> anyhow::Result<ExitCode> {
         settings: settings.to_string(),
         mode: Mode::Enforce,
         tenants: vec!["*".to_owned()],
+        tools: vec!["*".to_owned()],
         deadline: Duration::from_millis(100),
         memory_bytes: 64 << 20,
         reuse: true,

@@ -83,6 +83,9 @@ impl Config {
                 module: "stock:proxy-filter".to_owned(),
                 mode: Mode::Enforce,
                 tenants: all_tenants(),
+                // A proxied tool is exposed as `<server>__<tool>`; the filter judges only
+                // calls to the servers it has entries for.
+                tools: servers.keys().map(|name| format!("{name}__*")).collect(),
                 deadline_ms: None,
                 memory_limit_mb: None,
                 reuse_instance: false,
@@ -119,6 +122,7 @@ pub(crate) fn load_policies(
             settings,
             mode: entry.mode,
             tenants: entry.tenants,
+            tools: entry.tools,
             deadline: Duration::from_millis(
                 entry.deadline_ms.or(defaults.deadline_ms).unwrap_or(100),
             ),

@@ -92,6 +92,10 @@ pub struct PolicyConfig {
     /// Globs over tenant names; default all.
     #[serde(default = "all_tenants")]
     pub tenants: Vec<String>,
+    /// Globs over exposed tool names the policy judges; default all. A call of any other tool
+    /// does not run it (nor does listing that tool).
+    #[serde(default = "all_tools")]
+    pub tools: Vec<String>,
     pub deadline_ms: Option<u64>,
     pub memory_limit_mb: Option<usize>,
     /// Keep one configured instance per tenant across evaluations (state may survive between
@@ -141,5 +145,9 @@ pub struct ProxyConfig {
 }
 
 pub(crate) fn all_tenants() -> Vec<String> {
+    vec!["*".to_owned()]
+}
+
+pub(crate) fn all_tools() -> Vec<String> {
     vec!["*".to_owned()]
 }

@@ -1,6 +1,7 @@
 //! The policy chain: the contract's semantics in one loop.
 //!
-//! Policies run in configured order, each only for tenants matching its `tenants` globs. The
+//! Policies run in configured order, each only for tenants matching its `tenants` globs and
+//! tools matching its `tools` globs (a policy that cannot apply to a call costs nothing). The
 //! first enforced deny stops the chain; an enforced rewrite replaces the arguments seen by the
 //! next policy and by the executor; a monitor-mode policy is evaluated and recorded but never
 //! stops the chain or changes the arguments. In the list phase the arguments are `{}` and a
@@ -105,6 +106,8 @@ pub struct ChainPolicy {
     pub settings: String,
     pub mode: Mode,
     pub tenants: Vec<String>,
+    /// Globs over exposed tool names.
+    pub tools: Vec<String>,
     pub deadline: Duration,
     pub memory_bytes: usize,
     /// Keep one configured instance per tenant instead of a fresh one per evaluation.
@@ -120,8 +123,12 @@ pub enum ChainError {
     Configure { policy: String, message: String },
     #[error("policy `{policy}` {fault}")]
     Fault { policy: String, fault: Fault },
-    #[error("policy `{policy}`: invalid `tenants` glob: {message}")]
-    TenantGlob { policy: String, message: String },
+    #[error("policy `{policy}`: invalid `{key}` glob: {message}")]
+    Glob {
+        policy: String,
+        key: &'static str,
+        message: String,
+    },
     #[error("two policies are named `{0}`; names must be unique")]
     DuplicateName(String),
 }
@@ -131,6 +138,7 @@ struct Link {
     mode: Mode,
     digest: String,
     tenants: GlobSet,
+    tools: GlobSet,
     pool: InstancePool,
 }
 
@@ -156,10 +164,14 @@ impl Chain {
             if links.iter().any(|l| l.name == p.name) {
                 return Err(ChainError::DuplicateName(p.name));
             }
-            let tenants = GlobSet::new(&p.tenants).map_err(|e| ChainError::TenantGlob {
-                policy: p.name.clone(),
-                message: e.to_string(),
-            })?;
+            let globs = |key, globs: &[String]| {
+                GlobSet::new(globs).map_err(|e| ChainError::Glob {
+                    policy: p.name.clone(),
+                    key,
+                    message: e.to_string(),
+                })
+            };
+            let (tenants, tools) = (globs("tenants", &p.tenants)?, globs("tools", &p.tools)?);
             let memory_bytes = p
                 .memory_bytes
                 .min(p.module.inner.engine.settings.max_memory_bytes);
@@ -184,6 +196,7 @@ impl Chain {
                 mode: p.mode,
                 digest,
                 tenants,
+                tools,
                 pool,
             });
         }
@@ -206,7 +219,7 @@ impl Chain {
         for link in self
             .links
             .iter()
-            .filter(|l| l.tenants.is_match(&call.tenant))
+            .filter(|l| l.tenants.is_match(&call.tenant) && l.tools.is_match(&call.tool))
         {
             let started = Instant::now();
             let (result, logs) = link.pool.evaluate(&call.tenant, &wit);
