@@ -106,16 +106,6 @@ struct Live {
     auth: Authenticator,
 }
 
-impl Live {
-    fn chain_names(&self) -> Vec<String> {
-        self.settings
-            .policies
-            .iter()
-            .map(|p| p.name.clone())
-            .collect()
-    }
-}
-
 /// What [`Gateway::reload`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reloaded {
@@ -216,7 +206,7 @@ impl Gateway {
         let entry = Entry::new(Event::PoliciesReloaded);
         let entry = match &result {
             Ok((live, reloaded)) => entry
-                .detail("policies", live.chain_names())
+                .detail("policies", live.chain.names().collect::<Vec<_>>())
                 .detail("needs_restart", reloaded.needs_restart.clone()),
             Err(e) => entry.outcome(Outcome {
                 error: Some(format!("{e:#}")),
@@ -289,12 +279,9 @@ impl Gateway {
 
     /// Records that a transport started serving.
     pub fn started(&self, transport: &str) -> anyhow::Result<()> {
-        self.audit.append(
-            Entry::new(Event::GatewayStarted)
-                .detail("transport", transport)
-                .detail("version", env!("CARGO_PKG_VERSION"))
-                .detail("pid", std::process::id()),
-        )?;
+        let entry = Entry::new(Event::GatewayStarted).detail("transport", transport);
+        let entry = entry.detail("version", env!("CARGO_PKG_VERSION"));
+        self.audit.append(entry.detail("pid", std::process::id()))?;
         Ok(())
     }
 

@@ -27,6 +27,10 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use super::bench_figures::{
+    Figures, HTTP_P50_US, STDIO_P50_US, check_rss, check_slowdown, check_throughput, check_us,
+    fsync_p50_us, percentiles, round, rss_kb,
+};
 use super::out;
 
 #[derive(Debug, Args)]
@@ -57,14 +61,6 @@ enum Which {
     Stdio,
     All,
 }
-
-/// Issue #4's targets.
-const HTTP_P50_US: f64 = 1_000.0;
-const HTTP_CALLS_PER_S: f64 = 5_000.0;
-const STDIO_P50_US: f64 = 300.0;
-const IDLE_RSS_KB: u64 = 40 * 1024;
-/// Issue #6's: the multi-tenant, authenticated figures within 10% of the single-tenant ones.
-const TENANTS_SLOWDOWN: f64 = 1.10;
 
 type Client = RunningService<RoleClient, ()>;
 
@@ -175,27 +171,6 @@ async fn bench(args: &GatewayArgs) -> anyhow::Result<Value> {
     Ok(Value::Object(report))
 }
 
-/// p50 of `appends` appends of a 1 KiB line (an audit record's size) each followed by
-/// `fdatasync`, to a scratch file in `dir`, in µs.
-fn fsync_p50_us(dir: &Path, appends: usize) -> anyhow::Result<f64> {
-    let path = dir.join("fsync-probe");
-    let mut file = std::fs::OpenOptions::new()
-        .create_new(true)
-        .append(true)
-        .open(&path)
-        .with_context(|| format!("cannot create `{}`", path.display()))?;
-    let line = [b'x'; 1024];
-    let mut samples = Vec::with_capacity(appends);
-    for _ in 0..appends.max(1) {
-        let started = Instant::now();
-        file.write_all(&line)?;
-        file.sync_data()?;
-        samples.push(started.elapsed().as_secs_f64() * 1e6);
-    }
-    std::fs::remove_file(&path)?;
-    Ok(percentiles(&mut samples).0)
-}
-
 /// The benchmark's temporary directory, removed at the end unless kept.
 struct Scratch(Option<tempfile::TempDir>, bool);
 
@@ -211,34 +186,6 @@ impl Drop for Scratch {
             let kept = dir.keep();
             let _ = writeln!(std::io::stderr(), "hpcgate bench: kept {}", kept.display());
         }
-    }
-}
-
-#[derive(Debug, Default)]
-struct Figures {
-    p50_us: f64,
-    p99_us: f64,
-    /// Measured only over HTTP.
-    calls_per_s: Option<f64>,
-    /// The same client's MCP `ping` p50: the transport's round trip, no gateway work.
-    ping_p50_us: Option<f64>,
-    idle_rss_kb: u64,
-}
-
-impl Figures {
-    fn to_json(&self) -> Value {
-        let mut figures = json!({
-            "p50_us": round(self.p50_us),
-            "p99_us": round(self.p99_us),
-            "idle_rss_kb": self.idle_rss_kb,
-        });
-        if let Some(calls_per_s) = self.calls_per_s {
-            figures["calls_per_s"] = json!(calls_per_s.round());
-        }
-        if let Some(ping) = self.ping_p50_us {
-            figures["ping_p50_us"] = json!(round(ping));
-        }
-        figures
     }
 }
 
@@ -527,13 +474,6 @@ async fn latencies(client: &Client, instance: &str, calls: usize) -> anyhow::Res
     Ok(samples)
 }
 
-/// p50 and p99 of `samples` (sorted in place).
-fn percentiles(samples: &mut [f64]) -> (f64, f64) {
-    samples.sort_by(f64::total_cmp);
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    (at(0.50), at(0.99))
-}
-
 /// `calls` `stat_path` calls in all, spread over the clients running at once: how many ran,
 /// and how long they took.
 async fn throughput(
@@ -562,58 +502,4 @@ async fn throughput(
         done??;
     }
     Ok((total, started.elapsed()))
-}
-
-/// VmRSS of `pid`.
-fn rss_kb(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("cannot read `/proc/{pid}/status`"))?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .with_context(|| format!("no VmRSS in `/proc/{pid}/status`"))
-}
-
-fn check_us(name: &str, value: f64, target: f64) -> Value {
-    json!({
-        "name": name,
-        "value": format!("{:.0} µs", value),
-        "target": format!("p50 ≤ {target:.0} µs"),
-        "pass": value <= target,
-    })
-}
-
-fn check_throughput(name: &str, value: Option<f64>) -> Value {
-    let value = value.unwrap_or_default();
-    json!({
-        "name": name,
-        "value": format!("{value:.0} calls/s"),
-        "target": format!("≥ {HTTP_CALLS_PER_S:.0} calls/s"),
-        "pass": value >= HTTP_CALLS_PER_S,
-    })
-}
-
-/// `ratio` = how many times slower the multi-tenant run was (p50 ratio, or the inverse
-/// throughput ratio).
-fn check_slowdown(name: &str, ratio: f64) -> Value {
-    json!({
-        "name": name,
-        "value": format!("{:+.1}%", (ratio - 1.0) * 100.0),
-        "target": format!("≤ {:+.0}% vs 1 tenant", (TENANTS_SLOWDOWN - 1.0) * 100.0),
-        "pass": ratio <= TENANTS_SLOWDOWN,
-    })
-}
-
-fn check_rss(name: &str, kb: u64) -> Value {
-    json!({
-        "name": name,
-        "value": format!("{:.1} MB", kb as f64 / 1024.0),
-        "target": format!("≤ {} MB", IDLE_RSS_KB / 1024),
-        "pass": kb <= IDLE_RSS_KB,
-    })
-}
-
-fn round(us: f64) -> f64 {
-    (us * 10.0).round() / 10.0
 }

@@ -3,6 +3,7 @@
 
 mod audit;
 mod bench;
+mod bench_figures;
 mod bench_proxy;
 mod clean;
 mod config;

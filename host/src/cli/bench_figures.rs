@@ -1,0 +1,126 @@
+//! The figures `hpcgate bench gateway` measures and the targets it checks them against.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+
+/// Issue #4's targets.
+pub(super) const HTTP_P50_US: f64 = 1_000.0;
+const HTTP_CALLS_PER_S: f64 = 5_000.0;
+pub(super) const STDIO_P50_US: f64 = 300.0;
+const IDLE_RSS_KB: u64 = 40 * 1024;
+/// Issue #6's: the multi-tenant, authenticated figures within 10% of the single-tenant ones.
+const TENANTS_SLOWDOWN: f64 = 1.10;
+
+/// p50 of `appends` appends of a 1 KiB line (an audit record's size) each followed by
+/// `fdatasync`, to a scratch file in `dir`, in µs.
+pub(super) fn fsync_p50_us(dir: &Path, appends: usize) -> anyhow::Result<f64> {
+    let path = dir.join("fsync-probe");
+    let mut file = std::fs::OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("cannot create `{}`", path.display()))?;
+    let line = [b'x'; 1024];
+    let mut samples = Vec::with_capacity(appends);
+    for _ in 0..appends.max(1) {
+        let started = Instant::now();
+        file.write_all(&line)?;
+        file.sync_data()?;
+        samples.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    std::fs::remove_file(&path)?;
+    Ok(percentiles(&mut samples).0)
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Figures {
+    pub p50_us: f64,
+    pub p99_us: f64,
+    /// Measured only over HTTP.
+    pub calls_per_s: Option<f64>,
+    /// The same client's MCP `ping` p50: the transport's round trip, no gateway work.
+    pub ping_p50_us: Option<f64>,
+    pub idle_rss_kb: u64,
+}
+
+impl Figures {
+    pub fn to_json(&self) -> Value {
+        let mut figures = json!({
+            "p50_us": round(self.p50_us),
+            "p99_us": round(self.p99_us),
+            "idle_rss_kb": self.idle_rss_kb,
+        });
+        if let Some(calls_per_s) = self.calls_per_s {
+            figures["calls_per_s"] = json!(calls_per_s.round());
+        }
+        if let Some(ping) = self.ping_p50_us {
+            figures["ping_p50_us"] = json!(round(ping));
+        }
+        figures
+    }
+}
+
+/// p50 and p99 of `samples` (sorted in place).
+pub(super) fn percentiles(samples: &mut [f64]) -> (f64, f64) {
+    samples.sort_by(f64::total_cmp);
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    (at(0.50), at(0.99))
+}
+
+/// VmRSS of `pid`.
+pub(super) fn rss_kb(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("cannot read `/proc/{pid}/status`"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("no VmRSS in `/proc/{pid}/status`"))
+}
+
+pub(super) fn check_us(name: &str, value: f64, target: f64) -> Value {
+    json!({
+        "name": name,
+        "value": format!("{:.0} µs", value),
+        "target": format!("p50 ≤ {target:.0} µs"),
+        "pass": value <= target,
+    })
+}
+
+pub(super) fn check_throughput(name: &str, value: Option<f64>) -> Value {
+    let value = value.unwrap_or_default();
+    json!({
+        "name": name,
+        "value": format!("{value:.0} calls/s"),
+        "target": format!("≥ {HTTP_CALLS_PER_S:.0} calls/s"),
+        "pass": value >= HTTP_CALLS_PER_S,
+    })
+}
+
+/// `ratio` = how many times slower the multi-tenant run was (p50 ratio, or the inverse
+/// throughput ratio).
+pub(super) fn check_slowdown(name: &str, ratio: f64) -> Value {
+    json!({
+        "name": name,
+        "value": format!("{:+.1}%", (ratio - 1.0) * 100.0),
+        "target": format!("≤ {:+.0}% vs 1 tenant", (TENANTS_SLOWDOWN - 1.0) * 100.0),
+        "pass": ratio <= TENANTS_SLOWDOWN,
+    })
+}
+
+pub(super) fn check_rss(name: &str, kb: u64) -> Value {
+    json!({
+        "name": name,
+        "value": format!("{:.1} MB", kb as f64 / 1024.0),
+        "target": format!("≤ {} MB", IDLE_RSS_KB / 1024),
+        "pass": kb <= IDLE_RSS_KB,
+    })
+}
+
+pub(super) fn round(us: f64) -> f64 {
+    (us * 10.0).round() / 10.0
+}
