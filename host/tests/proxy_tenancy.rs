@@ -69,9 +69,18 @@ fn a_servers_new_tools_stay_with_its_tenant_and_instance() {
     assert!(!names(&gw, "bio").contains(&"t__extra".to_owned()));
     let theirs = err(call(&gw, "bio", "t__extra", "run1"));
     assert!(theirs.contains("unknown tool `t__extra`"), "{theirs}");
-    // Not for the tenant's other instance, whose server never announced it.
+    assert!(
+        !theirs.contains("instance_id"),
+        "chem's instances leak: {theirs}"
+    );
+    // Not for the tenant's other instance, whose server never announced it: the refusal says
+    // where it is offered.
     let other = err(call(&gw, "chem", "t__extra", "run2"));
-    assert!(other.contains("unknown tool `t__extra`"), "{other}");
+    assert!(
+        other.contains("tool `t__extra` is offered only where the `t` server announced it")
+            && other.contains("instance_id `run1`;"),
+        "{other}"
+    );
     // The discovery catalogue (the admin's view, and `doctor`'s) is unchanged.
     match &gw.proxies().status()["t"] {
         Discovery::Ready(tools) => assert!(tools.iter().all(|t| t.exposed_name != "t__extra")),

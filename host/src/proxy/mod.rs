@@ -184,16 +184,23 @@ impl ProxyManager {
         inner.overlays.find(tenant, instance, name)
     }
 
-    /// Why `name` is not offered when its proxy exists but could not list its tools: a message
-    /// for the agent (no details: those are in the log and in `hpcgate doctor`).
-    pub fn unavailable(&self, name: &str) -> Option<String> {
+    /// Why `tenant` cannot call `name` although its proxy exists: the proxy could not list its
+    /// tools (no details for the agent: those are in the log and in `hpcgate doctor`), or only
+    /// the servers running in some of the tenant's other instances announced it.
+    pub fn unavailable(&self, tenant: &TenantName, name: &str) -> Option<String> {
         let (proxy, _) = name.split_once("__")?;
-        match self.status().get(proxy)? {
-            Discovery::Failed(_) => Some(format!(
+        if let Discovery::Failed(_) = self.status().get(proxy)? {
+            return Some(format!(
                 "tool `{name}` is unavailable: proxied server `{proxy}` could not be started; ask the admin to check `hpcgate doctor`"
-            )),
-            _ => None,
+            ));
         }
+        let instances = self.inner.as_ref()?.overlays.offered_in(tenant, name);
+        (!instances.is_empty()).then(|| {
+            format!(
+                "tool `{name}` is offered only where the `{proxy}` server announced it while running: instance_id {}; call it with one of those, or call tools/list",
+                instances.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
+            )
+        })
     }
 
     /// Every change of the proxied tools and whom it concerns (a discovery finished: everyone;

@@ -122,6 +122,16 @@ impl Overlays {
             }),
         }
     }
+
+    /// The instances of `tenant` whose running server announced `exposed` (for the message of
+    /// a call that names another instance); never another tenant's.
+    pub fn offered_in(&self, tenant: &TenantName, exposed: &str) -> Vec<String> {
+        let map = read(&self.map);
+        let offering = map.iter().filter(|(k, a)| {
+            &k.tenant == tenant && a.tools.iter().any(|t| t.exposed_name == exposed)
+        });
+        offering.map(|(k, _)| k.instance.clone()).collect()
+    }
 }
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
