@@ -355,12 +355,9 @@ impl Gateway {
         let started = Instant::now();
         let instance = arguments.get("instance_id").and_then(Value::as_str);
         let Some(target) = self.target(caller, instance, name) else {
-            let message = self
-                .proxies
-                .unavailable(&caller.tenant, name)
-                .unwrap_or_else(|| {
-                    format!("unknown tool `{name}`; call tools/list for the tools you may use")
-                });
+            let unknown =
+                || format!("unknown tool `{name}`; call tools/list for the tools you may use");
+            let message = (self.proxies.unavailable(&caller.tenant, name)).unwrap_or_else(unknown);
             let record = self.outcome_record(caller, name, None, Err(&ToolError(message.clone())));
             let record = record.duration(started.elapsed());
             return self.finish(vec![record], CallResult::error(message));
