@@ -321,15 +321,12 @@ async fn bench_stdio(dir: &Path, config: &Path, args: &GatewayArgs) -> anyhow::R
         stat(&client, "stdio").await?;
     }
     let mut samples = latencies(&client, "stdio", args.calls).await?;
-    let mut pings = Vec::with_capacity(args.calls);
-    for _ in 0..args.calls {
-        let started = Instant::now();
-        client
-            .send_request(ClientRequest::PingRequest(PingRequest::default()))
-            .await
-            .context("MCP ping failed")?;
-        pings.push(started.elapsed().as_secs_f64() * 1e6);
-    }
+    let mut pings = timed(args.calls, || async {
+        let ping = ClientRequest::PingRequest(PingRequest::default());
+        client.send_request(ping).await.context("MCP ping failed")?;
+        Ok(())
+    })
+    .await?;
     client.cancel().await?;
     let (p50_us, p99_us) = percentiles(&mut samples);
     Ok(Figures {
@@ -465,10 +462,19 @@ async fn call(client: &Client, tool: &'static str, arguments: Value) -> anyhow::
 
 /// The latencies of `calls` sequential `stat_path` calls, in µs.
 async fn latencies(client: &Client, instance: &str, calls: usize) -> anyhow::Result<Vec<f64>> {
+    timed(calls, || stat(client, instance)).await
+}
+
+/// The latencies of `calls` sequential runs of `request`, in µs.
+async fn timed<F, Fut>(calls: usize, mut request: F) -> anyhow::Result<Vec<f64>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     let mut samples = Vec::with_capacity(calls);
     for _ in 0..calls {
         let started = Instant::now();
-        stat(client, instance).await?;
+        request().await?;
         samples.push(started.elapsed().as_secs_f64() * 1e6);
     }
     Ok(samples)
