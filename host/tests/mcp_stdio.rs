@@ -5,6 +5,7 @@
 mod served;
 
 use std::path::Path;
+use std::time::Instant;
 
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
@@ -200,4 +201,69 @@ async fn a_waiting_submit_job_sends_progress_for_the_callers_token() {
         "each call's notifications carry that call's token: {second:?}"
     );
     client.cancel().await.unwrap();
+}
+
+/// Brief calls run on the stdio session's own thread while nothing else is in flight; a call
+/// that waits must not hold them up, and calls sent together must all be answered (and
+/// recorded) whichever way each one ran.
+#[tokio::test]
+async fn brief_calls_are_answered_while_a_job_waits_and_when_sent_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let client =
+        ().serve(TokioChildProcess::new(gateway_command(dir.path())).unwrap())
+            .await
+            .unwrap();
+    let call = |name: &str, arguments: Value| {
+        let peer = client.peer().clone();
+        let request = CallToolRequestParams::new(name.to_owned()).with_arguments(args(arguments));
+        tokio::spawn(async move { (peer.call_tool(request).await.unwrap(), Instant::now()) })
+    };
+    call("create_instance", json!({"instance_id": "run1"}))
+        .await
+        .unwrap();
+    let submit = call(
+        "submit_job",
+        json!({"instance_id": "run1", "command": "sleep 3; echo done", "timeout": 30}),
+    );
+    let mut stats = Vec::new();
+    for i in 0..40 {
+        let path = if i % 2 == 0 { "/workspace" } else { "/output" };
+        stats.push(call(
+            "stat_path",
+            json!({"instance_id": "run1", "path": path}),
+        ));
+    }
+    let mut last_stat = None;
+    for (i, stat) in stats.into_iter().enumerate() {
+        let (result, at) = stat.await.unwrap();
+        let stat = result.structured_content.expect("structured stat result");
+        let path = if i % 2 == 0 { "/workspace" } else { "/output" };
+        assert_eq!(stat["path"], path, "{stat}");
+        assert_eq!(stat["kind"], "directory", "{stat}");
+        last_stat = last_stat.max(Some(at));
+    }
+    let (submitted, job_done) = submit.await.unwrap();
+    let job = &submitted.structured_content.unwrap()["job"];
+    assert_eq!(job["status"], "completed", "{job}");
+    assert!(
+        last_stat.unwrap() < job_done,
+        "every stat_path was answered while submit_job still waited for its job"
+    );
+    client.cancel().await.unwrap();
+
+    // Every call was recorded, in one unbroken chain.
+    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+        .args(["audit", "verify", "--dir"])
+        .arg(dir.path().join("state/audit"))
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{verify:?}");
+    let query = std::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+        .args(["audit", "query", "--tool", "stat_path", "--dir"])
+        .arg(dir.path().join("state/audit"))
+        .output()
+        .unwrap();
+    assert!(query.status.success(), "{query:?}");
+    let lines = String::from_utf8(query.stdout).unwrap();
+    assert_eq!(lines.lines().count(), 40, "{lines}");
 }

@@ -226,6 +226,16 @@ impl Tool {
         )
     }
 
+    /// Whether a call is one bounded step that never waits on a job, a child process or a
+    /// peer, and walks no tree: a single file operation within the file limits. Such a call
+    /// may run on a session's runtime thread (see `McpServer::blocking`).
+    pub fn brief(self) -> bool {
+        matches!(
+            self,
+            Tool::Files(FileTool::StatPath | FileTool::ReadFile | FileTool::MakeDirectory)
+        )
+    }
+
     /// Runs the tool with its final (policy-approved) arguments.
     pub fn run(self, cx: &Context<'_>, arguments: Map<String, Value>) -> Result<Output, ToolError> {
         match self {
