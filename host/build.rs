@@ -18,7 +18,12 @@ fn main() {
         &workspace.join("policies/stock"),
     ]);
 
-    let guests = hpcgate_policy_build::build_guests(&workspace, &STOCK, &out_dir);
+    let guests = hpcgate_policy_build::build_guests(
+        &workspace,
+        &STOCK,
+        hpcgate_policy_build::Target::Bare,
+        &out_dir,
+    );
     let mut table = String::from(
         "/// The stock policies, built from `policies/stock/`.\npub const STOCK: &[(&str, &[u8])] = &[\n",
     );

@@ -5,7 +5,7 @@
 #
 #   Debian packages: bubblewrap (the sandbox), slurm-wlm + munge (the local test cluster; not
 #   with --no-slurm), openssl (makes the JWT test keys at test time; not with --no-slurm)
-#   Rust: the toolchain and wasm32 target pinned in rust-toolchain.toml, clippy, rustfmt
+#   Rust: the toolchain and wasm32 targets pinned in rust-toolchain.toml, clippy, rustfmt
 #   Python: the official MCP SDK (PyPI `mcp`) in target/python-mcp, for the tests (not with
 #   --no-slurm, which is the run script's minimal set-up)
 #   npm: @modelcontextprotocol/server-filesystem (pinned) in target/mcp-filesystem, for the proxy
@@ -41,8 +41,10 @@ command -v rustup >/dev/null 2>&1 || { log "rustup is required: https://rustup.r
 # when present.
 rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
 toolchain="$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)"
-rustup target add --toolchain "$toolchain" wasm32-unknown-unknown >/dev/null 2>&1 \
-    || { log "cannot add the wasm32-unknown-unknown target to $toolchain"; exit 1; }
+for target in wasm32-unknown-unknown wasm32-wasip2; do
+    rustup target add --toolchain "$toolchain" "$target" >/dev/null 2>&1 \
+        || { log "cannot add the $target target to $toolchain"; exit 1; }
+done
 rustup component add --toolchain "$toolchain" clippy rustfmt >/dev/null 2>&1 \
     || { log "cannot add clippy and rustfmt to $toolchain"; exit 1; }
 # The official Python MCP SDK, a third-party client for the end-to-end tests, in a venv inside

@@ -1,7 +1,10 @@
 //! Builds the hostile policy guests the tests load: the `hostile` crate (one component whose
-//! config picks the misbehaviour) and the hand-written core modules in `policies/hostile/wat/`.
+//! config picks the misbehaviour), for `wasm32-unknown-unknown` and for `wasm32-wasip2`
+//! (`hostile-wasi`), and the hand-written core modules in `policies/hostile/wat/`.
 
 use std::path::PathBuf;
+
+use hpcgate_policy_build::Target;
 
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
@@ -14,7 +17,9 @@ fn main() {
     let wit = workspace.join("wit");
     hpcgate_policy_build::rerun_if_changed(&[&wit, &workspace.join("policies/sdk"), &hostile]);
 
-    hpcgate_policy_build::build_guests(&workspace, &["hostile"], &out_dir);
+    for target in [Target::Bare, Target::Wasip2] {
+        hpcgate_policy_build::build_guests(&workspace, &["hostile"], target, &out_dir);
+    }
     for name in ["bad-discriminant", "bad-utf8"] {
         let text =
             std::fs::read_to_string(hostile.join(format!("wat/{name}.wat"))).expect("read wat");

@@ -310,6 +310,12 @@ impl Gateway {
         &self.proxies
     }
 
+    /// Whether a live policy is built for a WASI target. Its WASI functions block on a Tokio
+    /// runtime, so the chain must then not be evaluated on a thread that drives one.
+    pub fn policies_import_wasi(&self) -> bool {
+        self.live().chain.imports_wasi()
+    }
+
     /// The tools `caller` may see: every builtin tool the list phase of the chain allows.
     pub fn tools(&self, caller: &Caller) -> Vec<ToolSpec> {
         let live = self.live();

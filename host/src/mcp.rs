@@ -79,7 +79,8 @@ impl McpServer {
     /// for a `brief` call on a session's runtime while no other call is in flight, right here.
     /// Only the first of calls that arrive together runs here (the rest go to blocking threads
     /// and commit their audit records as one batch), and it holds the runtime no longer than a
-    /// bounded file operation and one audit commit.
+    /// bounded file operation and one audit commit. (Not with a WASI policy loaded: see
+    /// [`Gateway::policies_import_wasi`].)
     async fn blocking<T, F>(&self, caller: Caller, brief: bool, work: F) -> Result<T, McpError>
     where
         T: Send + 'static,
@@ -247,7 +248,10 @@ impl ServerHandler for McpServer {
                 }
             })
         });
-        let brief = crate::tools::Tool::from_name(&name).is_some_and(crate::tools::Tool::brief);
+        // A WASI policy's host functions block on a Tokio runtime, which they may not do on
+        // this one's thread: with such a policy loaded, no call runs here.
+        let brief = crate::tools::Tool::from_name(&name).is_some_and(crate::tools::Tool::brief)
+            && !self.gateway.policies_import_wasi();
         let result = self
             .blocking(caller, brief, move |gateway, caller| {
                 let report = |p: Progress| {

@@ -12,7 +12,8 @@ use rmcp::model::CallToolRequestParams;
 use rmcp::transport::TokioChildProcess;
 use serde_json::{Map, Value, json};
 
-fn config(dir: &Path) -> std::path::PathBuf {
+/// The test config, with `extra` TOML after it.
+fn config(dir: &Path, extra: &str) -> std::path::PathBuf {
     let path = dir.join("gateway.toml");
     std::fs::create_dir_all(dir.join("docs")).unwrap();
     std::fs::write(
@@ -26,7 +27,7 @@ fn config(dir: &Path) -> std::path::PathBuf {
          module = \"stock:path-rules\"\n[policies.config]\ndeny_write = [\"**/.git/**\"]\n",
         dir.join("state").display().to_string()
     );
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, text + extra).unwrap();
     path
 }
 
@@ -39,11 +40,16 @@ fn args(value: Value) -> Map<String, Value> {
 
 /// `hpcgate run` on a fresh state directory under `dir`.
 fn gateway_command(dir: &Path) -> tokio::process::Command {
+    gateway_command_with(dir, "")
+}
+
+/// `hpcgate run` on a fresh state directory under `dir`, with `extra` config.
+fn gateway_command_with(dir: &Path, extra: &str) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"));
     command
         .arg("run")
         .arg("--config")
-        .arg(config(dir))
+        .arg(config(dir, extra))
         .env("HOME", dir.join("home"))
         .env(
             "XDG_CACHE_HOME",
@@ -266,4 +272,93 @@ async fn brief_calls_are_answered_while_a_job_waits_and_when_sent_together() {
     assert!(query.status.success(), "{query:?}");
     let lines = String::from_utf8(query.stdout).unwrap();
     assert_eq!(lines.lines().count(), 40, "{lines}");
+}
+
+/// A policy built for `wasm32-wasip2` judges calls over stdio, brief ones included: its WASI
+/// functions block on a Tokio runtime, so with it loaded no call may run on the session's
+/// runtime thread (where that would panic).
+#[tokio::test]
+async fn a_wasi_policy_judges_brief_calls_over_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let guests = hpcgate_policy_build::build_guests(
+        workspace,
+        &["hostile"],
+        hpcgate_policy_build::Target::Wasip2,
+        dir.path(),
+    );
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+        .args(["policy", "check"])
+        .arg(&guests[0].component)
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        checked.status.success() && said.contains("imports the hpcgate world and WASI"),
+        "{said}"
+    );
+    let extra = format!(
+        "\n[[policies]]\nname = \"probe\"\nmodule = {:?}\ntools = [\"stat_path\"]\n\
+         [policies.config]\nbehaviour = \"wasi-probe\"\n",
+        guests[0].component.display().to_string()
+    );
+    let command = gateway_command_with(dir.path(), &extra);
+    let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
+    let names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(names.contains(&"read_file".to_owned()), "{names:?}");
+    assert!(
+        !names.contains(&"stat_path".to_owned()),
+        "the probe denies it: {names:?}"
+    );
+    let created = client
+        .call_tool(
+            CallToolRequestParams::new("create_instance")
+                .with_arguments(args(json!({"instance_id": "w1"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.is_error, Some(false));
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        let stat = client
+            .call_tool(
+                CallToolRequestParams::new("stat_path")
+                    .with_arguments(args(json!({"instance_id": "w1", "path": "."}))),
+            )
+            .await
+            .unwrap();
+        assert_eq!(stat.is_error, Some(true));
+        let text = serde_json::to_string(&stat.content).unwrap();
+        assert!(
+            text.contains(r#"\"env\":0"#) && text.contains(r#"\"wall_ns\":0"#),
+            "{text}"
+        );
+        reports.push(text);
+    }
+    assert!(reports.windows(2).all(|w| w[0] == w[1]), "{reports:?}");
+    client.cancel().await.unwrap();
+    let report = hpcgate::audit::verify(&dir.path().join("state/audit"), None).unwrap();
+    // gateway.started, the creation (decision, instance, outcome), three denials.
+    assert!(report.intact && report.records >= 7, "{report:?}");
+
+    // Offline, on a thread with no async runtime, the audit log replays to the same decisions.
+    let replayed = std::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+        .args(["policy", "test", "--json", "--config"])
+        .arg(dir.path().join("gateway.toml"))
+        .arg("--calls")
+        .arg(dir.path().join("state/audit/audit-000001.jsonl"))
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    let replay: Value = serde_json::from_slice(&replayed.stdout).unwrap();
+    assert_eq!(replay["mismatched"], 0, "{replay:#}");
+    assert!(replay["total"].as_u64().unwrap() >= 4, "{replay:#}");
+    assert!(replayed.status.success());
 }

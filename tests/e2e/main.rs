@@ -4,4 +4,5 @@ mod harness;
 mod policy_cache;
 mod policy_chain;
 mod policy_hostile;
+mod policy_wasi;
 mod usage_quota;

@@ -126,6 +126,10 @@ fn check(module: &str, settings: &str) -> anyhow::Result<ExitCode> {
         }
     };
     let digest = loaded.digest().to_owned();
+    let imports = match loaded.imports_wasi() {
+        true => "the hpcgate world and WASI (linked with no files, network, time or entropy)",
+        false => "only the hpcgate world",
+    };
     let policy = ChainPolicy {
         name: source.to_string(),
         module: loaded,
@@ -143,7 +147,7 @@ fn check(module: &str, settings: &str) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     out(format!(
-        "ok: `{source}` ({digest}) loads, imports only the hpcgate world and accepts its settings"
+        "ok: `{source}` ({digest}) loads, imports {imports} and accepts its settings"
     ));
     Ok(ExitCode::SUCCESS)
 }

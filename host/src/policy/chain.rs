@@ -139,6 +139,7 @@ struct Link {
     digest: String,
     tenants: GlobSet,
     tools: GlobSet,
+    imports_wasi: bool,
     pool: InstancePool,
 }
 
@@ -180,6 +181,7 @@ impl Chain {
                 memory_bytes,
             };
             let digest = p.module.digest().to_owned();
+            let imports_wasi = p.module.inner.imports_wasi;
             let pool = InstancePool::new(p.module, p.settings, limits, p.prepared, p.reuse)
                 .map_err(|fault| match fault {
                     Fault::Configure(message) => ChainError::Configure {
@@ -197,6 +199,7 @@ impl Chain {
                 digest,
                 tenants,
                 tools,
+                imports_wasi,
                 pool,
             });
         }
@@ -206,6 +209,13 @@ impl Chain {
     /// The names of the policies, in order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.links.iter().map(|l| l.name.as_str())
+    }
+
+    /// Whether a policy of the chain is built for a WASI target. Its WASI functions block on a
+    /// Tokio runtime (wasmtime-wasi's synchronous bindings), which panics on a thread that
+    /// drives an async runtime: evaluate such a chain on a plain or blocking thread.
+    pub fn imports_wasi(&self) -> bool {
+        self.links.iter().any(|l| l.imports_wasi)
     }
 
     /// Judges one call.

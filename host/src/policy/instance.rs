@@ -11,6 +11,7 @@ use super::bindings::{self, Level, Policy, WitCall, WitDecision};
 use super::chain::Verdict;
 use super::engine::EPOCH_TICK;
 use super::module::PolicyModule;
+use super::wasi::WasiState;
 
 /// The most log lines kept per evaluation, and their length.
 const MAX_LOG_LINES: usize = 16;
@@ -39,6 +40,20 @@ pub(crate) struct GuestState {
     memory_cap: usize,
     memory_cap_hit: bool,
     logs: Vec<String>,
+    /// Set for a component that imports WASI (made here if a call comes without it).
+    wasi: Option<Box<WasiState>>,
+}
+
+impl GuestState {
+    pub(crate) fn wasi(&mut self) -> &mut WasiState {
+        self.wasi.get_or_insert_with(|| Box::new(WasiState::new()))
+    }
+}
+
+impl wasmtime_wasi::WasiView for GuestState {
+    fn ctx(&mut self) -> wasmtime_wasi::WasiCtxView<'_> {
+        self.wasi().view()
+    }
 }
 
 impl ResourceLimiter for GuestState {
@@ -116,6 +131,7 @@ impl Instance {
             memory_cap: limits.memory_bytes,
             memory_cap_hit: false,
             logs: Vec::new(),
+            wasi: inner.imports_wasi.then(|| Box::new(WasiState::new())),
         };
         let mut store = Store::new(&inner.engine.engine, state);
         store.limiter(|state| state);
@@ -126,9 +142,7 @@ impl Instance {
         match policy.call_configure(&mut store, settings) {
             Ok(Ok(())) => Ok(Instance { store, policy }),
             Ok(Err(message)) => Err(Fault::Configure(truncate(&message, MAX_REASON))),
-            Err(e) => {
-                Err(classify(&e, &store, limits).unwrap_or_else(|| Fault::Trap(format!("{e:#}"))))
-            }
+            Err(e) => Err(classify(&e, &store, limits).unwrap_or_else(|| host_fault(&e))),
         }
     }
 
@@ -140,12 +154,10 @@ impl Instance {
     ) -> (Result<Verdict, Fault>, Vec<String>) {
         self.store.data_mut().logs.clear();
         self.store.set_epoch_deadline(limits.deadline_ticks());
-        let result =
-            match self.policy.call_evaluate(&mut self.store, call) {
-                Ok(decision) => verdict(decision),
-                Err(e) => Err(classify(&e, &self.store, limits)
-                    .unwrap_or_else(|| Fault::Trap(format!("{e:#}")))),
-            };
+        let result = match self.policy.call_evaluate(&mut self.store, call) {
+            Ok(decision) => verdict(decision),
+            Err(e) => Err(classify(&e, &self.store, limits).unwrap_or_else(|| host_fault(&e))),
+        };
         (result, std::mem::take(&mut self.store.data_mut().logs))
     }
 }
@@ -158,6 +170,15 @@ fn classify(error: &wasmtime::Error, store: &Store<GuestState>, limits: &Limits)
     match error.downcast_ref::<Trap>()? {
         Trap::Interrupt => Some(Fault::Timeout(limits.deadline.as_millis())),
         trap => Some(Fault::Trap(trap.to_string())),
+    }
+}
+
+/// A call that failed in a host function: a WASI `exit`, or an error such as a full resource
+/// table (named by its cause, without the wasm backtrace around it).
+fn host_fault(error: &wasmtime::Error) -> Fault {
+    match error.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        Some(exit) => Fault::Trap(format!("exited with status {}", exit.0)),
+        None => Fault::Trap(error.root_cause().to_string()),
     }
 }
 

@@ -15,6 +15,7 @@ use super::cache::CompileCache;
 use super::engine::PolicyEngine;
 use super::instance::GuestState;
 use super::stock;
+use super::wasi;
 
 /// The interfaces a policy may import: the contract's types and the log.
 const ALLOWED_IMPORTS: [&str; 2] = ["hpcgate:policy/types@0.1.", "hpcgate:policy/log@0.1."];
@@ -67,9 +68,9 @@ pub enum LoadError {
     #[error("`{source_name}` is not a valid WebAssembly component: {detail}")]
     Invalid { source_name: String, detail: String },
     #[error(
-        "`{source_name}` imports `{import}`, which hpcgate does not provide: policies get no \
-         filesystem, network, clocks or randomness; build for wasm32-unknown-unknown and import \
-         only `hpcgate:policy/log`"
+        "`{source_name}` imports `{import}`, which hpcgate does not provide: a policy may import \
+         the `hpcgate:policy` world and WASI's cli, io, clocks, random and filesystem (given no \
+         files, network, time or entropy), nothing else; remove the use of `{import}`"
     )]
     ForeignImport { source_name: String, import: String },
     #[error("`{source_name}` does not implement the `hpcgate:policy` world: {detail}")]
@@ -87,6 +88,8 @@ pub(crate) struct ModuleInner {
     pub(crate) source: ModuleSource,
     pub(crate) digest: String,
     pub(crate) pre: PolicyPre<GuestState>,
+    /// Built for a WASI target: WASI is linked (see `wasi.rs`).
+    pub(crate) imports_wasi: bool,
 }
 
 impl fmt::Debug for PolicyModule {
@@ -102,6 +105,11 @@ impl PolicyModule {
     /// `sha256:<hex>` of the module bytes as shipped.
     pub fn digest(&self) -> &str {
         &self.inner.digest
+    }
+
+    /// Whether the component is built for a WASI target (and WASI is linked for it).
+    pub fn imports_wasi(&self) -> bool {
+        self.inner.imports_wasi
     }
 
     pub fn source(&self) -> &ModuleSource {
@@ -126,14 +134,17 @@ impl PolicyModule {
                 component
             }
         };
-        check_imports(engine, &component, &source_name)?;
+        let imports_wasi = check_imports(engine, &component, &source_name)?;
         let mut linker = Linker::<GuestState>::new(&engine.engine);
-        Policy::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state).map_err(|e| {
-            LoadError::Invalid {
+        Policy::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
+            .and_then(|()| match imports_wasi {
+                true => wasi::add_to_linker(&mut linker),
+                false => Ok(()),
+            })
+            .map_err(|e| LoadError::Invalid {
                 source_name: source_name.clone(),
                 detail: format!("{e:#}"),
-            }
-        })?;
+            })?;
         let pre = linker
             .instantiate_pre(&component)
             .and_then(PolicyPre::new)
@@ -147,6 +158,7 @@ impl PolicyModule {
                 source: source.clone(),
                 digest: format!("sha256:{hex}"),
                 pre,
+                imports_wasi,
             }),
         })
     }
@@ -187,22 +199,23 @@ fn compile(engine: &PolicyEngine, bytes: &[u8], source_name: &str) -> Result<Com
     })
 }
 
+/// Refuses imports outside the `hpcgate:policy` world and the WASI interfaces hpcgate links;
+/// returns whether the component imports WASI.
 fn check_imports(
     engine: &PolicyEngine,
     component: &Component,
     source_name: &str,
-) -> Result<(), LoadError> {
-    let ty = component.component_type();
-    for (name, _) in ty.imports(&engine.engine) {
-        if !ALLOWED_IMPORTS
-            .iter()
-            .any(|allowed| name.starts_with(allowed))
-        {
+) -> Result<bool, LoadError> {
+    let mut imports_wasi = false;
+    for (name, _) in component.component_type().imports(&engine.engine) {
+        if wasi::PROVIDED.iter().any(|p| name.starts_with(p)) {
+            imports_wasi = true;
+        } else if !ALLOWED_IMPORTS.iter().any(|p| name.starts_with(p)) {
             return Err(LoadError::ForeignImport {
                 source_name: source_name.to_owned(),
                 import: name.to_owned(),
             });
         }
     }
-    Ok(())
+    Ok(imports_wasi)
 }

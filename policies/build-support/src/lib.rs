@@ -1,10 +1,11 @@
 //! Build-script support shared by the crates that embed policy guests (`hpcgate` embeds the stock
 //! policies, `hpcgate-tests` the hostile ones).
 //!
-//! [`build_guests`] runs a nested `cargo build` of the named workspace packages for
-//! `wasm32-unknown-unknown` with the `policy` profile, in a target directory of its own (so the
-//! outer cargo's lock on its own directory cannot deadlock it), then wraps each core module into
-//! a component with `wit-component`. Nothing opaque is committed: every guest is built from source.
+//! [`build_guests`] runs a nested `cargo build` of the named workspace packages for a wasm32
+//! [`Target`] with the `policy` profile, in a target directory of its own (so the outer cargo's
+//! lock on its own directory cannot deadlock it), then wraps each core module into a component
+//! with `wit-component` (for `wasm32-wasip2` the linker has already made one). Nothing opaque is
+//! committed: every guest is built from source.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,21 +17,48 @@ pub struct Guest {
     pub component: PathBuf,
 }
 
-/// Builds `packages` of the workspace at `workspace` and writes `<package>.wasm` components into
-/// `out_dir`. Panics with a message saying what to do when the build fails (this runs in a build
-/// script, where a panic is the error channel).
-pub fn build_guests(workspace: &Path, packages: &[&str], out_dir: &Path) -> Vec<Guest> {
+/// What a guest is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// `wasm32-unknown-unknown`: the component imports nothing but the hpcgate world. Written
+    /// as `<package>.wasm`.
+    Bare,
+    /// `wasm32-wasip2`: the component imports WASI too, as most toolchains' components do.
+    /// Written as `<package>-wasi.wasm`.
+    Wasip2,
+}
+
+impl Target {
+    pub fn triple(self) -> &'static str {
+        match self {
+            Target::Bare => "wasm32-unknown-unknown",
+            Target::Wasip2 => "wasm32-wasip2",
+        }
+    }
+
+    fn file_name(self, package: &str) -> String {
+        match self {
+            Target::Bare => format!("{package}.wasm"),
+            Target::Wasip2 => format!("{package}-wasi.wasm"),
+        }
+    }
+}
+
+/// Builds `packages` of the workspace at `workspace` for `target` and writes their components
+/// into `out_dir` (named as [`Target`] says). Panics with a message saying what to do when the
+/// build fails (this runs in a build script, where a panic is the error channel).
+pub fn build_guests(
+    workspace: &Path,
+    packages: &[&str],
+    target: Target,
+    out_dir: &Path,
+) -> Vec<Guest> {
     let target_dir = guest_target_dir(workspace);
+    let triple = target.triple();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(workspace)
-        .args([
-            "build",
-            "--profile",
-            "policy",
-            "--target",
-            "wasm32-unknown-unknown",
-        ])
+        .args(["build", "--profile", "policy", "--target", triple])
         .arg("--target-dir")
         .arg(&target_dir);
     for package in packages {
@@ -54,7 +82,10 @@ pub fn build_guests(workspace: &Path, packages: &[&str], out_dir: &Path) -> Vec<
     // A small stack (64 KiB instead of 1 MiB) keeps every fresh instance's memory small: fewer
     // pages to map, touch and reset per evaluation.
     cmd.env(
-        "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS",
+        format!(
+            "CARGO_TARGET_{}_RUSTFLAGS",
+            triple.to_uppercase().replace('-', "_")
+        ),
         "-C link-arg=-zstack-size=65536",
     );
     let status = cmd
@@ -62,20 +93,23 @@ pub fn build_guests(workspace: &Path, packages: &[&str], out_dir: &Path) -> Vec<
         .unwrap_or_else(|e| panic!("cannot run cargo to build policy guests: {e}"));
     assert!(
         status.success(),
-        "building policy guests {packages:?} for wasm32-unknown-unknown failed; \
-         if the target is missing run `rustup target add wasm32-unknown-unknown`"
+        "building policy guests {packages:?} for {triple} failed; \
+         if the target is missing run `rustup target add {triple}`"
     );
 
-    let wasm_dir = target_dir.join("wasm32-unknown-unknown").join("policy");
+    let wasm_dir = target_dir.join(triple).join("policy");
     packages
         .iter()
         .map(|package| {
-            let core = wasm_dir.join(format!("{}.wasm", package.replace('-', "_")));
-            let bytes = std::fs::read(&core)
-                .unwrap_or_else(|e| panic!("cannot read built guest `{}`: {e}", core.display()));
-            let component = componentize(&bytes)
-                .unwrap_or_else(|e| panic!("cannot turn `{package}` into a component: {e}"));
-            let out = out_dir.join(format!("{package}.wasm"));
+            let built = wasm_dir.join(format!("{}.wasm", package.replace('-', "_")));
+            let bytes = std::fs::read(&built)
+                .unwrap_or_else(|e| panic!("cannot read built guest `{}`: {e}", built.display()));
+            let component = match target {
+                Target::Bare => componentize(&bytes)
+                    .unwrap_or_else(|e| panic!("cannot turn `{package}` into a component: {e}")),
+                Target::Wasip2 => bytes,
+            };
+            let out = out_dir.join(target.file_name(package));
             std::fs::write(&out, component)
                 .unwrap_or_else(|e| panic!("cannot write `{}`: {e}", out.display()));
             Guest {

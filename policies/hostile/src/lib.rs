@@ -18,6 +18,16 @@
 //! | `log-flood`    | logs 10,000 lines, then allows                                       |
 //! | `reject`       | refuses its settings in `configure`                                  |
 //!
+//! Built for `wasm32-wasip2` (as `hostile-wasi`), it also probes the WASI context the host
+//! links (built for `wasm32-unknown-unknown`, these deny with "not built for WASI"):
+//!
+//! | `behaviour`       | what it does                                                      |
+//! |-------------------|-------------------------------------------------------------------|
+//! | `wasi-probe`      | denies with a JSON report of what WASI gave it (see `wasi_probe`) |
+//! | `sleep`           | sleeps a minute on a monotonic-clock pollable, then allows        |
+//! | `hoard-pollables` | subscribes to the clock forever, keeping every pollable           |
+//! | `exit`            | calls `exit(3)`                                                   |
+//!
 //! `"in": "configure"` runs `spin`, `grow` or `trap` in `configure` instead of `evaluate`.
 //! It implements the raw WIT exports (not the SDK's `Policy` trait) so that it can return what
 //! a well-behaved policy never would.
@@ -133,6 +143,9 @@ mod guest {
                     arguments: "[1, 2]".into(),
                     note: String::new(),
                 }),
+                "wasi-probe" | "sleep" | "hoard-pollables" | "exit" => {
+                    super::wasi::probe(&settings.behaviour)
+                }
                 "log-flood" => {
                     for i in 0..10_000 {
                         log(Level::Info, &format!("line {i} {}", "z".repeat(1000)));
@@ -145,4 +158,74 @@ mod guest {
     }
 
     hpcgate_policy_sdk::bindings::export!(Hostile);
+}
+
+#[cfg(all(target_arch = "wasm32", not(target_os = "wasi")))]
+mod wasi {
+    use hpcgate_policy_sdk::bindings::hpcgate::policy::types::Decision;
+
+    pub fn probe(_behaviour: &str) -> Decision {
+        Decision::Deny("not built for WASI".into())
+    }
+}
+
+#[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
+mod wasi {
+    use std::collections::HashMap;
+    use std::hash::BuildHasher;
+    use std::io::Read;
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+    use hpcgate_policy_sdk::bindings::hpcgate::policy::types::Decision;
+    use serde_json::json;
+    use wasip2::clocks::monotonic_clock;
+
+    /// Long enough that a sleep the host let happen would show; short enough not to hang a test.
+    const SLEEP: Duration = Duration::from_secs(60);
+
+    pub fn probe(behaviour: &str) -> Decision {
+        match behaviour {
+            "sleep" => {
+                monotonic_clock::subscribe_duration(SLEEP.as_nanos() as u64).block();
+                Decision::Allow
+            }
+            "hoard-pollables" => {
+                let mut hoard = Vec::new();
+                loop {
+                    hoard.push(std::hint::black_box(monotonic_clock::subscribe_duration(1)));
+                }
+            }
+            "exit" => std::process::exit(3),
+            _ => Decision::Deny(wasi_probe().to_string()),
+        }
+    }
+
+    /// What the WASI context gives: each entry is what a policy would see.
+    fn wasi_probe() -> serde_json::Value {
+        let error = |e: std::io::Error| format!("error: {}", e.kind());
+        let started = Instant::now();
+        std::thread::sleep(SLEEP);
+        let mut stdin = String::new();
+        let random = std::collections::hash_map::RandomState::new().hash_one(42u64);
+        let mut map: HashMap<u32, u32> = (0..64).map(|i| (i, i)).collect();
+        map.insert(64, 64);
+        println!("a policy writes to stdout");
+        eprintln!("a policy writes to stderr");
+        json!({
+            "env": std::env::vars().count(),
+            "args": std::env::args().count(),
+            "read_passwd": std::fs::read("/etc/passwd").map(|b| b.len().to_string()).unwrap_or_else(error),
+            "list_root": std::fs::read_dir("/").map(|d| d.count().to_string()).unwrap_or_else(error),
+            "list_cwd": std::fs::read_dir(".").map(|d| d.count().to_string()).unwrap_or_else(error),
+            "write_tmp": std::fs::write("/tmp/hpcgate-policy-probe", b"x").map(|()| "written".to_owned()).unwrap_or_else(error),
+            "stdin": std::io::stdin().read_to_string(&mut stdin).map(|n| n.to_string()).unwrap_or_else(error),
+            "wall_ns": SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(u64::MAX),
+            "slept_ns": started.elapsed().as_nanos() as u64,
+            "monotonic_ns": monotonic_clock::now(),
+            "random": random.to_string(),
+            "random_bytes": wasip2::random::random::get_random_bytes(8),
+            "insecure_bytes": wasip2::random::insecure::get_insecure_random_bytes(8),
+            "map_order": map.keys().take(8).copied().collect::<Vec<_>>(),
+        })
+    }
 }

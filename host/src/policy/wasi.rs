@@ -1,0 +1,160 @@
+//! WASI for policies built for a WASI target (Rust `wasm32-wasip2`, the componentizers of other
+//! languages). Such a component imports WASI's cli, io, clocks, random and filesystem interfaces
+//! even when the policy never uses them. They are linked from wasmtime-wasi with a context that
+//! gives nothing away and keeps decisions deterministic, so offline replay stays exact:
+//!
+//! - no preopened directory, environment variable or argument; stdin is at end of file, and what
+//!   is written to stdout or stderr is dropped;
+//! - no network: a component importing `wasi:sockets` is refused at load (see `module.rs`);
+//! - both clocks stand still at zero (the wall clock at 1970-01-01T00:00:00Z), and a clock's
+//!   pollable is ready at once: a sleep returns immediately instead of holding the evaluating
+//!   thread, where the evaluation deadline (which interrupts only WebAssembly) could not reach it;
+//! - randomness comes from generators seeded with constants: a fresh instance draws the same
+//!   numbers every time;
+//! - at most [`MAX_RESOURCES`] live resources (streams, pollables), so a guest cannot grow host
+//!   memory outside its memory cap.
+//!
+//! The linked functions are wasmtime-wasi's synchronous ones, which block on a Tokio runtime
+//! for their I/O: they may run on any thread except one that drives an async runtime (see
+//! [`Chain::imports_wasi`](super::Chain::imports_wasi)).
+
+use std::time::Duration;
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
+use wasmtime_wasi::p2::bindings::clocks::monotonic_clock;
+use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView};
+
+use super::instance::GuestState;
+
+/// The WASI packages a policy may import, as import-name prefixes.
+pub(crate) const PROVIDED: [&str; 5] = [
+    "wasi:cli/",
+    "wasi:io/",
+    "wasi:clocks/",
+    "wasi:random/",
+    "wasi:filesystem/",
+];
+
+/// Live resources (streams, pollables, descriptors) one instance may hold at once.
+pub(crate) const MAX_RESOURCES: usize = 256;
+
+/// The seeds of the two random generators (any constants would do).
+const SECURE_SEED: u64 = 0x6870_6367_6174_6531;
+const INSECURE_SEED: u64 = 0x6870_6367_6174_6532;
+
+/// What a WASI policy's store carries besides [`GuestState`]'s own fields.
+pub(crate) struct WasiState {
+    ctx: WasiCtx,
+    table: ResourceTable,
+}
+
+impl WasiState {
+    pub(crate) fn new() -> WasiState {
+        let ctx = WasiCtxBuilder::new()
+            .wall_clock(StoppedClock)
+            .monotonic_clock(StoppedClock)
+            .secure_random(StdRng::seed_from_u64(SECURE_SEED))
+            .insecure_random(StdRng::seed_from_u64(INSECURE_SEED))
+            .insecure_random_seed(u128::from(INSECURE_SEED))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_RESOURCES);
+        WasiState { ctx, table }
+    }
+
+    pub(crate) fn view(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.ctx,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Links WASI into a policy's linker: wasmtime-wasi's synchronous functions, with the monotonic
+/// clock replaced by one whose pollables are ready at once.
+pub(crate) fn add_to_linker(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+    wasmtime_wasi::p2::add_to_linker_sync(linker)?;
+    linker.allow_shadowing(true);
+    let linked = monotonic_clock::add_to_linker::<GuestState, Stopped>(linker, |state| {
+        StoppedView(&mut state.wasi().table)
+    });
+    linker.allow_shadowing(false);
+    linked
+}
+
+/// A clock that reads zero forever.
+struct StoppedClock;
+
+impl HostWallClock for StoppedClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl HostMonotonicClock for StoppedClock {
+    fn resolution(&self) -> u64 {
+        1
+    }
+
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+/// `wasi:clocks/monotonic-clock` for policies: stopped at zero, every subscription ready now.
+struct Stopped;
+
+impl HasData for Stopped {
+    type Data<'a> = StoppedView<'a>;
+}
+
+struct StoppedView<'a>(&'a mut ResourceTable);
+
+impl StoppedView<'_> {
+    fn ready_now(&mut self) -> wasmtime::Result<Resource<DynPollable>> {
+        let ready = self.0.push(ReadyNow)?;
+        subscribe(self.0, ready)
+    }
+}
+
+impl monotonic_clock::Host for StoppedView<'_> {
+    fn now(&mut self) -> wasmtime::Result<monotonic_clock::Instant> {
+        Ok(HostMonotonicClock::now(&StoppedClock))
+    }
+
+    fn resolution(&mut self) -> wasmtime::Result<monotonic_clock::Duration> {
+        Ok(HostMonotonicClock::resolution(&StoppedClock))
+    }
+
+    fn subscribe_instant(
+        &mut self,
+        _when: monotonic_clock::Instant,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
+        self.ready_now()
+    }
+
+    fn subscribe_duration(
+        &mut self,
+        _duration: monotonic_clock::Duration,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
+        self.ready_now()
+    }
+}
+
+/// A pollable that is always ready.
+struct ReadyNow;
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for ReadyNow {
+    async fn ready(&mut self) {}
+}

@@ -1,0 +1,125 @@
+//! Policies built for `wasm32-wasip2`: accepted, linked with a WASI context that gives no files,
+//! environment, network, time or entropy, deterministic, and bounded like any other policy.
+
+use std::time::{Duration, Instant};
+
+use hpcgate::policy::{ChainOutcome, DecisionKind};
+use serde_json::{Value, json};
+
+use crate::harness::{Spec, call, chain, engine, guest};
+
+fn wasi(name: &'static str, behaviour: &str) -> Spec {
+    Spec::new(name, guest("hostile-wasi"), json!({"behaviour": behaviour}))
+}
+
+/// Runs the probe once on a fresh instance; returns its report and how long it took.
+fn probe(chain: &hpcgate::policy::Chain) -> (Value, Duration) {
+    let started = Instant::now();
+    let outcome = chain.evaluate(&call("read_file", json!({"path": "a"})));
+    let took = started.elapsed();
+    assert_eq!(outcome.decision.decision, DecisionKind::Deny, "{outcome:?}");
+    assert_eq!(outcome.policies[0].fault, None, "{outcome:?}");
+    let reason = outcome.decision.reason.unwrap();
+    (serde_json::from_str(&reason).unwrap(), took)
+}
+
+fn fault_of(outcome: &ChainOutcome) -> String {
+    assert_eq!(outcome.decision.decision, DecisionKind::Deny, "{outcome:?}");
+    outcome.policies[0].fault.clone().expect("a fault")
+}
+
+#[test]
+fn a_wasi_component_loads_and_gets_no_files_environment_or_time() {
+    let module = engine().load(&guest("hostile-wasi")).unwrap();
+    assert!(module.imports_wasi());
+    assert!(!engine().load(&guest("hostile")).unwrap().imports_wasi());
+
+    let marker = std::path::Path::new("/tmp/hpcgate-policy-probe");
+    let _ = std::fs::remove_file(marker);
+    let (report, took) = probe(&chain(vec![wasi("probe", "wasi-probe")]));
+    assert_eq!(report["env"], 0, "{report}");
+    assert_eq!(report["args"], 0, "{report}");
+    for key in ["read_passwd", "list_root", "list_cwd", "write_tmp"] {
+        let seen = report[key].as_str().unwrap();
+        assert!(seen.starts_with("error:"), "{key}: {seen}");
+    }
+    assert!(!marker.exists(), "a policy wrote a host file");
+    assert_eq!(report["stdin"], "0", "stdin is at end of file");
+    // The clocks stand still, and a sleep of a minute returns at once.
+    assert_eq!(report["wall_ns"], 0, "{report}");
+    assert_eq!(report["monotonic_ns"], 0, "{report}");
+    assert_eq!(report["slept_ns"], 0, "{report}");
+    assert!(took < Duration::from_secs(20), "the probe took {took:?}");
+}
+
+#[test]
+fn wasi_randomness_is_seeded_so_every_fresh_instance_decides_alike() {
+    let first = chain(vec![wasi("probe", "wasi-probe")]);
+    let (report, _) = probe(&first);
+    let bytes = report["random_bytes"].as_array().unwrap();
+    assert_eq!(bytes.len(), 8);
+    assert_ne!(
+        report["random_bytes"], report["insecure_bytes"],
+        "two generators, two streams"
+    );
+    assert!(bytes.iter().any(|b| b != 0), "{report}");
+    for _ in 0..5 {
+        assert_eq!(
+            probe(&first).0,
+            report,
+            "a fresh instance of the same chain"
+        );
+    }
+    let second = chain(vec![wasi("probe", "wasi-probe")]);
+    assert_eq!(probe(&second).0, report, "an instance of another chain");
+}
+
+#[test]
+fn a_wasi_guest_that_sleeps_hoards_exits_spins_grows_or_panics_is_stopped() {
+    let started = Instant::now();
+    let outcome = chain(vec![wasi("sleep", "sleep")]).evaluate(&call("read_file", json!({})));
+    assert_eq!(
+        outcome.decision.decision,
+        DecisionKind::Allow,
+        "{outcome:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "a minute's sleep held the evaluation for {:?}",
+        started.elapsed()
+    );
+
+    let hoard = chain(vec![wasi("hoard", "hoard-pollables")]);
+    let fault = fault_of(&hoard.evaluate(&call("read_file", json!({}))));
+    assert_eq!(fault, "trapped: resource table has no free keys");
+
+    // WASI 0.2's `exit` says only success or failure: `exit(3)` arrives as status 1.
+    let exit = chain(vec![wasi("exit", "exit")]).evaluate(&call("read_file", json!({})));
+    assert_eq!(fault_of(&exit), "trapped: exited with status 1", "{exit:?}");
+
+    let spin = chain(vec![wasi("spin", "spin").deadline_ms(50)]);
+    assert_eq!(
+        fault_of(&spin.evaluate(&call("read_file", json!({})))),
+        "timed out after 50 ms"
+    );
+    let grow = chain(vec![wasi("grow", "grow")]);
+    assert_eq!(
+        fault_of(&grow.evaluate(&call("read_file", json!({})))),
+        "exceeded its memory limit of 16 MiB"
+    );
+    // A Rust guest writes its panic message to stderr before it aborts.
+    let trap = chain(vec![wasi("trap", "trap")]);
+    assert!(fault_of(&trap.evaluate(&call("read_file", json!({})))).starts_with("trapped:"));
+
+    // The faults cost nothing lasting: the same chains keep answering.
+    for _ in 0..3 {
+        assert_eq!(
+            fault_of(&spin.evaluate(&call("read_file", json!({})))),
+            "timed out after 50 ms"
+        );
+        assert_eq!(
+            fault_of(&hoard.evaluate(&call("read_file", json!({})))),
+            "trapped: resource table has no free keys"
+        );
+    }
+}
