@@ -75,7 +75,7 @@ fn wasi_randomness_is_seeded_so_every_fresh_instance_decides_alike() {
 }
 
 #[test]
-fn a_wasi_guest_that_sleeps_hoards_exits_spins_grows_or_panics_is_stopped() {
+fn a_wasi_guest_that_sleeps_hoards_floods_exits_spins_grows_or_panics_is_stopped() {
     let started = Instant::now();
     let outcome = chain(vec![wasi("sleep", "sleep")]).evaluate(&call("read_file", json!({})));
     assert_eq!(
@@ -92,6 +92,12 @@ fn a_wasi_guest_that_sleeps_hoards_exits_spins_grows_or_panics_is_stopped() {
     let hoard = chain(vec![wasi("hoard", "hoard-pollables")]);
     let fault = fault_of(&hoard.evaluate(&call("read_file", json!({}))));
     assert_eq!(fault, "trapped: resource table has no free keys");
+
+    let flood = chain(vec![wasi("flood", "random-flood")]);
+    assert_eq!(
+        fault_of(&flood.evaluate(&call("read_file", json!({})))),
+        "trapped: requested len 1048576 exceeds limit 65536"
+    );
 
     // WASI 0.2's `exit` says only success or failure: `exit(3)` arrives as status 1.
     let exit = chain(vec![wasi("exit", "exit")]).evaluate(&call("read_file", json!({})));

@@ -11,8 +11,8 @@
 //!   thread, where the evaluation deadline (which interrupts only WebAssembly) could not reach it;
 //! - randomness comes from generators seeded with constants: a fresh instance draws the same
 //!   numbers every time;
-//! - at most [`MAX_RESOURCES`] live resources (streams, pollables), so a guest cannot grow host
-//!   memory outside its memory cap.
+//! - at most [`MAX_RESOURCES`] live resources (streams, pollables) and [`MAX_RANDOM_BYTES`] per
+//!   request for random bytes, so a guest cannot grow host memory outside its memory cap.
 //!
 //! The linked functions are wasmtime-wasi's synchronous ones, which block on a Tokio runtime
 //! for their I/O: they may run on any thread except one that drives an async runtime (see
@@ -41,6 +41,9 @@ pub(crate) const PROVIDED: [&str; 5] = [
 /// Live resources (streams, pollables, descriptors) one instance may hold at once.
 pub(crate) const MAX_RESOURCES: usize = 256;
 
+/// The most random bytes one call may ask for (each is made in host memory first).
+pub(crate) const MAX_RANDOM_BYTES: u64 = 64 << 10;
+
 /// The seeds of the two random generators (any constants would do).
 const SECURE_SEED: u64 = 0x6870_6367_6174_6531;
 const INSECURE_SEED: u64 = 0x6870_6367_6174_6532;
@@ -59,6 +62,7 @@ impl WasiState {
             .secure_random(StdRng::seed_from_u64(SECURE_SEED))
             .insecure_random(StdRng::seed_from_u64(INSECURE_SEED))
             .insecure_random_seed(u128::from(INSECURE_SEED))
+            .max_random_size(MAX_RANDOM_BYTES)
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)

@@ -27,6 +27,7 @@
 //! | `sleep`           | sleeps a minute on a monotonic-clock pollable, then allows        |
 //! | `hoard-pollables` | subscribes to the clock forever, keeping every pollable           |
 //! | `exit`            | calls `exit(3)`                                                   |
+//! | `random-flood`    | asks for 1 MiB of random bytes in one call                        |
 //!
 //! `"in": "configure"` runs `spin`, `grow` or `trap` in `configure` instead of `evaluate`.
 //! It implements the raw WIT exports (not the SDK's `Policy` trait) so that it can return what
@@ -143,7 +144,7 @@ mod guest {
                     arguments: "[1, 2]".into(),
                     note: String::new(),
                 }),
-                "wasi-probe" | "sleep" | "hoard-pollables" | "exit" => {
+                "wasi-probe" | "sleep" | "hoard-pollables" | "exit" | "random-flood" => {
                     super::wasi::probe(&settings.behaviour)
                 }
                 "log-flood" => {
@@ -196,6 +197,10 @@ mod wasi {
                 }
             }
             "exit" => std::process::exit(3),
+            "random-flood" => {
+                let bytes = wasip2::random::random::get_random_bytes(1 << 20);
+                Decision::Deny(format!("got {} random bytes", bytes.len()))
+            }
             _ => Decision::Deny(wasi_probe().to_string()),
         }
     }
