@@ -14,13 +14,19 @@ fn wasi(name: &'static str, behaviour: &str) -> Spec {
 
 /// Runs the probe once on a fresh instance; returns its report and how long it took.
 fn probe(chain: &hpcgate::policy::Chain) -> (Value, Duration) {
+    let (report, took, _) = probe_with_logs(chain);
+    (report, took)
+}
+
+fn probe_with_logs(chain: &hpcgate::policy::Chain) -> (Value, Duration, Vec<String>) {
     let started = Instant::now();
     let outcome = chain.evaluate(&call("read_file", json!({"path": "a"})));
     let took = started.elapsed();
     assert_eq!(outcome.decision.decision, DecisionKind::Deny, "{outcome:?}");
     assert_eq!(outcome.policies[0].fault, None, "{outcome:?}");
+    let logs = outcome.policies[0].logs.clone();
     let reason = outcome.decision.reason.unwrap();
-    (serde_json::from_str(&reason).unwrap(), took)
+    (serde_json::from_str(&reason).unwrap(), took, logs)
 }
 
 fn fault_of(outcome: &ChainOutcome) -> String {
@@ -36,7 +42,7 @@ fn a_wasi_component_loads_and_gets_no_files_environment_or_time() {
 
     let marker = std::path::Path::new("/tmp/hpcgate-policy-probe");
     let _ = std::fs::remove_file(marker);
-    let (report, took) = probe(&chain(vec![wasi("probe", "wasi-probe")]));
+    let (report, took, logs) = probe_with_logs(&chain(vec![wasi("probe", "wasi-probe")]));
     assert_eq!(report["env"], 0, "{report}");
     assert_eq!(report["args"], 0, "{report}");
     for key in ["read_passwd", "list_root", "list_cwd", "write_tmp"] {
@@ -50,6 +56,14 @@ fn a_wasi_component_loads_and_gets_no_files_environment_or_time() {
     assert_eq!(report["monotonic_ns"], 0, "{report}");
     assert_eq!(report["slept_ns"], 0, "{report}");
     assert!(took < Duration::from_secs(20), "the probe took {took:?}");
+    // What it printed is its log.
+    assert_eq!(
+        logs,
+        [
+            "stdout: a policy writes to stdout",
+            "stderr: a policy writes to stderr"
+        ]
+    );
 }
 
 #[test]
@@ -75,7 +89,7 @@ fn wasi_randomness_is_seeded_so_every_fresh_instance_decides_alike() {
 }
 
 #[test]
-fn a_wasi_guest_that_sleeps_hoards_floods_exits_spins_grows_or_panics_is_stopped() {
+fn a_wasi_guest_that_sleeps_hoards_floods_prints_exits_spins_grows_or_panics_is_stopped() {
     let started = Instant::now();
     let outcome = chain(vec![wasi("sleep", "sleep")]).evaluate(&call("read_file", json!({})));
     assert_eq!(
@@ -99,6 +113,23 @@ fn a_wasi_guest_that_sleeps_hoards_floods_exits_spins_grows_or_panics_is_stopped
         "trapped: requested len 1048576 exceeds limit 65536"
     );
 
+    let printer = chain(vec![wasi("printer", "print-flood")]);
+    let printed = printer.evaluate(&call("read_file", json!({})));
+    assert_eq!(
+        printed.decision.decision,
+        DecisionKind::Allow,
+        "{printed:?}"
+    );
+    let logs = &printed.policies[0].logs;
+    assert!(
+        (1..=16).contains(&logs.len()) && logs[0].starts_with("stderr: line 0 zzz"),
+        "{logs:?}"
+    );
+    assert!(
+        logs.iter().map(String::len).sum::<usize>() < 5_000,
+        "{logs:?}"
+    );
+
     // WASI 0.2's `exit` says only success or failure: `exit(3)` arrives as status 1.
     let exit = chain(vec![wasi("exit", "exit")]).evaluate(&call("read_file", json!({})));
     assert_eq!(fault_of(&exit), "trapped: exited with status 1", "{exit:?}");
@@ -113,9 +144,20 @@ fn a_wasi_guest_that_sleeps_hoards_floods_exits_spins_grows_or_panics_is_stopped
         fault_of(&grow.evaluate(&call("read_file", json!({})))),
         "exceeded its memory limit of 16 MiB"
     );
-    // A Rust guest writes its panic message to stderr before it aborts.
+    // A Rust guest writes its panic message to stderr before it aborts: it is in the log.
     let trap = chain(vec![wasi("trap", "trap")]);
-    assert!(fault_of(&trap.evaluate(&call("read_file", json!({})))).starts_with("trapped:"));
+    let trapped = trap.evaluate(&call("read_file", json!({})));
+    assert!(fault_of(&trapped).starts_with("trapped:"));
+    let logs = &trapped.policies[0].logs;
+    assert!(
+        logs[0]
+            .starts_with("stderr: thread '<unnamed>' (1) panicked at policies/hostile/src/lib.rs:"),
+        "{logs:?}"
+    );
+    assert_eq!(
+        logs[1], "stderr: hostile guest traps on purpose",
+        "{logs:?}"
+    );
 
     // The faults cost nothing lasting: the same chains keep answering.
     for _ in 0..3 {

@@ -152,13 +152,25 @@ impl Instance {
         call: &WitCall,
         limits: &Limits,
     ) -> (Result<Verdict, Fault>, Vec<String>) {
-        self.store.data_mut().logs.clear();
+        let state = self.store.data_mut();
+        state.logs.clear();
+        if let Some(wasi) = &mut state.wasi {
+            // What `configure` or an earlier evaluation wrote is not this evaluation's.
+            wasi.take_output();
+        }
         self.store.set_epoch_deadline(limits.deadline_ticks());
         let result = match self.policy.call_evaluate(&mut self.store, call) {
             Ok(decision) => verdict(decision),
             Err(e) => Err(classify(&e, &self.store, limits).unwrap_or_else(|| host_fault(&e))),
         };
-        (result, std::mem::take(&mut self.store.data_mut().logs))
+        let state = self.store.data_mut();
+        let mut logs = std::mem::take(&mut state.logs);
+        if let Some(wasi) = &mut state.wasi {
+            let room = MAX_LOG_LINES.saturating_sub(logs.len());
+            let output = wasi.take_output().into_iter().take(room);
+            logs.extend(output.map(|line| truncate(&line, MAX_LOG_LINE)));
+        }
+        (result, logs)
     }
 }
 

@@ -3,8 +3,9 @@
 //! even when the policy never uses them. They are linked from wasmtime-wasi with a context that
 //! gives nothing away and keeps decisions deterministic, so offline replay stays exact:
 //!
-//! - no preopened directory, environment variable or argument; stdin is at end of file, and what
-//!   is written to stdout or stderr is dropped;
+//! - no preopened directory, environment variable or argument; stdin is at end of file, and the
+//!   first lines written to stdout and stderr during an evaluation become its log lines (a Rust
+//!   guest's panic message among them), the rest is dropped;
 //! - no network: a component importing `wasi:sockets` is refused at load (see `module.rs`);
 //! - both clocks stand still at zero (the wall clock at 1970-01-01T00:00:00Z), and a clock's
 //!   pollable is ready at once: a sleep returns immediately instead of holding the evaluating
@@ -18,13 +19,16 @@
 //! for their I/O: they may run on any thread except one that drives an async runtime (see
 //! [`Chain::imports_wasi`](super::Chain::imports_wasi)).
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use bytes::Bytes;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::bindings::clocks::monotonic_clock;
-use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
+use wasmtime_wasi::p2::{DynPollable, OutputStream, Pollable, StreamResult, subscribe};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView};
 
 use super::instance::GuestState;
@@ -48,15 +52,23 @@ pub(crate) const MAX_RANDOM_BYTES: u64 = 64 << 10;
 const SECURE_SEED: u64 = 0x6870_6367_6174_6531;
 const INSECURE_SEED: u64 = 0x6870_6367_6174_6532;
 
+/// Bytes of stdout and of stderr kept per evaluation.
+const MAX_OUTPUT: usize = 4096;
+
 /// What a WASI policy's store carries besides [`GuestState`]'s own fields.
 pub(crate) struct WasiState {
     ctx: WasiCtx,
     table: ResourceTable,
+    stdout: Captured,
+    stderr: Captured,
 }
 
 impl WasiState {
     pub(crate) fn new() -> WasiState {
+        let (stdout, stderr) = (Captured::default(), Captured::default());
         let ctx = WasiCtxBuilder::new()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
             .wall_clock(StoppedClock)
             .monotonic_clock(StoppedClock)
             .secure_random(StdRng::seed_from_u64(SECURE_SEED))
@@ -69,7 +81,28 @@ impl WasiState {
             .build();
         let mut table = ResourceTable::new();
         table.set_max_capacity(MAX_RESOURCES);
-        WasiState { ctx, table }
+        WasiState {
+            ctx,
+            table,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// The lines written to stdout and stderr since the last call, as `stdout: …` and
+    /// `stderr: …`.
+    pub(crate) fn take_output(&mut self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (name, captured) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            let bytes = std::mem::take(&mut *captured.lock());
+            let text = String::from_utf8_lossy(&bytes);
+            lines.extend(
+                text.lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .map(|l| format!("{name}: {l}")),
+            );
+        }
+        lines
     }
 
     pub(crate) fn view(&mut self) -> WasiCtxView<'_> {
@@ -90,6 +123,56 @@ pub(crate) fn add_to_linker(linker: &mut Linker<GuestState>) -> wasmtime::Result
     });
     linker.allow_shadowing(false);
     linked
+}
+
+/// An output stream that keeps the first [`MAX_OUTPUT`] bytes written and drops the rest; it
+/// never blocks and never fails.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl IsTerminal for Captured {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for Captured {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        // WASIp3 streams, which hpcgate does not link.
+        Box::new(tokio::io::sink())
+    }
+}
+
+impl OutputStream for Captured {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        let mut kept = self.lock();
+        let room = MAX_OUTPUT.saturating_sub(kept.len());
+        kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(MAX_OUTPUT)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for Captured {
+    async fn ready(&mut self) {}
 }
 
 /// A clock that reads zero forever.

@@ -28,6 +28,7 @@
 //! | `hoard-pollables` | subscribes to the clock forever, keeping every pollable           |
 //! | `exit`            | calls `exit(3)`                                                   |
 //! | `random-flood`    | asks for 1 MiB of random bytes in one call                        |
+//! | `print-flood`     | prints 10,000 long lines to stderr, then allows                   |
 //!
 //! `"in": "configure"` runs `spin`, `grow` or `trap` in `configure` instead of `evaluate`.
 //! It implements the raw WIT exports (not the SDK's `Policy` trait) so that it can return what
@@ -144,9 +145,8 @@ mod guest {
                     arguments: "[1, 2]".into(),
                     note: String::new(),
                 }),
-                "wasi-probe" | "sleep" | "hoard-pollables" | "exit" | "random-flood" => {
-                    super::wasi::probe(&settings.behaviour)
-                }
+                "wasi-probe" | "sleep" | "hoard-pollables" | "exit" | "random-flood"
+                | "print-flood" => super::wasi::probe(&settings.behaviour),
                 "log-flood" => {
                     for i in 0..10_000 {
                         log(Level::Info, &format!("line {i} {}", "z".repeat(1000)));
@@ -197,6 +197,12 @@ mod wasi {
                 }
             }
             "exit" => std::process::exit(3),
+            "print-flood" => {
+                for i in 0..10_000 {
+                    eprintln!("line {i} {}", "z".repeat(1000));
+                }
+                Decision::Allow
+            }
             "random-flood" => {
                 let bytes = wasip2::random::random::get_random_bytes(1 << 20);
                 Decision::Deny(format!("got {} random bytes", bytes.len()))
