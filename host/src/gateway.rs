@@ -310,8 +310,7 @@ impl Gateway {
         &self.proxies
     }
 
-    /// Whether a live policy is built for a WASI target. Its WASI functions block on a Tokio
-    /// runtime, so the chain must then not be evaluated on a thread that drives one.
+    /// Whether a live policy imports WASI (see [`Chain::imports_wasi`]).
     pub fn policies_import_wasi(&self) -> bool {
         self.live().chain.imports_wasi()
     }

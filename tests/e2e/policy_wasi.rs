@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use hpcgate::policy::{ChainOutcome, DecisionKind};
+use hpcgate::policy::{Chain, ChainOutcome, DecisionKind};
 use serde_json::{Value, json};
 
 use crate::harness::{Spec, call, chain, engine, guest};
@@ -12,21 +12,21 @@ fn wasi(name: &'static str, behaviour: &str) -> Spec {
     Spec::new(name, guest("hostile-wasi"), json!({"behaviour": behaviour}))
 }
 
-/// Runs the probe once on a fresh instance; returns its report and how long it took.
-fn probe(chain: &hpcgate::policy::Chain) -> (Value, Duration) {
-    let (report, took, _) = probe_with_logs(chain);
-    (report, took)
-}
-
-fn probe_with_logs(chain: &hpcgate::policy::Chain) -> (Value, Duration, Vec<String>) {
+/// Runs the probe once on a fresh instance; returns its report, how long it took and its log.
+fn probe(chain: &Chain) -> (Value, Duration, Vec<String>) {
     let started = Instant::now();
-    let outcome = chain.evaluate(&call("read_file", json!({"path": "a"})));
+    let outcome = judge(chain);
     let took = started.elapsed();
     assert_eq!(outcome.decision.decision, DecisionKind::Deny, "{outcome:?}");
     assert_eq!(outcome.policies[0].fault, None, "{outcome:?}");
     let logs = outcome.policies[0].logs.clone();
     let reason = outcome.decision.reason.unwrap();
     (serde_json::from_str(&reason).unwrap(), took, logs)
+}
+
+/// One `read_file` call, judged.
+fn judge(chain: &Chain) -> ChainOutcome {
+    chain.evaluate(&call("read_file", json!({"path": "a"})))
 }
 
 fn fault_of(outcome: &ChainOutcome) -> String {
@@ -42,7 +42,7 @@ fn a_wasi_component_loads_and_gets_no_files_environment_or_time() {
 
     let marker = std::path::Path::new("/tmp/hpcgate-policy-probe");
     let _ = std::fs::remove_file(marker);
-    let (report, took, logs) = probe_with_logs(&chain(vec![wasi("probe", "wasi-probe")]));
+    let (report, took, logs) = probe(&chain(vec![wasi("probe", "wasi-probe")]));
     assert_eq!(report["env"], 0, "{report}");
     assert_eq!(report["args"], 0, "{report}");
     for key in ["read_passwd", "list_root", "list_cwd", "write_tmp"] {
@@ -69,7 +69,7 @@ fn a_wasi_component_loads_and_gets_no_files_environment_or_time() {
 #[test]
 fn wasi_randomness_is_seeded_so_every_fresh_instance_decides_alike() {
     let first = chain(vec![wasi("probe", "wasi-probe")]);
-    let (report, _) = probe(&first);
+    let (report, _, _) = probe(&first);
     let bytes = report["random_bytes"].as_array().unwrap();
     assert_eq!(bytes.len(), 8);
     assert_ne!(
@@ -91,7 +91,7 @@ fn wasi_randomness_is_seeded_so_every_fresh_instance_decides_alike() {
 #[test]
 fn a_wasi_guest_that_sleeps_hoards_floods_prints_exits_spins_grows_or_panics_is_stopped() {
     let started = Instant::now();
-    let outcome = chain(vec![wasi("sleep", "sleep")]).evaluate(&call("read_file", json!({})));
+    let outcome = judge(&chain(vec![wasi("sleep", "sleep")]));
     assert_eq!(
         outcome.decision.decision,
         DecisionKind::Allow,
@@ -104,17 +104,17 @@ fn a_wasi_guest_that_sleeps_hoards_floods_prints_exits_spins_grows_or_panics_is_
     );
 
     let hoard = chain(vec![wasi("hoard", "hoard-pollables")]);
-    let fault = fault_of(&hoard.evaluate(&call("read_file", json!({}))));
+    let fault = fault_of(&judge(&hoard));
     assert_eq!(fault, "trapped: resource table has no free keys");
 
     let flood = chain(vec![wasi("flood", "random-flood")]);
     assert_eq!(
-        fault_of(&flood.evaluate(&call("read_file", json!({})))),
+        fault_of(&judge(&flood)),
         "trapped: requested len 1048576 exceeds limit 65536"
     );
 
     let printer = chain(vec![wasi("printer", "print-flood")]);
-    let printed = printer.evaluate(&call("read_file", json!({})));
+    let printed = judge(&printer);
     assert_eq!(
         printed.decision.decision,
         DecisionKind::Allow,
@@ -131,22 +131,19 @@ fn a_wasi_guest_that_sleeps_hoards_floods_prints_exits_spins_grows_or_panics_is_
     );
 
     // WASI 0.2's `exit` says only success or failure: `exit(3)` arrives as status 1.
-    let exit = chain(vec![wasi("exit", "exit")]).evaluate(&call("read_file", json!({})));
+    let exit = judge(&chain(vec![wasi("exit", "exit")]));
     assert_eq!(fault_of(&exit), "trapped: exited with status 1", "{exit:?}");
 
     let spin = chain(vec![wasi("spin", "spin").deadline_ms(50)]);
-    assert_eq!(
-        fault_of(&spin.evaluate(&call("read_file", json!({})))),
-        "timed out after 50 ms"
-    );
+    assert_eq!(fault_of(&judge(&spin)), "timed out after 50 ms");
     let grow = chain(vec![wasi("grow", "grow")]);
     assert_eq!(
-        fault_of(&grow.evaluate(&call("read_file", json!({})))),
+        fault_of(&judge(&grow)),
         "exceeded its memory limit of 16 MiB"
     );
     // A Rust guest writes its panic message to stderr before it aborts: it is in the log.
     let trap = chain(vec![wasi("trap", "trap")]);
-    let trapped = trap.evaluate(&call("read_file", json!({})));
+    let trapped = judge(&trap);
     assert!(fault_of(&trapped).starts_with("trapped:"));
     let logs = &trapped.policies[0].logs;
     assert!(
@@ -161,12 +158,9 @@ fn a_wasi_guest_that_sleeps_hoards_floods_prints_exits_spins_grows_or_panics_is_
 
     // The faults cost nothing lasting: the same chains keep answering.
     for _ in 0..3 {
+        assert_eq!(fault_of(&judge(&spin)), "timed out after 50 ms");
         assert_eq!(
-            fault_of(&spin.evaluate(&call("read_file", json!({})))),
-            "timed out after 50 ms"
-        );
-        assert_eq!(
-            fault_of(&hoard.evaluate(&call("read_file", json!({})))),
+            fault_of(&judge(&hoard)),
             "trapped: resource table has no free keys"
         );
     }

@@ -139,13 +139,14 @@ struct Link {
     digest: String,
     tenants: GlobSet,
     tools: GlobSet,
-    imports_wasi: bool,
     pool: InstancePool,
 }
 
 /// A loaded, configured policy chain.
 pub struct Chain {
     links: Vec<Link>,
+    /// A policy is built for a WASI target (see [`Chain::imports_wasi`]).
+    imports_wasi: bool,
 }
 
 impl std::fmt::Debug for Chain {
@@ -160,6 +161,7 @@ impl Chain {
     /// Configures every policy once (a settings error names the policy) and starts preparing
     /// their instances.
     pub fn new(policies: Vec<ChainPolicy>) -> Result<Chain, ChainError> {
+        let imports_wasi = policies.iter().any(|p| p.module.imports_wasi());
         let mut links: Vec<Link> = Vec::with_capacity(policies.len());
         for p in policies {
             if links.iter().any(|l| l.name == p.name) {
@@ -181,7 +183,6 @@ impl Chain {
                 memory_bytes,
             };
             let digest = p.module.digest().to_owned();
-            let imports_wasi = p.module.inner.imports_wasi;
             let pool = InstancePool::new(p.module, p.settings, limits, p.prepared, p.reuse)
                 .map_err(|fault| match fault {
                     Fault::Configure(message) => ChainError::Configure {
@@ -199,11 +200,13 @@ impl Chain {
                 digest,
                 tenants,
                 tools,
-                imports_wasi,
                 pool,
             });
         }
-        Ok(Chain { links })
+        Ok(Chain {
+            links,
+            imports_wasi,
+        })
     }
 
     /// The names of the policies, in order.
@@ -215,7 +218,7 @@ impl Chain {
     /// Tokio runtime (wasmtime-wasi's synchronous bindings), which panics on a thread that
     /// drives an async runtime: evaluate such a chain on a plain or blocking thread.
     pub fn imports_wasi(&self) -> bool {
-        self.links.iter().any(|l| l.imports_wasi)
+        self.imports_wasi
     }
 
     /// Judges one call.
