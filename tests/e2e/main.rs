@@ -4,5 +4,6 @@ mod harness;
 mod policy_cache;
 mod policy_chain;
 mod policy_hostile;
+mod policy_reuse;
 mod policy_wasi;
 mod usage_quota;

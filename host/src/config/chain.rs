@@ -88,7 +88,8 @@ impl Config {
                 tools: servers.keys().map(|name| format!("{name}__*")).collect(),
                 deadline_ms: None,
                 memory_limit_mb: None,
-                reuse_instance: false,
+                // Stateless like every stock policy (see `default-config.toml`).
+                reuse_instance: true,
                 config,
             });
         }

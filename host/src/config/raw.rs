@@ -98,8 +98,9 @@ pub struct PolicyConfig {
     pub tools: Vec<String>,
     pub deadline_ms: Option<u64>,
     pub memory_limit_mb: Option<usize>,
-    /// Keep one configured instance per tenant across evaluations (state may survive between
-    /// that tenant's calls). Off by default.
+    /// Reuse configured instances across one tenant's evaluations instead of a fresh one per
+    /// evaluation (state may survive between that tenant's calls, never across tenants). Off
+    /// unless set; the embedded default chain sets it for the stock policies.
     #[serde(default)]
     pub reuse_instance: bool,
     /// Passed to the policy's `configure` as JSON.

@@ -110,7 +110,7 @@ pub struct ChainPolicy {
     pub tools: Vec<String>,
     pub deadline: Duration,
     pub memory_bytes: usize,
-    /// Keep one configured instance per tenant instead of a fresh one per evaluation.
+    /// Reuse configured instances per tenant instead of a fresh one per evaluation.
     pub reuse: bool,
     /// Instances prepared ahead of the call.
     pub prepared: usize,

@@ -93,7 +93,10 @@ impl PolicyEngine {
             .as_ref()
             .map(|dir| CompileCache::new(dir.clone(), &engine));
         let ticker = Ticker::start(engine.clone());
-        let maintainer = Maintainer::start();
+        // Kept instances may take an eighth of the slots: a component instance takes one slot per
+        // core instance in it (two or three for a typical policy), and fresh, in-flight and
+        // retiring instances need the rest.
+        let maintainer = Maintainer::start(settings.instance_slots as usize / 8);
         Ok(PolicyEngine {
             engine,
             settings: Arc::new(settings),

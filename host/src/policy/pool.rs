@@ -11,11 +11,16 @@
 //! 10 ms when idle). Waking a sleeping thread from the call path costs a futex syscall and, on a
 //! virtual machine, an inter-processor interrupt — more than the evaluation itself.
 //!
-//! With `reuse`, an admin opts a policy into keeping one configured instance per tenant across
-//! evaluations (state may then survive between that tenant's calls, never across tenants); an
-//! instance that faulted is discarded.
+//! With `reuse`, an admin opts a policy into keeping configured instances per tenant across
+//! evaluations (state may then survive between that tenant's calls, never across tenants): a
+//! call takes one of its tenant's kept instances, else a fresh one, and gives it back after a
+//! clean evaluation; an instance that faulted is discarded. A tenant keeps at most `prepared`
+//! instances (as many of its calls as are evaluated at once), and all reusing pools of an
+//! engine together keep at most an eighth of its instance slots, so kept instances can never
+//! starve fresh ones.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -28,8 +33,6 @@ use super::module::PolicyModule;
 
 /// Used instances waiting to be dropped, at most; past that the caller drops its own.
 const RETIRE_BACKLOG: usize = 256;
-/// Reused instances kept per policy, at most (one per tenant).
-const MAX_REUSED: usize = 1024;
 
 /// What a pool shares with the maintenance thread.
 struct Shared {
@@ -48,13 +51,22 @@ impl Shared {
 
 pub(crate) struct InstancePool {
     shared: Arc<Shared>,
-    retire: Sender<Instance>,
-    reused: Option<Mutex<HashMap<String, Instance>>>,
+    maintainer: Arc<Maintainer>,
+    /// With `reuse`: each tenant's kept instances, and how many one tenant may keep.
+    reused: Option<(Mutex<Kept>, usize)>,
+}
+
+/// A reusing pool's kept instances, by tenant (most recently used last).
+#[derive(Default)]
+struct Kept {
+    by_tenant: HashMap<String, Vec<Instance>>,
+    count: usize,
 }
 
 impl InstancePool {
     /// Configures one instance now (so a settings error stops the load), then lets the
-    /// maintenance thread keep `depth` instances ready (none with `reuse`).
+    /// maintenance thread keep `depth` fresh instances ready; with `reuse`, each tenant may
+    /// also keep up to `depth` used ones.
     pub(crate) fn new(
         module: PolicyModule,
         settings: String,
@@ -63,7 +75,7 @@ impl InstancePool {
         reuse: bool,
     ) -> Result<Self, Fault> {
         let maintainer = module.inner.engine.maintainer.clone();
-        let depth = if reuse { 1 } else { depth.max(1) };
+        let depth = depth.max(1);
         let (ready, take) = crossbeam_channel::bounded(depth);
         let shared = Arc::new(Shared {
             module,
@@ -73,63 +85,84 @@ impl InstancePool {
             take,
         });
         let first = shared.prepare()?;
-        let reused = if reuse {
-            Some(Mutex::new(HashMap::new()))
-        } else {
-            let _ = shared.ready.try_send(first);
-            maintainer.register(&shared);
-            None
-        };
+        let _ = shared.ready.try_send(first);
+        maintainer.register(&shared);
         Ok(InstancePool {
             shared,
-            retire: maintainer.retire.clone(),
-            reused,
+            maintainer,
+            reused: reuse.then(|| (Mutex::new(Kept::default()), depth)),
         })
     }
 
-    /// Evaluates `call` on a fresh instance (or the tenant's reused one).
+    /// Evaluates `call` on a fresh instance, or with `reuse` on one `tenant` kept.
     pub(crate) fn evaluate(
         &self,
         tenant: &str,
         call: &WitCall,
     ) -> (Result<Verdict, Fault>, Vec<String>) {
-        let Some(reused) = &self.reused else {
-            let mut instance = match self.shared.take.try_recv() {
-                Ok(instance) => instance,
-                Err(_) => match self.shared.prepare() {
-                    Ok(instance) => instance,
-                    Err(fault) => return (Err(fault), Vec::new()),
-                },
-            };
-            let outcome = instance.evaluate(call, &self.shared.limits);
-            self.retire(instance);
-            return outcome;
-        };
-        let taken = reused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(tenant);
-        let mut instance = match taken.map_or_else(|| self.shared.prepare(), Ok) {
+        let kept = self.reused.as_ref().and_then(|(kept, _)| {
+            let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+            let instance = kept.by_tenant.get_mut(tenant)?.pop()?;
+            kept.count -= 1;
+            self.maintainer.kept.fetch_sub(1, Ordering::Relaxed);
+            Some(instance)
+        });
+        let mut instance = match kept.map_or_else(|| self.fresh(), Ok) {
             Ok(instance) => instance,
             Err(fault) => return (Err(fault), Vec::new()),
         };
         let (result, logs) = instance.evaluate(call, &self.shared.limits);
-        if result.is_ok() {
-            let mut map = reused.lock().unwrap_or_else(|e| e.into_inner());
-            if map.len() < MAX_REUSED {
-                map.insert(tenant.to_owned(), instance);
+        match &self.reused {
+            Some((kept, per_tenant)) if result.is_ok() => {
+                self.keep(kept, *per_tenant, tenant, instance)
             }
-        } else {
-            self.retire(instance);
+            _ => self.retire(instance),
         }
         (result, logs)
+    }
+
+    /// A ready instance, or one prepared here if the pool is empty.
+    fn fresh(&self) -> Result<Instance, Fault> {
+        self.shared
+            .take
+            .try_recv()
+            .or_else(|_| self.shared.prepare())
+    }
+
+    /// Keeps a used instance for `tenant`'s next call if the tenant and the engine have room,
+    /// else retires it.
+    fn keep(&self, kept: &Mutex<Kept>, per_tenant: usize, tenant: &str, instance: Instance) {
+        let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+        let has_room = kept
+            .by_tenant
+            .get(tenant)
+            .is_none_or(|k| k.len() < per_tenant);
+        if has_room && self.maintainer.reserve_kept() {
+            kept.by_tenant
+                .entry(tenant.to_owned())
+                .or_default()
+                .push(instance);
+            kept.count += 1;
+        } else {
+            drop(kept);
+            self.retire(instance);
+        }
     }
 
     /// Queues a used instance for the maintenance thread, or drops it here if that thread is
     /// behind: the backlog is bounded so used instances cannot exhaust the allocator's slots.
     fn retire(&self, instance: Instance) {
-        if let Err(e) = self.retire.try_send(instance) {
+        if let Err(e) = self.maintainer.retire.try_send(instance) {
             drop(e.into_inner());
+        }
+    }
+}
+
+impl Drop for InstancePool {
+    fn drop(&mut self) {
+        if let Some((kept, _)) = &self.reused {
+            let count = kept.lock().unwrap_or_else(|e| e.into_inner()).count;
+            self.maintainer.kept.fetch_sub(count, Ordering::Relaxed);
         }
     }
 }
@@ -138,14 +171,20 @@ impl InstancePool {
 pub(crate) struct Maintainer {
     pools: Mutex<Vec<Weak<Shared>>>,
     retire: Sender<Instance>,
+    /// Instances kept for reuse by all pools, and the most they may keep.
+    kept: AtomicUsize,
+    kept_budget: usize,
 }
 
 impl Maintainer {
-    pub(crate) fn start() -> Arc<Maintainer> {
+    /// `kept_budget`: how many instances reusing pools may keep in all.
+    pub(crate) fn start(kept_budget: usize) -> Arc<Maintainer> {
         let (retire, retired) = crossbeam_channel::bounded(RETIRE_BACKLOG);
         let maintainer = Arc::new(Maintainer {
             pools: Mutex::new(Vec::new()),
             retire,
+            kept: AtomicUsize::new(0),
+            kept_budget,
         });
         let weak = Arc::downgrade(&maintainer);
         let spawned = std::thread::Builder::new()
@@ -154,6 +193,15 @@ impl Maintainer {
         // Without the thread every evaluation prepares its own instance: slower, still correct.
         drop(spawned);
         maintainer
+    }
+
+    /// Counts one more kept instance, unless the budget is spent.
+    fn reserve_kept(&self) -> bool {
+        (self.kept)
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |k| {
+                (k < self.kept_budget).then_some(k + 1)
+            })
+            .is_ok()
     }
 
     fn register(&self, pool: &Arc<Shared>) {
