@@ -9,7 +9,7 @@ use hpcgate::config::{Config, DEFAULT_CONFIG};
 use hpcgate::policy::{Call, Chain, ChainPolicy, EngineSettings, Phase, PolicyEngine};
 use serde_json::json;
 
-use crate::harness::{Spec, call, chain, engine, guest};
+use crate::harness::{Spec, call, chain, engine, exclusive, guest};
 
 /// `count=N` → N.
 fn count(chain: &Chain, call: &Call) -> u32 {
@@ -44,6 +44,8 @@ fn assert_each_instance_counts_up(tenant: &str, counts: &[u32]) -> BTreeMap<u32,
 
 #[test]
 fn concurrent_calls_of_a_tenant_each_reuse_their_own_instance_and_tenants_never_share() {
+    // Eight busy threads: not beside the tests that measure time or memory.
+    let _exclusive = exclusive();
     // The harness prepares 4 instances ahead, so a tenant may keep 4.
     let reused = chain(vec![
         Spec::hostile("count", json!({"behaviour": "count"})).reuse(),

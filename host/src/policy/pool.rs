@@ -57,11 +57,7 @@ pub(crate) struct InstancePool {
 }
 
 /// A reusing pool's kept instances, by tenant (most recently used last).
-#[derive(Default)]
-struct Kept {
-    by_tenant: HashMap<String, Vec<Instance>>,
-    count: usize,
-}
+type Kept = HashMap<String, Vec<Instance>>;
 
 impl InstancePool {
     /// Configures one instance now (so a settings error stops the load), then lets the
@@ -102,8 +98,7 @@ impl InstancePool {
     ) -> (Result<Verdict, Fault>, Vec<String>) {
         let kept = self.reused.as_ref().and_then(|(kept, _)| {
             let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
-            let instance = kept.by_tenant.get_mut(tenant)?.pop()?;
-            kept.count -= 1;
+            let instance = kept.get_mut(tenant)?.pop()?;
             self.maintainer.kept.fetch_sub(1, Ordering::Relaxed);
             Some(instance)
         });
@@ -133,16 +128,9 @@ impl InstancePool {
     /// else retires it.
     fn keep(&self, kept: &Mutex<Kept>, per_tenant: usize, tenant: &str, instance: Instance) {
         let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
-        let has_room = kept
-            .by_tenant
-            .get(tenant)
-            .is_none_or(|k| k.len() < per_tenant);
+        let has_room = kept.get(tenant).is_none_or(|k| k.len() < per_tenant);
         if has_room && self.maintainer.reserve_kept() {
-            kept.by_tenant
-                .entry(tenant.to_owned())
-                .or_default()
-                .push(instance);
-            kept.count += 1;
+            kept.entry(tenant.to_owned()).or_default().push(instance);
         } else {
             drop(kept);
             self.retire(instance);
@@ -161,7 +149,8 @@ impl InstancePool {
 impl Drop for InstancePool {
     fn drop(&mut self) {
         if let Some((kept, _)) = &self.reused {
-            let count = kept.lock().unwrap_or_else(|e| e.into_inner()).count;
+            let kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+            let count = kept.values().map(Vec::len).sum();
             self.maintainer.kept.fetch_sub(count, Ordering::Relaxed);
         }
     }
