@@ -21,7 +21,8 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use tokio::sync::Semaphore;
 
 use crate::config::ResultType;
-use crate::gateway::{Caller, Gateway};
+use crate::gateway::{CallResult, Caller, Gateway, Request, Snapshot};
+use crate::policy::Via;
 use crate::proxy::Change;
 use crate::tools::{Progress, ToolSpec};
 
@@ -79,12 +80,11 @@ impl McpServer {
     /// for a `brief` call on a session's runtime while no other call is in flight, right here.
     /// Only the first of calls that arrive together runs here (the rest go to blocking threads
     /// and commit their audit records as one batch), and it holds the runtime no longer than a
-    /// bounded file operation and one audit commit. (Not with a WASI policy loaded: see
-    /// [`Gateway::policies_import_wasi`].)
+    /// bounded file operation and one audit commit (see [`Snapshot::runs_inline`]).
     async fn blocking<T, F>(&self, caller: Caller, brief: bool, work: F) -> Result<T, McpError>
     where
         T: Send + 'static,
-        F: FnOnce(&Gateway, &Caller) -> T + Send + 'static,
+        F: FnOnce(&Gateway, Caller) -> T + Send + 'static,
     {
         let failed = |e: &dyn std::fmt::Display| {
             McpError::internal_error(format!("the gateway call failed: {e}"), None)
@@ -96,14 +96,14 @@ impl McpServer {
                 .clone()
                 .try_acquire_many_owned(MAX_BLOCKING as u32)
         {
-            let run = AssertUnwindSafe(|| work(&self.gateway, &caller));
+            let run = AssertUnwindSafe(|| work(&self.gateway, caller));
             return std::panic::catch_unwind(run).map_err(|_| failed(&"it panicked"));
         }
         let permit = self.bridge.clone().acquire_owned().await;
         let gateway = self.gateway.clone();
         let joined = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            work(&gateway, &caller)
+            work(&gateway, caller)
         })
         .await;
         joined.map_err(|e| failed(&e))
@@ -163,7 +163,7 @@ impl ServerHandler for McpServer {
     ) -> Result<ListToolsResult, McpError> {
         let (specs, proxied) = self
             .blocking(self.caller(&context)?, false, |gateway, caller| {
-                (gateway.tools(caller), gateway.proxied_tools(caller))
+                gateway.list(&gateway.snapshot(), &caller, Via::Mcp)
             })
             .await?;
         let proxied = proxied.into_iter().map(|p| p.tool.clone());
@@ -248,49 +248,64 @@ impl ServerHandler for McpServer {
                 }
             })
         });
-        // A WASI policy's host functions block on a Tokio runtime, which they may not do on
-        // this one's thread: with such a policy loaded, no call runs here.
-        let brief = crate::tools::Tool::from_name(&name).is_some_and(crate::tools::Tool::brief)
-            && !self.gateway.policies_import_wasi();
+        // One snapshot of the settings and policies for the whole call: whether it may run
+        // here, the pipeline, the shape of its result.
+        let live = self.gateway.snapshot();
+        let brief = live.runs_inline(&name);
+        let snapshot = live.clone();
         let result = self
             .blocking(caller, brief, move |gateway, caller| {
                 let report = |p: Progress| {
                     let _ = progress_tx.send(p);
                 };
-                gateway.call_with_progress(caller, &name, arguments, &report)
+                let request = Request::new(caller, Via::Mcp, &name, arguments);
+                gateway.dispatch(&snapshot, request.with_progress(&report))
             })
             .await?;
         if let Some(forward) = forward {
             // The sender is gone with the call: the task ends after the last notification.
             let _ = forward.await;
         }
-        if let Some(mut proxied) = result.proxied {
-            // Whole, as the remote server sent it, whatever `result_type` says (that shapes
-            // hpcgate's own results). `resultType` is required by the 2026-07-28 revision;
-            // rmcp drops it again for clients of older revisions.
-            proxied.result_type = Some(rmcp::model::ResultType::COMPLETE);
-            return Ok((*proxied).into());
-        }
-        let result_type = self.gateway.result_type();
-        let content = match result_type {
-            ResultType::Both | ResultType::Text => vec![ContentBlock::text(result.text)],
-            ResultType::Structured => Vec::new(),
-        };
-        let mut response = if result.is_error {
-            CallToolResult::error(content)
-        } else {
-            CallToolResult::success(content)
-        };
-        if result_type != ResultType::Text {
-            response.structured_content = Some(result.structured);
-        }
-        Ok(response.into())
+        Ok(mcp_result(&live, result).into())
     }
 }
 
-fn mcp_tool(spec: ToolSpec) -> Tool {
-    let schema = match spec.input_schema {
-        serde_json::Value::Object(map) => map,
+/// A call's result as MCP says it. A proxied tool's goes back whole, as the remote server sent
+/// it, whatever `result_type` says (that shapes hpcgate's own results).
+fn mcp_result(live: &Snapshot, result: CallResult) -> CallToolResult {
+    if let Some(whole) = result.proxied {
+        match serde_json::from_value::<CallToolResult>(whole) {
+            Ok(mut proxied) => {
+                // Required by the 2026-07-28 revision; rmcp drops it again for clients of
+                // older revisions.
+                proxied.result_type = Some(rmcp::model::ResultType::COMPLETE);
+                return proxied;
+            }
+            Err(e) => {
+                let message = format!("the proxied server's result is not an MCP tool result: {e}");
+                return CallToolResult::error(vec![ContentBlock::text(message)]);
+            }
+        }
+    }
+    let result_type = live.result_type();
+    let content = match result_type {
+        ResultType::Both | ResultType::Text => vec![ContentBlock::text(result.text)],
+        ResultType::Structured => Vec::new(),
+    };
+    let mut response = if result.is_error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
+    if result_type != ResultType::Text {
+        response.structured_content = Some(result.structured);
+    }
+    response
+}
+
+fn mcp_tool(spec: &ToolSpec) -> Tool {
+    let schema = match &spec.input_schema {
+        serde_json::Value::Object(map) => map.clone(),
         _ => serde_json::Map::new(),
     };
     Tool::new(spec.name, spec.description, Arc::new(schema)).annotate(

@@ -75,17 +75,14 @@ pub struct Measured {
 
 impl Measured {
     /// Walks both areas of `instance`, a live instance of `tenant`; nothing if it is not one.
-    pub(crate) fn of(state: &State, tenant: &TenantName, instance: &str) -> Measured {
-        let Ok(id) = InstanceId::parse(instance) else {
-            return Measured::default();
-        };
-        let Ok(paths) = state.instance_paths_ambient(tenant, &id) else {
+    pub(crate) fn of(state: &State, tenant: &TenantName, id: &InstanceId) -> Measured {
+        let Ok(paths) = state.instance_paths_ambient(tenant, id) else {
             return Measured::default();
         };
         Measured {
             workspace: count(&paths.workspace, &Caps::default()).ok(),
             output: count(&paths.output, &Caps::default()).ok(),
-            instance: Some(id),
+            instance: Some(id.clone()),
         }
     }
 

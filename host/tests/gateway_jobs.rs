@@ -9,6 +9,8 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use hpcgate::gateway::Request;
+use hpcgate::policy::Via;
 use hpcgate::tools::Progress;
 use serde_json::{Value, json};
 use support::{args, caller, err, ok};
@@ -168,12 +170,16 @@ fn waiting_reports_progress_and_detach_false_cancels() {
     let gw = setup(dir.path());
     let seen = Mutex::new(Vec::<Progress>::new());
     let started = Instant::now();
-    let result = gw.call_with_progress(
-        &caller("chem"),
+    let request = Request::new(
+        caller("chem"),
+        Via::Mcp,
         "submit_job",
-        args(json!({"instance_id": "run1", "command": "echo started; sleep 60", "timeout": 2, "detach": false})),
-        &|p| seen.lock().unwrap().push(p),
+        args(
+            json!({"instance_id": "run1", "command": "echo started; sleep 60", "timeout": 2, "detach": false}),
+        ),
     );
+    let report = |p| seen.lock().unwrap().push(p);
+    let result = gw.dispatch(&gw.snapshot(), request.with_progress(&report));
     let job = ok(result)["job"].clone();
     assert!(started.elapsed() < Duration::from_secs(20));
     assert_eq!(job["status"], "cancelled", "{job}");

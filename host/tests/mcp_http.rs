@@ -142,6 +142,41 @@ async fn an_mcp_client_works_over_streamable_http() {
     assert_audited(dir.path(), "\"anonymous\"");
 }
 
+/// `[http] allowed_origins` lets a listed web origin through (the authenticator decides, no
+/// outer check refuses it first); other foreign origins stay refused, loopback ones pass.
+#[tokio::test]
+async fn an_allowed_origin_reaches_mcp_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = "\n[http]\nallowed_origins = [\"https://notebook.example.org\"]\n";
+    let config = config(dir.path(), &format!("{POLICIES}{extra}"));
+    let served = Served::http(dir.path(), &config).await;
+    let authority = served.authority();
+    let tcp = || TcpStream::connect(authority.as_str());
+    let post = |origin: &'static str| {
+        let headers = [MCP_POST[0], MCP_POST[1], ("Origin", origin)];
+        async move { exchange(tcp().await.unwrap(), "POST", "/mcp", &headers, INITIALIZE).await }
+    };
+    for (origin, expected) in [
+        ("https://notebook.example.org", 200),
+        ("https://NOTEBOOK.example.org/", 200),
+        ("https://notebook.example.org:8443", 403),
+        ("http://notebook.example.org", 403),
+        ("https://evil.example", 403),
+        ("null", 403),
+        ("http://localhost:1234", 200),
+    ] {
+        let (status, body) = post(origin).await;
+        assert_eq!(status, expected, "{origin}: {body}");
+        if expected == 200 {
+            assert!(body.contains("\"hpcgate\""), "{origin}: {body}");
+        } else {
+            assert!(body.contains("allowed_origins"), "{origin}: {body}");
+        }
+    }
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+}
+
 #[tokio::test]
 async fn a_unix_socket_peer_is_its_uid_and_tenant() {
     let dir = tempfile::tempdir().unwrap();

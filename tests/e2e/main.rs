@@ -1,6 +1,7 @@
 //! hpcgate's integration tests: one binary, one shared harness.
 
 mod harness;
+mod pipeline;
 mod policy_cache;
 mod policy_chain;
 mod policy_hostile;

@@ -36,7 +36,8 @@ max = 100
         explicit: Some(file),
     };
     let mut settings = load(&env).unwrap().settings().unwrap();
-    settings.engine.cache_dir = Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("policy-cache"));
+    settings.fixed.engine.cache_dir =
+        Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("policy-cache"));
     Gateway::open(settings).unwrap()
 }
 

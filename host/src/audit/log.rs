@@ -29,7 +29,7 @@ const MAX_BATCH_RECORDS: usize = 4096;
 const MAX_BATCH_BYTES: usize = 8 << 20;
 
 /// How to open the log.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditOptions {
     /// A file is rotated once it reaches this size (default 64 MiB).
     pub max_file_bytes: u64,

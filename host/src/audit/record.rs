@@ -31,8 +31,6 @@ pub enum Event {
     JobState,
     /// An admin-defined host command ran.
     HostExec,
-    /// A WebDAV request changed a file.
-    DavWrite,
     PoliciesReloaded,
     GatewayStarted,
     GatewayStopped,
@@ -51,7 +49,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub const ALL: [Event; 19] = [
+    pub const ALL: [Event; 18] = [
         Event::Call,
         Event::InstanceCreated,
         Event::InstanceArchived,
@@ -61,7 +59,6 @@ impl Event {
         Event::JobSubmitted,
         Event::JobState,
         Event::HostExec,
-        Event::DavWrite,
         Event::PoliciesReloaded,
         Event::GatewayStarted,
         Event::GatewayStopped,
@@ -84,7 +81,6 @@ impl Event {
             Event::JobSubmitted => "job.submitted",
             Event::JobState => "job.state",
             Event::HostExec => "host_exec",
-            Event::DavWrite => "dav.write",
             Event::PoliciesReloaded => "policies.reloaded",
             Event::GatewayStarted => "gateway.started",
             Event::GatewayStopped => "gateway.stopped",

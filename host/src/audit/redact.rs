@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use super::record::Entry;
 
 /// One argument whose value is replaced by its digest, for tools matching a glob.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArgumentRule {
     /// Glob over exposed tool names (`write_file`, `*__write_file`).
@@ -27,7 +27,7 @@ pub struct ArgumentRule {
 /// What to redact. `Default` redacts `content` of `write_file` (builtin and proxied) and every
 /// value whose key contains `token`, `password`, `passwd`, `secret`, `api_key`, `apikey`,
 /// `authorization`, `credential` or `private_key` (case-insensitive), at any depth.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedactionRules {
     #[serde(default = "default_arguments")]

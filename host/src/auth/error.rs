@@ -19,7 +19,10 @@ pub enum AuthError {
     )]
     UnknownPeer { uid: u32 },
     /// A browser `Origin` not on the allow-list (DNS-rebinding defence).
-    #[error("origin `{origin}` is not allowed; the admin can add it to `[http] allowed_origins`")]
+    #[error(
+        "origin `{origin}` is not a loopback origin nor in `[http] allowed_origins`; \
+         non-browser MCP clients send no `Origin`, and the admin can allow a web client's origin there"
+    )]
     OriginDenied { origin: String },
 }
 

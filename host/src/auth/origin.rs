@@ -1,7 +1,7 @@
 //! The `Origin` check (DNS-rebinding and cross-site defence for the HTTP transport).
 //!
 //! A request without `Origin` is a non-browser client and passes. A browser request passes only
-//! from a loopback origin (`localhost`, `127.0.0.0/8`, `[::1]`, any scheme and port) or one on
+//! from a loopback origin (`http` or `https`, `localhost`, `127.0.0.0/8`, `[::1]`, any port) or one on
 //! `[http] allowed_origins`. Origins compare normalised: lowercase scheme and host, explicit
 //! port kept, no trailing `/`. `Origin: null` (sandboxed frames, file URLs) never passes.
 
@@ -77,9 +77,12 @@ fn split_port(rest: &str) -> Option<(&str, Option<&str>)> {
 }
 
 fn is_loopback(normal: &str) -> bool {
-    let Some((_, rest)) = normal.split_once("://") else {
+    let Some((scheme, rest)) = normal.split_once("://") else {
         return false;
     };
+    if scheme != "http" && scheme != "https" {
+        return false;
+    }
     let Some((host, _)) = split_port(rest) else {
         return false;
     };
@@ -91,6 +94,33 @@ fn is_loopback(normal: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_an_allow_list_only_loopback_origins_pass() {
+        let table = [
+            ("http://localhost", true),
+            ("http://localhost:8000", true),
+            ("https://127.0.0.1:443", true),
+            ("http://127.3.4.5", true),
+            ("http://[::1]:8000", true),
+            ("http://LOCALHOST", true),
+            ("http://evil.example", false),
+            ("http://localhost.evil.example", false),
+            ("http://127.0.0.1.evil.example", false),
+            ("http://localhost:80@evil.example", false),
+            ("http://localhost:8000/path", false),
+            ("http://localhost:", false),
+            ("http://[::2]", false),
+            ("http://[::1", false),
+            ("http://10.0.0.1:8000", false),
+            ("file://localhost", false),
+            ("null", false),
+            ("", false),
+        ];
+        for (origin, allowed) in table {
+            assert_eq!(OriginPolicy::default().allows(origin), allowed, "{origin}");
+        }
+    }
 
     #[test]
     fn origins_normalise_or_are_refused() {

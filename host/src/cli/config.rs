@@ -43,7 +43,7 @@ pub(crate) fn run(command: ConfigCommand) -> anyhow::Result<ExitCode> {
             if !loaded.merged.contains_key("state_dir") {
                 out(format!(
                     "# state_dir unset: `{}`",
-                    settings.state_dir.display()
+                    settings.fixed.state_dir.display()
                 ));
             }
             out(toml::to_string(&loaded.merged)?.trim_end());
@@ -55,7 +55,7 @@ pub(crate) fn run(command: ConfigCommand) -> anyhow::Result<ExitCode> {
 fn check(env: &Environment, json: bool) -> anyhow::Result<ExitCode> {
     let result = load(env).map_err(anyhow::Error::from).and_then(|loaded| {
         let settings = loaded.settings()?;
-        let engine = PolicyEngine::new(settings.engine.clone())?;
+        let engine = PolicyEngine::new(settings.fixed.engine.clone())?;
         let chain = settings.build_chain(&engine)?;
         // Reads the `[auth.jwt]` key files, so a bad key fails here and not at startup.
         crate::auth::Authenticator::from_settings(&settings)?;
@@ -115,25 +115,25 @@ fn summary(s: &Settings, policies: &[String]) -> String {
         "{} policies ({}), state dir `{}`, {tenancy}, sandbox network {}, slurm {}",
         policies.len(),
         policies.join(", "),
-        s.state_dir.display(),
-        match s.sandbox.network {
+        s.fixed.state_dir.display(),
+        match s.fixed.sandbox.network {
             hpcgate_executors::sandbox::Network::None => "none",
             hpcgate_executors::sandbox::Network::Host => "host",
         },
-        if s.slurm.is_some() { "on" } else { "off" },
+        if s.fixed.slurm.is_some() { "on" } else { "off" },
     )
 }
 
 fn summary_json(s: &Settings, policies: &[String]) -> serde_json::Value {
     json!({
         "policies": policies,
-        "state_dir": s.state_dir,
+        "state_dir": s.fixed.state_dir,
         "stdio_tenant": s.stdio_tenant.as_str(),
         "tenants": s.tenants.keys().map(|t| t.as_str()).collect::<Vec<_>>(),
         "result_type": s.result_type,
-        "sandbox_network": s.sandbox.network,
-        "slurm": s.slurm.is_some(),
+        "sandbox_network": s.fixed.sandbox.network,
+        "slurm": s.fixed.slurm.is_some(),
         "host_commands": s.host_commands.keys().collect::<Vec<_>>(),
-        "proxied_mcps": s.proxied_mcps.keys().collect::<Vec<_>>(),
+        "proxied_mcps": s.fixed.proxied_mcps.keys().collect::<Vec<_>>(),
     })
 }

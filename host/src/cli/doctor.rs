@@ -131,7 +131,7 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn checks(settings: &Settings) -> Vec<Check> {
-    let mut checks = vec![bwrap_version(&settings.sandbox.bwrap)];
+    let mut checks = vec![bwrap_version(&settings.fixed.sandbox.bwrap)];
     let run = if checks[0].status == Status::Pass {
         sandbox_run(settings)
     } else {
@@ -159,8 +159,11 @@ fn checks(settings: &Settings) -> Vec<Check> {
     };
     checks.push(user_namespaces());
     checks.push(limits(result.as_ref()));
-    checks.push(state_dir(&settings.state_dir));
-    checks.push(audit_dir(&settings.audit_dir, &settings.state_dir));
+    checks.push(state_dir(&settings.fixed.state_dir));
+    checks.push(audit_dir(
+        &settings.fixed.audit_dir,
+        &settings.fixed.state_dir,
+    ));
     checks.push(policies(settings));
     checks.push(slurm(settings));
     checks.push(proxies::proxied_mcps(settings));
@@ -259,8 +262,8 @@ fn writable(path: &Path) -> bool {
 
 fn policies(settings: &Settings) -> Check {
     const NAME: &str = "policies";
-    let chain =
-        PolicyEngine::new(settings.engine.clone()).and_then(|engine| settings.build_chain(&engine));
+    let chain = PolicyEngine::new(settings.fixed.engine.clone())
+        .and_then(|engine| settings.build_chain(&engine));
     match chain {
         Ok(chain) => {
             let names: Vec<&str> = chain.names().collect();
@@ -293,7 +296,7 @@ const SLURM_CLIENTS: &[&str] = &["sbatch", "squeue", "scontrol", "scancel", "sin
 
 fn slurm(settings: &Settings) -> Check {
     const NAME: &str = "slurm";
-    let Some(slurm) = &settings.slurm else {
+    let Some(slurm) = &settings.fixed.slurm else {
         return Check {
             name: NAME,
             status: Status::Skip,

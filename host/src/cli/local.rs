@@ -1,9 +1,9 @@
 //! The local user as a gateway caller: what the CLI's instance, `bwrap` and `clean` commands
 //! share with `hpcgate run` (stdio).
 //!
-//! The local user is the principal and `stdio_tenant` the tenant, exactly as for stdio MCP
-//! calls, and every command that maps to a tool goes through [`Gateway::call`], so it is
-//! policy-checked and audited like an agent's call. The few commands without a tool
+//! The caller is the gateway's local caller ([`Gateway::local_caller`]), exactly as for stdio
+//! MCP calls, and every command that maps to a tool goes through [`Gateway::dispatch`] with
+//! `via = cli`, so it is policy-checked and audited like an agent's call. The few commands without a tool
 //! (`unarchive`, `clean`, `enter`, `bwrap`) are audited here instead ([`Local::begin`] before
 //! they act, [`Local::end`] after): they are not policy-checked, because the local user
 //! already has a shell on this host and owns the state directory — a policy could not stop
@@ -16,10 +16,10 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::{Map, Value};
 
-use super::run::local_user;
 use crate::audit::{Entry, Event, Outcome, Receipt};
 use crate::config::{Environment, Settings, load_settings};
-use crate::gateway::{Caller, Gateway};
+use crate::gateway::{Caller, Gateway, Request};
+use crate::policy::Via;
 use crate::state::{State, StateError};
 
 /// `--config`, shared by the local commands.
@@ -45,11 +45,8 @@ pub(crate) struct Failed(pub String);
 impl Local {
     pub fn open(config: &ConfigArg) -> anyhow::Result<Local> {
         let settings = load_settings(&Environment::from_process(config.config.clone()))?;
-        let caller = Caller {
-            tenant: settings.stdio_tenant.clone(),
-            principal: local_user(),
-        };
         let gateway = Gateway::open(settings.clone())?;
+        let caller = gateway.local_caller();
         Ok(Local {
             settings,
             gateway,
@@ -64,7 +61,8 @@ impl Local {
             Value::Object(map) => map,
             _ => Map::new(),
         };
-        let result = self.gateway.call(&self.caller, tool, arguments);
+        let request = Request::new(self.caller.clone(), Via::Cli, tool, arguments);
+        let result = self.gateway.dispatch(&self.gateway.snapshot(), request);
         if result.is_error {
             return Err(Failed(result.text));
         }
@@ -73,7 +71,7 @@ impl Local {
 
     /// The state directory, for the commands without a tool.
     pub fn state(&self) -> Result<State, StateError> {
-        State::open(&self.settings.state_dir)
+        State::open(&self.settings.fixed.state_dir)
     }
 
     /// Records that the local user is about to run `action` (a command without a tool);

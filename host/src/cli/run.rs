@@ -56,10 +56,6 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let env = Environment::from_process(args.config);
     let settings = load_settings(&env)?;
-    let stdio_caller = Caller {
-        tenant: settings.stdio_tenant.clone(),
-        principal: local_user(),
-    };
     let identity = Identity::from_settings(&settings);
     let listen = match args.uds {
         Some(path) => Listen::Unix(path),
@@ -94,7 +90,10 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let gateway = serving;
         reload_on_sighup(gateway.clone(), env)?;
         match transport {
-            Transport::Stdio => serve_stdio(gateway, stdio_caller).await,
+            Transport::Stdio => {
+                let caller = gateway.local_caller();
+                serve_stdio(gateway, caller).await
+            }
             Transport::StreamableHttp => {
                 crate::http::serve(gateway, identity, listen, &args.path).await
             }
@@ -188,11 +187,4 @@ fn stdio_transport() -> (
             None => Box::new(tokio::io::stdout()),
         },
     )
-}
-
-/// The local user, as the principal of stdio calls (and of the local CLI commands).
-pub(crate) fn local_user() -> String {
-    std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| format!("uid:{}", rustix::process::geteuid().as_raw()))
 }

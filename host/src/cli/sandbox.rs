@@ -86,7 +86,11 @@ fn attached(
     });
     let result = match paths {
         Ok(paths) => {
-            let spec = local.settings.sandbox.spec(paths.workspace, paths.output);
+            let spec = local
+                .settings
+                .fixed
+                .sandbox
+                .spec(paths.workspace, paths.output);
             run_attached(&spec, &command).map_err(|e| format!("{:#}", anyhow::Error::new(e)))
         }
         Err(e) => Err(e.to_string()),

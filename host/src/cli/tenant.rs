@@ -415,12 +415,13 @@ fn replace_file(path: &Path, text: &str) -> anyhow::Result<()> {
 /// local user as principal.
 fn audit(settings: &Settings, mut entry: Entry) -> anyhow::Result<()> {
     entry.principal = Some(local_principal());
-    let log = AuditLog::open(&settings.audit_dir, settings.audit.clone()).with_context(|| {
-        format!(
-            "cannot open the audit log `{}`; nothing was changed",
-            settings.audit_dir.display()
-        )
-    })?;
+    let log = AuditLog::open(&settings.fixed.audit_dir, settings.fixed.audit.clone())
+        .with_context(|| {
+            format!(
+                "cannot open the audit log `{}`; nothing was changed",
+                settings.fixed.audit_dir.display()
+            )
+        })?;
     log.append(entry)
         .context("the audit log cannot record this command; nothing was changed")?;
     Ok(())

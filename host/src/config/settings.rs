@@ -24,24 +24,18 @@ use crate::state::TenantName;
 /// Everything the gateway needs, resolved and validated.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// What only a restart changes: kept whole by a reload.
+    pub fixed: FixedSettings,
     /// Tenant of stdio and local CLI callers.
     pub stdio_tenant: TenantName,
-    /// Absolute; instances, job records and the audit log live below it.
-    pub state_dir: PathBuf,
-    /// `<state_dir>/audit`.
-    pub audit_dir: PathBuf,
     /// `[mcp] result_type`.
     pub result_type: ResultType,
     /// `[mcp] context_dirs` (absolute) and `resource_patterns`: files offered as resources.
     pub context_dirs: Vec<PathBuf>,
     pub resource_patterns: Vec<String>,
-    pub sandbox: SandboxSettings,
-    /// `None` when `[slurm] enabled = false`.
-    pub slurm: Option<SlurmSettings>,
     pub files: FileLimits,
     /// `[jobs] retention_days`; `None` keeps finished job records forever.
     pub job_retention: Option<Duration>,
-    pub audit: AuditOptions,
     /// `host_exec` commands by key.
     pub host_commands: BTreeMap<String, HostCommand>,
     /// Empty: single-tenant, every caller is [`Self::stdio_tenant`].
@@ -51,14 +45,57 @@ pub struct Settings {
     /// `[http] allowed_origins`, normalised (`scheme://host[:port]`, lowercase); loopback
     /// origins are allowed besides these.
     pub allowed_origins: Vec<String>,
-    /// `[policy_engine]` as the engine takes it.
-    pub engine: EngineSettings,
     /// `[policy_engine]` defaults applied to each policy.
     pub policy_defaults: EngineConfig,
     /// The chain in order, `proxied_mcps` filters included, module paths absolute.
     pub policies: Vec<PolicyConfig>,
+}
+
+/// The settings a running gateway is built on — where its state lives, its executors, its
+/// policy engine and proxied servers — which a reload cannot change: compared whole
+/// (`PartialEq`), and kept as they were when a reload brings other values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FixedSettings {
+    /// Absolute; instances, job records and the audit log live below it.
+    pub state_dir: PathBuf,
+    /// `<state_dir>/audit`.
+    pub audit_dir: PathBuf,
+    pub sandbox: SandboxSettings,
+    /// `None` when `[slurm] enabled = false`.
+    pub slurm: Option<SlurmSettings>,
+    pub audit: AuditOptions,
+    /// `[policy_engine]` as the engine takes it.
+    pub engine: EngineSettings,
     /// `[proxied_mcps]`, resolved, by name.
     pub proxied_mcps: BTreeMap<String, ProxySettings>,
+}
+
+impl FixedSettings {
+    /// The names of the settings that differ in `other`, for "restart to apply" messages.
+    pub fn differences(&self, other: &FixedSettings) -> Vec<&'static str> {
+        // Destructured, so that a new field cannot be left out of the comparison.
+        let FixedSettings {
+            state_dir,
+            audit_dir,
+            sandbox,
+            slurm,
+            audit,
+            engine,
+            proxied_mcps,
+        } = self;
+        [
+            ("state_dir", *state_dir != other.state_dir),
+            ("audit_dir", *audit_dir != other.audit_dir),
+            ("sandbox", *sandbox != other.sandbox),
+            ("slurm", *slurm != other.slurm),
+            ("audit", *audit != other.audit),
+            ("engine", *engine != other.engine),
+            ("proxied_mcps", *proxied_mcps != other.proxied_mcps),
+        ]
+        .into_iter()
+        .filter_map(|(name, differs)| differs.then_some(name))
+        .collect()
+    }
 }
 
 /// One `[host_commands.<key>]`, resolved.
@@ -97,137 +134,32 @@ impl Settings {
         };
         let stdio_tenant = TenantName::parse(config.stdio_tenant.as_deref().unwrap_or("default"))
             .map_err(|e| bad("stdio_tenant", e.to_string()))?;
-        let state_dir = match &config.state_dir {
-            Some(dir) => absolute("state_dir", dir, &bad)?,
-            None => env.default_state_dir().ok_or(ConfigError::NoHome)?,
-        };
-        let sandbox = resolve_sandbox(config, &bad)?;
-        let slurm = resolve_slurm(config, &bad)?;
-        let proxied_mcps = resolve_proxies(&config.proxied_mcps, &sandbox, &bad)?;
-        let f = &config.files;
-        let defaults = FileLimits::default();
-        let files = FileLimits {
-            max_read_bytes: positive(
-                "files.max_read_bytes",
-                f.max_read_bytes,
-                defaults.max_read_bytes,
-                &bad,
-            )?,
-            max_write_bytes: positive(
-                "files.max_write_bytes",
-                f.max_write_bytes,
-                defaults.max_write_bytes,
-                &bad,
-            )?,
-            max_list_entries: positive(
-                "files.max_list_entries",
-                f.max_list_entries,
-                defaults.max_list_entries,
-                &bad,
-            )?,
-            max_search_results: positive(
-                "files.max_search_results",
-                f.max_search_results,
-                defaults.max_search_results,
-                &bad,
-            )?,
-            ..defaults
-        };
-        let audit = AuditOptions {
-            max_file_bytes: positive(
-                "audit.max_file_bytes",
-                config.audit.max_file_bytes,
-                64 << 20,
-                &bad,
-            )?,
-            redaction: config.audit.redaction.clone().unwrap_or_default(),
-        };
-        let mut host_commands = BTreeMap::new();
-        for (key, raw) in &config.host_commands {
-            let at = |field: &str| format!("host_commands.{key}{field}");
-            if !is_key(key) {
-                return Err(bad(
-                    &at(""),
-                    "use 1–64 lowercase letters, digits, `-` or `_` as the key".to_owned(),
-                ));
-            }
-            let argv = raw.argv.clone().unwrap_or_default();
-            match argv.first() {
-                None => return Err(bad(
-                    &at(".argv"),
-                    "give the command as a non-empty argv list, e.g. [\"/usr/bin/quota\", \"-s\"]"
-                        .to_owned(),
-                )),
-                Some(program) if !Path::new(program).is_absolute() => {
-                    return Err(bad(
-                        &at(".argv"),
-                        format!(
-                            "`{program}` must be an absolute path: host commands are never looked up in `PATH`"
-                        ),
-                    ));
-                }
-                Some(_) => {}
-            }
-            let timeout_s = positive(&at(".timeout_s"), raw.timeout_s, 30, &bad)?;
-            host_commands.insert(
-                key.clone(),
-                HostCommand {
-                    argv,
-                    description: raw.description.clone().unwrap_or_default(),
-                    timeout: Duration::from_secs(timeout_s),
-                },
-            );
-        }
-        let context_dirs = config.mcp.context_dirs.clone().unwrap_or_default();
-        if let Some(dir) = context_dirs.iter().find(|d| !d.is_absolute()) {
-            return Err(bad(
-                "mcp.context_dirs",
-                format!(
-                    "`{}` must be an absolute path (or relative to the config file)",
-                    dir.display()
-                ),
-            ));
-        }
-        let resource_patterns = config
-            .mcp
-            .resource_patterns
-            .clone()
-            .unwrap_or_else(|| vec!["*.md".to_owned()]);
-        if let Err(e) = hpcgate_policy_sdk::glob::GlobSet::new(&resource_patterns) {
-            return Err(bad("mcp.resource_patterns", e.to_string()));
-        }
+        let (context_dirs, resource_patterns) = resolve_resources(config, &bad)?;
         let tenants =
             tenants::resolve(&config.tenants).map_err(|(key, message)| bad(&key, message))?;
         let jwt = match &config.auth.jwt {
             Some(raw) => Some(resolve_jwt(raw, &tenants, &bad)?),
             None => None,
         };
-        let allowed_origins = resolve_origins(&config.http, &bad)?;
         let policies = config.policies_with_proxy_filters();
         check_policies(config, &policies, &bad)?;
         Ok(Settings {
+            fixed: FixedSettings::resolve(config, env, &bad)?,
             stdio_tenant,
-            audit_dir: state_dir.join("audit"),
-            state_dir,
             result_type: config.mcp.result_type.unwrap_or_default(),
             context_dirs,
             resource_patterns,
-            sandbox,
-            slurm,
-            files,
+            files: resolve_files(config, &bad)?,
             job_retention: match config.jobs.retention_days.unwrap_or(30) {
                 0 => None,
                 days => Some(Duration::from_secs(days * 24 * 3600)),
             },
-            audit,
-            host_commands,
+            host_commands: resolve_host_commands(config, &bad)?,
             tenants,
             jwt,
-            allowed_origins,
-            engine: config.engine_settings(),
+            allowed_origins: resolve_origins(&config.http, &bad)?,
             policy_defaults: config.policy_engine.clone(),
             policies,
-            proxied_mcps,
         })
     }
 
@@ -250,6 +182,142 @@ impl Settings {
     pub fn single_tenant(&self) -> bool {
         self.tenants.is_empty()
     }
+}
+
+impl FixedSettings {
+    fn resolve(
+        config: &Config,
+        env: &Environment,
+        bad: &Bad,
+    ) -> Result<FixedSettings, ConfigError> {
+        let state_dir = match &config.state_dir {
+            Some(dir) => absolute("state_dir", dir, bad)?,
+            None => env.default_state_dir().ok_or(ConfigError::NoHome)?,
+        };
+        let sandbox = resolve_sandbox(config, bad)?;
+        Ok(FixedSettings {
+            audit_dir: state_dir.join("audit"),
+            state_dir,
+            slurm: resolve_slurm(config, bad)?,
+            proxied_mcps: resolve_proxies(&config.proxied_mcps, &sandbox, bad)?,
+            sandbox,
+            audit: AuditOptions {
+                max_file_bytes: positive(
+                    "audit.max_file_bytes",
+                    config.audit.max_file_bytes,
+                    64 << 20,
+                    bad,
+                )?,
+                redaction: config.audit.redaction.clone().unwrap_or_default(),
+            },
+            engine: config.engine_settings(),
+        })
+    }
+}
+
+/// `[files]`: the file tools' limits.
+fn resolve_files(config: &Config, bad: &Bad) -> Result<FileLimits, ConfigError> {
+    let f = &config.files;
+    let defaults = FileLimits::default();
+    Ok(FileLimits {
+        max_read_bytes: positive(
+            "files.max_read_bytes",
+            f.max_read_bytes,
+            defaults.max_read_bytes,
+            bad,
+        )?,
+        max_write_bytes: positive(
+            "files.max_write_bytes",
+            f.max_write_bytes,
+            defaults.max_write_bytes,
+            bad,
+        )?,
+        max_list_entries: positive(
+            "files.max_list_entries",
+            f.max_list_entries,
+            defaults.max_list_entries,
+            bad,
+        )?,
+        max_search_results: positive(
+            "files.max_search_results",
+            f.max_search_results,
+            defaults.max_search_results,
+            bad,
+        )?,
+        ..defaults
+    })
+}
+
+/// `[host_commands.<key>]`: absolute argv, never looked up in `PATH`.
+fn resolve_host_commands(
+    config: &Config,
+    bad: &Bad,
+) -> Result<BTreeMap<String, HostCommand>, ConfigError> {
+    let mut host_commands = BTreeMap::new();
+    for (key, raw) in &config.host_commands {
+        let at = |field: &str| format!("host_commands.{key}{field}");
+        if !is_key(key) {
+            return Err(bad(
+                &at(""),
+                "use 1–64 lowercase letters, digits, `-` or `_` as the key".to_owned(),
+            ));
+        }
+        let argv = raw.argv.clone().unwrap_or_default();
+        match argv.first() {
+            None => {
+                return Err(bad(
+                    &at(".argv"),
+                    "give the command as a non-empty argv list, e.g. [\"/usr/bin/quota\", \"-s\"]"
+                        .to_owned(),
+                ));
+            }
+            Some(program) if !Path::new(program).is_absolute() => {
+                return Err(bad(
+                    &at(".argv"),
+                    format!(
+                        "`{program}` must be an absolute path: host commands are never looked up in `PATH`"
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+        let timeout_s = positive(&at(".timeout_s"), raw.timeout_s, 30, bad)?;
+        host_commands.insert(
+            key.clone(),
+            HostCommand {
+                argv,
+                description: raw.description.clone().unwrap_or_default(),
+                timeout: Duration::from_secs(timeout_s),
+            },
+        );
+    }
+    Ok(host_commands)
+}
+
+/// `[mcp] context_dirs` and `resource_patterns`: the documents offered as resources.
+fn resolve_resources(
+    config: &Config,
+    bad: &Bad,
+) -> Result<(Vec<PathBuf>, Vec<String>), ConfigError> {
+    let context_dirs = config.mcp.context_dirs.clone().unwrap_or_default();
+    if let Some(dir) = context_dirs.iter().find(|d| !d.is_absolute()) {
+        return Err(bad(
+            "mcp.context_dirs",
+            format!(
+                "`{}` must be an absolute path (or relative to the config file)",
+                dir.display()
+            ),
+        ));
+    }
+    let resource_patterns = config
+        .mcp
+        .resource_patterns
+        .clone()
+        .unwrap_or_else(|| vec!["*.md".to_owned()]);
+    if let Err(e) = hpcgate_policy_sdk::glob::GlobSet::new(&resource_patterns) {
+        return Err(bad("mcp.resource_patterns", e.to_string()));
+    }
+    Ok((context_dirs, resource_patterns))
 }
 
 pub(super) type Bad<'a> = dyn Fn(&str, String) -> ConfigError + 'a;

@@ -61,22 +61,31 @@ fn wrong_types_name_the_key() {
 fn the_defaults_alone_resolve_to_a_login_node_setup() {
     let s = settings(&[]).unwrap();
     assert_eq!(s.stdio_tenant.as_str(), "default");
-    assert_eq!(s.state_dir, PathBuf::from("/home/u/.local/share/hpcgate"));
-    assert_eq!(s.audit_dir, s.state_dir.join("audit"));
+    assert_eq!(
+        s.fixed.state_dir,
+        PathBuf::from("/home/u/.local/share/hpcgate")
+    );
+    assert_eq!(s.fixed.audit_dir, s.fixed.state_dir.join("audit"));
     assert_eq!(s.result_type, ResultType::Both);
     let names: Vec<_> = s.policies.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["tools", "paths", "caps"]);
-    assert!(s.slurm.is_none() && s.single_tenant() && s.host_commands.is_empty());
-    assert_eq!(s.sandbox.network, hpcgate_executors::sandbox::Network::None);
+    assert!(s.fixed.slurm.is_none() && s.single_tenant() && s.host_commands.is_empty());
     assert_eq!(
-        s.sandbox.limits,
+        s.fixed.sandbox.network,
+        hpcgate_executors::sandbox::Network::None
+    );
+    assert_eq!(
+        s.fixed.sandbox.limits,
         hpcgate_executors::sandbox::Limits::default()
     );
     assert_eq!(s.files, hpcgate_executors::files::FileLimits::default());
     // The code's fallbacks agree with the embedded file.
     let bare = Settings::resolve(&Config::default(), &env(), &Origins::single("x")).unwrap();
-    assert_eq!(bare.sandbox, s.sandbox);
-    assert_eq!(bare.audit.max_file_bytes, s.audit.max_file_bytes);
+    assert_eq!(bare.fixed.sandbox, s.fixed.sandbox);
+    assert_eq!(
+        bare.fixed.audit.max_file_bytes,
+        s.fixed.audit.max_file_bytes
+    );
 }
 
 #[test]
@@ -110,10 +119,10 @@ fn tables_merge_and_lists_replace() {
         ("/x/top.toml", "[sandbox.limits]\nmemory_mb = 1024\n"),
     ])
     .unwrap();
-    assert_eq!(s.sandbox.limits.cpus, 4);
-    assert_eq!(s.sandbox.limits.memory_mb, 1024);
-    assert_eq!(s.sandbox.limits.pids, 256, "untouched default stays");
-    assert_eq!(s.sandbox.env_allow, ["LANG"]);
+    assert_eq!(s.fixed.sandbox.limits.cpus, 4);
+    assert_eq!(s.fixed.sandbox.limits.memory_mb, 1024);
+    assert_eq!(s.fixed.sandbox.limits.pids, 256, "untouched default stays");
+    assert_eq!(s.fixed.sandbox.env_allow, ["LANG"]);
 
     let s = settings(&[(
         "/x/top.toml",
@@ -140,14 +149,14 @@ fn a_higher_layer_removes_a_keyed_entry_with_false() {
                  [host_commands.quota]\nargv = [\"/usr/bin/quota\"]\n\
                  [tenants.chem]\nunix_uids = [1001]\n";
     let s = settings(&[("/u.toml", lower)]).unwrap();
-    assert!(s.proxied_mcps.contains_key("fs") && s.host_commands.contains_key("quota"));
+    assert!(s.fixed.proxied_mcps.contains_key("fs") && s.host_commands.contains_key("quota"));
     assert_eq!(s.policies.last().unwrap().name, "proxied_mcps");
     let s = settings(&[
         ("/u.toml", lower),
         ("/top.toml", "proxied_mcps.fs = false\nhost_commands.quota = false\n[tenants]\nchem = false\nbio = false\n"),
     ])
     .unwrap();
-    assert!(s.proxied_mcps.is_empty() && s.host_commands.is_empty() && s.tenants.is_empty());
+    assert!(s.fixed.proxied_mcps.is_empty() && s.host_commands.is_empty() && s.tenants.is_empty());
     assert_eq!(s.policies.len(), 3, "no implicit proxy filter is left");
     // A removed entry can be added back by a still higher layer, and `false` elsewhere is a value.
     let s = settings(&[
@@ -158,7 +167,7 @@ fn a_higher_layer_removes_a_keyed_entry_with_false() {
         ("/top.toml", "[proxied_mcps.fs]\ncommand = \"other\"\n"),
     ])
     .unwrap();
-    assert_eq!(s.proxied_mcps["fs"].argv, ["other"]);
+    assert_eq!(s.fixed.proxied_mcps["fs"].argv, ["other"]);
 }
 
 #[test]
@@ -207,14 +216,14 @@ fn paths_are_relative_to_their_file_and_tilde_is_home() {
          [[policies]]\nname = \"mine\"\nmodule = \"p/mine.wasm\"\n[[policies]]\nname = \"t\"\nmodule = \"stock:tool-filter\"\n",
     )])
     .unwrap();
-    assert_eq!(s.state_dir, PathBuf::from("/etc/hpc/state"));
-    assert_eq!(s.sandbox.bwrap, PathBuf::from("/home/u/bin/bwrap"));
+    assert_eq!(s.fixed.state_dir, PathBuf::from("/etc/hpc/state"));
+    assert_eq!(s.fixed.sandbox.bwrap, PathBuf::from("/home/u/bin/bwrap"));
     assert_eq!(
-        s.sandbox.extra_ro_binds[0].source,
+        s.fixed.sandbox.extra_ro_binds[0].source,
         PathBuf::from("/etc/hpc/data")
     );
     assert_eq!(
-        s.sandbox.extra_ro_binds[1].target,
+        s.fixed.sandbox.extra_ro_binds[1].target,
         PathBuf::from("/scratch")
     );
     assert_eq!(s.policies[0].module, "/etc/hpc/p/mine.wasm");
@@ -301,7 +310,7 @@ fn slurm_settings_resolve_only_when_enabled() {
         "[slurm]\nenabled = true\npartition = \"cpu\"\nbin_dir = \"/opt/slurm/bin\"\ncommand_timeout_s = 5\n",
     )])
     .unwrap();
-    let slurm = s.slurm.unwrap();
+    let slurm = s.fixed.slurm.unwrap();
     assert_eq!(slurm.partition.as_deref(), Some("cpu"));
     assert_eq!(slurm.client.bin_dir, Some(PathBuf::from("/opt/slurm/bin")));
     assert_eq!(slurm.client.timeout, std::time::Duration::from_secs(5));
@@ -315,14 +324,14 @@ fn proxied_mcps_resolve_and_bad_entries_name_the_key() {
          idle_timeout = 0\ncall_timeout = 2.5\nnetwork = \"host\"\nbinds = [\"/opt/mcp\"]\n",
     )])
     .unwrap();
-    let fs = &s.proxied_mcps["fs"];
+    let fs = &s.fixed.proxied_mcps["fs"];
     assert_eq!(fs.argv, ["npx", "-y", "srv"]);
     assert_eq!(fs.env, [("A".to_owned(), "1".to_owned())]);
     assert_eq!(fs.idle_timeout, None, "0 = never");
     assert_eq!(fs.call_timeout, std::time::Duration::from_millis(2500));
     assert_eq!(fs.network, hpcgate_executors::sandbox::Network::Host);
     assert_eq!(fs.binds[0].target, PathBuf::from("/opt/mcp"));
-    assert_eq!(fs.max_result_bytes, s.sandbox.limits.output_bytes);
+    assert_eq!(fs.max_result_bytes, s.fixed.sandbox.limits.output_bytes);
 
     for (toml, key) in [
         (
@@ -365,4 +374,27 @@ fn proxied_mcps_resolve_and_bad_entries_name_the_key() {
         let err = settings(&[("/c.toml", toml)]).unwrap_err().to_string();
         assert!(err.contains(&format!("`{key}`")), "{toml}: {err}");
     }
+}
+
+#[test]
+fn fixed_settings_name_exactly_what_differs() {
+    let base = settings(&[]).unwrap();
+    assert!(
+        base.fixed
+            .differences(&settings(&[]).unwrap().fixed)
+            .is_empty()
+    );
+    assert_eq!(base.fixed, settings(&[]).unwrap().fixed);
+    let changed = settings(&[(
+        "x.toml",
+        "state_dir = \"/srv/hpcgate\"\n[sandbox]\nnetwork = \"host\"\n[policy_engine]\ncache_dir = \"/srv/cache\"\n",
+    )])
+    .unwrap();
+    assert_eq!(
+        base.fixed.differences(&changed.fixed),
+        ["state_dir", "audit_dir", "sandbox", "engine"]
+    );
+    // What a reload may change is not part of the comparison.
+    let reloadable = settings(&[("x.toml", "[files]\nmax_read_bytes = 7\n")]).unwrap();
+    assert_eq!(base.fixed, reloadable.fixed);
 }

@@ -7,5 +7,5 @@ wasmtime::component::bindgen!({
 
 pub use hpcgate::policy::log::Level;
 pub use hpcgate::policy::types::{
-    Call as WitCall, Counter, Decision as WitDecision, Phase as WitPhase,
+    Call as WitCall, Counter, Decision as WitDecision, Phase as WitPhase, Via as WitVia,
 };

@@ -10,11 +10,11 @@
 use std::time::{Duration, Instant};
 
 use hpcgate_policy_sdk::glob::GlobSet;
-use hpcgate_policy_sdk::{Call, Phase};
+use hpcgate_policy_sdk::{Call, Phase, Via};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::bindings::{Counter, WitCall, WitPhase};
+use super::bindings::{Counter, WitCall, WitPhase, WitVia};
 use super::instance::{Fault, Limits};
 use super::module::PolicyModule;
 use super::pool::InstancePool;
@@ -306,6 +306,13 @@ fn to_wit(call: &Call, arguments: &Map<String, Value>) -> WitCall {
             Phase::List => WitPhase::List,
             Phase::Call => WitPhase::Call,
         },
+        via: match call.via {
+            Via::Mcp => WitVia::Mcp,
+            Via::Cli => WitVia::Cli,
+            Via::Dav => WitVia::Dav,
+            Via::Job => WitVia::Job,
+        },
+        job: call.job.clone(),
         tenant: call.tenant.clone(),
         principal: call.principal.clone(),
         tool: call.tool.clone(),

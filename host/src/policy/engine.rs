@@ -16,7 +16,7 @@ use super::pool::Maintainer;
 pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 
 /// Engine-wide settings (`[policy_engine]` in the config).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineSettings {
     /// Where compiled modules are cached; `None` compiles every load.
     pub cache_dir: Option<PathBuf>,

@@ -29,6 +29,6 @@ pub use chain::{
     PolicyDecision, Verdict,
 };
 pub use engine::{EngineSettings, PolicyEngine};
-pub use hpcgate_policy_sdk::{Call, Phase};
+pub use hpcgate_policy_sdk::{Call, Phase, Via};
 pub use instance::Fault;
 pub use module::{LoadError, ModuleSource, PolicyModule};

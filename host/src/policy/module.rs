@@ -17,8 +17,12 @@ use super::instance::GuestState;
 use super::stock;
 use super::wasi;
 
-/// The interfaces a policy may import: the contract's types and the log.
-const ALLOWED_IMPORTS: [&str; 2] = ["hpcgate:policy/types@0.1.", "hpcgate:policy/log@0.1."];
+/// The interfaces a policy may import: the contract's types and the log, of this contract
+/// version (a component built against another version of `wit/` is refused with a rebuild hint).
+const ALLOWED_IMPORTS: [&str; 2] = ["hpcgate:policy/types@0.2.", "hpcgate:policy/log@0.2."];
+
+/// The contract version this host serves, for messages.
+const CONTRACT: &str = "hpcgate:policy@0.2";
 
 /// Where a policy module comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +77,11 @@ pub enum LoadError {
          files, network, time or entropy), nothing else; remove the use of `{import}`"
     )]
     ForeignImport { source_name: String, import: String },
+    #[error(
+        "`{source_name}` was built against `{import}`, but this gateway serves {CONTRACT}: \
+         rebuild the policy with the current `hpcgate-policy-sdk` (or `wit/policy.wit`)"
+    )]
+    OtherContract { source_name: String, import: String },
     #[error("`{source_name}` does not implement the `hpcgate:policy` world: {detail}")]
     WrongWorld { source_name: String, detail: String },
 }
@@ -210,7 +219,14 @@ fn check_imports(
     for (name, _) in component.component_type().imports(&engine.engine) {
         if wasi::PROVIDED.iter().any(|p| name.starts_with(p)) {
             imports_wasi = true;
-        } else if !ALLOWED_IMPORTS.iter().any(|p| name.starts_with(p)) {
+        } else if ALLOWED_IMPORTS.iter().any(|p| name.starts_with(p)) {
+            continue;
+        } else if name.starts_with("hpcgate:policy/") {
+            return Err(LoadError::OtherContract {
+                source_name: source_name.to_owned(),
+                import: name.to_owned(),
+            });
+        } else {
             return Err(LoadError::ForeignImport {
                 source_name: source_name.to_owned(),
                 import: name.to_owned(),

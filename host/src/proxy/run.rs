@@ -1,11 +1,11 @@
 //! Running one proxied tool call for the gateway's dispatch function, once policy allowed it:
-//! the final arguments' `instance_id` → the tenant's live instance → the instance's server →
-//! the remote result, whole, plus what the audit log records.
+//! the call's instance → the tenant's live instance → the instance's server → the remote
+//! result, whole, plus what the audit log records.
 
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::{Map, Value};
 
-use super::{INSTANCE_ID, ProxiedTool, ProxyManager};
+use super::{ProxiedTool, ProxyManager};
 use crate::audit::Outcome;
 use crate::state::{InstanceId, State, TenantName};
 use crate::tools::{Output, ToolError};
@@ -13,28 +13,28 @@ use crate::tools::{Output, ToolError};
 /// Longest remote error text copied into the audit record.
 const AUDIT_ERROR_CHARS: usize = 200;
 
-/// Runs `tool` for `tenant` with the final arguments. The [`Output`] is what the audit log
-/// records (bytes, and the remote error text for `isError` results); the [`CallToolResult`]
-/// goes back to the client unchanged.
+/// Runs `tool` for `tenant` on `instance` with the final arguments. The [`Output`] is what the
+/// audit log records (bytes, and the remote error text for `isError` results); the JSON value
+/// is the remote result, for the transport to pass on unchanged.
 pub fn run(
     manager: &ProxyManager,
     state: &State,
     tenant: &TenantName,
+    instance: Option<&InstanceId>,
     tool: &ProxiedTool,
     arguments: Map<String, Value>,
-) -> Result<(Output, CallToolResult), ToolError> {
-    // Re-validation after policy rewrites: the gateway's own argument must still be there;
-    // the rest is the remote server's to validate against its schema.
-    let Some(instance) = arguments.get(INSTANCE_ID).and_then(Value::as_str) else {
+) -> Result<(Output, Value), ToolError> {
+    // The gateway's own argument; the rest is the remote server's to validate against its
+    // schema.
+    let Some(id) = instance else {
         return Err(ToolError(format!(
             "invalid arguments for `{}`: `instance_id` (a string) is required; create one with `create_instance`",
             tool.exposed_name
         )));
     };
-    let id = InstanceId::parse(instance)?;
-    let paths = state.instance_paths_ambient(tenant, &id)?;
+    let paths = state.instance_paths_ambient(tenant, id)?;
     // The tool as this instance's server offers it now (its own `list_changed` may have
-    // removed or changed it since the call was resolved, or a policy rewrite moved the call).
+    // removed or changed it since the call was resolved).
     let Some(current) = manager.find(tenant, Some(id.as_str()), &tool.exposed_name) else {
         return Err(ToolError(format!(
             "tool `{}` is not offered on instance `{id}`: its proxied server withdrew it; call tools/list again",
@@ -50,22 +50,40 @@ pub fn run(
     let result = manager
         .call(tenant, id.as_str(), paths, &current, arguments)
         .map_err(|e| ToolError(e.to_string()))?;
-    let bytes = serde_json::to_vec(&result).map_or(0, |b| b.len() as u64);
     let summary = first_text(&result);
     let error = (result.is_error == Some(true)).then(|| {
         let text: String = summary.chars().take(AUDIT_ERROR_CHARS).collect();
         format!("the remote tool reported an error: {text}")
     });
+    let structured = result.structured_content.clone().unwrap_or(Value::Null);
+    let whole = serde_json::to_value(result).unwrap_or(Value::Null);
     let output = Output {
-        structured: result.structured_content.clone().unwrap_or(Value::Null),
+        structured,
         summary,
         outcome: Outcome {
-            bytes: Some(bytes),
+            bytes: Some(json_len(&whole)),
             error,
             ..Outcome::default()
         },
     };
-    Ok((output, result))
+    Ok((output, whole))
+}
+
+/// The length of `value` as compact JSON text, counted without building the text.
+fn json_len(value: &Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 fn first_text(result: &CallToolResult) -> String {

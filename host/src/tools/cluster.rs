@@ -2,19 +2,13 @@
 //! executor) and `host_exec` (an admin-defined host command, chosen by key — never a command
 //! line from the agent).
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
-
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{Context, Output, ToolError, ToolSpec, parse, schema, tool_family};
 use crate::audit::{Entry, Event, Outcome};
-use crate::config::HostCommand;
+use hpcgate_executors::host;
 
 tool_family! {
     /// The cluster tools.
@@ -59,187 +53,120 @@ pub(super) fn run(
     arguments: Map<String, Value>,
 ) -> Result<Output, ToolError> {
     match tool {
-        ClusterTool::ClusterStatus => {
-            let _: Status = parse(tool.name(), arguments)?;
-            let mine = cx.state.running_jobs(cx.tenant, None)?;
-            let local = mine
-                .iter()
-                .filter(|r| r.mode == crate::state::JobMode::Local)
-                .count();
-            let (slurm, line) = match cx.jobs.slurm() {
-                None => (
-                    Value::Null,
-                    "Slurm is not enabled; local jobs only".to_owned(),
-                ),
-                Some(runner) => match runner.cluster_status() {
-                    Ok(status) => {
-                        let idle: u32 = status.partitions.iter().map(|p| p.cpus.idle).sum();
-                        let total: u32 = status.partitions.iter().map(|p| p.cpus.total).sum();
-                        let line = format!(
-                            "Slurm: {} partition(s), {idle}/{total} CPUs idle, {} running and {} pending jobs",
-                            status.partitions.len(),
-                            status.running_jobs,
-                            status.pending_jobs
-                        );
-                        (json!(status), line)
-                    }
-                    Err(e) => {
-                        return Err(ToolError(format!(
-                            "cannot read the Slurm cluster's state: {e}"
-                        )));
-                    }
-                },
-            };
-            Ok(Output {
-                structured: json!({
-                    "slurm": slurm,
-                    "yours": { "unfinished_jobs": mine.len(), "unfinished_local_jobs": local },
-                }),
-                summary: format!("{line}; you have {} unfinished job(s)", mine.len()),
-                outcome: Outcome::default(),
-            })
-        }
-        ClusterTool::HostExec => {
-            let args: HostExec = parse(tool.name(), arguments)?;
-            let Some(key) = args.command else {
-                let commands: Map<String, Value> = cx
-                    .host_commands
-                    .iter()
-                    .map(|(k, c)| (k.clone(), json!({ "description": c.description })))
-                    .collect();
-                let summary = if commands.is_empty() {
-                    "no host commands are configured".to_owned()
-                } else {
-                    let keys: Vec<&str> = commands.keys().map(String::as_str).collect();
-                    format!("host commands: {}", keys.join(", "))
-                };
-                return Ok(Output {
-                    structured: json!({ "commands": commands }),
-                    summary,
-                    outcome: Outcome::default(),
-                });
-            };
-            let Some(command) = cx.host_commands.get(&key) else {
-                let keys: Vec<&str> = cx.host_commands.keys().map(String::as_str).collect();
-                let available = if keys.is_empty() {
-                    "none are configured".to_owned()
-                } else {
-                    format!("available: {}", keys.join(", "))
-                };
-                return Err(ToolError(format!(
-                    "unknown host command `{key}`; {available}"
-                )));
-            };
-            let ran = run_host_command(command)
-                .map_err(|e| ToolError(format!("host command `{key}` could not run: {e}")))?;
-            let outcome = Outcome {
-                exit_code: ran.exit_code,
-                bytes: Some(ran.stdout_bytes),
-                ..Outcome::default()
-            };
-            cx.record(
-                Entry::new(Event::HostExec)
-                    .outcome(outcome.clone())
-                    .detail("key", key.clone())
-                    .detail("argv", command.argv.clone())
-                    .detail("timed_out", ran.timed_out),
-            );
-            let status = match (ran.timed_out, ran.exit_code) {
-                (true, _) => format!(
-                    "timed out after {} s and was killed",
-                    command.timeout.as_secs()
-                ),
-                (false, Some(code)) => format!("exit {code}"),
-                (false, None) => "killed by a signal".to_owned(),
-            };
-            let elapsed = (ran.elapsed.as_secs_f64() * 100.0).round() / 100.0;
-            Ok(Output {
-                summary: format!("host:{key} {status} in {elapsed} s"),
-                structured: json!({
-                    "command": key,
-                    "exit_code": ran.exit_code,
-                    "timed_out": ran.timed_out,
-                    "elapsed_s": elapsed,
-                    "stdout": ran.stdout,
-                    "stderr": ran.stderr,
-                    "stdout_truncated": ran.stdout_bytes as usize > MAX_HOST_OUTPUT,
-                }),
-                outcome,
-            })
-        }
+        ClusterTool::ClusterStatus => cluster_status(cx, parse(tool.name(), arguments)?),
+        ClusterTool::HostExec => host_exec(cx, parse(tool.name(), arguments)?),
     }
 }
 
-struct HostRun {
-    exit_code: Option<i32>,
-    timed_out: bool,
-    elapsed: Duration,
-    stdout: String,
-    stderr: String,
-    stdout_bytes: u64,
-}
-
-/// Runs the configured argv with an empty environment (plus a fixed `PATH`), no stdin, in
-/// its own process group (killed whole at the timeout), output capped.
-fn run_host_command(command: &HostCommand) -> std::io::Result<HostRun> {
-    let started = Instant::now();
-    let mut child = Command::new(&command.argv[0])
-        .args(&command.argv[1..])
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()?;
-    let stdout = drain_capped(child.stdout.take());
-    let stderr = drain_capped(child.stderr.take());
-    let deadline = started + command.timeout;
-    let mut timed_out = false;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            timed_out = true;
-            // The whole group: a command's own children must not outlive it.
-            let _ = rustix::process::kill_process_group(
-                rustix::process::Pid::from_child(&child),
-                rustix::process::Signal::KILL,
-            );
-            break child.wait()?;
-        }
-        thread::sleep(Duration::from_millis(5));
+fn cluster_status(cx: &Context<'_>, _: Status) -> Result<Output, ToolError> {
+    let mine = cx.state.running_jobs(cx.tenant, None)?;
+    let local = mine
+        .iter()
+        .filter(|r| r.mode == crate::state::JobMode::Local)
+        .count();
+    let (slurm, line) = match cx.jobs.slurm() {
+        None => (
+            Value::Null,
+            "Slurm is not enabled; local jobs only".to_owned(),
+        ),
+        Some(runner) => match runner.cluster_status() {
+            Ok(status) => {
+                let idle: u32 = status.partitions.iter().map(|p| p.cpus.idle).sum();
+                let total: u32 = status.partitions.iter().map(|p| p.cpus.total).sum();
+                let line = format!(
+                    "Slurm: {} partition(s), {idle}/{total} CPUs idle, {} running and {} pending jobs",
+                    status.partitions.len(),
+                    status.running_jobs,
+                    status.pending_jobs
+                );
+                (json!(status), line)
+            }
+            Err(e) => {
+                return Err(ToolError(format!(
+                    "cannot read the Slurm cluster's state: {e}"
+                )));
+            }
+        },
     };
-    let (stdout, stdout_bytes) = stdout.join().unwrap_or_default();
-    let (stderr, _) = stderr.join().unwrap_or_default();
-    Ok(HostRun {
-        exit_code: status.code(),
-        timed_out,
-        elapsed: started.elapsed(),
-        stdout,
-        stderr,
-        stdout_bytes,
+    Ok(Output {
+        structured: json!({
+            "slurm": slurm,
+            "yours": { "unfinished_jobs": mine.len(), "unfinished_local_jobs": local },
+        }),
+        summary: format!("{line}; you have {} unfinished job(s)", mine.len()),
+        outcome: Outcome::default(),
     })
 }
 
-/// Reads a pipe to its end, keeping the first [`MAX_HOST_OUTPUT`] bytes.
-fn drain_capped(pipe: Option<impl Read + Send + 'static>) -> thread::JoinHandle<(String, u64)> {
-    thread::spawn(move || {
-        let mut kept = Vec::new();
-        let mut total = 0u64;
-        if let Some(mut pipe) = pipe {
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                total += n as u64;
-                let room = MAX_HOST_OUTPUT.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
-            }
-        }
-        (String::from_utf8_lossy(&kept).into_owned(), total)
+fn host_exec(cx: &Context<'_>, args: HostExec) -> Result<Output, ToolError> {
+    let Some(key) = args.command else {
+        let commands: Map<String, Value> = cx
+            .host_commands
+            .iter()
+            .map(|(k, c)| (k.clone(), json!({ "description": c.description })))
+            .collect();
+        let summary = if commands.is_empty() {
+            "no host commands are configured".to_owned()
+        } else {
+            let keys: Vec<&str> = commands.keys().map(String::as_str).collect();
+            format!("host commands: {}", keys.join(", "))
+        };
+        return Ok(Output {
+            structured: json!({ "commands": commands }),
+            summary,
+            outcome: Outcome::default(),
+        });
+    };
+    let Some(command) = cx.host_commands.get(&key) else {
+        let keys: Vec<&str> = cx.host_commands.keys().map(String::as_str).collect();
+        let available = if keys.is_empty() {
+            "none are configured".to_owned()
+        } else {
+            format!("available: {}", keys.join(", "))
+        };
+        return Err(ToolError(format!(
+            "unknown host command `{key}`; {available}"
+        )));
+    };
+    let spec = host::HostCommand {
+        argv: command.argv.clone(),
+        timeout: command.timeout,
+        max_output: MAX_HOST_OUTPUT,
+    };
+    let ran = host::run_ambient(&spec)
+        .map_err(|e| ToolError(format!("host command `{key}` could not run: {e}")))?;
+    let outcome = Outcome {
+        exit_code: ran.exit_code,
+        bytes: Some(ran.stdout_bytes),
+        ..Outcome::default()
+    };
+    cx.record(
+        Entry::new(Event::HostExec)
+            .outcome(outcome.clone())
+            .detail("key", key.clone())
+            .detail("argv", command.argv.clone())
+            .detail("timed_out", ran.timed_out),
+    );
+    let status = match (ran.timed_out, ran.exit_code) {
+        (true, _) => format!(
+            "timed out after {} s and was killed",
+            command.timeout.as_secs()
+        ),
+        (false, Some(code)) => format!("exit {code}"),
+        (false, None) => "killed by a signal".to_owned(),
+    };
+    let elapsed = (ran.elapsed.as_secs_f64() * 100.0).round() / 100.0;
+    Ok(Output {
+        summary: format!("host:{key} {status} in {elapsed} s"),
+        structured: json!({
+            "command": key,
+            "exit_code": ran.exit_code,
+            "timed_out": ran.timed_out,
+            "elapsed_s": elapsed,
+            "stdout": ran.stdout,
+            "stderr": ran.stderr,
+            "stdout_truncated": ran.stdout_bytes as usize > MAX_HOST_OUTPUT,
+        }),
+        outcome,
     })
 }

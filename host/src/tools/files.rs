@@ -9,7 +9,6 @@ use serde_json::{Map, Value, json};
 
 use super::{Area, Context, Output, ToolError, ToolSpec, parse, schema, tool_family};
 use crate::audit::Outcome;
-use crate::state::InstanceId;
 use hpcgate_executors::files::{
     self as exec, DeleteRequest, Encoding, InstanceRoots, ListRequest, MakeDirectoryRequest,
     MoveRequest, ReadRequest, SearchRequest, StatRequest, WriteMode, WriteRequest,
@@ -49,7 +48,9 @@ tool_family! {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Read {
-    instance_id: String,
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
     /// `/workspace/…`, `/output/…`, or relative to `/workspace`.
     path: String,
     #[serde(default)]
@@ -64,7 +65,9 @@ struct Read {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Write {
-    instance_id: String,
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
     path: String,
     content: String,
     #[serde(default)]
@@ -80,7 +83,9 @@ struct Write {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct List {
-    instance_id: String,
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
     #[serde(default = "workspace")]
     path: String,
     #[serde(default)]
@@ -91,14 +96,18 @@ struct List {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Stat {
-    instance_id: String,
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
     path: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct MakeDirectory {
-    instance_id: String,
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
     path: String,
     /// Create missing parents too.
     #[serde(default)]
@@ -108,7 +117,9 @@ struct MakeDirectory {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Move {
-    instance_id: String,
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
     source: String,
     destination: String,
     /// Replace an existing destination.
@@ -119,7 +130,9 @@ struct Move {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Delete {
-    instance_id: String,
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
     path: String,
     /// Required to delete a non-empty directory.
     #[serde(default)]
@@ -129,7 +142,9 @@ struct Delete {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Search {
-    instance_id: String,
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
     /// Glob over paths relative to `path`: `*` stays within a directory, `**` crosses them.
     pattern: String,
     #[serde(default = "workspace")]
@@ -160,153 +175,160 @@ pub(super) fn run(
     cx: &Context<'_>,
     arguments: Map<String, Value>,
 ) -> Result<Output, ToolError> {
-    let roots = |instance_id: &str| -> Result<InstanceRoots, ToolError> {
-        let paths = cx
-            .state
-            .instance_paths_ambient(cx.tenant, &InstanceId::parse(instance_id)?)?;
-        Ok(InstanceRoots::open_ambient(
-            &paths.workspace,
-            &paths.output,
-        )?)
-    };
     match tool {
-        FileTool::ReadFile => {
-            let args: Read = parse(tool.name(), arguments)?;
-            let request = ReadRequest {
-                path: args.path,
-                offset: args.offset,
-                length: args.length,
-            };
-            let read = exec::read_file(&roots(&args.instance_id)?, cx.files, &request)?;
-            let content = exec::encode(&read.path, &read.data, args.encoding.into())?;
-            let bytes = read.data.len() as u64;
-            Ok(Output {
-                summary: format!(
-                    "read {bytes} of {} bytes from `{}`",
-                    read.total_size, read.path
-                ),
-                structured: json!({
-                    "path": read.path, "content": content, "offset": read.offset,
-                    "bytes": bytes, "total_size": read.total_size, "eof": read.eof,
-                }),
-                outcome: Outcome {
-                    bytes: Some(bytes),
-                    ..Outcome::default()
-                },
-            })
-        }
-        FileTool::WriteFile => {
-            let args: Write = parse(tool.name(), arguments)?;
-            let data = exec::decode(&args.path, &args.content, args.encoding.into())?;
-            let mode = if args.append {
-                WriteMode::Append
-            } else {
-                WriteMode::Replace
-            };
-            let instance = InstanceId::parse(&args.instance_id)?;
-            let area = if hpcgate_policy_sdk::path::normalize(&args.path).starts_with("/output") {
-                Area::Output
-            } else {
-                Area::Workspace
-            };
-            super::check_space(cx, &instance, area, data.len() as u64)?;
-            let request = WriteRequest {
-                path: args.path,
-                data,
-                mode,
-                create_dirs: args.create_dirs,
-            };
-            let written = exec::write_file(&roots(&args.instance_id)?, cx.files, &request)?;
-            Ok(Output {
-                summary: format!(
-                    "wrote {} bytes to `{}`",
-                    written.bytes_written, written.path
-                ),
-                outcome: Outcome {
-                    bytes: Some(written.bytes_written),
-                    ..Outcome::default()
-                },
-                structured: serde_json::to_value(&written).unwrap_or(Value::Null),
-            })
-        }
-        FileTool::ListDirectory => {
-            let args: List = parse(tool.name(), arguments)?;
-            let request = ListRequest {
-                path: args.path,
-                recursive: args.recursive,
-                max_entries: args.max_entries,
-            };
-            let listed = exec::list_directory(&roots(&args.instance_id)?, cx.files, &request)?;
-            let more = if listed.truncated { " (truncated)" } else { "" };
-            Ok(Output {
-                summary: format!(
-                    "{} entries in `{}`{more}",
-                    listed.entries.len(),
-                    listed.path
-                ),
-                structured: serde_json::to_value(&listed).unwrap_or(Value::Null),
-                outcome: Outcome::default(),
-            })
-        }
-        FileTool::StatPath => {
-            let args: Stat = parse(tool.name(), arguments)?;
-            let stat =
-                exec::stat_path(&roots(&args.instance_id)?, &StatRequest { path: args.path })?;
-            let summary = format!(
-                "`{}`: {:?}, {} bytes",
-                stat.path, stat.facts.kind, stat.facts.size
-            );
-            Ok(output(&stat, summary))
-        }
-        FileTool::MakeDirectory => {
-            let args: MakeDirectory = parse(tool.name(), arguments)?;
-            let request = MakeDirectoryRequest {
-                path: args.path,
-                parents: args.parents,
-            };
-            let made = exec::make_directory(&roots(&args.instance_id)?, &request)?;
-            let verb = if made.created {
-                "created"
-            } else {
-                "already there:"
-            };
-            let summary = format!("{verb} `{}`", made.path);
-            Ok(output(&made, summary))
-        }
-        FileTool::MovePath => {
-            let args: Move = parse(tool.name(), arguments)?;
-            let request = MoveRequest {
-                from: args.source,
-                to: args.destination,
-                overwrite: args.overwrite,
-            };
-            let moved = exec::move_path(&roots(&args.instance_id)?, &request)?;
-            let summary = format!("moved `{}` to `{}`", moved.from, moved.to);
-            Ok(output(&moved, summary))
-        }
-        FileTool::DeletePath => {
-            let args: Delete = parse(tool.name(), arguments)?;
-            let request = DeleteRequest {
-                path: args.path,
-                recursive: args.recursive,
-            };
-            let deleted = exec::delete_path(&roots(&args.instance_id)?, cx.files, &request)?;
-            let summary = format!("deleted `{}`", deleted.path);
-            Ok(output(&deleted, summary))
-        }
-        FileTool::SearchFiles => {
-            let args: Search = parse(tool.name(), arguments)?;
-            let request = SearchRequest {
-                path: args.path,
-                pattern: args.pattern,
-                max_results: args.max_results,
-            };
-            let found = exec::search_files(&roots(&args.instance_id)?, cx.files, &request)?;
-            let more = if found.truncated { " (truncated)" } else { "" };
-            let summary = format!("{} matches in `{}`{more}", found.matches.len(), found.path);
-            Ok(output(&found, summary))
-        }
+        FileTool::ReadFile => read_file(cx, parse(tool.name(), arguments)?),
+        FileTool::WriteFile => write_file(cx, parse(tool.name(), arguments)?),
+        FileTool::ListDirectory => list_directory(cx, parse(tool.name(), arguments)?),
+        FileTool::StatPath => stat_path(cx, parse(tool.name(), arguments)?),
+        FileTool::MakeDirectory => make_directory(cx, parse(tool.name(), arguments)?),
+        FileTool::MovePath => move_path(cx, parse(tool.name(), arguments)?),
+        FileTool::DeletePath => delete_path(cx, parse(tool.name(), arguments)?),
+        FileTool::SearchFiles => search_files(cx, parse(tool.name(), arguments)?),
     }
+}
+
+/// The call's instance's workspace and output, opened for the cap-std executor.
+fn roots(cx: &Context<'_>) -> Result<InstanceRoots, ToolError> {
+    let paths = cx.state.instance_paths_ambient(cx.tenant, cx.instance()?)?;
+    Ok(InstanceRoots::open_ambient(
+        &paths.workspace,
+        &paths.output,
+    )?)
+}
+
+fn read_file(cx: &Context<'_>, args: Read) -> Result<Output, ToolError> {
+    let request = ReadRequest {
+        path: args.path,
+        offset: args.offset,
+        length: args.length,
+    };
+    let read = exec::read_file(&roots(cx)?, cx.files, &request)?;
+    let content = exec::encode(&read.path, &read.data, args.encoding.into())?;
+    let bytes = read.data.len() as u64;
+    Ok(Output {
+        summary: format!(
+            "read {bytes} of {} bytes from `{}`",
+            read.total_size, read.path
+        ),
+        structured: json!({
+            "path": read.path, "content": content, "offset": read.offset,
+            "bytes": bytes, "total_size": read.total_size, "eof": read.eof,
+        }),
+        outcome: Outcome {
+            bytes: Some(bytes),
+            ..Outcome::default()
+        },
+    })
+}
+
+fn write_file(cx: &Context<'_>, args: Write) -> Result<Output, ToolError> {
+    let data = exec::decode(&args.path, &args.content, args.encoding.into())?;
+    let mode = if args.append {
+        WriteMode::Append
+    } else {
+        WriteMode::Replace
+    };
+    let instance = cx.instance()?;
+    let area = if hpcgate_policy_sdk::path::normalize(&args.path).starts_with("/output") {
+        Area::Output
+    } else {
+        Area::Workspace
+    };
+    super::check_space(cx, instance, area, data.len() as u64)?;
+    let request = WriteRequest {
+        path: args.path,
+        data,
+        mode,
+        create_dirs: args.create_dirs,
+    };
+    let written = exec::write_file(&roots(cx)?, cx.files, &request)?;
+    Ok(Output {
+        summary: format!(
+            "wrote {} bytes to `{}`",
+            written.bytes_written, written.path
+        ),
+        outcome: Outcome {
+            bytes: Some(written.bytes_written),
+            ..Outcome::default()
+        },
+        structured: serde_json::to_value(&written).unwrap_or(Value::Null),
+    })
+}
+
+fn list_directory(cx: &Context<'_>, args: List) -> Result<Output, ToolError> {
+    let request = ListRequest {
+        path: args.path,
+        recursive: args.recursive,
+        max_entries: args.max_entries,
+    };
+    let listed = exec::list_directory(&roots(cx)?, cx.files, &request)?;
+    let more = if listed.truncated { " (truncated)" } else { "" };
+    Ok(Output {
+        summary: format!(
+            "{} entries in `{}`{more}",
+            listed.entries.len(),
+            listed.path
+        ),
+        structured: serde_json::to_value(&listed).unwrap_or(Value::Null),
+        outcome: Outcome::default(),
+    })
+}
+
+fn stat_path(cx: &Context<'_>, args: Stat) -> Result<Output, ToolError> {
+    let stat = exec::stat_path(&roots(cx)?, &StatRequest { path: args.path })?;
+    let summary = format!(
+        "`{}`: {:?}, {} bytes",
+        stat.path, stat.facts.kind, stat.facts.size
+    );
+    Ok(output(&stat, summary))
+}
+
+fn make_directory(cx: &Context<'_>, args: MakeDirectory) -> Result<Output, ToolError> {
+    let request = MakeDirectoryRequest {
+        path: args.path,
+        parents: args.parents,
+    };
+    let made = exec::make_directory(&roots(cx)?, &request)?;
+    let verb = if made.created {
+        "created"
+    } else {
+        "already there:"
+    };
+    let summary = format!("{verb} `{}`", made.path);
+    Ok(output(&made, summary))
+}
+
+fn move_path(cx: &Context<'_>, args: Move) -> Result<Output, ToolError> {
+    let request = MoveRequest {
+        from: args.source,
+        to: args.destination,
+        overwrite: args.overwrite,
+    };
+    let moved = exec::move_path(&roots(cx)?, &request)?;
+    let summary = format!("moved `{}` to `{}`", moved.from, moved.to);
+    Ok(output(&moved, summary))
+}
+
+fn delete_path(cx: &Context<'_>, args: Delete) -> Result<Output, ToolError> {
+    let request = DeleteRequest {
+        path: args.path,
+        recursive: args.recursive,
+    };
+    let deleted = exec::delete_path(&roots(cx)?, cx.files, &request)?;
+    let summary = format!("deleted `{}`", deleted.path);
+    Ok(output(&deleted, summary))
+}
+
+fn search_files(cx: &Context<'_>, args: Search) -> Result<Output, ToolError> {
+    let request = SearchRequest {
+        path: args.path,
+        pattern: args.pattern,
+        max_results: args.max_results,
+    };
+    let found = exec::search_files(&roots(cx)?, cx.files, &request)?;
+    let more = if found.truncated { " (truncated)" } else { "" };
+    let summary = format!("{} matches in `{}`{more}", found.matches.len(), found.path);
+    Ok(output(&found, summary))
 }
 
 fn output(result: &impl serde::Serialize, summary: String) -> Output {

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Context, Output, ToolError, ToolSpec, parse, schema, tool_family};
 use crate::audit::{Entry, Event, Outcome};
-use crate::state::{Instance, InstanceId, NewInstance, Page, PageRequest};
+use crate::state::{Instance, NewInstance, Page, PageRequest};
 
 tool_family! {
     /// The instance tools.
@@ -26,7 +26,9 @@ tool_family! {
 #[serde(deny_unknown_fields)]
 struct Create {
     /// Lowercase letters, digits, `-` and `_`, up to 63 characters; generated when absent.
-    instance_id: Option<String>,
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: Option<String>,
     description: Option<String>,
 }
 
@@ -41,13 +43,17 @@ struct List {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ById {
-    instance_id: String,
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Update {
-    instance_id: String,
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
     /// The new description; an empty string clears it.
     description: String,
 }
@@ -86,25 +92,7 @@ pub(super) fn run(
     arguments: Map<String, Value>,
 ) -> Result<Output, ToolError> {
     match tool {
-        InstanceTool::CreateInstance => {
-            let args: Create = parse(tool.name(), arguments)?;
-            let id = args
-                .instance_id
-                .as_deref()
-                .map(InstanceId::parse)
-                .transpose()?;
-            let new = NewInstance {
-                id,
-                description: args.description,
-                max_instances: cx.quotas.max_instances,
-            };
-            let instance = cx.state.create(cx.tenant, new)?;
-            cx.record(Entry::new(Event::InstanceCreated).instance(instance.id.as_str()));
-            Ok(one(
-                &instance,
-                format!("created instance `{}`", instance.id),
-            ))
-        }
+        InstanceTool::CreateInstance => create_instance(cx, parse(tool.name(), arguments)?),
         InstanceTool::ListInstances | InstanceTool::ListArchivedInstances => {
             let args: List = parse(tool.name(), arguments)?;
             let page = PageRequest::new(args.limit.unwrap_or(50), args.offset.unwrap_or(0))?;
@@ -118,39 +106,56 @@ pub(super) fn run(
             };
             Ok(listing(&page, noun))
         }
-        InstanceTool::DescribeInstance => {
-            let args: ById = parse(tool.name(), arguments)?;
-            let instance = cx
-                .state
-                .describe(cx.tenant, &InstanceId::parse(&args.instance_id)?)?;
-            Ok(one(&instance, format!("instance `{}`", instance.id)))
-        }
-        InstanceTool::UpdateInstance => {
-            let args: Update = parse(tool.name(), arguments)?;
-            let id = InstanceId::parse(&args.instance_id)?;
-            let description = Some(Some(args.description).filter(|d| !d.is_empty()));
-            let instance = cx.state.update(cx.tenant, &id, description)?;
-            cx.record(Entry::new(Event::InstanceUpdated).instance(instance.id.as_str()));
-            Ok(one(
-                &instance,
-                format!("updated instance `{}`", instance.id),
-            ))
-        }
-        InstanceTool::ArchiveInstance => {
-            let args: ById = parse(tool.name(), arguments)?;
-            let id = InstanceId::parse(&args.instance_id)?;
-            // Each unfinished job is observed first: one that ended meanwhile no longer
-            // blocks; one the executor cannot answer for stays unfinished (the safe side).
-            let instance = cx
-                .state
-                .archive(cx.tenant, &id, |job| cx.jobs.observe(cx.state, job))?;
-            cx.record(Entry::new(Event::InstanceArchived).instance(instance.id.as_str()));
-            Ok(one(
-                &instance,
-                format!("archived instance `{}`", instance.id),
-            ))
-        }
+        InstanceTool::DescribeInstance => describe_instance(cx, parse(tool.name(), arguments)?),
+        InstanceTool::UpdateInstance => update_instance(cx, parse(tool.name(), arguments)?),
+        InstanceTool::ArchiveInstance => archive_instance(cx, parse(tool.name(), arguments)?),
     }
+}
+
+fn create_instance(cx: &Context<'_>, args: Create) -> Result<Output, ToolError> {
+    let new = NewInstance {
+        id: cx.instance.cloned(),
+        description: args.description,
+        max_instances: cx.quotas.max_instances,
+    };
+    let instance = cx.state.create(cx.tenant, new)?;
+    cx.record(Entry::new(Event::InstanceCreated).instance(instance.id.as_str()));
+    Ok(one(
+        &instance,
+        format!("created instance `{}`", instance.id),
+    ))
+}
+
+fn describe_instance(cx: &Context<'_>, _: ById) -> Result<Output, ToolError> {
+    let instance = cx.state.describe(cx.tenant, cx.instance()?)?;
+    Ok(one(&instance, format!("instance `{}`", instance.id)))
+}
+
+fn update_instance(cx: &Context<'_>, args: Update) -> Result<Output, ToolError> {
+    let id = cx.instance()?;
+    let description = Some(Some(args.description).filter(|d| !d.is_empty()));
+    let instance = cx.state.update(cx.tenant, id, description)?;
+    cx.record(Entry::new(Event::InstanceUpdated).instance(instance.id.as_str()));
+    Ok(one(
+        &instance,
+        format!("updated instance `{}`", instance.id),
+    ))
+}
+
+fn archive_instance(cx: &Context<'_>, _: ById) -> Result<Output, ToolError> {
+    let id = cx.instance()?;
+    // Each unfinished job is observed first: one that ended meanwhile no longer
+    // blocks; one the executor cannot answer for stays unfinished (the safe side).
+    let instance = cx
+        .state
+        .archive(cx.tenant, id, |job| cx.jobs.observe(cx.state, job))?;
+    cx.record(Entry::new(Event::InstanceArchived).instance(instance.id.as_str()));
+    // Archived: its proxied servers stop (each stop audited by the proxy manager).
+    cx.proxies.stop_instance(cx.tenant, id.as_str());
+    Ok(one(
+        &instance,
+        format!("archived instance `{}`", instance.id),
+    ))
 }
 
 fn one(instance: &Instance, summary: String) -> Output {

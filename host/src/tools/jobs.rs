@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Context, Output, Progress, ToolError, ToolSpec, parse, schema, tool_family};
 use crate::audit::{Entry, Event, Outcome};
-use crate::state::{InstanceId, JobId, JobMode, JobRecord, NewJob, PageRequest, Resources};
+use crate::state::{JobId, JobMode, JobRecord, NewJob, PageRequest, Resources};
 
 tool_family! {
     /// The job tools.
@@ -60,7 +60,9 @@ struct ResourceArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Submit {
-    instance_id: String,
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
     /// A shell command line (run by /bin/sh inside the sandbox) or an argv array.
     command: Command,
     /// `local` (a sandbox on the gateway host, default) or `slurm` (a batch job).
@@ -79,7 +81,9 @@ struct Submit {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Poll {
-    instance_id: String,
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
     job_id: String,
     /// Seconds to wait for the job to end (default 0: look and return).
     timeout: Option<u64>,
@@ -93,7 +97,9 @@ struct Poll {
 #[serde(deny_unknown_fields)]
 struct List {
     /// Only this instance's jobs (live or archived); all of yours when absent.
-    instance_id: Option<String>,
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: Option<String>,
     /// At most this many (default 15, at most 500).
     limit: Option<usize>,
     offset: Option<usize>,
@@ -102,7 +108,9 @@ struct List {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Cancel {
-    instance_id: String,
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
     job_id: String,
     /// Trailing lines of stdout and stderr to return (default 50, at most 1000).
     tail: Option<usize>,
@@ -136,110 +144,109 @@ pub(super) fn run(
     arguments: Map<String, Value>,
 ) -> Result<Output, ToolError> {
     match tool {
-        JobTool::SubmitJob => {
-            let args: Submit = parse(tool.name(), arguments)?;
-            let instance = InstanceId::parse(&args.instance_id)?;
-            let command = match args.command {
-                Command::Shell(line) if line.trim().is_empty() => {
-                    return Err(ToolError(
-                        "`command` is empty; give a shell command line or an argv array".to_owned(),
-                    ));
-                }
-                Command::Shell(line) => vec!["/bin/sh".to_owned(), "-c".to_owned(), line],
-                Command::Argv(argv) => argv,
-            };
-            let r = args.resources.unwrap_or_default();
-            let new = NewJob {
-                instance,
-                mode: match args.mode {
-                    Some(Mode::Slurm) => JobMode::Slurm,
-                    Some(Mode::Local) | None => JobMode::Local,
-                },
-                command,
-                resources: Resources {
-                    cpus: r.cpus,
-                    memory_mb: r.memory_mb,
-                    time_limit_s: r.time_limit_s,
-                    gpus: r.gpus,
-                },
-                max_running_jobs: cx.quotas.max_running_jobs,
-            };
-            let wait = Wait::new(
-                args.timeout.unwrap_or(DEFAULT_SUBMIT_WAIT_S),
-                args.detach,
-                args.tail,
-            )?;
-            // A running job cannot be stopped from filling its areas; an area already past
-            // its quota refuses new jobs.
-            super::check_space(cx, &new.instance, super::Area::Workspace, 0)?;
-            super::check_space(cx, &new.instance, super::Area::Output, 0)?;
-            let submitted = cx.jobs.submit(cx.state, cx.tenant, new)?;
-            let record = submitted.record;
-            cx.record(
-                Entry::new(Event::JobSubmitted)
-                    .instance(record.instance.as_str())
-                    .outcome(job_outcome(&record))
-                    .detail("mode", mode_name(record.mode))
-                    .detail("command", record.command.clone()),
-            );
-            if submitted.changed {
-                cx.record(state_event(&record));
-            }
-            finish(cx, record, &wait, "submitted")
-        }
-        JobTool::PollJob => {
-            let args: Poll = parse(tool.name(), arguments)?;
-            let record = lookup(cx, &args.instance_id, &args.job_id)?;
-            let wait = Wait::new(args.timeout.unwrap_or(0), args.detach, args.tail)?;
-            finish(cx, record, &wait, "job")
-        }
-        JobTool::ListJobs => {
-            let args: List = parse(tool.name(), arguments)?;
-            let instance = args
-                .instance_id
-                .as_deref()
-                .map(InstanceId::parse)
-                .transpose()?;
-            let page = PageRequest::new(
-                args.limit.unwrap_or(crate::state::DEFAULT_LIMIT),
-                args.offset.unwrap_or(0),
-            )?;
-            let mut page = cx.state.list_jobs(cx.tenant, instance.as_ref(), page)?;
-            for record in &mut page.items {
-                let refreshed = cx.jobs.refresh(cx.state, record.clone())?;
-                if refreshed.changed {
-                    cx.record(state_event(&refreshed.record));
-                }
-                *record = refreshed.record;
-            }
-            let jobs: Vec<Value> = page.items.iter().map(|r| job_json(r, None)).collect();
-            let mut summary = page.summary("jobs");
-            for r in &page.items {
-                summary.push_str(&format!("\n{}", one_line(r)));
-            }
-            Ok(Output {
-                structured: json!({ "jobs": jobs, "total": page.total, "offset": page.offset }),
-                summary,
-                outcome: Outcome::default(),
-            })
-        }
-        JobTool::CancelJob => {
-            let args: Cancel = parse(tool.name(), arguments)?;
-            let record = lookup(cx, &args.instance_id, &args.job_id)?;
-            let was_final = record.is_final();
-            let cancelled = cx.jobs.cancel(cx.state, record)?;
-            if cancelled.changed {
-                cx.record(state_event(&cancelled.record));
-            }
-            let wait = Wait::new(0, None, args.tail)?;
-            let verb = if was_final {
-                "already finished"
-            } else {
-                "cancel requested"
-            };
-            finish(cx, cancelled.record, &wait, verb)
-        }
+        JobTool::SubmitJob => submit_job(cx, parse(tool.name(), arguments)?),
+        JobTool::PollJob => poll_job(cx, parse(tool.name(), arguments)?),
+        JobTool::ListJobs => list_jobs(cx, parse(tool.name(), arguments)?),
+        JobTool::CancelJob => cancel_job(cx, parse(tool.name(), arguments)?),
     }
+}
+
+fn submit_job(cx: &Context<'_>, args: Submit) -> Result<Output, ToolError> {
+    let instance = cx.instance()?.clone();
+    let command = match args.command {
+        Command::Shell(line) if line.trim().is_empty() => {
+            return Err(ToolError(
+                "`command` is empty; give a shell command line or an argv array".to_owned(),
+            ));
+        }
+        Command::Shell(line) => vec!["/bin/sh".to_owned(), "-c".to_owned(), line],
+        Command::Argv(argv) => argv,
+    };
+    let r = args.resources.unwrap_or_default();
+    let new = NewJob {
+        instance,
+        mode: match args.mode {
+            Some(Mode::Slurm) => JobMode::Slurm,
+            Some(Mode::Local) | None => JobMode::Local,
+        },
+        command,
+        resources: Resources {
+            cpus: r.cpus,
+            memory_mb: r.memory_mb,
+            time_limit_s: r.time_limit_s,
+            gpus: r.gpus,
+        },
+        max_running_jobs: cx.quotas.max_running_jobs,
+    };
+    let wait = Wait::new(
+        args.timeout.unwrap_or(DEFAULT_SUBMIT_WAIT_S),
+        args.detach,
+        args.tail,
+    )?;
+    // A running job cannot be stopped from filling its areas; an area already past
+    // its quota refuses new jobs.
+    super::check_space(cx, &new.instance, super::Area::Workspace, 0)?;
+    super::check_space(cx, &new.instance, super::Area::Output, 0)?;
+    let submitted = cx.jobs.submit(cx.state, cx.tenant, new)?;
+    let record = submitted.record;
+    cx.record(
+        Entry::new(Event::JobSubmitted)
+            .instance(record.instance.as_str())
+            .outcome(job_outcome(&record))
+            .detail("mode", mode_name(record.mode))
+            .detail("command", record.command.clone()),
+    );
+    if submitted.changed {
+        cx.record(state_event(&record));
+    }
+    finish(cx, record, &wait, "submitted")
+}
+
+fn poll_job(cx: &Context<'_>, args: Poll) -> Result<Output, ToolError> {
+    let record = lookup(cx, &args.job_id)?;
+    let wait = Wait::new(args.timeout.unwrap_or(0), args.detach, args.tail)?;
+    finish(cx, record, &wait, "job")
+}
+
+fn list_jobs(cx: &Context<'_>, args: List) -> Result<Output, ToolError> {
+    let page = PageRequest::new(
+        args.limit.unwrap_or(crate::state::DEFAULT_LIMIT),
+        args.offset.unwrap_or(0),
+    )?;
+    let mut page = cx.state.list_jobs(cx.tenant, cx.instance, page)?;
+    for record in &mut page.items {
+        let refreshed = cx.jobs.refresh(cx.state, record.clone())?;
+        if refreshed.changed {
+            cx.record(state_event(&refreshed.record));
+        }
+        *record = refreshed.record;
+    }
+    let jobs: Vec<Value> = page.items.iter().map(|r| job_json(r, None)).collect();
+    let mut summary = page.summary("jobs");
+    for r in &page.items {
+        summary.push_str(&format!("\n{}", one_line(r)));
+    }
+    Ok(Output {
+        structured: json!({ "jobs": jobs, "total": page.total, "offset": page.offset }),
+        summary,
+        outcome: Outcome::default(),
+    })
+}
+
+fn cancel_job(cx: &Context<'_>, args: Cancel) -> Result<Output, ToolError> {
+    let record = lookup(cx, &args.job_id)?;
+    let was_final = record.is_final();
+    let cancelled = cx.jobs.cancel(cx.state, record)?;
+    if cancelled.changed {
+        cx.record(state_event(&cancelled.record));
+    }
+    let wait = Wait::new(0, None, args.tail)?;
+    let verb = if was_final {
+        "already finished"
+    } else {
+        "cancel requested"
+    };
+    finish(cx, cancelled.record, &wait, verb)
 }
 
 /// How long to wait, what to do if the job still runs, how much output to return.
@@ -310,10 +317,10 @@ fn finish(
     })
 }
 
-fn lookup(cx: &Context<'_>, instance_id: &str, job_id: &str) -> Result<JobRecord, ToolError> {
-    let instance = InstanceId::parse(instance_id)?;
+/// The call's instance's job `job_id`.
+fn lookup(cx: &Context<'_>, job_id: &str) -> Result<JobRecord, ToolError> {
     let job = JobId::parse(job_id)?;
-    Ok(cx.state.job(cx.tenant, &instance, &job)?)
+    Ok(cx.state.job(cx.tenant, cx.instance()?, &job)?)
 }
 
 fn phase_name(record: &JobRecord) -> String {

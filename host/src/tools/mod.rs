@@ -20,18 +20,24 @@ use serde_json::{Map, Value};
 use crate::audit::{Entry, Outcome};
 use crate::config::{HostCommand, Quotas};
 use crate::jobs::Jobs;
-use crate::state::{State, StateError, TenantName};
+use crate::proxy::ProxyManager;
+use crate::state::{InstanceId, State, StateError, TenantName};
 use hpcgate_executors::files::{FileError, FileLimits};
 
 pub use jobs::{MAX_WAIT_S, state_event as job_state_event};
 
-/// What a tool needs to run for one caller.
+/// What a tool needs to run for one call, derived once by the gateway.
 pub struct Context<'a> {
     pub tenant: &'a TenantName,
+    /// The call's `instance_id`, validated once (its argument struct still declares it, for the
+    /// schema and `deny_unknown_fields`).
+    pub instance: Option<&'a InstanceId>,
     pub state: &'a State,
     pub files: &'a FileLimits,
     pub quotas: Quotas,
     pub jobs: &'a Jobs,
+    /// Proxied servers (an archived instance's are stopped).
+    pub proxies: &'a ProxyManager,
     pub host_commands: &'a BTreeMap<String, HostCommand>,
     /// Called while a tool waits (jobs); the transport turns it into progress notifications.
     pub progress: &'a (dyn Fn(Progress) + Sync),
@@ -39,10 +45,17 @@ pub struct Context<'a> {
     /// the gateway before the call's outcome record — also when the tool then fails.
     pub events: RefCell<Vec<Entry>>,
     /// The call's instance as measured for the policies, for the space quotas.
-    pub measured: crate::usage::Measured,
+    pub measured: &'a crate::usage::Measured,
 }
 
 impl Context<'_> {
+    /// The call's instance; every tool whose arguments require `instance_id` has one.
+    pub fn instance(&self) -> Result<&InstanceId, ToolError> {
+        self.instance.ok_or_else(|| {
+            ToolError("`instance_id` is required; create one with `create_instance`".to_owned())
+        })
+    }
+
     /// Queues an audit event; the gateway adds tenant, principal and tool.
     pub fn record(&self, entry: Entry) {
         self.events.borrow_mut().push(entry);

@@ -34,7 +34,7 @@ pub fn settings(dir: &Path, config: &str) -> anyhow::Result<Settings> {
         explicit: Some(file),
     };
     let mut settings = load(&env)?.settings()?;
-    settings.engine.cache_dir =
+    settings.fixed.engine.cache_dir =
         Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("gateway-policy-cache"));
     Ok(settings)
 }

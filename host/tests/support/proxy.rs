@@ -59,7 +59,7 @@ pub fn gateway(dir: &Path, config: &str) -> Gateway {
         explicit: Some(path),
     };
     let mut settings = load(&env).unwrap().settings().unwrap();
-    settings.engine.cache_dir =
+    settings.fixed.engine.cache_dir =
         Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("proxy-policy-cache"));
     Gateway::open(settings).unwrap()
 }

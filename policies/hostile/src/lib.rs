@@ -9,6 +9,7 @@
 //! | `trap`         | panics (a trap, since guests abort on panic)                         |
 //! | `count`        | denies with `count=N`, N = evaluations this instance has seen        |
 //! | `echo`         | denies with the arguments it received, as JSON                       |
+//! | `via`          | denies with `via=<via> job=<job or ->`: how the call came in         |
 //! | `rewrite`      | rewrites: the arguments with the `set` object merged in              |
 //! | `usage-cap`    | denies with every usage counter, as JSON, when `counter` > `max`     |
 //! | `huge-reason`  | denies with an 8 MiB reason                                          |
@@ -40,7 +41,7 @@ mod guest {
 
     use hpcgate_policy_sdk::bindings::Guest;
     use hpcgate_policy_sdk::bindings::hpcgate::policy::log::{Level, log};
-    use hpcgate_policy_sdk::bindings::hpcgate::policy::types::{Call, Decision, Rewrite};
+    use hpcgate_policy_sdk::bindings::hpcgate::policy::types::{Call, Decision, Rewrite, Via};
     use serde_json::{Map, Value};
 
     struct Settings {
@@ -110,6 +111,16 @@ mod guest {
                     Decision::Deny(format!("count={count}"))
                 }
                 "echo" => Decision::Deny(call.arguments),
+                "via" => {
+                    let via = match call.via {
+                        Via::Mcp => "mcp",
+                        Via::Cli => "cli",
+                        Via::Dav => "dav",
+                        Via::Job => "job",
+                    };
+                    let job = call.job.as_deref().unwrap_or("-");
+                    Decision::Deny(format!("via={via} job={job}"))
+                }
                 "usage-cap" => {
                     let usage: Map<String, Value> = call
                         .usage

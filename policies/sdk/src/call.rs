@@ -15,11 +15,44 @@ pub enum Phase {
     Call,
 }
 
+/// How a call reached the gateway. Recorded calls without `via` came over MCP.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Via {
+    /// An MCP client (stdio, streamable HTTP, Unix socket).
+    #[default]
+    Mcp,
+    /// The local `hpcgate` command line.
+    Cli,
+    /// A WebDAV request.
+    Dav,
+    /// Code running in a job; [`Call::job`] names the job.
+    Job,
+}
+
+impl Via {
+    /// The name used in recorded calls and audit records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Mcp => "mcp",
+            Via::Cli => "cli",
+            Via::Dav => "dav",
+            Via::Job => "job",
+        }
+    }
+}
+
 /// One tool call, exactly as recorded in the audit log and in test-case files.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Call {
     pub phase: Phase,
+    /// How the call came in (absent in records made before `via` existed: `mcp`).
+    #[serde(default)]
+    pub via: Via,
+    /// The job whose code made the call, when `via` is `job`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
     pub tenant: String,
     #[serde(default)]
     pub principal: String,
@@ -52,6 +85,8 @@ impl Call {
     pub fn new(tool: &str, arguments: Value) -> Self {
         Call {
             phase: Phase::Call,
+            via: Via::Mcp,
+            job: None,
             tenant: "default".to_owned(),
             principal: "test".to_owned(),
             tool: tool.to_owned(),

@@ -95,6 +95,15 @@ pub struct Glob {
     required: String,
 }
 
+/// Two globs are equal when their patterns are: they then match the same names.
+impl PartialEq for Glob {
+    fn eq(&self, other: &Glob) -> bool {
+        self.pattern == other.pattern
+    }
+}
+
+impl Eq for Glob {}
+
 impl Glob {
     /// Compiles `pattern`; see the module docs for the syntax.
     pub fn new(pattern: &str) -> Result<Glob, GlobError> {

@@ -6,7 +6,7 @@ mod wasm {
     use std::sync::Mutex;
 
     use crate::bindings::hpcgate::policy::types as wit;
-    use crate::{Call, Decision, Phase, Policy};
+    use crate::{Call, Decision, Phase, Policy, Via};
 
     pub fn configure<P: Policy>(slot: &Mutex<Option<P>>, settings: &str) -> Result<(), String> {
         let policy = P::configure(settings)?;
@@ -21,6 +21,8 @@ mod wasm {
         };
         let wit::Call {
             phase,
+            via,
+            job,
             tenant,
             principal,
             tool,
@@ -36,6 +38,13 @@ mod wasm {
                 wit::Phase::List => Phase::List,
                 wit::Phase::Call => Phase::Call,
             },
+            via: match via {
+                wit::Via::Mcp => Via::Mcp,
+                wit::Via::Cli => Via::Cli,
+                wit::Via::Dav => Via::Dav,
+                wit::Via::Job => Via::Job,
+            },
+            job,
             tenant,
             principal,
             tool,

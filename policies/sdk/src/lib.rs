@@ -21,7 +21,7 @@ pub mod guest;
 pub mod log;
 pub mod path;
 
-pub use call::{Call, Phase};
+pub use call::{Call, Phase, Via};
 pub use decision::Decision;
 pub use serde_json::{Map, Value};
 

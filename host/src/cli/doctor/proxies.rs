@@ -10,7 +10,7 @@ use crate::proxy::{Discovery, ProxyManager};
 
 pub(super) fn proxied_mcps(settings: &Settings) -> Check {
     const NAME: &str = "proxied mcps";
-    if settings.proxied_mcps.is_empty() {
+    if settings.fixed.proxied_mcps.is_empty() {
         return Check {
             name: NAME,
             status: Status::Skip,
@@ -20,14 +20,15 @@ pub(super) fn proxied_mcps(settings: &Settings) -> Check {
     }
     let scratch = std::env::temp_dir().join(format!("hpcgate-doctor-{}", std::process::id()));
     let longest = settings
+        .fixed
         .proxied_mcps
         .values()
         .map(|p| p.start_timeout)
         .max()
         .unwrap_or_default();
     let mut manager = ProxyManager::start(
-        &settings.proxied_mcps,
-        &settings.sandbox,
+        &settings.fixed.proxied_mcps,
+        &settings.fixed.sandbox,
         scratch.clone(),
         None,
     );

@@ -83,7 +83,7 @@ pub(super) fn sandbox_run(settings: &Settings) -> Result<RunResult, Check> {
             "make the temporary directory writable (`TMPDIR`)",
         ));
     }
-    let mut spec = settings.sandbox.spec(&workspace, &output);
+    let mut spec = settings.fixed.sandbox.spec(&workspace, &output);
     spec.limits.wall_time = Duration::from_secs(20);
     let result = run_sync(&spec, &["/bin/true".to_owned()], None);
     let _ = std::fs::remove_dir_all(&scratch);

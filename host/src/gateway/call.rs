@@ -1,0 +1,469 @@
+//! One tool call as one value, whichever way it came in.
+//!
+//! A transport turns what it received into a [`Request`] (who, how, which tool, which
+//! arguments). [`Gateway::dispatch`] derives everything else **once** — the target tool, the
+//! instance, the tenant's usage, the policy input — into a [`Prepared`] call, and then runs the
+//! one pipeline: decide (policy chain) → record the decision → run → record the outcome →
+//! [`CallResult`]. No layer below looks anything up again, and no transport type reaches it:
+//! MCP over any transport, the local CLI and later entry points only translate to and from it.
+//!
+//! Every exit path leaves an audit record. A call that may change something is recorded before
+//! it runs (write-ahead: nothing runs if it cannot be recorded); a read-only call's decision is
+//! recorded with its outcome, in one record and one `fdatasync`.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Map, Value, json};
+
+use super::{Caller, Gateway, Snapshot};
+use crate::audit::{Entry, Event, Outcome, Receipt};
+use crate::policy::normalize::normalize_call;
+use crate::policy::{Call, ChainOutcome, DecisionKind, FinalDecision, Phase, Via};
+use crate::proxy::ProxiedTool;
+use crate::state::InstanceId;
+use crate::tools::{Context, Output, Progress, Tool, ToolError};
+use crate::usage::Measured;
+
+/// A call as a transport received it.
+pub struct Request<'a> {
+    pub caller: Caller,
+    pub via: Via,
+    /// The exposed tool name (`submit_job`, `fs__read_text_file`).
+    pub tool: String,
+    pub arguments: Map<String, Value>,
+    /// Called while a tool waits (jobs); MCP turns it into progress notifications.
+    pub progress: &'a (dyn Fn(Progress) + Sync),
+}
+
+impl Request<'static> {
+    /// A call without progress reports.
+    pub fn new(caller: Caller, via: Via, tool: &str, arguments: Map<String, Value>) -> Self {
+        Request {
+            caller,
+            via,
+            tool: tool.to_owned(),
+            arguments,
+            progress: &no_progress,
+        }
+    }
+}
+
+impl Request<'_> {
+    /// The same call, reporting progress to `progress`.
+    pub fn with_progress(self, progress: &(dyn Fn(Progress) + Sync)) -> Request<'_> {
+        Request {
+            caller: self.caller,
+            via: self.via,
+            tool: self.tool,
+            arguments: self.arguments,
+            progress,
+        }
+    }
+}
+
+fn no_progress(_: Progress) {}
+
+/// What goes back to the caller: structured content, the text an agent acts on, and whether
+/// the call failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallResult {
+    pub structured: Value,
+    pub text: String,
+    pub is_error: bool,
+    /// A proxied tool's result as its server sent it (`content`, `structuredContent`,
+    /// `isError`, `_meta`), for the transport to pass on whole; `structured` and `text` then
+    /// only summarise it.
+    pub proxied: Option<Value>,
+}
+
+impl CallResult {
+    pub(super) fn error(message: String) -> CallResult {
+        CallResult {
+            structured: json!({ "error": message }),
+            text: message,
+            is_error: true,
+            proxied: None,
+        }
+    }
+
+    fn from_run(result: Result<Output, ToolError>, proxied: Option<Value>) -> CallResult {
+        match result {
+            Ok(output) => CallResult {
+                is_error: proxied.as_ref().is_some_and(|r| r["isError"] == true),
+                structured: output.structured,
+                text: output.summary,
+                proxied,
+            },
+            Err(e) => CallResult::error(e.0),
+        }
+    }
+}
+
+/// What a call runs: a builtin tool or a proxied server's tool.
+pub(super) enum Target {
+    Builtin(Tool),
+    Proxied(Arc<ProxiedTool>),
+}
+
+impl Target {
+    fn name(&self) -> &str {
+        match self {
+            Target::Builtin(tool) => tool.name(),
+            Target::Proxied(tool) => &tool.exposed_name,
+        }
+    }
+
+    /// A proxied tool's `read_only` is the remote `readOnlyHint`: the server's own claim,
+    /// trusted as far as whoever configured the server.
+    fn read_only(&self) -> bool {
+        match self {
+            Target::Builtin(tool) => tool.spec().read_only,
+            Target::Proxied(tool) => tool.read_only,
+        }
+    }
+
+    /// Whether a call can add file bytes to its instance.
+    fn adds_bytes(&self) -> bool {
+        match self {
+            Target::Builtin(tool) => tool.adds_bytes(),
+            Target::Proxied(tool) => !tool.read_only,
+        }
+    }
+
+    /// The policy input for this target: who, how, which tool; no usage yet.
+    pub(super) fn input(
+        &self,
+        caller: &Caller,
+        via: Via,
+        phase: Phase,
+        arguments: Map<String, Value>,
+    ) -> Call {
+        let mut call = Call::new(self.name(), Value::Null);
+        if let Target::Proxied(tool) = self {
+            call.server = tool.server.clone();
+            call.remote_tool = Some(tool.remote_name.clone());
+        }
+        call.phase = phase;
+        call.via = via;
+        call.tenant = caller.tenant.to_string();
+        call.principal = caller.principal.clone();
+        call.read_only = self.read_only();
+        call.arguments = arguments;
+        call
+    }
+}
+
+/// A call with everything derived once: caller, target, instance, usage and the policy input
+/// (whose `arguments` are the call's, normalised).
+struct Prepared<'a> {
+    caller: Caller,
+    target: Target,
+    /// The call's `instance_id`, validated.
+    instance: Option<InstanceId>,
+    input: Call,
+    /// The instance's bytes as the policies saw them, reused by the space quotas.
+    measured: Measured,
+    progress: &'a (dyn Fn(Progress) + Sync),
+    started: Instant,
+}
+
+/// A call that stopped before it ran, with the record that says why (none for a denial: its
+/// decision record says it).
+struct Stopped {
+    record: Option<Box<Entry>>,
+    result: CallResult,
+}
+
+/// Where a call's decision record is.
+enum Recorded {
+    /// Durable before the call ran (calls that may change something, and denials).
+    Ahead(Receipt),
+    /// Written with the outcome, after a read-only call ran.
+    Deferred(Box<Entry>),
+}
+
+impl Gateway {
+    /// Runs one call through the pipeline with the settings and policies of `live`. The order
+    /// is the contract: prepare → decide → record → run → record → result.
+    pub fn dispatch(&self, live: &Snapshot, request: Request<'_>) -> CallResult {
+        let mut call = match self.prepare(request) {
+            Ok(call) => call,
+            Err(stopped) => {
+                let records = stopped.record.into_iter().map(|r| *r).collect();
+                return self.finish(records, stopped.result);
+            }
+        };
+        let decided = live.chain.evaluate(&call.input);
+        let recorded = match self.record_decision(&call, &decided) {
+            Ok(recorded) => recorded,
+            Err(refused) => return refused,
+        };
+        let arguments = match self.admit(live, &mut call, decided.decision) {
+            Ok(arguments) => arguments,
+            Err(Stopped {
+                record: None,
+                result,
+            }) => return result,
+            Err(Stopped {
+                record: Some(outcome),
+                result,
+            }) => return self.settle(recorded, Vec::new(), *outcome, result),
+        };
+        let cx = self.context(live, &call);
+        let (result, proxied) = self.run(&call, &cx, arguments);
+        let events = cx.events.take().into_iter();
+        let events = events.map(|event| call.attribute(event)).collect();
+        let outcome = call.outcome(result.as_ref());
+        self.settle(
+            recorded,
+            events,
+            outcome,
+            CallResult::from_run(result, proxied),
+        )
+    }
+
+    /// Derives the call once: target (builtin, else the caller's instance's proxied tool),
+    /// validated instance, usage counters, normalised policy input.
+    fn prepare<'a>(&self, request: Request<'a>) -> Result<Prepared<'a>, Stopped> {
+        let started = Instant::now();
+        let Request {
+            caller,
+            via,
+            tool,
+            arguments,
+            progress,
+        } = request;
+        let stop = |message: String| Stopped {
+            record: Some(Box::new(
+                outcome_record(&caller, &tool, None, Err(&ToolError(message.clone())))
+                    .duration(started.elapsed()),
+            )),
+            result: CallResult::error(message),
+        };
+        let raw_instance = arguments.get("instance_id").and_then(Value::as_str);
+        let Some(target) = self.target(&caller, raw_instance, &tool) else {
+            let unknown =
+                || format!("unknown tool `{tool}`; call tools/list for the tools you may use");
+            let unavailable = self.proxies.unavailable(&caller.tenant, &tool);
+            return Err(stop(unavailable.unwrap_or_else(unknown)));
+        };
+        let instance = match raw_instance.map(InstanceId::parse).transpose() {
+            Ok(instance) => instance,
+            Err(e) => return Err(stop(e.to_string())),
+        };
+        let mut input = target.input(&caller, via, Phase::Call, arguments);
+        input.instance = instance.as_ref().map(|id| id.as_str().to_owned());
+        if let Ok(instances) = self.state.count(&caller.tenant) {
+            input.usage.insert("instances".to_owned(), instances as u64);
+        }
+        if let Ok(jobs) = self.state.running_jobs(&caller.tenant, None) {
+            (input.usage).insert("running_jobs".to_owned(), jobs.len() as u64);
+        }
+        // A call that can add bytes to its instance: the policies see the instance's usage,
+        // and the space quotas reuse the walk.
+        let measured = match &instance {
+            Some(id) if target.adds_bytes() => Measured::of(&self.state, &caller.tenant, id),
+            _ => Measured::default(),
+        };
+        measured.report(&mut input.usage);
+        normalize_call(&mut input);
+        Ok(Prepared {
+            caller,
+            target,
+            instance,
+            input,
+            measured,
+            progress,
+            started,
+        })
+    }
+
+    /// Write-ahead: a call that may change something, and every denial, is durable before
+    /// anything else happens; a read-only call's decision waits for its outcome (nothing
+    /// reaches the caller before it is durable, and a read that never completes had no effect
+    /// to record). `Err` is the refusal to return when the log cannot record the call.
+    fn record_decision(
+        &self,
+        call: &Prepared<'_>,
+        decided: &ChainOutcome,
+    ) -> Result<Recorded, CallResult> {
+        let record = Entry::call(&call.input, decided);
+        if !decided.is_denied() && call.input.read_only {
+            return Ok(Recorded::Deferred(Box::new(record)));
+        }
+        match self.audit.append(record) {
+            Ok(receipt) => Ok(Recorded::Ahead(receipt)),
+            Err(e) => Err(CallResult::error(format!(
+                "refused: the audit log cannot record this call ({e})"
+            ))),
+        }
+    }
+
+    /// The final arguments of a call the policies let through, or why it stops: a denial
+    /// (its decision record is already the whole story), a rewrite that moved the call to
+    /// another instance (usage, quotas and the proxied target were derived for this one), or
+    /// the tenant's rate limit (checked after the policies, so a refused call takes nothing
+    /// from the buckets).
+    fn admit(
+        &self,
+        live: &Snapshot,
+        call: &mut Prepared<'_>,
+        decision: FinalDecision,
+    ) -> Result<Map<String, Value>, Stopped> {
+        let policy = decision.policy.unwrap_or_default();
+        let arguments = match decision.decision {
+            DecisionKind::Deny => {
+                let reason = decision.reason.unwrap_or_default();
+                return Err(Stopped {
+                    record: None,
+                    result: CallResult::error(format!("denied by policy `{policy}`: {reason}")),
+                });
+            }
+            DecisionKind::Rewrite => decision.arguments.unwrap_or_default(),
+            // The decision record holds the input now: its arguments can move.
+            DecisionKind::Allow => std::mem::take(&mut call.input.arguments),
+        };
+        let instance = arguments.get("instance_id").and_then(Value::as_str);
+        if instance != call.instance.as_ref().map(InstanceId::as_str) {
+            return Err(call.stop(format!(
+                "refused: policy `{policy}` rewrote `instance_id`; a policy may change a call's arguments but not move it to another instance (ask the admin to fix the policy)"
+            )));
+        }
+        if let Err(retry) = live.limiter.check(&call.caller.tenant, &call.input.tool) {
+            let mut stopped = call.stop(retry.to_string());
+            stopped.record =
+                (stopped.record).map(|r| Box::new(r.detail("retry_after_s", retry.seconds())));
+            return Err(stopped);
+        }
+        Ok(arguments)
+    }
+
+    fn context<'a>(&'a self, live: &'a Snapshot, call: &'a Prepared<'a>) -> Context<'a> {
+        let settings = &live.settings;
+        let quotas = settings.tenants.get(&call.caller.tenant).map(|t| t.quotas);
+        Context {
+            tenant: &call.caller.tenant,
+            instance: call.instance.as_ref(),
+            state: &self.state,
+            files: &settings.files,
+            quotas: quotas.unwrap_or_default(),
+            jobs: &self.jobs,
+            proxies: &self.proxies,
+            host_commands: &settings.host_commands,
+            progress: call.progress,
+            events: RefCell::new(Vec::new()),
+            measured: &call.measured,
+        }
+    }
+
+    /// The run step: the builtin tool, or the proxied server (whose whole result comes back
+    /// too).
+    fn run(
+        &self,
+        call: &Prepared<'_>,
+        cx: &Context<'_>,
+        arguments: Map<String, Value>,
+    ) -> (Result<Output, ToolError>, Option<Value>) {
+        match &call.target {
+            Target::Builtin(tool) => (tool.run(cx, arguments), None),
+            Target::Proxied(tool) => {
+                let tenant = &call.caller.tenant;
+                let instance = call.instance.as_ref();
+                match crate::proxy::run(
+                    &self.proxies,
+                    &self.state,
+                    tenant,
+                    instance,
+                    tool,
+                    arguments,
+                ) {
+                    Ok((output, whole)) => (Ok(output), Some(whole)),
+                    Err(e) => (Err(e), None),
+                }
+            }
+        }
+    }
+
+    /// Makes a call's records durable, in one batch, before its result goes back: the events it
+    /// caused, then its outcome — a record pointing at the write-ahead decision, or the
+    /// deferred decision record completed with the outcome.
+    fn settle(
+        &self,
+        decision: Recorded,
+        mut records: Vec<Entry>,
+        outcome: Entry,
+        response: CallResult,
+    ) -> CallResult {
+        records.push(match decision {
+            Recorded::Ahead(receipt) => outcome.detail("decision_seq", receipt.seq),
+            Recorded::Deferred(decision) => Entry {
+                outcome: outcome.outcome,
+                duration_ms: outcome.duration_ms,
+                detail: outcome.detail,
+                ..*decision
+            },
+        });
+        self.finish(records, response)
+    }
+
+    /// Appends the records; a result that cannot be recorded is not returned as success.
+    pub(super) fn finish(&self, records: Vec<Entry>, response: CallResult) -> CallResult {
+        match self.audit.append_all(records) {
+            Ok(_) => response,
+            Err(e) => CallResult::error(format!(
+                "the call ran but its outcome could not be recorded in the audit log ({e}); check its result before retrying"
+            )),
+        }
+    }
+}
+
+impl Prepared<'_> {
+    /// Stops this call with `message`, recorded as its outcome.
+    fn stop(&self, message: String) -> Stopped {
+        Stopped {
+            record: Some(Box::new(self.outcome(Err(&ToolError(message.clone()))))),
+            result: CallResult::error(message),
+        }
+    }
+
+    /// An event a tool queued, attributed to this call's caller and tool.
+    fn attribute(&self, event: Entry) -> Entry {
+        let caller = &self.caller;
+        event
+            .who(caller.tenant.as_ref(), &caller.principal)
+            .tool(&self.input.tool)
+    }
+
+    fn outcome(&self, result: Result<&Output, &ToolError>) -> Entry {
+        let instance = self.instance.as_ref().map(InstanceId::as_str);
+        outcome_record(&self.caller, &self.input.tool, instance, result)
+            .duration(self.started.elapsed())
+    }
+}
+
+/// The record of what a call did (or why it did not run), without the policy input: that is in
+/// the decision record, which replays; this one is skipped by `policy test`.
+fn outcome_record(
+    caller: &Caller,
+    tool: &str,
+    instance: Option<&str>,
+    result: Result<&Output, &ToolError>,
+) -> Entry {
+    let outcome = match result {
+        Ok(output) => output.outcome.clone(),
+        Err(e) => Outcome {
+            error: Some(e.0.clone()),
+            ..Outcome::default()
+        },
+    };
+    let entry = Entry::new(Event::Call)
+        .who(caller.tenant.as_ref(), &caller.principal)
+        .tool(tool)
+        .outcome(outcome);
+    match instance {
+        Some(instance) => entry.instance(instance),
+        None => entry,
+    }
+}

@@ -1,0 +1,324 @@
+//! The gateway: its long-lived parts (settings and policy chain, state, jobs, proxied servers,
+//! audit log) and the one pipeline every call takes ([`call`]), usable without any transport:
+//! the MCP server, the CLI and tests all go through [`Gateway::dispatch`].
+//!
+//! A reload replaces the settings and the chain whole; each request takes one [`Snapshot`] of
+//! them at its start, so a reload never changes a call half-way.
+
+mod call;
+
+pub use call::{CallResult, Request};
+
+use std::sync::{Arc, RwLock};
+
+use hpcgate_executors::sandbox::SupervisorCommand;
+use serde_json::{Map, Value};
+
+use crate::audit::{AuditLog, Entry, Event, Outcome};
+use crate::auth::{AuthError, AuthRequest, Authenticator, RateLimiter};
+use crate::config::{ResultType, Settings};
+use crate::jobs::Jobs;
+use crate::policy::{Chain, Phase, PolicyEngine, Via};
+use crate::proxy::{ProxiedTool, ProxyManager};
+use crate::state::{State, TenantName};
+use crate::tools::{Tool, ToolSpec};
+use call::Target;
+
+/// Who is calling, as the transport established it.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub tenant: TenantName,
+    /// Token label, JWT subject, uid or local user: recorded in every audit record.
+    pub principal: String,
+}
+
+/// The gateway's long-lived parts.
+pub struct Gateway {
+    /// Settings and policy chain, replaced whole by [`Gateway::reload`]; each call takes one
+    /// snapshot at its start, so a reload never changes a call half-way.
+    live: RwLock<Arc<Live>>,
+    /// Shared with the proxies, which record their servers' lives.
+    audit: Arc<AuditLog>,
+    state: State,
+    jobs: Jobs,
+    /// Proxied MCP servers (`[proxied_mcps]`, restart-only like the executors).
+    proxies: ProxyManager,
+    engine: PolicyEngine,
+}
+
+/// The settings and policy chain in force when a request began (see [`Gateway::snapshot`]).
+#[derive(Clone)]
+pub struct Snapshot(Arc<Live>);
+
+impl std::ops::Deref for Snapshot {
+    type Target = Live;
+
+    fn deref(&self) -> &Live {
+        &self.0
+    }
+}
+
+impl Snapshot {
+    /// What tool results carry (`[mcp] result_type`).
+    pub fn result_type(&self) -> ResultType {
+        self.settings.result_type
+    }
+
+    /// Whether a call of `tool` may run on the thread of a session's async runtime: a brief
+    /// builtin tool (see [`Tool::brief`]) with no WASI policy in the chain (wasmtime-wasi's
+    /// synchronous functions block on a Tokio runtime, see [`Chain::imports_wasi`]).
+    pub fn runs_inline(&self, tool: &str) -> bool {
+        Tool::from_name(tool).is_some_and(Tool::brief) && !self.chain.imports_wasi()
+    }
+}
+
+/// What a reload replaces.
+pub struct Live {
+    settings: Settings,
+    chain: Chain,
+    limiter: RateLimiter,
+    /// Who a transport's request is; rebuilt from the settings (so a removed token stops
+    /// working at the reload).
+    auth: Authenticator,
+}
+
+/// What [`Gateway::reload`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reloaded {
+    pub policies: usize,
+    /// Settings that changed in the files but only take effect after a restart.
+    pub needs_restart: Vec<&'static str>,
+}
+
+impl Gateway {
+    /// Loads the policies, opens the state directory and the audit log; local jobs are
+    /// supervised by this binary re-executed (`hpcgate __supervise`).
+    pub fn open(settings: Settings) -> anyhow::Result<Gateway> {
+        Gateway::open_with_supervisor(settings, Jobs::reexec_supervisor()?)
+    }
+
+    /// [`Gateway::open`] with another job supervisor (tests embed the gateway in a test
+    /// binary, which cannot supervise). Jobs that ended while no gateway ran get their final
+    /// state now, each change audited.
+    pub fn open_with_supervisor(
+        settings: Settings,
+        supervisor: SupervisorCommand,
+    ) -> anyhow::Result<Gateway> {
+        let engine = PolicyEngine::new(settings.fixed.engine.clone())?;
+        let chain = settings.build_chain(&engine)?;
+        let state = State::open(&settings.fixed.state_dir)?;
+        let audit = Arc::new(AuditLog::open(
+            &settings.fixed.audit_dir,
+            settings.fixed.audit.clone(),
+        )?);
+        let jobs = Jobs::new(
+            settings.fixed.sandbox.clone(),
+            settings.fixed.slurm.clone(),
+            &settings.fixed.state_dir,
+            supervisor,
+        );
+        // Discovery runs in the background: a slow or broken server never delays the start.
+        let proxies = ProxyManager::start(
+            &settings.fixed.proxied_mcps,
+            &settings.fixed.sandbox,
+            settings.fixed.state_dir.join("tmp").join("proxy"),
+            Some(audit.clone()),
+        );
+        let gateway = Gateway {
+            live: RwLock::new(Arc::new(Live {
+                limiter: RateLimiter::from_settings(&settings),
+                auth: Authenticator::from_settings(&settings)?,
+                settings,
+                chain,
+            })),
+            audit,
+            state,
+            jobs,
+            proxies,
+            engine,
+        };
+        if let Some(age) = gateway.snapshot().settings.job_retention {
+            for tenant in gateway.state.tenants()? {
+                gateway.state.prune_jobs(&tenant, age)?;
+            }
+        }
+        for record in gateway.jobs.reattach(&gateway.state) {
+            gateway.audit.append(
+                crate::tools::job_state_event(&record)
+                    .who(record.tenant.as_ref(), "hpcgate")
+                    .detail("reattached", true),
+            )?;
+        }
+        Ok(gateway)
+    }
+
+    /// The settings and policies in force now. A request takes one snapshot at its start and
+    /// keeps it to the end, so a reload never changes a call half-way.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot(
+            self.live
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        )
+    }
+
+    /// Who is calling, from what the transport knows (token, JWT, Unix peer, `Origin`), with
+    /// the tenants and keys in force now.
+    pub fn authenticate(&self, request: &AuthRequest) -> Result<Caller, AuthError> {
+        self.snapshot().auth.authenticate(request)
+    }
+
+    /// The caller of stdio and the local CLI: see [`Authenticator::local_caller`].
+    pub fn local_caller(&self) -> Caller {
+        self.snapshot().auth.local_caller()
+    }
+
+    /// Replaces the policy chain, tenants, quotas, host commands and result type with those
+    /// of `settings` (SIGHUP). Everything is built and checked first: on any error the old
+    /// set stays in force and the error says why. Settings that need a restart (state and
+    /// audit directories, executors, engine, proxies) are kept and named in the result.
+    /// Audited either way.
+    pub fn reload(&self, settings: Settings) -> anyhow::Result<Reloaded> {
+        let result = self.build_live(settings);
+        let entry = Entry::new(Event::PoliciesReloaded);
+        let entry = match &result {
+            Ok((live, reloaded)) => entry
+                .detail("policies", live.chain.names().collect::<Vec<_>>())
+                .detail("needs_restart", reloaded.needs_restart.clone()),
+            Err(e) => entry.outcome(Outcome {
+                error: Some(format!("{e:#}")),
+                ..Outcome::default()
+            }),
+        };
+        self.audit.append(entry)?;
+        let (live, reloaded) = result?;
+        *self
+            .live
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(live);
+        Ok(reloaded)
+    }
+
+    fn build_live(&self, mut settings: Settings) -> anyhow::Result<(Live, Reloaded)> {
+        let old = self.snapshot();
+        let mut needs_restart = Vec::new();
+        if settings.fixed != old.settings.fixed {
+            needs_restart = old.settings.fixed.differences(&settings.fixed);
+            settings.fixed = old.settings.fixed.clone();
+        }
+        let chain = settings.build_chain(&self.engine)?;
+        let reloaded = Reloaded {
+            policies: settings.policies.len(),
+            needs_restart,
+        };
+        let limiter = old.limiter.reloaded(&settings);
+        let auth = Authenticator::from_settings(&settings)?;
+        Ok((
+            Live {
+                settings,
+                chain,
+                limiter,
+                auth,
+            },
+            reloaded,
+        ))
+    }
+
+    /// The MCP resources: the guide and the site's context documents.
+    pub fn resources(&self) -> Vec<crate::resources::ResourceEntry> {
+        let live = self.snapshot();
+        crate::resources::list(
+            &live.settings.context_dirs,
+            &live.settings.resource_patterns,
+        )
+    }
+
+    /// One resource's text.
+    pub fn read_resource(&self, uri: &str) -> Result<crate::resources::ResourceText, String> {
+        let live = self.snapshot();
+        let s = &live.settings;
+        crate::resources::read(&s.context_dirs, &s.resource_patterns, uri)
+    }
+
+    /// Records that a transport started serving.
+    pub fn started(&self, transport: &str) -> anyhow::Result<()> {
+        let entry = Entry::new(Event::GatewayStarted).detail("transport", transport);
+        let entry = entry.detail("version", env!("CARGO_PKG_VERSION"));
+        self.audit.append(entry.detail("pid", std::process::id()))?;
+        Ok(())
+    }
+
+    /// Stops the proxied servers (each audited) and records a clean stop, with how many
+    /// records this process wrote and in how many `fdatasync`ed batches (the group commit).
+    pub fn stopped(&self, transport: &str) -> anyhow::Result<()> {
+        self.proxies.stop_all();
+        let written = self.audit.stats();
+        self.audit.append(
+            Entry::new(Event::GatewayStopped)
+                .detail("transport", transport)
+                .detail("pid", std::process::id())
+                .detail("audit_records", written.records)
+                .detail("audit_batches", written.batches),
+        )?;
+        Ok(())
+    }
+
+    /// The audit log (for start and stop records by the transports).
+    pub fn audit(&self) -> &AuditLog {
+        &self.audit
+    }
+
+    /// The proxied servers: discovery status, running servers.
+    pub fn proxies(&self) -> &ProxyManager {
+        &self.proxies
+    }
+
+    /// The tools `caller` may see through `via`, as the list phase of the chain in `live`
+    /// allows: the builtin ones, and the proxied ones as their servers describe them
+    /// (discovery's, plus those the caller's own tenant's servers announced since).
+    pub fn list(
+        &self,
+        live: &Snapshot,
+        caller: &Caller,
+        via: Via,
+    ) -> (Vec<&'static ToolSpec>, Vec<Arc<ProxiedTool>>) {
+        let allows = |target: &Target| {
+            let call = target.input(caller, via, Phase::List, Map::new());
+            !live.chain.evaluate(&call).is_denied()
+        };
+        let builtin = Tool::all()
+            .filter(|tool| allows(&Target::Builtin(*tool)))
+            .map(Tool::spec)
+            .collect();
+        let proxied = (self.proxies.tools(&caller.tenant).into_iter())
+            .filter(|tool| allows(&Target::Proxied(tool.clone())))
+            .collect();
+        (builtin, proxied)
+    }
+
+    /// The builtin tools an MCP client of `caller` sees.
+    pub fn tools(&self, caller: &Caller) -> Vec<&'static ToolSpec> {
+        self.list(&self.snapshot(), caller, Via::Mcp).0
+    }
+
+    /// The proxied tools an MCP client of `caller` sees.
+    pub fn proxied_tools(&self, caller: &Caller) -> Vec<Arc<ProxiedTool>> {
+        self.list(&self.snapshot(), caller, Via::Mcp).1
+    }
+
+    /// One MCP call of `caller`, with the settings in force now and no progress reports.
+    pub fn call(&self, caller: &Caller, tool: &str, arguments: Map<String, Value>) -> CallResult {
+        let request = Request::new(caller.clone(), Via::Mcp, tool, arguments);
+        self.dispatch(&self.snapshot(), request)
+    }
+
+    /// A builtin tool, else a proxied one (`<proxy>__<tool>`) as the caller's instance sees it.
+    fn target(&self, caller: &Caller, instance: Option<&str>, name: &str) -> Option<Target> {
+        Tool::from_name(name).map(Target::Builtin).or_else(|| {
+            self.proxies
+                .find(&caller.tenant, instance, name)
+                .map(Target::Proxied)
+        })
+    }
+}
