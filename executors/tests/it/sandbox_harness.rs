@@ -1,7 +1,6 @@
 //! Shared set-up for the sandbox tests: real bwrap, a temporary instance, a dedicated uid.
 //!
-//! Included with `#[path]` by the sandbox test binaries; built alone it has no tests.
-#![allow(dead_code)]
+//! Used by the sandbox test modules (`sandbox_*.rs`).
 
 use std::os::unix::fs::{PermissionsExt, chown};
 use std::path::{Path, PathBuf};

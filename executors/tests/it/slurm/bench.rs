@@ -3,7 +3,7 @@
 //! each job) and back to back (each job submitted as the previous one completes, while its
 //! node is still being cleaned up, so it waits for slurmctld's next one-second pass).
 //!
-//! `cargo test -p hpcgate-executors --test slurm -- --ignored --nocapture bench_`
+//! `cargo test -p hpcgate-executors --test it -- --ignored --nocapture bench_`
 //! (`HPCGATE_BENCH_RUNS`, default 20 per mode)
 
 use std::time::{Duration, Instant};

@@ -2,10 +2,10 @@
 //!
 //! `run_sync` of `/bin/true` (spawn → bwrap sets up every namespace and mount → exit →
 //! output drained), 20 warm-up runs, then 200 measured; prints p50/p95/max. Run with
-//! `cargo test --release -p hpcgate-executors --test sandbox_bench -- --ignored --nocapture`.
+//! `cargo test --release -p hpcgate-executors --test it -- --ignored --nocapture
+//! sandbox_launch_overhead`.
 
-#[path = "sandbox_harness.rs"]
-mod harness;
+use crate::sandbox_harness as harness;
 
 use std::time::{Duration, Instant};
 

@@ -3,8 +3,7 @@
 //! test runs at least 1,000 calls and asserts that outside content never comes back and that
 //! nothing outside the instance was created, modified or removed.
 
-#[path = "files_harness.rs"]
-mod harness;
+use crate::files_harness as harness;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

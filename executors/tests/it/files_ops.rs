@@ -2,8 +2,7 @@
 //! truncation flags, name escaping, no-overwrite moves, recursive deletes, globbing, and the
 //! shape of error messages.
 
-#[path = "files_harness.rs"]
-mod harness;
+use crate::files_harness as harness;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

@@ -1,16 +1,17 @@
 //! Attack row: TIOCSTI into the gateway's terminal. The "gateway" (this binary re-executed
-//! with `HPCGATE_SANDBOX_TTY_ROLE`) gets a real controlling terminal (a pty); an ordinary
+//! for its `#[ignore]`d role test, with `HPCGATE_SANDBOX_TTY_ROLE`) gets a real controlling terminal (a pty); an ordinary
 //! child can open `/dev/tty` (the control: the attack surface is real), the sandboxed command
 //! cannot, and its TIOCSTI attempt fails.
 
-#[path = "sandbox_harness.rs"]
-mod harness;
+use crate::sandbox_harness as harness;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 
 use harness::{Instance, sh};
 use hpcgate_executors::sandbox::{SandboxSpec, run_sync};
+
+use crate::reexec;
 
 const ROLE: &str = "HPCGATE_SANDBOX_TTY_ROLE";
 const PROBE: &str = "if (: < /dev/tty) 2>/dev/null; then echo tty-open; else echo no-tty; fi; \
@@ -36,8 +37,13 @@ fn acquire_controlling_tty() -> std::fs::File {
 }
 
 #[test]
+#[ignore = "the gateway's role, run in a process of its own by tiocsti_into_the_gateway_terminal_is_impossible"]
 fn terminal_role_when_reexecuted() {
     let Some(spec) = std::env::var_os(ROLE) else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: the role of tiocsti_into_the_gateway_terminal_is_impossible, which sets {ROLE}"
+        );
         return;
     };
     let spec: SandboxSpec = serde_json::from_str(spec.to_str().expect("utf8")).expect("spec");
@@ -58,8 +64,8 @@ fn terminal_role_when_reexecuted() {
 #[test]
 fn tiocsti_into_the_gateway_terminal_is_impossible() {
     let inst = Instance::create();
-    let out = Command::new(std::env::current_exe().expect("exe"))
-        .args(["--exact", "terminal_role_when_reexecuted", "--nocapture"])
+    let out = reexec("sandbox_tty::terminal_role_when_reexecuted")
+        .arg("--nocapture")
         .env(ROLE, serde_json::to_string(&inst.spec).expect("json"))
         .stdin(Stdio::null())
         .output()

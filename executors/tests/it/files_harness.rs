@@ -1,4 +1,4 @@
-//! Shared fixture for the files executor tests (included with `#[path]` by `files_*.rs`).
+//! Shared fixture for the files executor tests (`files_*.rs`).
 //!
 //! Layout in a fresh temp dir `T`:
 //!
@@ -15,8 +15,8 @@
 //! assert that nothing outside was created, modified or removed. [`Op`] and [`run`] express one
 //! file-tool call as a table cell.
 
-// Each test binary uses a different subset; a fixture is built explicitly, never defaulted.
-#![allow(dead_code, clippy::new_without_default)]
+// A fixture is built explicitly, never defaulted.
+#![allow(clippy::new_without_default)]
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -34,6 +34,8 @@ pub const SECRET: &[u8] = b"TOP-SECRET-CANARY-4f1c";
 pub const INSIDE: &[u8] = b"inside content";
 
 pub struct Fixture {
+    /// Keeps the temp dir alive (removed on drop).
+    #[allow(dead_code)]
     pub tmp: tempfile::TempDir,
     pub top: PathBuf,
     pub ws: PathBuf,

@@ -3,15 +3,14 @@
 //! sandbox dies with its parent (no orphans).
 //!
 //! The "gateway" is this test binary re-executed with `HPCGATE_SANDBOX_TEST_ROLE` set: it
-//! runs only `gateway_process_role_when_reexecuted`, which does nothing without that
-//! variable (so it is not a test on its own).
+//! runs only `gateway_process_role_when_reexecuted`, which is `#[ignore]`d and does nothing
+//! without that variable (so it is not a test on its own).
 
-#[path = "sandbox_harness.rs"]
-mod harness;
+use crate::sandbox_harness as harness;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use harness::{Instance, gone_within, processes_with, running, sh, supervisor};
@@ -19,6 +18,8 @@ use hpcgate_executors::sandbox::{
     EndReason, JobPhase, SandboxSpec, attach_job, cancel_job, run_sync, spawn_job,
 };
 use serde::{Deserialize, Serialize};
+
+use crate::reexec;
 
 const ROLE: &str = "HPCGATE_SANDBOX_TEST_ROLE";
 
@@ -30,8 +31,13 @@ struct Role {
 }
 
 #[test]
+#[ignore = "the gateway's role, run in a process of its own by gateway_killed_supervised_job_survives_and_run_sync_sandbox_dies"]
 fn gateway_process_role_when_reexecuted() {
     let Some(role) = std::env::var_os(ROLE) else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: the role of gateway_killed_supervised_job_survives_and_run_sync_sandbox_dies, which sets {ROLE}"
+        );
         return;
     };
     let role: Role = serde_json::from_str(role.to_str().expect("utf8")).expect("role");
@@ -60,12 +66,8 @@ fn gateway_killed_supervised_job_survives_and_run_sync_sandbox_dies() {
         job_dir: job_dir.clone(),
         token: token.clone(),
     };
-    let mut gateway = Command::new(std::env::current_exe().expect("exe"))
-        .args([
-            "--exact",
-            "gateway_process_role_when_reexecuted",
-            "--nocapture",
-        ])
+    let mut gateway = reexec("sandbox_gateway_kill::gateway_process_role_when_reexecuted")
+        .arg("--nocapture")
         .env(ROLE, serde_json::to_string(&role).expect("json"))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -3,8 +3,7 @@
 //! instance was read, created, modified or removed (outside snapshot before == after), and that
 //! the error message names no host path. Races (swaps in a tight loop) are in `files_races.rs`.
 
-#[path = "files_harness.rs"]
-mod harness;
+use crate::files_harness as harness;
 
 use std::time::{Duration, Instant};
 

@@ -1,8 +1,7 @@
 //! `move_path` between `/workspace` and `/output` on different filesystems (disk temp dir and
 //! `/dev/shm`): regular files are copied atomically and unlinked; everything else is refused.
 
-#[path = "files_harness.rs"]
-mod harness;
+use crate::files_harness as harness;
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

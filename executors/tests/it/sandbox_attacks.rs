@@ -23,13 +23,13 @@
 //! | write outside `/workspace`, `/output`, `/tmp`, `/dev/shm` (e.g. `/`, `/etc`, `/dev`); write a read-only extra | refused |
 //! | fill `/tmp` or `/dev/shm` (memory) | capped at `tmp_size_mb` |
 //!
-//! More rows live in their own binaries because they need a process of their own:
-//! `sandbox_tty.rs` (TIOCSTI with a real controlling terminal), `sandbox_env.rs` (a secret
-//! in the gateway's environment), `sandbox_gateway_kill.rs` (gateway SIGKILLed: job survives
-//! and is re-attached, `run_sync` sandbox dies).
+//! More rows live in their own modules because they need a process of their own (this test
+//! binary re-executed for one role): `sandbox_tty.rs` (TIOCSTI with a real controlling
+//! terminal), `sandbox_env.rs` (a secret in the gateway's environment),
+//! `sandbox_gateway_kill.rs` (gateway SIGKILLed: job survives and is re-attached, `run_sync`
+//! sandbox dies).
 
-#[path = "sandbox_harness.rs"]
-mod harness;
+use crate::sandbox_harness as harness;
 
 use std::io::{ErrorKind, Write};
 use std::net::TcpListener;

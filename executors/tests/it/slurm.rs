@@ -5,11 +5,8 @@
 //! Lifecycle tests are below; the attack table is in `slurm/attacks.rs`, the latency bench
 //! (ignored by default) in `slurm/bench.rs`.
 
-#[path = "slurm/attacks.rs"]
 mod attacks;
-#[path = "slurm/bench.rs"]
 mod bench;
-#[path = "slurm/harness.rs"]
 mod harness;
 
 use std::time::Duration;

@@ -1,7 +1,6 @@
 //! Smoke tests: a sandbox runs a command, a job runs under its supervisor.
 
-#[path = "sandbox_harness.rs"]
-mod harness;
+use crate::sandbox_harness as harness;
 
 use std::time::Duration;
 
