@@ -57,8 +57,8 @@ if [ "$slurm" = yes ]; then
         "$venv/bin/pip" install -q "mcp==2.3.0" || { log "pip install mcp==2.3.0 failed"; exit 1; }
     fi
 fi
-# The npm filesystem MCP server, pinned, for the proxy tests (host/tests/proxy_filesystem.rs), in
-# the target directory (the tests look for it there). node runs it inside bwrap.
+# The npm filesystem MCP server, pinned, for the proxy tests (host/tests/it/proxy_filesystem.rs),
+# in the target directory (the tests look for it there). node runs it inside bwrap.
 if [ "$slurm" = yes ]; then
     fs_mcp="${CARGO_TARGET_DIR:-target}/mcp-filesystem"
     fs_version="2026.8.31"

@@ -391,11 +391,12 @@ mod tests {
         shared::<crate::auth::Authenticator>();
     }
 
-    /// Throughput of `check` with 1 thread, then 16 threads over 8 tenants (2 per tenant), with
-    /// buckets big enough never to refuse, so every call takes its tenant's lock and does the
-    /// arithmetic. Prints both figures (`--nocapture`; `--release` for the real ones). With
-    /// per-tenant locks the 16-thread total should be at least the 1-thread figure times the
-    /// cores, not a fraction of it.
+    /// `check` from 1 thread, then from 16 threads over 8 tenants (2 per tenant), with buckets
+    /// big enough never to refuse, so every call takes its tenant's lock and does the
+    /// arithmetic: no call is refused. Prints the throughput of both (`--nocapture`;
+    /// `--release` for the real figures, recorded in BENCHMARKS.md); with per-tenant locks the
+    /// 16-thread total should be at least the 1-thread figure times the cores, not a fraction
+    /// of it. Nothing is asserted about time: that is for reading, on a quiet machine.
     #[test]
     fn sixteen_threads_over_eight_tenants_do_not_serialise() {
         let mut text = String::new();
@@ -440,6 +441,5 @@ mod tests {
                 sixteen / one
             ),
         );
-        assert!(sixteen > 100_000.0, "{sixteen:.0} checks/s");
     }
 }

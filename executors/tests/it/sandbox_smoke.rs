@@ -1,0 +1,170 @@
+//! Smoke tests: a sandbox runs a command, a job runs under its supervisor.
+
+use crate::sandbox_harness as harness;
+
+use std::time::Duration;
+
+use harness::{Instance, gone_within, sh, supervisor};
+use hpcgate_executors::sandbox::{
+    EndReason, ExitInfo, JobPhase, OutputStream, run_attached, run_sync, spawn_job, spawn_service,
+    tail, wait_job,
+};
+
+#[test]
+fn run_sync_echoes_and_reports_exit_code() {
+    let inst = Instance::create();
+    let r = run_sync(&inst.spec, &sh("echo hello; echo err >&2; exit 3"), None).expect("runs");
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "hello\n", "{r:?}");
+    assert_eq!(String::from_utf8_lossy(&r.stderr), "err\n");
+    assert_eq!(r.exit, ExitInfo::Code(3));
+    assert_eq!(r.reason, EndReason::Exited);
+}
+
+#[test]
+fn run_sync_feeds_stdin() {
+    let inst = Instance::create();
+    let r = run_sync(&inst.spec, &["/bin/cat".to_owned()], Some(b"abc")).expect("runs");
+    assert_eq!(r.stdout, b"abc");
+}
+
+#[test]
+fn run_attached_reports_the_exit_code_and_enforces_the_wall_time() {
+    let mut inst = Instance::create();
+    let r = run_attached(&inst.spec, &sh("exit 3")).expect("runs");
+    assert_eq!(r.exit, ExitInfo::Code(3));
+    assert_eq!(r.reason, EndReason::Exited);
+    inst.spec.limits.wall_time = Duration::from_secs(1);
+    let r = run_attached(&inst.spec, &sh("sleep 30")).expect("runs");
+    assert_eq!(r.reason, EndReason::Timeout, "{r:?}");
+}
+
+#[test]
+fn job_runs_to_completion_and_output_is_kept_host_side() {
+    let inst = Instance::create();
+    let dir = inst.job_dir("j1");
+    let h = spawn_job(
+        &dir,
+        &inst.spec,
+        &sh("echo out; echo err >&2"),
+        &supervisor(),
+    )
+    .expect("spawn");
+    assert_eq!(h.state.phase, JobPhase::Running);
+    let s = wait_job(&dir, Duration::from_secs(10)).expect("wait");
+    assert_eq!(s.phase, JobPhase::Finished, "{s:?}");
+    assert_eq!(s.reason, Some(EndReason::Exited));
+    assert_eq!(s.exit, Some(ExitInfo::Code(0)));
+    assert_eq!(
+        tail(&dir, OutputStream::Stdout, 100).expect("tail").data,
+        b"out\n"
+    );
+    assert_eq!(
+        tail(&dir, OutputStream::Stderr, 100).expect("tail").data,
+        b"err\n"
+    );
+}
+
+#[test]
+fn jobs_that_exit_at_once_are_recorded_as_exited() {
+    // Regression: bwrap may exit (and be reaped) before the monitor starts.
+    let inst = Instance::create();
+    for i in 0..5 {
+        let dir = inst.job_dir(&format!("fast{i}"));
+        spawn_job(&dir, &inst.spec, &["/bin/true".to_owned()], &supervisor()).expect("spawn");
+        let s = wait_job(&dir, Duration::from_secs(10)).expect("wait");
+        assert_eq!(
+            (s.reason, s.exit),
+            (Some(EndReason::Exited), Some(ExitInfo::Code(0))),
+            "{s:?}"
+        );
+    }
+}
+
+#[test]
+fn the_result_says_which_mechanism_enforced_each_limit() {
+    use hpcgate_executors::sandbox::LimitMechanism;
+    let mut inst = Instance::create();
+    let r = run_sync(&inst.spec, &["/bin/true".to_owned()], None).expect("runs");
+    assert_eq!(r.limits.wall_time.mechanism, LimitMechanism::Monitor);
+    assert_eq!(r.limits.output_bytes.mechanism, LimitMechanism::Monitor);
+    // On this kind of host (no delegated cgroup v2) the fallbacks are named as such.
+    if r.limits.memory.mechanism != LimitMechanism::CgroupV2 {
+        assert_eq!(r.limits.memory.mechanism, LimitMechanism::WatchdogAndRlimit);
+        let expected = if inst.host_uid.is_some() {
+            LimitMechanism::Rlimit
+        } else {
+            r.limits.pids.mechanism
+        };
+        assert_eq!(r.limits.pids.mechanism, expected);
+        if harness::is_root() {
+            // Root without a dedicated uid: RLIMIT_NPROC would not bind, and we say so.
+            inst.spec.run_as = None;
+            let r = run_sync(&inst.spec, &["/bin/true".to_owned()], None).expect("runs");
+            assert_eq!(r.limits.pids.mechanism, LimitMechanism::NotEnforced);
+        }
+    }
+}
+
+#[test]
+fn a_missing_bwrap_is_an_error_that_says_what_to_install() {
+    use hpcgate_executors::sandbox::SandboxError;
+    let mut inst = Instance::create();
+    inst.spec.bwrap = "/nonexistent/bwrap".into();
+    let err = run_sync(&inst.spec, &sh("true"), None).expect_err("no bwrap");
+    assert!(matches!(err, SandboxError::BwrapMissing { .. }), "{err}");
+    assert!(
+        err.to_string().contains("apt-get install bubblewrap"),
+        "{err}"
+    );
+    let err = spawn_job(
+        &inst.job_dir("nobwrap"),
+        &inst.spec,
+        &sh("true"),
+        &supervisor(),
+    )
+    .expect_err("no bwrap");
+    assert!(matches!(err, SandboxError::BwrapMissing { .. }), "{err}");
+}
+
+#[test]
+fn a_job_dir_cannot_be_reused() {
+    use hpcgate_executors::sandbox::SandboxError;
+    let inst = Instance::create();
+    let dir = inst.job_dir("once");
+    spawn_job(&dir, &inst.spec, &sh("true"), &supervisor()).expect("spawn");
+    wait_job(&dir, Duration::from_secs(10)).expect("wait");
+    let err = spawn_job(&dir, &inst.spec, &sh("true"), &supervisor()).expect_err("reused");
+    assert!(matches!(err, SandboxError::JobDirExists { .. }), "{err}");
+}
+
+#[test]
+fn a_service_talks_over_its_pipes_and_dies_whole_when_killed() {
+    use std::io::{BufRead, BufReader, Write};
+    let inst = Instance::create();
+    // A line-echo service with a grandchild that would outlive a naive kill.
+    let marker = "hpcgate-service-smoke-sleeper";
+    let script =
+        format!("(exec -a {marker} sleep 300) & while read -r l; do echo \"got $l\"; done");
+    let bash = vec!["/usr/bin/bash".to_owned(), "-c".to_owned(), script];
+    let (mut service, mut pipes) =
+        spawn_service(&inst.spec, &bash, "hpcgate-test-service").expect("starts");
+    writeln!(pipes.stdin, "ping").unwrap();
+    let mut line = String::new();
+    BufReader::new(&mut pipes.stdout)
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "got ping\n");
+    assert_eq!(service.try_exit(), None, "still running");
+    // The grandchild is started in the background: it may exec a moment after the echo.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while harness::running("sleep", marker).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the grandchild runs");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(service.kill().is_some());
+    assert!(
+        gone_within(marker, Duration::from_secs(5)),
+        "the sandbox's processes are gone"
+    );
+    assert!(service.kill().is_some(), "idempotent");
+}

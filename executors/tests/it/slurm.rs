@@ -1,0 +1,185 @@
+//! The Slurm executor against a real cluster: `scripts/slurm-local.sh start` brings up a
+//! private one-machine Slurm (installing slurm-wlm and munge if needed). If it cannot, every
+//! test here fails with the script's message; nothing is skipped.
+//!
+//! Lifecycle tests are below; the attack table is in `slurm/attacks.rs`, the latency bench
+//! (ignored by default) in `slurm/bench.rs`.
+
+mod attacks;
+mod bench;
+mod harness;
+
+use std::time::Duration;
+
+use hpcgate_executors::slurm::{CancelOutcome, JobPhase, SlurmError};
+
+use harness::{JobDirs, memory_enforced_by_cgroup, scontrol_record, wait_final, wait_running};
+
+#[test]
+fn true_in_bwrap_completes() {
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    let job = runner.submit(&dirs.spec(&["/bin/true"])).unwrap();
+    let status = wait_final(&runner, job.id, Duration::from_secs(60));
+    assert_eq!(
+        status.phase,
+        JobPhase::Completed,
+        "{status:?} {}",
+        dirs.stderr()
+    );
+    assert_eq!((status.exit_code, status.signal), (Some(0), None));
+    assert!(
+        std::fs::read_dir(dirs.path("scripts"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "the batch script is removed after sbatch"
+    );
+}
+
+#[test]
+fn exit_3_fails_with_code_3() {
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    let job = runner
+        .submit(&dirs.spec(&["/bin/sh", "-c", "exit 3"]))
+        .unwrap();
+    let status = wait_final(&runner, job.id, Duration::from_secs(60));
+    assert_eq!(status.phase, JobPhase::Failed, "{status:?}");
+    assert_eq!(status.exit_code, Some(3));
+    assert_eq!(status.reason.as_deref(), Some("NonZeroExitCode"));
+}
+
+#[test]
+fn the_body_runs_inside_bwrap() {
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    let job = runner
+        .submit(&dirs.spec(&["/bin/sh", "-c", "id -u; pwd; ls /"]))
+        .unwrap();
+    let status = wait_final(&runner, job.id, Duration::from_secs(60));
+    assert_eq!(
+        status.phase,
+        JobPhase::Completed,
+        "{status:?} {}",
+        dirs.stderr()
+    );
+    let out = String::from_utf8_lossy(&dirs.stdout()).into_owned();
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("1000"), "{out}");
+    assert_eq!(lines.next(), Some("/workspace"), "{out}");
+    assert!(
+        !out.contains("root\n") && !out.contains("home\n"),
+        "host dirs visible: {out}"
+    );
+}
+
+#[test]
+fn exceeding_the_time_limit_is_timeout() {
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    let mut spec = dirs.spec(&["/bin/sleep", "600"]);
+    spec.time_limit = Duration::from_secs(1); // rounded up to Slurm's one minute
+    let job = runner.submit(&spec).unwrap();
+    let status = wait_final(&runner, job.id, Duration::from_secs(150));
+    assert_eq!(status.phase, JobPhase::Timeout, "{status:?}");
+    assert_eq!(status.reason.as_deref(), Some("TimeLimit"));
+    assert_eq!(status.slurm_state.as_deref(), Some("TIMEOUT"));
+}
+
+/// With cgroup v1 (what `slurm-local.sh` picks when the controllers are mounted) the kernel
+/// OOM-kills the hog and Slurm says OUT_OF_MEMORY → `oom`. Without cgroups Slurm enforces
+/// `--mem` by polling and records FAILED with signal 9: then the hog must still end, never
+/// "still running" (OUT_OF_MEMORY → oom is also covered by the recorded-output parser tests).
+#[test]
+fn a_memory_hog_is_killed_as_oom() {
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    let mut spec = dirs.spec(&[
+        "/bin/sh",
+        "-c",
+        // The shell holds 300 MiB in a variable, then sleeps: over the limit for a minute.
+        "x=$(head -c 300M /dev/zero | tr '\\0' a); sleep 60",
+    ]);
+    spec.memory_mb = 100;
+    let job = runner.submit(&spec).unwrap();
+    let status = wait_final(&runner, job.id, Duration::from_secs(90));
+    if memory_enforced_by_cgroup() {
+        assert_eq!(status.phase, JobPhase::Oom, "{status:?}");
+        assert_eq!(status.reason.as_deref(), Some("OutOfMemory"));
+    } else {
+        assert_eq!(status.phase, JobPhase::Failed, "{status:?}");
+        assert_eq!(status.signal, Some(9), "{status:?}");
+        assert!(dirs.stderr().contains("memory limit"), "{}", dirs.stderr());
+    }
+}
+
+#[test]
+fn cancel_ends_as_cancelled() {
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    let job = runner.submit(&dirs.spec(&["/bin/sleep", "600"])).unwrap();
+    wait_running(&runner, job.id);
+    assert_eq!(runner.cancel(job.id).unwrap(), CancelOutcome::Requested);
+    let status = wait_final(&runner, job.id, Duration::from_secs(30));
+    assert_eq!(status.phase, JobPhase::Cancelled, "{status:?}");
+    let both = runner.statuses(&[60_000_000, job.id]).unwrap();
+    let phases: Vec<&JobPhase> = both.iter().map(|s| &s.phase).collect();
+    assert_eq!(phases, [&JobPhase::Lost, &JobPhase::Cancelled]);
+    assert_eq!(
+        runner.cancel(job.id).unwrap(),
+        CancelOutcome::AlreadyFinished
+    );
+}
+
+#[test]
+fn a_job_slurm_never_heard_of_is_lost_not_completed() {
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    for id in [60_000_000, 4_000_000_000] {
+        let status = runner.status(id).unwrap();
+        assert_eq!(status.phase, JobPhase::Lost, "{id}");
+        assert!(!status.phase.is_final());
+    }
+    assert!(matches!(
+        runner.cancel(60_000_000),
+        Err(SlurmError::JobNotFound { job_id: 60_000_000 })
+    ));
+}
+
+#[test]
+fn cluster_status_lists_partitions_cpus_and_gpus() {
+    let dirs = JobDirs::new();
+    let cluster = dirs.runner().cluster_status().unwrap();
+    let names: Vec<&str> = cluster.partitions.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["batch", "debug"]);
+    let debug = &cluster.partitions[1];
+    assert!(debug.default && debug.available);
+    assert!(debug.cpus.total >= 1);
+    assert_eq!(
+        debug.cpus.total,
+        debug.cpus.allocated + debug.cpus.idle + debug.cpus.other
+    );
+    assert_eq!(debug.gpus_total, 2);
+    assert_eq!(debug.nodes.len(), 1);
+    // The local cluster has no accounting database: status falls back to scontrol.
+    assert!(!dirs.runner().accounting_available().unwrap());
+}
+
+#[test]
+fn gpus_and_partition_reach_slurm() {
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    let mut spec = dirs.spec(&["/bin/true"]);
+    spec.gpus = 1;
+    spec.partition = Some("batch".to_owned());
+    let job = runner.submit(&spec).unwrap();
+    let status = wait_final(&runner, job.id, Duration::from_secs(60));
+    assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+    let record = scontrol_record(job.id);
+    assert!(record.contains("Partition=batch "), "{record}");
+    assert!(
+        record.contains("gres/gpu=1") || record.contains("gpu:1"),
+        "{record}"
+    );
+}

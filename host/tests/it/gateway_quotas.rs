@@ -1,0 +1,149 @@
+//! Host-enforced limits through the dispatch function: per-tenant, per-tool rate limits
+//! (checked after the policies, so a denied call costs nothing) and workspace/output byte
+//! quotas.
+
+use crate::support::gateway as support;
+
+use serde_json::json;
+use support::{args, caller, err, ok};
+
+const CONFIG: &str = r#"
+[tenants.chem]
+quotas = { max_workspace_bytes = 100, max_output_bytes = 1000 }
+[tenants.chem.rate_limits]
+"stat_path" = { per_minute = 2 }
+
+[tenants.bio]
+
+[[policies]]
+name = "paths"
+module = "stock:path-rules"
+[policies.config]
+deny_read = ["**/.ssh/**"]
+"#;
+
+#[test]
+fn rate_limits_apply_after_policy_per_tenant_and_say_when_to_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = support::open(dir.path(), CONFIG);
+    let chem = caller("chem");
+    ok(gw.call(
+        &chem,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    // Denied by policy: these must not use up the bucket.
+    for _ in 0..5 {
+        let denied = err(gw.call(
+            &chem,
+            "stat_path",
+            args(json!({"instance_id": "run1", "path": ".ssh/id"})),
+        ));
+        assert!(denied.contains("denied by policy"), "{denied}");
+    }
+    let stat = || {
+        gw.call(
+            &chem,
+            "stat_path",
+            args(json!({"instance_id": "run1", "path": "/workspace"})),
+        )
+    };
+    ok(stat());
+    ok(stat());
+    let limited = err(stat());
+    assert!(
+        limited.contains("rate limit") && limited.contains("retry in"),
+        "{limited}"
+    );
+    // Other tools and other tenants are not limited by chem's stat_path bucket.
+    ok(gw.call(&chem, "list_instances", args(json!({}))));
+    let bio = caller("bio");
+    ok(gw.call(
+        &bio,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    for _ in 0..3 {
+        ok(gw.call(
+            &bio,
+            "stat_path",
+            args(json!({"instance_id": "run1", "path": "/workspace"})),
+        ));
+    }
+    let log = std::fs::read_to_string(dir.path().join("state/audit/audit-000001.jsonl")).unwrap();
+    let refused: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["detail"]["retry_after_s"].is_u64())
+        .collect();
+    assert_eq!(refused.len(), 1, "the refusal is audited");
+    assert!(
+        refused[0]["outcome"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("rate limit")
+    );
+}
+
+#[test]
+fn byte_quotas_refuse_writes_and_new_jobs_once_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = support::open(dir.path(), CONFIG);
+    let chem = caller("chem");
+    ok(gw.call(
+        &chem,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    let write = |path: &str, bytes: usize| {
+        gw.call(
+            &chem,
+            "write_file",
+            args(json!({"instance_id": "run1", "path": path, "content": "x".repeat(bytes)})),
+        )
+    };
+    ok(write("a.txt", 60));
+    let refused = err(write("b.txt", 60));
+    assert!(
+        refused.contains("max_workspace_bytes") && refused.contains("60 bytes"),
+        "{refused}"
+    );
+    // The output area has its own quota.
+    ok(write("/output/big.txt", 900));
+    err(write("/output/more.txt", 200));
+    // No quota for bio.
+    let bio = caller("bio");
+    ok(gw.call(
+        &bio,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    ok(gw.call(
+        &bio,
+        "write_file",
+        args(json!({"instance_id": "run1", "path": "a.txt", "content": "x".repeat(5000)})),
+    ));
+
+    // A job may fill the workspace past its quota; the next job is refused until it is freed.
+    ok(gw.call(
+        &chem,
+        "submit_job",
+        args(json!({"instance_id": "run1", "command": "head -c 500 /dev/zero > filler", "timeout": 30})),
+    ));
+    let refused = err(gw.call(
+        &chem,
+        "submit_job",
+        args(json!({"instance_id": "run1", "command": "true"})),
+    ));
+    assert!(refused.contains("max_workspace_bytes"), "{refused}");
+    ok(gw.call(
+        &chem,
+        "delete_path",
+        args(json!({"instance_id": "run1", "path": "filler"})),
+    ));
+    ok(gw.call(
+        &chem,
+        "submit_job",
+        args(json!({"instance_id": "run1", "command": "true"})),
+    ));
+}

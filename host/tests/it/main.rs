@@ -1,0 +1,40 @@
+//! hpcgate's integration tests, one binary: a module per area (each was once a test binary of
+//! its own; linking 31 binaries was most of the build), shared helpers in `support/`.
+//!
+//! Tests that need a process of their own (a peak-memory measurement, clients run as other
+//! uids, worker processes) re-execute this binary for one `#[ignore]`d test, by its full path
+//! (`--exact <module>::<test> --ignored`): see `support::reexec`.
+
+mod support;
+
+mod audit_cli;
+mod audit_log;
+mod audit_verify;
+mod bench_gateway;
+mod cli;
+mod cli_instance;
+mod config_cli;
+mod doctor;
+mod gateway;
+mod gateway_jobs;
+mod gateway_quotas;
+mod gateway_slurm;
+mod gateway_tenancy;
+mod http_tenancy;
+mod kill_recovery;
+mod mcp_http;
+mod mcp_python;
+mod mcp_slurm;
+mod mcp_stdio;
+mod proxy_audit;
+mod proxy_filesystem;
+mod proxy_gateway;
+mod proxy_limits;
+mod proxy_mcp;
+mod proxy_tenancy;
+mod state_concurrency;
+mod state_instances;
+mod state_jobs;
+mod state_tenancy;
+mod tenant_cli;
+mod uds_tenancy;

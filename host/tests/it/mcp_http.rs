@@ -1,0 +1,456 @@
+//! The real binary over streamable HTTP and a Unix socket with the rmcp client: tools after
+//! policy, a file round trip, a denial as a tool error, `/healthz`, the Origin check, identity
+//! from the transport (uid → tenant on the socket), refusals at start, graceful shutdown.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use tokio::net::{TcpStream, UnixStream};
+
+use crate::support::served as support;
+use support::{INITIALIZE, MCP_POST, Served, config, exchange};
+
+const POLICIES: &str = "\n[[policies]]\nname = \"tools\"\nmodule = \"stock:tool-filter\"\n\
+     [policies.config]\ndeny = [\"list_archived_instances\"]\n\n[[policies]]\nname = \"paths\"\n\
+     module = \"stock:path-rules\"\n[policies.config]\ndeny_write = [\"**/.git/**\"]\n";
+
+fn call(name: &'static str, arguments: Value) -> CallToolRequestParams {
+    let Value::Object(arguments) = arguments else {
+        unreachable!()
+    };
+    CallToolRequestParams::new(name).with_arguments(arguments)
+}
+
+/// What every transport must do for an MCP client: 3 allowed calls and one denial.
+async fn exercise(client: &RunningService<RoleClient, ()>) {
+    let info = client.peer_info().unwrap();
+    assert_eq!(
+        info.server_info.as_ref().map(|s| s.name.as_str()),
+        Some("hpcgate")
+    );
+    let names: Vec<_> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(names.iter().any(|n| n == "write_file"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n == "list_archived_instances"),
+        "hidden by policy: {names:?}"
+    );
+
+    let created = client
+        .call_tool(call("create_instance", json!({"instance_id": "web1"})))
+        .await
+        .unwrap();
+    assert_eq!(created.is_error, Some(false), "{created:?}");
+    let written = client
+        .call_tool(call(
+            "write_file",
+            json!({"instance_id": "web1", "path": "a.txt", "content": "over http"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(written.is_error, Some(false), "{written:?}");
+    let read = client
+        .call_tool(call(
+            "read_file",
+            json!({"instance_id": "web1", "path": "a.txt"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(read.structured_content.unwrap()["content"], "over http");
+
+    let denied = client
+        .call_tool(call(
+            "write_file",
+            json!({"instance_id": "web1", "path": ".git/x", "content": "no"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(denied.is_error, Some(true));
+    let text = serde_json::to_string(&denied.content).unwrap();
+    assert!(text.contains("denied by policy `paths`"), "{text}");
+}
+
+/// The audit log holds the 7 records of [`exercise`] (decision and outcome of the create and
+/// the write, one record each for the read and the denial, one for the instance's creation),
+/// every one naming `who`, between the gateway's start and stop records.
+fn assert_audited(dir: &Path, who: &str) {
+    let audit = dir.join("state/audit");
+    let report = hpcgate::audit::verify(&audit, None).unwrap();
+    assert!(report.intact && report.records == 9, "{report:?}");
+    let mut events = Vec::new();
+    for file in std::fs::read_dir(&audit).unwrap() {
+        let path = file.unwrap().path();
+        if path.extension().is_some_and(|e| e == "jsonl") {
+            for line in std::fs::read_to_string(path).unwrap().lines() {
+                let record: serde_json::Value = serde_json::from_str(line).unwrap();
+                let event = record["event"].as_str().unwrap().to_owned();
+                if !event.starts_with("gateway.") {
+                    assert!(line.contains(who), "{who} missing in {line}");
+                }
+                events.push(event);
+            }
+        }
+    }
+    assert_eq!(events.len(), 9);
+    assert_eq!(events.first().map(String::as_str), Some("gateway.started"));
+    assert_eq!(events.last().map(String::as_str), Some("gateway.stopped"));
+}
+
+#[tokio::test]
+async fn an_mcp_client_works_over_streamable_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), POLICIES);
+    let served = Served::http(dir.path(), &config).await;
+    let url = served.address.clone();
+    let authority = served.authority();
+
+    let client = ().serve(StreamableHttpClientTransport::from_uri(url.as_str())).await.unwrap();
+    exercise(&client).await;
+    client.cancel().await.unwrap();
+
+    let tcp = || TcpStream::connect(authority.as_str());
+    let (status, body) = exchange(tcp().await.unwrap(), "GET", "/healthz", &[], "").await;
+    assert_eq!(status, 200, "{body}");
+    let health: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (health["status"].as_str(), health["version"].as_str()),
+        (Some("ok"), Some(env!("CARGO_PKG_VERSION")))
+    );
+
+    let foreign = [MCP_POST[0], MCP_POST[1], ("Origin", "http://evil.example")];
+    let (status, body) = exchange(tcp().await.unwrap(), "POST", "/mcp", &foreign, INITIALIZE).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("not a loopback origin"), "{body}");
+    let local_origin = format!("http://{authority}");
+    let local = [MCP_POST[0], MCP_POST[1], ("Origin", local_origin.as_str())];
+    let (status, body) = exchange(tcp().await.unwrap(), "POST", "/mcp", &local, INITIALIZE).await;
+    assert_eq!(status, 200, "{body}");
+
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert_audited(dir.path(), "\"anonymous\"");
+}
+
+/// `[http] allowed_origins` lets a listed web origin through (the authenticator decides, no
+/// outer check refuses it first); other foreign origins stay refused, loopback ones pass.
+#[tokio::test]
+async fn an_allowed_origin_reaches_mcp_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = "\n[http]\nallowed_origins = [\"https://notebook.example.org\"]\n";
+    let config = config(dir.path(), &format!("{POLICIES}{extra}"));
+    let served = Served::http(dir.path(), &config).await;
+    let authority = served.authority();
+    let tcp = || TcpStream::connect(authority.as_str());
+    let post = |origin: &'static str| {
+        let headers = [MCP_POST[0], MCP_POST[1], ("Origin", origin)];
+        async move { exchange(tcp().await.unwrap(), "POST", "/mcp", &headers, INITIALIZE).await }
+    };
+    for (origin, expected) in [
+        ("https://notebook.example.org", 200),
+        ("https://NOTEBOOK.example.org/", 200),
+        ("https://notebook.example.org:8443", 403),
+        ("http://notebook.example.org", 403),
+        ("https://evil.example", 403),
+        ("null", 403),
+        ("http://localhost:1234", 200),
+    ] {
+        let (status, body) = post(origin).await;
+        assert_eq!(status, expected, "{origin}: {body}");
+        if expected == 200 {
+            assert!(body.contains("\"hpcgate\""), "{origin}: {body}");
+        } else {
+            assert!(body.contains("allowed_origins"), "{origin}: {body}");
+        }
+    }
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+}
+
+#[tokio::test]
+async fn a_unix_socket_peer_is_its_uid_and_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    let uid = rustix::process::geteuid().as_raw();
+    let config = config(
+        dir.path(),
+        &format!("{POLICIES}\n[tenants.chem]\nunix_uids = [{uid}]\n"),
+    );
+    let socket = dir.path().join("gw.sock");
+    let served = Served::start(dir.path(), &config, &["--uds", socket.to_str().unwrap()]).await;
+    assert!(served.address.starts_with("unix:"), "{}", served.address);
+    let mode = std::fs::symlink_metadata(&socket)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "socket mode {mode:o}");
+
+    let client = ()
+        .serve(StreamableHttpClientTransport::from_unix_socket(
+            socket.to_str().unwrap(),
+            "http://localhost/mcp",
+        ))
+        .await
+        .unwrap();
+    exercise(&client).await;
+    client.cancel().await.unwrap();
+
+    let uds = || UnixStream::connect(&socket);
+    let (status, body) = exchange(uds().await.unwrap(), "GET", "/healthz", &[], "").await;
+    assert_eq!(status, 200, "{body}");
+    let foreign = [MCP_POST[0], MCP_POST[1], ("Origin", "https://evil.example")];
+    let (status, body) = exchange(uds().await.unwrap(), "POST", "/mcp", &foreign, INITIALIZE).await;
+    assert_eq!(status, 403, "{body}");
+
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(!socket.exists(), "the socket is removed on shutdown");
+    assert_audited(dir.path(), &format!("\"uid:{uid}\""));
+    assert_audited(dir.path(), "\"chem\"");
+}
+
+#[tokio::test]
+async fn a_unix_socket_peer_in_no_tenant_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = rustix::process::geteuid().as_raw() + 1;
+    let config = config(
+        dir.path(),
+        &format!("[tenants.bio]\nunix_uids = [{other}]\n"),
+    );
+    let socket = dir.path().join("gw.sock");
+    let served = Served::start(dir.path(), &config, &["--uds", socket.to_str().unwrap()]).await;
+    let mode = std::fs::symlink_metadata(&socket)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(
+        mode & 0o777,
+        0o666,
+        "another uid is mapped: socket mode {mode:o}"
+    );
+    let stream = UnixStream::connect(&socket).await.unwrap();
+    let (status, body) = exchange(stream, "POST", "/mcp", &MCP_POST, INITIALIZE).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("may not use this gateway"), "{body}");
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+}
+
+/// `hpcgate run ARGS…` exits 2 before listening, saying `expected` on stderr.
+async fn refuses(dir: &Path, config: &Path, args: &[&str], expected: &str) {
+    let output = support::command(dir, config, args)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(expected), "{stderr}");
+    assert!(!stderr.contains("listening on"), "{stderr}");
+}
+
+#[tokio::test]
+async fn unsafe_listening_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let single = config(dir.path(), "");
+    let http = ["--transport", "streamable-http", "--port", "0"];
+    refuses(
+        dir.path(),
+        &single,
+        &[&http[..], &["--host", "0.0.0.0"]].concat(),
+        "is not a loopback address",
+    )
+    .await;
+    let not_a_socket = dir.path().join("file");
+    std::fs::write(&not_a_socket, "keep me").unwrap();
+    refuses(
+        dir.path(),
+        &single,
+        &["--uds", not_a_socket.to_str().unwrap()],
+        "exists and is not a socket",
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(&not_a_socket).unwrap(), "keep me");
+}
+
+/// With `[tenants]`, TCP serves only callers with a configured bearer token: none, a wrong one
+/// or a revoked one gets 401 before any MCP handling; a good one acts as its tenant, and the
+/// token's label (never the token) is the principal in the audit log.
+#[tokio::test]
+async fn multi_tenant_http_needs_a_bearer_token() {
+    use hpcgate::auth::bearer::{generate_token, hash_token};
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let (alice, bob) = (generate_token().unwrap(), generate_token().unwrap());
+    let tenants = format!(
+        "[tenants.chem]\ntokens = [{{ label = \"alice\", sha256 = \"{}\" }}]\n[tenants.bio]\ntokens = [{{ label = \"bob\", sha256 = \"{}\" }}]\n",
+        hex::encode(hash_token(&alice)),
+        hex::encode(hash_token(&bob))
+    );
+    let config = config(dir.path(), &format!("{tenants}{POLICIES}"));
+    let served = Served::http(dir.path(), &config).await;
+    let url = served.address.clone();
+    let authority = served.authority();
+    let post = |auth: Option<String>| {
+        let authority = authority.clone();
+        async move {
+            let mut headers = MCP_POST.to_vec();
+            let value = auth.unwrap_or_default();
+            if !value.is_empty() {
+                headers.push(("Authorization", value.as_str()));
+            }
+            let stream = TcpStream::connect(authority.as_str()).await.unwrap();
+            exchange(stream, "POST", "/mcp", &headers, INITIALIZE).await
+        }
+    };
+    let (status, body) = post(None).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("authentication required"), "{body}");
+    let forged = format!("Bearer {}", generate_token().unwrap());
+    let (status, body) = post(Some(forged)).await;
+    assert_eq!(status, 401, "{body}");
+    let (status, _) = post(Some(format!("Bearer {alice}"))).await;
+    assert_eq!(status, 200);
+
+    let client = ()
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url.as_str()).auth_header(alice.clone()),
+        ))
+        .await
+        .unwrap();
+    exercise(&client).await;
+    client.cancel().await.unwrap();
+    // bob is another tenant: alice's instance does not exist for him.
+    let bobs = ()
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url.as_str()).auth_header(bob.clone()),
+        ))
+        .await
+        .unwrap();
+    let read = bobs
+        .call_tool(
+            CallToolRequestParams::new("read_file").with_arguments(
+                json!({"instance_id": "web1", "path": "a.txt"})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(read.is_error, Some(true));
+    assert!(!serde_json::to_string(&read).unwrap().contains("over http"));
+    bobs.cancel().await.unwrap();
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+    let log = std::fs::read_to_string(dir.path().join("state/audit/audit-000001.jsonl")).unwrap();
+    assert!(log.contains("\"token:alice\"") && log.contains("\"token:bob\""));
+    assert!(
+        !log.contains(&alice) && !log.contains(&bob),
+        "tokens are never logged"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_stdio_gateway_cleanly_with_stdin_open() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), "");
+    let mut child = support::command(dir.path(), &config, &[])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(format!("{INITIALIZE}\n").as_bytes())
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    stdout.read_line(&mut answer).await.unwrap();
+    assert!(answer.contains("\"hpcgate\""), "{answer}");
+    let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = child.wait().await.unwrap();
+    assert!(status.success(), "{status:?}");
+    drop(stdin);
+}
+
+/// SIGHUP re-reads the configuration: a policy change applies to the next call without a
+/// restart, a broken file is refused while the running set stays, and both are audited.
+#[tokio::test]
+async fn sighup_reloads_the_policies_and_refuses_a_broken_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), POLICIES);
+    let served = Served::http(dir.path(), &config).await;
+    let client = ()
+        .serve(StreamableHttpClientTransport::from_uri(
+            served.address.as_str(),
+        ))
+        .await
+        .unwrap();
+    let names = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
+        tools.into_iter().map(|t| t.name.to_string()).collect()
+    };
+    assert!(
+        !names(client.list_all_tools().await.unwrap())
+            .contains(&"list_archived_instances".to_owned())
+    );
+
+    let audit = dir.path().join("state/audit/audit-000001.jsonl");
+    let reloads = || {
+        std::fs::read_to_string(&audit)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("\"policies.reloaded\""))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let hangup = |count: usize| {
+        let pid = rustix::process::Pid::from_raw(served.child.id().unwrap() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while reloads().len() < count {
+            assert!(std::time::Instant::now() < deadline, "no reload record");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("deny = [\"list_archived_instances\"]", "deny = []"),
+    )
+    .unwrap();
+    hangup(1);
+    assert!(
+        names(client.list_all_tools().await.unwrap())
+            .contains(&"list_archived_instances".to_owned())
+    );
+
+    std::fs::write(
+        &config,
+        format!("{text}\n[[policies]]\nname = \"broken\"\nmodule = \"missing.wasm\"\n"),
+    )
+    .unwrap();
+    hangup(2);
+    assert!(reloads()[1].contains("missing.wasm"), "{:?}", reloads());
+    assert!(
+        names(client.list_all_tools().await.unwrap())
+            .contains(&"list_archived_instances".to_owned()),
+        "the running set stays after a refused reload"
+    );
+    client.cancel().await.unwrap();
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(stderr.contains("reload refused"), "{stderr}");
+}

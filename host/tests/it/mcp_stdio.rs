@@ -1,0 +1,363 @@
+//! The real binary over stdio with the rmcp client: the handshake, `tools/list` after policy,
+//! tool calls with structured results, and a denial coming back as a tool error.
+
+use crate::support::served;
+
+use std::path::Path;
+use std::time::Instant;
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::TokioChildProcess;
+use serde_json::{Map, Value, json};
+
+/// The test config, with `extra` TOML after it.
+fn config(dir: &Path, extra: &str) -> std::path::PathBuf {
+    let path = dir.join("gateway.toml");
+    std::fs::create_dir_all(dir.join("docs")).unwrap();
+    std::fs::write(
+        dir.join("docs/site.md"),
+        "# Our cluster\nUse partition `cpu`.\n",
+    )
+    .unwrap();
+    let text = format!(
+        "state_dir = {:?}\n[mcp]\ncontext_dirs = [\"docs\"]\n\n[[policies]]\nname = \"tools\"\nmodule = \"stock:tool-filter\"\n\
+         [policies.config]\ndeny = [\"list_archived_instances\"]\n\n[[policies]]\nname = \"paths\"\n\
+         module = \"stock:path-rules\"\n[policies.config]\ndeny_write = [\"**/.git/**\"]\n",
+        dir.join("state").display().to_string()
+    );
+    std::fs::write(&path, text + extra).unwrap();
+    path
+}
+
+fn args(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => unreachable!(),
+    }
+}
+
+/// `hpcgate run` on a fresh state directory under `dir`.
+fn gateway_command(dir: &Path) -> tokio::process::Command {
+    gateway_command_with(dir, "")
+}
+
+/// `hpcgate run` on a fresh state directory under `dir`, with `extra` config.
+fn gateway_command_with(dir: &Path, extra: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"));
+    command
+        .arg("run")
+        .arg("--config")
+        .arg(config(dir, extra))
+        .env("HOME", dir.join("home"))
+        .env(
+            "XDG_CACHE_HOME",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-cache"),
+        )
+        .env_remove("HPCGATE_CONFIG");
+    command
+}
+
+#[tokio::test]
+async fn an_mcp_client_lists_calls_and_is_refused_over_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let command = gateway_command(dir.path());
+    let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
+    let info = client.peer_info().unwrap();
+    assert_eq!(
+        info.server_info.as_ref().map(|s| s.name.as_str()),
+        Some("hpcgate")
+    );
+
+    let tools = client.list_all_tools().await.unwrap();
+    let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
+    assert!(
+        names.contains(&"create_instance".to_owned()) && names.contains(&"write_file".to_owned())
+    );
+    assert!(
+        !names.contains(&"list_archived_instances".to_owned()),
+        "hidden by policy: {names:?}"
+    );
+
+    let call = |name: &'static str, arguments: Value| {
+        CallToolRequestParams::new(name).with_arguments(args(arguments))
+    };
+    let created = client
+        .call_tool(call("create_instance", json!({"instance_id": "run1"})))
+        .await
+        .unwrap();
+    assert_eq!(created.is_error, Some(false));
+    assert_eq!(
+        created.structured_content.unwrap()["instance"]["id"],
+        "run1"
+    );
+
+    let written = client
+        .call_tool(call(
+            "write_file",
+            json!({"instance_id": "run1", "path": "a.txt", "content": "over stdio"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(written.is_error, Some(false));
+    let read = client
+        .call_tool(call(
+            "read_file",
+            json!({"instance_id": "run1", "path": "a.txt"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(read.structured_content.unwrap()["content"], "over stdio");
+
+    let denied = client
+        .call_tool(call(
+            "write_file",
+            json!({"instance_id": "run1", "path": ".git/x", "content": "no"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(denied.is_error, Some(true));
+    let text = serde_json::to_string(&denied.content).unwrap();
+    assert!(text.contains("denied by policy `paths`"), "{text}");
+
+    let resources = client.list_all_resources().await.unwrap();
+    let uris: Vec<&str> = resources.iter().map(|r| r.uri.as_str()).collect();
+    assert_eq!(
+        uris,
+        [
+            "resource://hpcgate/guide",
+            "resource://hpcgate/context/site.md"
+        ]
+    );
+    let site = client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "resource://hpcgate/context/site.md",
+        ))
+        .await
+        .unwrap();
+    let text = serde_json::to_string(&site.contents).unwrap();
+    assert!(text.contains("Use partition `cpu`."), "{text}");
+    let missing = client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "resource://hpcgate/context/../../etc/passwd",
+        ))
+        .await;
+    assert!(missing.is_err());
+
+    client.cancel().await.unwrap();
+    let report = hpcgate::audit::verify(&dir.path().join("state/audit"), None).unwrap();
+    // gateway.started, three allowed calls (decision + outcome each), the instance's
+    // creation, one denial (decision only), and gateway.stopped once the gateway has seen the
+    // client leave (it may still be on its way).
+    assert!(
+        report.intact && (report.records == 9 || report.records == 10),
+        "{report:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_waiting_submit_job_sends_progress_for_the_callers_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = served::ProgressLog::default();
+    let client = log
+        .clone()
+        .serve(TokioChildProcess::new(gateway_command(dir.path())).unwrap())
+        .await
+        .unwrap();
+    client
+        .call_tool(
+            CallToolRequestParams::new("create_instance")
+                .with_arguments(args(json!({"instance_id": "run1"}))),
+        )
+        .await
+        .unwrap();
+    // The rmcp client puts its own progress token on every request; the gateway must echo it.
+    let submit = |command: &str| {
+        CallToolRequestParams::new("submit_job").with_arguments(args(
+            json!({"instance_id": "run1", "command": command, "timeout": 30}),
+        ))
+    };
+    let result = client
+        .call_tool(submit("sleep 2.5; echo finished"))
+        .await
+        .unwrap();
+    let job = &result.structured_content.unwrap()["job"];
+    assert_eq!(job["status"], "completed", "{job}");
+    assert_eq!(job["stdout_tail"], "finished");
+
+    let first = log.0.lock().unwrap().clone();
+    assert!(
+        first.len() >= 2,
+        "about one notification a second: {first:?}"
+    );
+    let token = first[0].progress_token.clone();
+    assert!(first.iter().all(|p| p.progress_token == token), "{first:?}");
+    assert!(first.iter().all(|p| p.total == Some(30.0)));
+    assert!(
+        first.windows(2).all(|w| w[0].progress < w[1].progress),
+        "{first:?}"
+    );
+
+    client.call_tool(submit("sleep 1.5")).await.unwrap();
+    let second: Vec<_> = log.0.lock().unwrap()[first.len()..].to_vec();
+    assert!(!second.is_empty());
+    assert!(
+        second.iter().all(|p| p.progress_token != token),
+        "each call's notifications carry that call's token: {second:?}"
+    );
+    client.cancel().await.unwrap();
+}
+
+/// Brief calls run on the stdio session's own thread while nothing else is in flight; a call
+/// that waits must not hold them up, and calls sent together must all be answered (and
+/// recorded) whichever way each one ran.
+#[tokio::test]
+async fn brief_calls_are_answered_while_a_job_waits_and_when_sent_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let client =
+        ().serve(TokioChildProcess::new(gateway_command(dir.path())).unwrap())
+            .await
+            .unwrap();
+    let call = |name: &str, arguments: Value| {
+        let peer = client.peer().clone();
+        let request = CallToolRequestParams::new(name.to_owned()).with_arguments(args(arguments));
+        tokio::spawn(async move { (peer.call_tool(request).await.unwrap(), Instant::now()) })
+    };
+    call("create_instance", json!({"instance_id": "run1"}))
+        .await
+        .unwrap();
+    let submit = call(
+        "submit_job",
+        json!({"instance_id": "run1", "command": "sleep 3; echo done", "timeout": 30}),
+    );
+    let mut stats = Vec::new();
+    for i in 0..40 {
+        let path = if i % 2 == 0 { "/workspace" } else { "/output" };
+        stats.push(call(
+            "stat_path",
+            json!({"instance_id": "run1", "path": path}),
+        ));
+    }
+    let mut last_stat = None;
+    for (i, stat) in stats.into_iter().enumerate() {
+        let (result, at) = stat.await.unwrap();
+        let stat = result.structured_content.expect("structured stat result");
+        let path = if i % 2 == 0 { "/workspace" } else { "/output" };
+        assert_eq!(stat["path"], path, "{stat}");
+        assert_eq!(stat["kind"], "directory", "{stat}");
+        last_stat = last_stat.max(Some(at));
+    }
+    let (submitted, job_done) = submit.await.unwrap();
+    let job = &submitted.structured_content.unwrap()["job"];
+    assert_eq!(job["status"], "completed", "{job}");
+    assert!(
+        last_stat.unwrap() < job_done,
+        "every stat_path was answered while submit_job still waited for its job"
+    );
+    client.cancel().await.unwrap();
+
+    // Every call was recorded, in one unbroken chain.
+    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+        .args(["audit", "verify", "--dir"])
+        .arg(dir.path().join("state/audit"))
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{verify:?}");
+    let query = std::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+        .args(["audit", "query", "--tool", "stat_path", "--dir"])
+        .arg(dir.path().join("state/audit"))
+        .output()
+        .unwrap();
+    assert!(query.status.success(), "{query:?}");
+    let lines = String::from_utf8(query.stdout).unwrap();
+    assert_eq!(lines.lines().count(), 40, "{lines}");
+}
+
+/// A policy built for `wasm32-wasip2` judges calls over stdio, brief ones included: its WASI
+/// functions block on a Tokio runtime, so with it loaded no call may run on the session's
+/// runtime thread (where that would panic).
+#[tokio::test]
+async fn a_wasi_policy_judges_brief_calls_over_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let guests = hpcgate_policy_build::build_guests(
+        workspace,
+        &["hostile"],
+        hpcgate_policy_build::Target::Wasip2,
+        dir.path(),
+    );
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+        .args(["policy", "check"])
+        .arg(&guests[0].component)
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        checked.status.success() && said.contains("imports the hpcgate world and WASI"),
+        "{said}"
+    );
+    let extra = format!(
+        "\n[[policies]]\nname = \"probe\"\nmodule = {:?}\ntools = [\"stat_path\"]\n\
+         [policies.config]\nbehaviour = \"wasi-probe\"\n",
+        guests[0].component.display().to_string()
+    );
+    let command = gateway_command_with(dir.path(), &extra);
+    let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
+    let names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(names.contains(&"read_file".to_owned()), "{names:?}");
+    assert!(
+        !names.contains(&"stat_path".to_owned()),
+        "the probe denies it: {names:?}"
+    );
+    let created = client
+        .call_tool(
+            CallToolRequestParams::new("create_instance")
+                .with_arguments(args(json!({"instance_id": "w1"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.is_error, Some(false));
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        let stat = client
+            .call_tool(
+                CallToolRequestParams::new("stat_path")
+                    .with_arguments(args(json!({"instance_id": "w1", "path": "."}))),
+            )
+            .await
+            .unwrap();
+        assert_eq!(stat.is_error, Some(true));
+        let text = serde_json::to_string(&stat.content).unwrap();
+        assert!(
+            text.contains(r#"\"env\":0"#) && text.contains(r#"\"wall_ns\":0"#),
+            "{text}"
+        );
+        reports.push(text);
+    }
+    assert!(reports.windows(2).all(|w| w[0] == w[1]), "{reports:?}");
+    client.cancel().await.unwrap();
+    let report = hpcgate::audit::verify(&dir.path().join("state/audit"), None).unwrap();
+    // gateway.started, the creation (decision, instance, outcome), three denials.
+    assert!(report.intact && report.records >= 7, "{report:?}");
+
+    // Offline, on a thread with no async runtime, the audit log replays to the same decisions.
+    let replayed = std::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+        .args(["policy", "test", "--json", "--config"])
+        .arg(dir.path().join("gateway.toml"))
+        .arg("--calls")
+        .arg(dir.path().join("state/audit/audit-000001.jsonl"))
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    let replay: Value = serde_json::from_slice(&replayed.stdout).unwrap();
+    assert_eq!(replay["mismatched"], 0, "{replay:#}");
+    assert!(replay["total"].as_u64().unwrap() >= 4, "{replay:#}");
+    assert!(replayed.status.success());
+}
