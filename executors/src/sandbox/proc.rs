@@ -224,6 +224,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::disallowed_methods)] // a test makes a process tree to look at
     fn descendants_are_found_through_children_lists() {
         let mut child = std::process::Command::new("/bin/sh")
             .args(["-c", "sleep 5 & wait"])

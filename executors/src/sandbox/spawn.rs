@@ -84,6 +84,7 @@ pub(crate) fn prepare(
     let (info_read, info_write) = pipe().map_err(SandboxError::Spawn)?;
     let info_fd = info_write.as_raw_fd();
     let argv = bwrap_argv(spec, command);
+    #[allow(clippy::disallowed_methods)] // the sandbox executor's spawn: bwrap from a typed spec
     let mut cmd = Command::new(&argv[0]);
     cmd.args(["--info-fd".to_owned(), info_fd.to_string()])
         .args(&argv[1..])

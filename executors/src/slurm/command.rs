@@ -56,6 +56,7 @@ impl SlurmClientConfig {
             Some(dir) => dir.join(program),
             None => PathBuf::from(program),
         };
+        #[allow(clippy::disallowed_methods)] // the Slurm executor's spawn: its client commands
         let mut command = Command::new(exe);
         command
             .args(args)

@@ -6,6 +6,9 @@
 //! environment, a gateway to SIGKILL, a hostile `SBATCH_*` environment) re-execute this binary
 //! for one `#[ignore]`d test, by its full path: see [`reexec`].
 
+// Tests start the gateway, clients and helper processes themselves.
+#![allow(clippy::disallowed_methods)]
+
 mod files_harness;
 mod sandbox_harness;
 

@@ -5,6 +5,9 @@
 //! uids, worker processes) re-execute this binary for one `#[ignore]`d test, by its full path
 //! (`--exact <module>::<test> --ignored`): see `support::reexec`.
 
+// Tests start the gateway, clients and helper processes themselves.
+#![allow(clippy::disallowed_methods)]
+
 mod support;
 
 mod audit_cli;

@@ -56,6 +56,7 @@ pub fn build_guests(
     let target_dir = guest_target_dir(workspace);
     let triple = target.triple();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    #[allow(clippy::disallowed_methods)] // build time: the nested cargo that builds the guests
     let mut cmd = Command::new(cargo);
     cmd.current_dir(workspace)
         .args(["build", "--profile", "policy", "--target", triple])

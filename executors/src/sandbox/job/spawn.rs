@@ -103,6 +103,7 @@ pub fn spawn_job(
     };
     write_json(&job_dir, REQUEST, &request).map_err(SandboxError::io(&job_dir))?;
 
+    #[allow(clippy::disallowed_methods)] // the job executor's spawn: the supervisor
     let mut cmd = Command::new(&supervisor.program);
     cmd.args(&supervisor.args)
         .arg(&job_dir)

@@ -17,6 +17,7 @@ pub(super) fn bwrap_version(bwrap: &Path) -> Check {
         bwrap.display()
     );
     // The doctor's one process outside the executors: a version query, argv only.
+    #[allow(clippy::disallowed_methods)]
     let output = match std::process::Command::new(bwrap).arg("--version").output() {
         Ok(output) if output.status.success() => output,
         Ok(output) => {
