@@ -7,7 +7,7 @@
 //! stateless (rmcp's `legacy_session_mode = false`): any request can go to any gateway sharing
 //! the state directory, and no session outlives its request.
 //!
-//! Who may connect (DESIGN.md "Tenancy"): every MCP request goes through
+//! Who may connect (README, "Transports"): every MCP request goes through
 //! [`Gateway::authenticate`] ([`crate::auth`]) with its `Authorization` and `Origin` headers and,
 //! on a Unix socket, the peer's `SO_PEERCRED`: a refusal is a 401 with `WWW-Authenticate` or a
 //! 403, before any MCP handling. Single-tenant (no `[tenants]`) listens only on loopback or a
@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::{AuthRequest, PeerCredentials};
 use crate::config::Settings;
-use crate::gateway::{Caller, Gateway};
+use crate::gateway::Gateway;
 use crate::mcp::McpServer;
 use crate::state::TenantName;
 
@@ -161,14 +161,6 @@ fn mcp_routes(gateway: Arc<Gateway>, config: StreamableHttpServerConfig, path: &
 /// version, to anyone who can reach the listener.
 fn app(identified_mcp: Router) -> Router {
     identified_mcp.route("/healthz", get(healthz))
-}
-
-/// The caller a transport attached to this MCP request (see the module doc), if any.
-pub fn request_caller(extensions: &rmcp::model::Extensions) -> Option<Caller> {
-    extensions
-        .get::<::http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<Caller>())
-        .cloned()
 }
 
 async fn healthz() -> impl IntoResponse {

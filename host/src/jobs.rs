@@ -21,11 +21,22 @@ use std::time::{Duration, Instant};
 use hpcgate_executors::sandbox::{self, OutputStream, SandboxSpec, SupervisorCommand};
 use hpcgate_executors::slurm::{self, JobSandbox, SlurmJobSpec, SlurmRunner};
 
+use crate::audit::{Entry, Event, Outcome};
 use crate::config::{SandboxSettings, SlurmSettings};
 use crate::state::{
     ExecutorHandle, JobMode, JobRecord, NewJob, Observation, Refreshed, State, TenantName,
 };
-use crate::tools::ToolError;
+
+/// Why a job operation failed: a message for the agent that says what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct JobError(pub String);
+
+impl From<crate::state::StateError> for JobError {
+    fn from(e: crate::state::StateError) -> Self {
+        JobError(e.to_string())
+    }
+}
 
 /// Hidden subcommand under which the gateway binary becomes a job supervisor.
 pub const SUPERVISE_SUBCOMMAND: &str = "__supervise";
@@ -76,10 +87,6 @@ impl Jobs {
         ))
     }
 
-    pub fn set_supervisor(&mut self, supervisor: SupervisorCommand) {
-        self.supervisor = supervisor;
-    }
-
     pub fn slurm(&self) -> Option<&SlurmRunner> {
         self.slurm.as_ref().map(|(runner, _)| runner)
     }
@@ -90,7 +97,7 @@ impl Jobs {
         state: &State,
         tenant: &TenantName,
         new: &NewJob,
-    ) -> Result<SandboxSpec, ToolError> {
+    ) -> Result<SandboxSpec, JobError> {
         let paths = state.instance_paths_ambient(tenant, &new.instance)?;
         let mut spec = self.sandbox.spec(paths.workspace, paths.output);
         let r = &new.resources;
@@ -113,14 +120,14 @@ impl Jobs {
         state: &State,
         tenant: &TenantName,
         new: NewJob,
-    ) -> Result<Refreshed, ToolError> {
+    ) -> Result<Refreshed, JobError> {
         if new.mode == JobMode::Slurm && self.slurm.is_none() {
-            return Err(ToolError(
+            return Err(JobError(
                 "Slurm is not enabled on this gateway; submit with mode `local`, or ask the admin to set `[slurm] enabled = true`".to_owned(),
             ));
         }
         if new.mode == JobMode::Local && new.resources.gpus.is_some_and(|g| g > 0) {
-            return Err(ToolError(
+            return Err(JobError(
                 "local jobs have no GPUs; submit with mode `slurm` to get GPUs".to_owned(),
             ));
         }
@@ -213,7 +220,7 @@ impl Jobs {
     }
 
     /// Observes the job and records what changed.
-    pub fn refresh(&self, state: &State, record: JobRecord) -> Result<Refreshed, ToolError> {
+    pub fn refresh(&self, state: &State, record: JobRecord) -> Result<Refreshed, JobError> {
         if record.is_final() {
             return Ok(unchanged(record));
         }
@@ -231,7 +238,7 @@ impl Jobs {
         record: JobRecord,
         timeout: Duration,
         tick: &dyn Fn(Duration, &JobRecord),
-    ) -> Result<(JobRecord, Vec<JobRecord>), ToolError> {
+    ) -> Result<(JobRecord, Vec<JobRecord>), JobError> {
         let started = Instant::now();
         let mut transitions = Vec::new();
         let mut current = self.refresh(state, record)?;
@@ -260,20 +267,20 @@ impl Jobs {
     }
 
     /// Asks the executor to stop the job, then records what it says.
-    pub fn cancel(&self, state: &State, record: JobRecord) -> Result<Refreshed, ToolError> {
+    pub fn cancel(&self, state: &State, record: JobRecord) -> Result<Refreshed, JobError> {
         if record.is_final() {
             return Ok(unchanged(record));
         }
         match &record.handle {
             None => {
-                return Err(ToolError(format!(
+                return Err(JobError(format!(
                     "job `{}` is still being submitted; cancel it again in a moment",
                     record.job_id
                 )));
             }
             Some(ExecutorHandle::Local) => {
                 let dir = state.job_dir_ambient(&record.tenant, &record.job_id)?;
-                let job = sandbox::cancel_job(&dir).map_err(|e| ToolError(sandbox_message(&e)))?;
+                let job = sandbox::cancel_job(&dir).map_err(|e| JobError(sandbox_message(&e)))?;
                 return Ok(state.refresh(
                     &record.tenant,
                     &record.job_id,
@@ -282,14 +289,14 @@ impl Jobs {
             }
             Some(ExecutorHandle::Slurm { slurm_job_id, .. }) => {
                 let Some((runner, _)) = &self.slurm else {
-                    return Err(ToolError(
+                    return Err(JobError(
                         "this job ran on Slurm, which is no longer enabled on this gateway"
                             .to_owned(),
                     ));
                 };
                 runner
                     .cancel(*slurm_job_id)
-                    .map_err(|e| ToolError(slurm_message(&e)))?;
+                    .map_err(|e| JobError(slurm_message(&e)))?;
             }
         }
         self.refresh(state, record)
@@ -425,6 +432,38 @@ fn slurm_message(e: &slurm::SlurmError) -> String {
         }
         _ => e.to_string(),
     }
+}
+
+/// The audit record of a job's state change.
+pub fn state_event(record: &JobRecord) -> Entry {
+    let mut entry = Entry::new(Event::JobState)
+        .instance(record.instance.as_str())
+        .outcome(job_outcome(record));
+    if let Some(reason) = &record.status.reason {
+        entry = entry.detail("reason", reason.clone());
+    }
+    if let Some(message) = &record.status.message {
+        entry = entry.detail("message", message.clone());
+    }
+    entry
+}
+
+/// What the audit log records of a job: its id, state and exit code.
+pub fn job_outcome(record: &JobRecord) -> Outcome {
+    Outcome {
+        exit_code: record.status.exit_code,
+        job_id: Some(record.job_id.to_string()),
+        state: Some(phase_name(record)),
+        ..Outcome::default()
+    }
+}
+
+/// A job's phase as its JSON name (`running`, `completed`, …).
+pub fn phase_name(record: &JobRecord) -> String {
+    serde_json::to_value(record.status.phase)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

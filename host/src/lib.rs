@@ -2,15 +2,17 @@
 //!
 //! Every tool call is first judged by WebAssembly policy components ([`policy`]); only then
 //! does a native executor run it (`hpcgate-executors`), and every step is appended to a
-//! tamper-evident audit log. See `ARCHITECTURE.md` for the map of the code.
+//! tamper-evident audit log ([`audit`]). See `ARCHITECTURE.md` for the map of the code.
 //!
-//! - [`policy`]: the policy engine (wasmtime components, the chain, isolation, faults)
-//! - [`audit`]: the hash-chained, group-committed audit log, its verification and queries
+//! - [`policy`]: the policy engine, crate `hpcgate-policy-engine` (wasmtime components, the
+//!   chain, isolation, faults, offline testing)
+//! - [`audit`]: the audit log, crate `hpcgate-audit` (hash-chained, group-committed, verified,
+//!   queried); [`time`]: the one timestamp type and format everything stores
+//! - [`gateway`]: the call as one value and its one pipeline (policy → executor → audit), over
+//!   [`tools`]
 //! - [`state`]: instances and job records per tenant under the state directory
-//! - [`time`]: the one timestamp type and format everything stores
 //! - [`auth`]: who is calling (tokens, JWT, Unix peers, `Origin`) and per-tenant rate limits
 //! - [`usage`]: disk usage for the host-enforced quotas
-//! - [`gateway`]: the one dispatch function (policy → executor → audit) and [`tools`]
 //! - [`jobs`]: job records and the job executors (supervised sandbox, Slurm) together
 //! - [`mcp`]: the rmcp server over the gateway; [`http`]: its streamable HTTP and Unix-socket
 //!   transport; [`resources`]: the documents it offers
@@ -18,7 +20,10 @@
 //! - [`config`]: the TOML configuration, raw and resolved
 //! - [`cli`]: the `hpcgate` command line
 
-pub mod audit;
+pub use hpcgate_audit as audit;
+pub use hpcgate_audit::time;
+pub use hpcgate_policy_engine as policy;
+
 pub mod auth;
 pub mod cli;
 pub mod config;
@@ -26,10 +31,8 @@ pub mod gateway;
 pub mod http;
 pub mod jobs;
 pub mod mcp;
-pub mod policy;
 pub mod proxy;
 pub mod resources;
 pub mod state;
-pub mod time;
 pub mod tools;
 pub mod usage;

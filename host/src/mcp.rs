@@ -39,7 +39,7 @@ const MAX_BLOCKING: usize = 64;
 #[derive(Clone)]
 pub struct McpServer {
     gateway: Arc<Gateway>,
-    /// `None`: every request carries its caller (HTTP, see [`crate::http::request_caller`]).
+    /// `None`: every request carries its caller (HTTP, see [`request_caller`]).
     caller: Option<Caller>,
     bridge: Arc<Semaphore>,
     /// Brief calls may run on the runtime's thread (a session's own runtime: stdio).
@@ -70,7 +70,7 @@ impl McpServer {
     fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
         self.caller
             .clone()
-            .or_else(|| crate::http::request_caller(&context.extensions))
+            .or_else(|| request_caller(&context.extensions))
             .ok_or_else(|| {
                 McpError::internal_error("the transport did not identify the caller", None)
             })
@@ -134,7 +134,7 @@ impl ServerHandler for McpServer {
         let tenant = self
             .caller
             .clone()
-            .or_else(|| crate::http::request_caller(&context.extensions))
+            .or_else(|| request_caller(&context.extensions))
             .map(|c| c.tenant);
         let peer = context.peer;
         tokio::spawn(async move {
@@ -314,4 +314,12 @@ fn mcp_tool(spec: &ToolSpec) -> Tool {
             .destructive(spec.destructive)
             .idempotent(spec.idempotent),
     )
+}
+
+/// The caller a transport attached to this MCP request (`http.rs` puts it in the request's extensions, which rmcp hands on), if any.
+fn request_caller(extensions: &rmcp::model::Extensions) -> Option<Caller> {
+    extensions
+        .get::<::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Caller>())
+        .cloned()
 }

@@ -1,10 +1,10 @@
 //! MCP resources: a built-in guide for agents, plus the site's own documents — regular files
-//! directly inside `[mcp] context_dirs` whose names match `resource_patterns` (as ns-hpc).
+//! directly inside `[mcp] context_dirs` whose names match `resource_patterns`.
 //!
 //! Listing and reading rescan the directories, so an admin adds a document without a
 //! restart. A document is read only if it is a regular file (symlinks are not followed) of at
 //! most [`MAX_RESOURCE_BYTES`]; when two directories hold the same name, the first one
-//! listed in the config wins (ns-hpc let the last silently replace it).
+//! listed in the config wins (a later one never silently replaces it).
 
 use std::fs;
 use std::io::Read;

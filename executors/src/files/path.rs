@@ -121,16 +121,6 @@ impl SandboxPath {
         Some((parent, last.as_str()))
     }
 
-    /// This path with one more component (used when walking directories).
-    pub fn join_name(&self, name: &str) -> Self {
-        let mut components = self.components.clone();
-        components.push(name.to_owned());
-        Self {
-            root: self.root,
-            components,
-        }
-    }
-
     /// Refuses names that the gateway must never create: anything [`super::names`] would escape
     /// (control characters, backslashes, bidi overrides; such names could not be passed back as
     /// listed) and names over 255 bytes.

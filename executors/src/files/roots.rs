@@ -41,11 +41,6 @@ impl InstanceRoots {
         })
     }
 
-    /// Wraps directories that are already open (no ambient authority needed).
-    pub fn from_dirs(workspace: Dir, output: Dir) -> Self {
-        Self { workspace, output }
-    }
-
     /// The capability directory for `root`.
     pub fn dir(&self, root: Root) -> &Dir {
         match root {

@@ -13,7 +13,6 @@
 //! may exit while the service runs (the service would be killed with it).
 
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Stdio};
-use std::time::Duration;
 
 use super::cgroup::JobCgroup;
 use super::error::SandboxError;
@@ -102,20 +101,6 @@ impl Service {
         let exit = self.child.wait().ok().map(ExitInfo::from);
         self.cleanup();
         exit
-    }
-
-    /// Waits up to `timeout` for the service to exit on its own (e.g. after its stdin closed).
-    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitInfo> {
-        let until = std::time::Instant::now() + timeout;
-        loop {
-            if let Some(exit) = self.try_exit() {
-                return Some(exit);
-            }
-            if std::time::Instant::now() >= until {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
     }
 
     fn cleanup(&mut self) {

@@ -33,15 +33,21 @@ mod tests;
 use std::collections::{BTreeSet, HashMap};
 
 pub use error::{AuthError, AuthSetupError, REALM, Rejection};
-pub use origin::normalize_origin;
 pub use rate::{RateLimiter, RetryAfter};
 
 use crate::config::Settings;
-use crate::gateway::Caller;
 use crate::state::TenantName;
 use bearer::TokenTable;
 use jwt::JwtVerifier;
 use origin::OriginPolicy;
+
+/// Who is calling, as the transport established it.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub tenant: TenantName,
+    /// Token label, JWT subject, uid or local user: recorded in every audit record.
+    pub principal: String,
+}
 
 /// What the transport knows about one request (or one connection).
 #[derive(Debug, Clone, Copy, Default)]

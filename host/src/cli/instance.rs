@@ -1,5 +1,5 @@
-//! `hpcgate instance …`: the instance and job tools for the local user, as ns-hpc's CLI had
-//! them. Each subcommand is one tool call through [`crate::gateway::Gateway::call`] (policy
+//! `hpcgate instance …`: the instance and job tools for the local user, from a terminal.
+//! Each subcommand is one tool call through [`crate::gateway::Gateway::dispatch`] (policy
 //! → audit → tool → audit), except `unarchive`, which has no tool (see [`unarchive`]), and
 //! `enter` ([`super::sandbox`]).
 

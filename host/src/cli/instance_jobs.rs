@@ -2,7 +2,7 @@
 //!
 //! `run` passes the command after `--` to `submit_job` as an argv array, element by element:
 //! the words arrive exactly as the user's shell quoted them and are never joined into a shell
-//! string (ns-hpc joined them with spaces and lost the quoting). A shell, if wanted, is asked
+//! string (joining them with spaces would lose the quoting). A shell, if wanted, is asked
 //! for explicitly: `-- /bin/sh -c 'a | b'`.
 //!
 //! The exit code of `run` and `status` is the job's: its exit code when it ended (1 when it

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-const SDK_FILES: [(&str, &str); 9] = [
+const SDK_FILES: [(&str, &str); 10] = [
     ("lib.rs", include_str!("../../../policies/sdk/src/lib.rs")),
     (
         "arena.rs",
@@ -27,6 +27,10 @@ const SDK_FILES: [(&str, &str); 9] = [
         include_str!("../../../policies/sdk/src/guest.rs"),
     ),
     ("log.rs", include_str!("../../../policies/sdk/src/log.rs")),
+    (
+        "outcome.rs",
+        include_str!("../../../policies/sdk/src/outcome.rs"),
+    ),
     ("path.rs", include_str!("../../../policies/sdk/src/path.rs")),
 ];
 const WIT: &str = include_str!("../../../wit/policy.wit");

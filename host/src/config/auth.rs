@@ -1,7 +1,7 @@
 //! `[auth.jwt]`, `[http] allowed_origins` and `[tenants.<name>.rate_limits]`: raw and resolved.
 //!
 //! Only paths and validated values are kept here; key material is read by
-//! [`crate::auth::Authenticator::from_settings`] (so `Settings`, which is `Debug`, never holds a
+//! `Authenticator::from_settings` (in `auth`) (so `Settings`, which is `Debug`, never holds a
 //! secret).
 
 use std::collections::BTreeMap;
@@ -327,7 +327,7 @@ pub(crate) fn resolve_jwt(
 pub(crate) fn resolve_origins(raw: &HttpConfig, bad: &Bad) -> Result<Vec<String>, ConfigError> {
     let mut origins = Vec::new();
     for (i, origin) in raw.allowed_origins.iter().flatten().enumerate() {
-        let normal = crate::auth::normalize_origin(origin).ok_or_else(|| {
+        let normal = super::web_origin::normalize_origin(origin).ok_or_else(|| {
             bad(
                 &format!("http.allowed_origins[{i}]"),
                 format!(

@@ -8,7 +8,7 @@
 //!
 //! Where the home and config directories are comes from an [`Environment`] value, never from
 //! the process inside this module: tests pass temporary directories and so never read the
-//! developer's real `~/.config` (ns-hpc read it in its tests).
+//! developer's real `~/.config`.
 
 use std::path::{Path, PathBuf};
 

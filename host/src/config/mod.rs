@@ -29,6 +29,7 @@ pub mod raw;
 pub mod sections;
 pub mod settings;
 pub mod tenants;
+pub mod web_origin;
 
 pub use auth::{
     ALL_TOOLS, AuthConfig, HttpConfig, JwtAlgorithm, JwtConfig, JwtKeySource, JwtSettings,

@@ -110,7 +110,7 @@ pub struct PolicyConfig {
 
 /// `[proxied_mcps.<name>]`: a child MCP server run inside each instance's sandbox (resolved by
 /// [`super::proxies`]). `include`/`exclude` feed an implicit `stock:proxy-filter` policy named
-/// `proxied_mcps`, so ns-hpc configs keep working.
+/// `proxied_mcps`, so configs written with per-server `include`/`exclude` keep working.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyConfig {

@@ -369,18 +369,23 @@ impl Gateway {
         match &call.target {
             Target::Builtin(tool) => (tool.run(cx, arguments), None),
             Target::Proxied(tool) => {
-                let tenant = &call.caller.tenant;
-                let instance = call.instance.as_ref();
-                match crate::proxy::run(
-                    &self.proxies,
-                    &self.state,
-                    tenant,
-                    instance,
-                    tool,
-                    arguments,
-                ) {
-                    Ok((output, whole)) => (Ok(output), Some(whole)),
-                    Err(e) => (Err(e), None),
+                let (tenant, instance) = (&call.caller.tenant, call.instance.as_ref());
+                let proxies = &self.proxies;
+                match crate::proxy::run(proxies, &self.state, tenant, instance, tool, arguments) {
+                    Ok(reply) => {
+                        let outcome = Outcome {
+                            bytes: Some(reply.bytes),
+                            error: reply.remote_error,
+                            ..Outcome::default()
+                        };
+                        let output = Output {
+                            structured: reply.structured,
+                            summary: reply.summary,
+                            outcome,
+                        };
+                        (Ok(output), Some(reply.whole))
+                    }
+                    Err(message) => (Err(ToolError(message)), None),
                 }
             }
         }

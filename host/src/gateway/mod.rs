@@ -15,22 +15,15 @@ use hpcgate_executors::sandbox::SupervisorCommand;
 use serde_json::{Map, Value};
 
 use crate::audit::{AuditLog, Entry, Event, Outcome};
+pub use crate::auth::Caller;
 use crate::auth::{AuthError, AuthRequest, Authenticator, RateLimiter};
 use crate::config::{ResultType, Settings};
 use crate::jobs::Jobs;
 use crate::policy::{Chain, Phase, PolicyEngine, Via};
 use crate::proxy::{ProxiedTool, ProxyManager};
-use crate::state::{State, TenantName};
+use crate::state::State;
 use crate::tools::{Tool, ToolSpec};
 use call::Target;
-
-/// Who is calling, as the transport established it.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    pub tenant: TenantName,
-    /// Token label, JWT subject, uid or local user: recorded in every audit record.
-    pub principal: String,
-}
 
 /// The gateway's long-lived parts.
 pub struct Gateway {
@@ -144,7 +137,7 @@ impl Gateway {
         }
         for record in gateway.jobs.reattach(&gateway.state) {
             gateway.audit.append(
-                crate::tools::job_state_event(&record)
+                crate::jobs::state_event(&record)
                     .who(record.tenant.as_ref(), "hpcgate")
                     .detail("reattached", true),
             )?;

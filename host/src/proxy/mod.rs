@@ -46,7 +46,7 @@ use serde_json::{Map, Value};
 
 pub use catalog::{Catalog, Change, Discovery, ProxiedTool};
 pub use error::ProxyError;
-pub use run::run;
+pub use run::{Reply, run};
 pub use schema::{INSTANCE_ID, to_remote};
 
 use crate::audit::AuditLog;

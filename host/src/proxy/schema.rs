@@ -2,8 +2,8 @@
 //!
 //! The remote schema is kept whole — `$defs`, `$ref`, `additionalProperties`, `format`,
 //! `title`, everything — and gets one more property: the required string `instance_id` that
-//! picks the sandbox the call runs in. (ns-hpc rebuilt the schema from `properties` and
-//! `required` alone and dropped every other keyword, which broke schemas that use `$ref`.)
+//! picks the sandbox the call runs in. (A schema rebuilt from `properties` and `required`
+//! alone would drop every other keyword and break schemas that use `$ref`.)
 //!
 //! **Collision rule.** When the remote schema has its own property called `instance_id`, the
 //! gateway's keeps that name (every hpcgate tool takes `instance_id`, and policies read it) and

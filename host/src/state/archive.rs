@@ -1,7 +1,7 @@
 //! `archive` and `unarchive`: move an instance between `instances/` and `archived/` with one
 //! rename, under the tenant lock.
 //!
-//! `archive` decides before it touches anything (ns-hpc weakness #10): it reads the instance,
+//! `archive` decides before it touches anything: it reads the instance,
 //! lets the gateway observe each of the instance's unfinished jobs (through the executor,
 //! which the state layer does not call itself), records those observations, and refuses with
 //! `HasRunningJobs` if any job is still unfinished — the instance directory and its metadata

@@ -6,7 +6,7 @@
 //!
 //! The rule for tenant names and instance ids is the regex `\A[a-z0-9][a-z0-9_-]{0,62}\z`,
 //! checked by hand on bytes (no regex engine, so no `$`-matches-before-a-final-newline trap;
-//! the tests feed it `"run1\n"`). Consequences, each closing an ns-hpc weakness:
+//! the tests feed it `"run1\n"`). Consequences:
 //! - ASCII only: no path separators, NUL, newlines, shell metacharacters or unicode
 //!   look-alikes (`rսn1` with an Armenian `ս` is refused, not normalised);
 //! - no leading `.`/`-`/`_`: `.`, `..`, hidden names and option-like `-rf` are impossible,

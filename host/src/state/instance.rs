@@ -4,7 +4,7 @@
 //! Where an instance directory lives (`instances/` or `archived/`) is the single source of
 //! truth for "archived": `archived_at` in the metadata is informational. A crash between the
 //! archive rename and the metadata write therefore never leaves a half-archived instance
-//! usable (ns-hpc weakness #22), and the metadata's `id` and `tenant` must match where the
+//! usable, and the metadata's `id` and `tenant` must match where the
 //! file was found, or it is reported corrupt rather than trusted.
 
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! so a job can never run untracked: a crash between the two leaves a record the gateway
 //! reconciles (no handle → the start never happened or cannot be found). Once a record
 //! reaches a final phase it never changes again, and it always has `finished_at` then —
-//! cancelled jobs included (ns-hpc weakness #18).
+//! cancelled jobs included.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,5 +1,5 @@
 //! Pagination: a checked [`PageRequest`] in, a [`Page`] out whose range is `None` when it is
-//! empty, so "16-15 of 15" cannot be produced (ns-hpc weakness #22).
+//! empty, so "16-15 of 15" cannot be produced.
 
 use serde::Serialize;
 

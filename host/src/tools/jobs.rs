@@ -1,8 +1,8 @@
 //! Job tools: `submit_job`, `poll_job`, `list_jobs`, `cancel_job`. The executors are behind
 //! [`crate::jobs::Jobs`]; this file is arguments, results and audit events.
 //!
-//! `command` is a string (run as `/bin/sh -c <command>` inside the sandbox, as ns-hpc does:
-//! the shell runs in the sandbox, never on the host) or an argv array (run exactly). `timeout`
+//! `command` is a string (run as `/bin/sh -c <command>` inside the sandbox: the shell runs in
+//! the sandbox, never on the host) or an argv array (run exactly). `timeout`
 //! is how long to wait for the end, not a run-time limit: that is `resources.time_limit_s`.
 
 use std::time::Duration;
@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Context, Output, Progress, ToolError, ToolSpec, parse, schema, tool_family};
 use crate::audit::{Entry, Event, Outcome};
+use crate::jobs::{job_outcome, phase_name, state_event};
 use crate::state::{JobId, JobMode, JobRecord, NewJob, PageRequest, Resources};
 
 tool_family! {
@@ -323,13 +324,6 @@ fn lookup(cx: &Context<'_>, job_id: &str) -> Result<JobRecord, ToolError> {
     Ok(cx.state.job(cx.tenant, cx.instance()?, &job)?)
 }
 
-fn phase_name(record: &JobRecord) -> String {
-    serde_json::to_value(record.status.phase)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 fn mode_name(mode: JobMode) -> &'static str {
     match mode {
         JobMode::Local => "local",
@@ -392,27 +386,4 @@ fn one_line(record: &JobRecord) -> String {
     let command: String = command.chars().take(80).collect();
     line.push_str(&format!(" — {command}"));
     line
-}
-
-fn job_outcome(record: &JobRecord) -> Outcome {
-    Outcome {
-        exit_code: record.status.exit_code,
-        job_id: Some(record.job_id.to_string()),
-        state: Some(phase_name(record)),
-        ..Outcome::default()
-    }
-}
-
-/// The audit record of a job's state change.
-pub fn state_event(record: &JobRecord) -> Entry {
-    let mut entry = Entry::new(Event::JobState)
-        .instance(record.instance.as_str())
-        .outcome(job_outcome(record));
-    if let Some(reason) = &record.status.reason {
-        entry = entry.detail("reason", reason.clone());
-    }
-    if let Some(message) = &record.status.message {
-        entry = entry.detail("message", message.clone());
-    }
-    entry
 }

@@ -24,7 +24,7 @@ use crate::proxy::ProxyManager;
 use crate::state::{InstanceId, State, StateError, TenantName};
 use hpcgate_executors::files::{FileError, FileLimits};
 
-pub use jobs::{MAX_WAIT_S, state_event as job_state_event};
+pub use jobs::MAX_WAIT_S;
 
 /// What a tool needs to run for one call, derived once by the gateway.
 pub struct Context<'a> {
@@ -92,6 +92,12 @@ impl fmt::Display for ToolError {
 impl From<StateError> for ToolError {
     fn from(e: StateError) -> Self {
         ToolError(e.to_string())
+    }
+}
+
+impl From<crate::jobs::JobError> for ToolError {
+    fn from(e: crate::jobs::JobError) -> Self {
+        ToolError(e.0)
     }
 }
 

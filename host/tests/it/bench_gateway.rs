@@ -1,5 +1,6 @@
 //! `hpcgate bench gateway` runs end to end (both transports, a real gateway child, and the
-//! multi-tenant authenticated HTTP run) and prints its figures as JSON. No timing is asserted:
+//! multi-tenant authenticated HTTP run) and prints its figures as JSON, the gateway's CPU per
+//! call included. No timing is asserted:
 //! the figures belong in BENCHMARKS.md.
 
 use std::os::unix::fs::DirBuilderExt;
@@ -68,8 +69,18 @@ fn the_gateway_bench_prints_its_figures_as_json() {
             "stdio.{key}: {report}"
         );
     }
+    // The gateway's CPU per call, from its /proc/<pid>/stat (clock ticks: 0 over so few calls
+    // is possible, absent or negative is not).
+    for run in ["http", "http_tenants", "stdio"] {
+        assert!(
+            report[run]["cpu_us_per_call"]
+                .as_f64()
+                .is_some_and(|v| v >= 0.0),
+            "{run}.cpu_us_per_call: {report}"
+        );
+    }
     let checks = report["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 7, "{report}");
+    assert_eq!(checks.len(), 8, "{report}");
     assert!(
         checks
             .iter()

@@ -1,4 +1,4 @@
-//! Kill -9 of the gateway in the middle of a call load (issue #4's acceptance): the real
+//! Kill -9 of the gateway in the middle of a call load: the real
 //! binary over stdio with the rmcp client, SIGKILLed while calls are in flight, then
 //! restarted. The audit log verifies (a torn last line is repaired by the restart and
 //! recorded), every job the gateway accepted is still tracked, and the jobs that ran through

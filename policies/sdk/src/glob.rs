@@ -1,4 +1,4 @@
-//! Globs over sandbox-view paths and tool names, with the semantics DESIGN.md documents.
+//! Globs over sandbox-view paths and tool names, with the semantics the README documents.
 //!
 //! | syntax | matches |
 //! |---|---|

@@ -9,6 +9,9 @@
 //! Helpers for the common jobs: [`glob`] (the documented `*`, `**`, `?` semantics),
 //! [`path`] (lexical sandbox-view normalisation) and [`args`] (finding values in nested JSON
 //! arguments).
+//!
+//! [`outcome`] holds what a host's chain decided (each policy's verdict and the final
+//! decision), as audit records and `policy test` cases store it.
 
 #[doc(hidden)]
 pub mod arena;
@@ -19,6 +22,7 @@ pub mod glob;
 #[doc(hidden)]
 pub mod guest;
 pub mod log;
+pub mod outcome;
 pub mod path;
 
 pub use call::{Call, Phase, Via};

@@ -6,7 +6,7 @@
 //! checked against `deny_read`; any other tool against `deny_read` and then `deny_write`. A match
 //! denies, naming the argument, the normalised path and the glob.
 //!
-//! Decisions DESIGN.md leaves open, taken fail-closed:
+//! Decisions the contract leaves open, taken fail-closed:
 //! - a value under a path argument name that is not a string (a number, `null`, an object, a
 //!   list inside the list) is denied: the policy cannot tell what it would touch;
 //! - globs follow [`hpcgate_policy_sdk::glob`], where a trailing `/**` also matches the directory

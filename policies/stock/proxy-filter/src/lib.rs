@@ -2,11 +2,11 @@
 //!
 //! Only calls whose `server` has an entry under `servers` are judged; builtin tools and other
 //! servers are allowed. For a configured server the call's `remote_tool` (the tool's name on the
-//! remote server) must match an `include` glob when `include` is non-empty (ns-hpc semantics),
+//! remote server) must match an `include` glob when `include` is non-empty (include first, then exclude),
 //! and must match no `exclude` glob. The same rule runs in the list phase, so filtered tools are
 //! also hidden from `tools/list`.
 //!
-//! Decision DESIGN.md leaves open: a call to a configured server without a `remote_tool` is
+//! Decision the contract leaves open: a call to a configured server without a `remote_tool` is
 //! denied (fail closed), since the filter cannot tell which remote tool would run.
 //!
 //! ```toml

@@ -7,11 +7,11 @@
 //! anything changed the decision is `rewrite` with the full new arguments and a note listing each
 //! change; otherwise `allow`. Keys of `resources` that are not configured pass unchanged.
 //!
-//! Decisions DESIGN.md leaves open:
+//! Decisions the contract leaves open:
 //! - `null` counts as missing (for `resources` itself and for each key): it gets the default;
 //! - a whole number written as a float (`8.0`) is denied like `8.5`: the executor's typed request
 //!   would refuse it too;
-//! - a call that still carries `slurm_resources` is denied: the gateway renames that ns-hpc alias
+//! - a call that still carries `slurm_resources` is denied: the gateway renames that alias
 //!   to `resources` before policies run, so seeing it means limits could be bypassed;
 //! - a configured `default` above its `max` is a configuration error.
 //!

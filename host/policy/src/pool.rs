@@ -27,9 +27,9 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::bindings::WitCall;
-use super::chain::Verdict;
 use super::instance::{Fault, Instance, Limits};
 use super::module::PolicyModule;
+use hpcgate_policy_sdk::outcome::Verdict;
 
 /// Used instances waiting to be dropped, at most; past that the caller drops its own.
 const RETIRE_BACKLOG: usize = 256;

@@ -15,8 +15,8 @@ use super::error::AuditError;
 use super::record::{Event, Record};
 use super::segment::Segment;
 use super::verify::{read_prefix, snapshot};
-use crate::policy::DecisionKind;
 use crate::time::Timestamp;
+use hpcgate_policy_sdk::outcome::DecisionKind;
 
 /// Whose records a query may return.
 #[derive(Debug, Clone, PartialEq, Eq)]

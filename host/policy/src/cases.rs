@@ -9,9 +9,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::chain::{Chain, DecisionKind, FinalDecision};
+use super::chain::Chain;
 use super::normalize::normalize_call;
 use hpcgate_policy_sdk::Call;
+use hpcgate_policy_sdk::outcome::{DecisionKind, FinalDecision};
 
 /// What a case expects.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -112,7 +112,7 @@ pub(crate) fn peek_seq(line: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::record::Event;
+    use crate::record::Event;
 
     #[test]
     fn a_line_is_the_canonical_serialisation_plus_its_hash() {

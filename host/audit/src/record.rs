@@ -13,8 +13,11 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use crate::policy::{Call, ChainOutcome, DecisionKind, FinalDecision, PolicyDecision, Verdict};
 use crate::time::Timestamp;
+use hpcgate_policy_sdk::Call;
+use hpcgate_policy_sdk::outcome::{
+    ChainOutcome, DecisionKind, FinalDecision, PolicyDecision, Verdict,
+};
 
 /// What happened. Serialised as its dotted name (`call`, `instance.created`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

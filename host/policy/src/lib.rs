@@ -24,11 +24,11 @@ mod pool;
 pub mod stock;
 mod wasi;
 
-pub use chain::{
-    Chain, ChainError, ChainOutcome, ChainPolicy, DecisionKind, FinalDecision, Mode,
-    PolicyDecision, Verdict,
-};
+pub use chain::{Chain, ChainError, ChainPolicy, Mode};
 pub use engine::{EngineSettings, PolicyEngine};
+pub use hpcgate_policy_sdk::outcome::{
+    ChainOutcome, DecisionKind, FinalDecision, PolicyDecision, Verdict,
+};
 pub use hpcgate_policy_sdk::{Call, Phase, Via};
 pub use instance::Fault;
 pub use module::{LoadError, ModuleSource, PolicyModule};

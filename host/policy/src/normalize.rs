@@ -1,6 +1,6 @@
 //! What the host does to a call before any policy sees it.
 //!
-//! ns-hpc clients send `submit_job` resources as `slurm_resources` with `memory` in MB; the
+//! Older clients send `submit_job` resources as `slurm_resources` with `memory` in MB; the
 //! contract's name is `resources` with `memory_mb`. The alias is folded into `resources` (keys
 //! already in `resources` win) so that policies only ever look at one place.
 

@@ -24,7 +24,7 @@
 //! ```text
 //! {"seq":42,"ts":"2026-11-21T12:24:07.064887Z","prev":"9f2c…","event":"call",
 //!  "tenant":"chem","principal":"alice","instance":"run1","tool":"write_file",
-//!  "call":{"phase":"call","tenant":"chem","principal":"alice","tool":"write_file",
+//!  "call":{"phase":"call","via":"mcp","tenant":"chem","principal":"alice","tool":"write_file",
 //!          "server":"builtin","remote_tool":null,"instance":"run1",
 //!          "arguments":{"content":{"bytes":11,"redacted":true,"sha256":"d736…"},
 //!                       "instance_id":"run1","path":"a.txt"},"read_only":false,"usage":{}},
@@ -33,6 +33,10 @@
 //!               "duration_us":3.1}],
 //!  "outcome":{"bytes":11},"duration_ms":0.42,"hash":"1574…"}
 //! ```
+//!
+//! This crate needs nothing of the gateway but the recorded-call and decision types, which live
+//! beside the policy SDK's `Call` ([`hpcgate_policy_sdk::outcome`]), and [`time`], the one
+//! timestamp type everything stores.
 //!
 //! What the chain cannot show on its own: records deleted at the end, or a whole chain
 //! rewritten consistently by someone with write access (there is no secret key). Export
@@ -50,10 +54,10 @@ mod record;
 mod redact;
 mod segment;
 mod tail;
+pub mod time;
 mod verify;
 mod writer;
 
-pub use crate::time::{TimeError, Timestamp};
 pub use canonical::GENESIS;
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use error::AuditError;
@@ -61,4 +65,5 @@ pub use log::{AuditLog, AuditOptions, AuditStats};
 pub use query::{Filter, Records, Scope, records, tail};
 pub use record::{Entry, Event, Outcome, PolicyRecord, Receipt, Record, UnknownEvent};
 pub use redact::{ArgumentRule, RedactionRules};
+pub use time::{TimeError, Timestamp};
 pub use verify::{Broken, Problem, VerifyReport, verify};

@@ -8,10 +8,10 @@ use serde_json::{Map, Value};
 use wasmtime::{ResourceLimiter, Store, Trap};
 
 use super::bindings::{self, Level, Policy, WitCall, WitDecision};
-use super::chain::Verdict;
 use super::engine::EPOCH_TICK;
 use super::module::PolicyModule;
 use super::wasi::WasiState;
+use hpcgate_policy_sdk::outcome::Verdict;
 
 /// The most log lines kept per evaluation, and their length.
 const MAX_LOG_LINES: usize = 16;

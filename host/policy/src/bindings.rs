@@ -1,7 +1,7 @@
 //! Host-side bindings for the `hpcgate:policy` world, generated from `wit/`.
 
 wasmtime::component::bindgen!({
-    path: "../wit",
+    path: "../../wit",
     world: "policy",
 });
 

@@ -11,7 +11,10 @@ use serde_json::json;
 use super::error::AuditError;
 use super::log::{AuditLog, AuditOptions};
 use super::record::{Entry, Outcome};
-use crate::policy::{Call, ChainOutcome, DecisionKind, FinalDecision, PolicyDecision, Verdict};
+use hpcgate_policy_sdk::Call;
+use hpcgate_policy_sdk::outcome::{
+    ChainOutcome, DecisionKind, FinalDecision, PolicyDecision, Verdict,
+};
 
 /// One run's figures.
 #[derive(Debug, Clone, Serialize)]

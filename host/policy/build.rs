@@ -8,8 +8,9 @@ const STOCK: [&str; 4] = ["tool-filter", "path-rules", "resource-caps", "proxy-f
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let workspace = manifest
-        .parent()
-        .expect("host/ lives in the workspace")
+        .ancestors()
+        .nth(2)
+        .expect("host/policy/ lives in the workspace")
         .to_path_buf();
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo"));
     hpcgate_policy_build::rerun_if_changed(&[
