@@ -258,8 +258,8 @@ impl Gateway {
         if let Ok(instances) = self.state.count(&caller.tenant) {
             input.usage.insert("instances".to_owned(), instances as u64);
         }
-        if let Ok(jobs) = self.state.running_jobs(&caller.tenant, None) {
-            (input.usage).insert("running_jobs".to_owned(), jobs.len() as u64);
+        if let Ok(jobs) = self.state.running_job_count(&caller.tenant) {
+            (input.usage).insert("running_jobs".to_owned(), jobs as u64);
         }
         // A call that can add bytes to its instance: the policies see the instance's usage,
         // and the space quotas reuse the walk.

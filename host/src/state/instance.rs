@@ -122,7 +122,8 @@ impl State {
             id: id.to_string(),
             what: "metadata",
         };
-        let meta: InstanceMeta = match read_json(&dir.join(META)) {
+        let path = dir.join(META);
+        let meta: InstanceMeta = match self.memos.meta.get([path.as_path()], || read_json(&path)) {
             Ok(Some(meta)) => meta,
             Ok(None) => return Err(corrupt()),
             Err(e) if e.kind() == std::io::ErrorKind::InvalidData => return Err(corrupt()),

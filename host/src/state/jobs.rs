@@ -150,6 +150,15 @@ impl State {
         Ok(records)
     }
 
+    /// How many unfinished jobs the tenant has (the policies' `usage.running_jobs`; the
+    /// `max_running_jobs` quota counts again under the tenant lock).
+    pub fn running_job_count(&self, tenant: &TenantName) -> Result<usize, StateError> {
+        let paths = self.tenant(tenant);
+        let (index, jobs) = (paths.running(), paths.jobs());
+        let count = || Ok(self.running_jobs(tenant, None)?.len());
+        (self.memos.running_jobs).get([index.as_path(), jobs.as_path()], count)
+    }
+
     /// The host directory for the sandbox executor's job directory (`spawn_job` creates it;
     /// its parent exists once the job is recorded). Ambient authority: never show it.
     pub fn job_dir_ambient(

@@ -32,6 +32,7 @@ mod job;
 mod jobs;
 mod layout;
 mod lock;
+mod memo;
 mod observe;
 mod page;
 mod prune;
@@ -42,6 +43,7 @@ mod running;
 mod update;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use crate::time::Timestamp;
 pub use create::NewInstance;
@@ -55,12 +57,27 @@ pub use page::{DEFAULT_LIMIT, MAX_LIMIT, Page, PageRequest};
 pub use refresh::Refreshed;
 
 use fsops::ensure_dir_private;
+use instance::InstanceMeta;
 use layout::{TENANTS, TenantPaths};
+use memo::Memo;
 
-/// The state directory. Cheap to clone; holds no open files.
+/// The state directory. Cheap to clone (clones share their memos); holds no open files.
 #[derive(Debug, Clone)]
 pub struct State {
     root: PathBuf,
+    memos: Arc<Memos>,
+}
+
+/// What every call reads, kept while unchanged on disk (`memo.rs`).
+#[derive(Debug)]
+struct Memos {
+    /// A tenant's live instances, by its `instances/` directory.
+    instances: Memo<usize, 1>,
+    /// A tenant's unfinished jobs, by its running index and its `jobs/` directory (a job is
+    /// published there after its marker, and unmarked once final).
+    running_jobs: Memo<usize, 2>,
+    /// Instance metadata, by its `meta.json`.
+    meta: Memo<Option<InstanceMeta>, 1>,
 }
 
 impl State {
@@ -69,7 +86,12 @@ impl State {
         let root = state_dir.into();
         ensure_dir_private(&root.join(TENANTS))
             .map_err(StateError::io("create the state directory"))?;
-        Ok(State { root })
+        let memos = Arc::new(Memos {
+            instances: Memo::new(),
+            running_jobs: Memo::new(),
+            meta: Memo::new(),
+        });
+        Ok(State { root, memos })
     }
 
     /// The state directory itself (for the gateway's own use, e.g. the audit log beside it).

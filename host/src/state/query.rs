@@ -47,9 +47,12 @@ impl State {
         Err(StateError::not_found(super::IdKind::Instance, id.as_str()))
     }
 
-    /// How many live instances the tenant has (for the `max_instances` quota).
+    /// How many live instances the tenant has (the policies' `usage.instances`; quotas count
+    /// again under the tenant lock).
     pub fn count(&self, tenant: &TenantName) -> Result<usize, StateError> {
-        self.count_live(&self.tenant(tenant))
+        let paths = self.tenant(tenant);
+        let dir = paths.dir(Location::Live);
+        (self.memos.instances).get([dir.as_path()], || self.count_live(&paths))
     }
 
     /// Every tenant that has state, sorted: for work across tenants such as re-attaching
