@@ -35,6 +35,7 @@ mod proxy_gateway;
 mod proxy_limits;
 mod proxy_mcp;
 mod proxy_tenancy;
+mod snapshots;
 mod state_concurrency;
 mod state_instances;
 mod state_jobs;
