@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use harness::{Spec, call, chain};
+use harness::{Spec, call, chain, engine};
 
 #[test]
 fn an_endless_loop_is_denied_within_its_deadline() {
@@ -45,5 +45,38 @@ fn an_endless_loop_is_denied_within_its_deadline() {
         elapsed[10] <= Duration::from_millis(150),
         "worst {:?}: {elapsed:?}",
         elapsed[10]
+    );
+}
+
+#[test]
+fn an_endless_loop_is_denied_within_its_deadline_after_the_epoch_ticker_rested() {
+    let chain = chain(vec![
+        Spec::hostile("spin", json!({"behaviour": "spin"})).deadline_ms(20),
+    ]);
+    let mut elapsed = Vec::new();
+    for _ in 0..5 {
+        // Idle until the ticker rests (it does after 100 ms without guest code).
+        let idle = Instant::now();
+        while !engine().epoch_resting() {
+            assert!(
+                idle.elapsed() < Duration::from_secs(10),
+                "the epoch ticker never rested"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let started = Instant::now();
+        let outcome = chain.evaluate(&call("submit_job", json!({})));
+        elapsed.push(started.elapsed());
+        assert_eq!(
+            outcome.decision.reason.as_deref(),
+            Some("policy `spin` timed out after 20 ms; the call is refused (policies fail closed)")
+        );
+    }
+    elapsed.sort();
+    eprintln!("time to deny an endless loop from a resting ticker: {elapsed:?}");
+    assert!(
+        elapsed[2] <= Duration::from_millis(25),
+        "median {:?} over deadline + 5 ms: {elapsed:?}",
+        elapsed[2]
     );
 }

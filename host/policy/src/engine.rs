@@ -3,17 +3,13 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::cache::CompileCache;
 use super::module::{LoadError, ModuleSource, PolicyModule};
 use super::pool::Maintainer;
-
-/// How often the epoch advances: the resolution of evaluation deadlines.
-pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+use super::ticker::Ticker;
 
 /// Engine-wide settings (`[policy_engine]` in the config).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +50,8 @@ pub struct PolicyEngine {
     cache: Option<CompileCache>,
     /// Tops up instance pools and drops used instances, off the call path.
     pub(crate) maintainer: Arc<Maintainer>,
-    _ticker: Arc<Ticker>,
+    /// Advances the epoch while guest code may run.
+    pub(crate) ticker: Arc<Ticker>,
 }
 
 impl std::fmt::Debug for PolicyEngine {
@@ -92,7 +89,7 @@ impl PolicyEngine {
             .cache_dir
             .as_ref()
             .map(|dir| CompileCache::new(dir.clone(), &engine));
-        let ticker = Ticker::start(engine.clone());
+        let ticker = Arc::new(Ticker::start(engine.clone()));
         // Kept instances may take an eighth of the slots: a component instance takes one slot per
         // core instance in it (two or three for a typical policy), and fresh, in-flight and
         // retiring instances need the rest.
@@ -102,7 +99,7 @@ impl PolicyEngine {
             settings: Arc::new(settings),
             cache,
             maintainer,
-            _ticker: ticker,
+            ticker,
         })
     }
 
@@ -110,40 +107,10 @@ impl PolicyEngine {
     pub fn load(&self, source: &ModuleSource) -> Result<PolicyModule, LoadError> {
         PolicyModule::load(self, self.cache.as_ref(), source)
     }
-}
 
-/// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.
-struct Ticker {
-    stop: Arc<AtomicBool>,
-}
-
-impl Ticker {
-    fn start(engine: Engine) -> Arc<Ticker> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        std::thread::Builder::new()
-            .name("hpcgate-epoch".into())
-            .spawn(move || {
-                // Ticks follow the wall clock, not the sum of sleeps (each oversleeps a little),
-                // and a late thread catches up: the epoch counts real milliseconds.
-                let start = std::time::Instant::now();
-                let mut ticks: u64 = 0;
-                while !flag.load(Ordering::Relaxed) {
-                    ticks += 1;
-                    let due = start + Duration::from_nanos(EPOCH_TICK.as_nanos() as u64 * ticks);
-                    if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
-                        std::thread::sleep(wait);
-                    }
-                    engine.increment_epoch();
-                }
-            })
-            .expect("spawn the epoch ticker thread");
-        Arc::new(Ticker { stop })
-    }
-}
-
-impl Drop for Ticker {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+    /// Whether the epoch ticker rests: no guest code has run for a while, so no thread wakes
+    /// every millisecond. The next evaluation wakes it with its whole deadline.
+    pub fn epoch_resting(&self) -> bool {
+        self.ticker.resting()
     }
 }

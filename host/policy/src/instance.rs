@@ -2,14 +2,15 @@
 //! configured), and how one evaluation runs under a deadline with every failure turned into a
 //! [`Fault`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 use wasmtime::{ResourceLimiter, Store, Trap};
 
 use super::bindings::{self, Level, Policy, WitCall, WitDecision};
-use super::engine::EPOCH_TICK;
 use super::module::PolicyModule;
+use super::ticker::{EPOCH_TICK, Ticker};
 use super::wasi::WasiState;
 use hpcgate_policy_sdk::outcome::Verdict;
 
@@ -117,6 +118,7 @@ pub enum Fault {
 pub(crate) struct Instance {
     store: Store<GuestState>,
     policy: Policy,
+    ticker: Arc<Ticker>,
 }
 
 impl Instance {
@@ -135,12 +137,17 @@ impl Instance {
         };
         let mut store = Store::new(&inner.engine.engine, state);
         store.limiter(|state| state);
+        let _ticking = inner.engine.ticker.guest_run();
         store.set_epoch_deadline(limits.deadline_ticks());
         let policy = inner.pre.instantiate(&mut store).map_err(|e| {
             classify(&e, &store, limits).unwrap_or_else(|| Fault::Instantiate(format!("{e:#}")))
         })?;
         match policy.call_configure(&mut store, settings) {
-            Ok(Ok(())) => Ok(Instance { store, policy }),
+            Ok(Ok(())) => Ok(Instance {
+                store,
+                policy,
+                ticker: inner.engine.ticker.clone(),
+            }),
             Ok(Err(message)) => Err(Fault::Configure(truncate(&message, MAX_REASON))),
             Err(e) => Err(classify(&e, &store, limits).unwrap_or_else(|| host_fault(&e))),
         }
@@ -158,11 +165,13 @@ impl Instance {
             // What `configure` or an earlier evaluation wrote is not this evaluation's.
             wasi.take_output();
         }
+        let ticking = self.ticker.guest_run();
         self.store.set_epoch_deadline(limits.deadline_ticks());
         let result = match self.policy.call_evaluate(&mut self.store, call) {
             Ok(decision) => verdict(decision),
             Err(e) => Err(classify(&e, &self.store, limits).unwrap_or_else(|| host_fault(&e))),
         };
+        drop(ticking);
         let state = self.store.data_mut();
         let mut logs = std::mem::take(&mut state.logs);
         if let Some(wasi) = &mut state.wasi {

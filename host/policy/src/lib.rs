@@ -22,6 +22,7 @@ mod module;
 pub mod normalize;
 mod pool;
 pub mod stock;
+mod ticker;
 mod wasi;
 
 pub use chain::{Chain, ChainError, ChainPolicy, Mode};
