@@ -1,4 +1,5 @@
-//! The HTTP face of the gateway: MCP over streamable HTTP at one path, plus `GET /healthz`,
+//! The HTTP face of the gateway: MCP over streamable HTTP at one path, plus `GET /healthz` and
+//! `GET /metrics`,
 //! served by one axum app on a TCP port or a Unix socket.
 //!
 //! Identity comes from the transport and travels with each request: a middleware puts the
@@ -46,6 +47,7 @@ use crate::auth::{AuthRequest, PeerCredentials};
 use crate::config::Settings;
 use crate::gateway::Gateway;
 use crate::mcp::McpServer;
+use crate::metrics::Access;
 use crate::state::TenantName;
 
 /// Where the app listens.
@@ -120,17 +122,28 @@ pub async fn serve(
                 let _ = tcp.set_nodelay(true);
             });
             announce(&format!("http://{bound}{path}"));
-            let app = app(mcp_routes(gateway, config, path));
-            axum::serve(listener, app)
-                .with_graceful_shutdown(signalled)
-                .await
-                .context("the HTTP server failed")
+            let app = app(
+                gateway.clone(),
+                mcp_routes(gateway, config, path),
+                Access::Tcp,
+            );
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            )
+            .with_graceful_shutdown(signalled)
+            .await
+            .context("the HTTP server failed")
         }
         Listen::Unix(socket) => {
             let listener = bind_unix(&socket, identity.socket_mode())?;
             let _remove = RemoveOnDrop(socket.clone());
             announce(&format!("unix:{} (MCP at {path})", socket.display()));
-            let app = app(mcp_routes(gateway, config, path));
+            let app = app(
+                gateway.clone(),
+                mcp_routes(gateway, config, path),
+                Access::Socket,
+            );
             axum::serve(
                 listener,
                 app.into_make_service_with_connect_info::<UnixPeer>(),
@@ -157,10 +170,13 @@ fn mcp_routes(gateway: Arc<Gateway>, config: StreamableHttpServerConfig, path: &
 }
 
 /// The whole app: the identified MCP routes (whose `Origin` check is the authenticator's, with
-/// `[http] allowed_origins`) and `/healthz`, which reveals only that the gateway is up and its
-/// version, to anyone who can reach the listener.
-fn app(identified_mcp: Router) -> Router {
-    identified_mcp.route("/healthz", get(healthz))
+/// `[http] allowed_origins`), `/healthz`, which reveals only that the gateway is up and its
+/// version, to anyone who can reach the listener, and `/metrics` (see [`crate::metrics`] for
+/// who may scrape).
+fn app(gateway: Arc<Gateway>, identified_mcp: Router, access: Access) -> Router {
+    identified_mcp
+        .route("/healthz", get(healthz))
+        .merge(crate::metrics::router(gateway, access))
 }
 
 async fn healthz() -> impl IntoResponse {
@@ -238,9 +254,10 @@ pub fn check(listen: &Listen, identity: &Identity, path: &str) -> anyhow::Result
 }
 
 fn check_mount_path(path: &str) -> anyhow::Result<()> {
-    if !path.starts_with('/') || path == "/" || path == "/healthz" || path.ends_with('/') {
+    let taken = ["/healthz", "/metrics"].contains(&path);
+    if !path.starts_with('/') || path == "/" || taken || path.ends_with('/') {
         bail!(
-            "`--path {path}` is not usable: give an absolute path such as `/mcp` (not `/`, not `/healthz`, no trailing slash)"
+            "`--path {path}` is not usable: give an absolute path such as `/mcp` (not `/`, `/healthz` or `/metrics`, no trailing slash)"
         );
     }
     Ok(())

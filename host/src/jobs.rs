@@ -16,6 +16,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hpcgate_executors::sandbox::{self, OutputStream, SandboxSpec, SupervisorCommand};
@@ -23,6 +24,7 @@ use hpcgate_executors::slurm::{self, JobSandbox, SlurmJobSpec, SlurmRunner};
 
 use crate::audit::{Entry, Event, Outcome};
 use crate::config::{SandboxSettings, SlurmSettings};
+use crate::metrics::Metrics;
 use crate::state::{
     ExecutorHandle, JobMode, JobRecord, NewJob, Observation, Refreshed, State, TenantName,
 };
@@ -51,6 +53,7 @@ pub struct Jobs {
     sandbox: SandboxSettings,
     slurm: Option<(SlurmRunner, SlurmSettings)>,
     supervisor: SupervisorCommand,
+    metrics: Arc<Metrics>,
 }
 
 /// Where a job's output streams are, host-side.
@@ -66,6 +69,7 @@ impl Jobs {
         slurm: Option<SlurmSettings>,
         state_dir: &Path,
         supervisor: SupervisorCommand,
+        metrics: Arc<Metrics>,
     ) -> Jobs {
         let slurm = slurm.map(|settings| {
             let mut runner = SlurmRunner::new(state_dir.join("slurm-scripts"));
@@ -76,6 +80,7 @@ impl Jobs {
             sandbox,
             slurm,
             supervisor,
+            metrics,
         }
     }
 
@@ -134,9 +139,13 @@ impl Jobs {
         let spec = self.instance_spec(state, tenant, &new)?;
         let record = state.new_job(tenant, new)?;
         let dir = state.job_dir_ambient(tenant, &record.job_id)?;
+        let clock = Instant::now();
         let started = match record.mode {
             JobMode::Local => sandbox::spawn_job(&dir, &spec, &record.command, &self.supervisor)
-                .map(|handle| (ExecutorHandle::Local, Observation::from(&handle.state)))
+                .map(|handle| {
+                    self.metrics.sandbox_started(clock.elapsed());
+                    (ExecutorHandle::Local, Observation::from(&handle.state))
+                })
                 .map_err(|e| sandbox_message(&e)),
             JobMode::Slurm => self.submit_slurm(&dir, spec, &record),
         };

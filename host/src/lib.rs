@@ -16,6 +16,7 @@
 //! - [`jobs`]: job records and the job executors (supervised sandbox, Slurm) together
 //! - [`mcp`]: the rmcp server over the gateway; [`http`]: its streamable HTTP and Unix-socket
 //!   transport; [`resources`]: the documents it offers
+//! - [`metrics`]: what the gateway counts and times, served at `GET /metrics`
 //! - [`proxy`]: proxied MCP servers (`<proxy>__<tool>`), discovered at start, run in sandboxes
 //! - [`config`]: the TOML configuration, raw and resolved
 //! - [`cli`]: the `hpcgate` command line
@@ -31,6 +32,7 @@ pub mod gateway;
 pub mod http;
 pub mod jobs;
 pub mod mcp;
+pub mod metrics;
 pub mod proxy;
 pub mod resources;
 pub mod state;

@@ -161,6 +161,7 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        self.gateway.metrics().request("tools/list");
         let (specs, proxied) = self
             .blocking(self.caller(&context)?, false, |gateway, caller| {
                 gateway.list(&gateway.snapshot(), &caller, Via::Mcp)
@@ -177,6 +178,7 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
+        self.gateway.metrics().request("resources/list");
         let entries = self
             .blocking(self.caller(&context)?, false, |gateway, _| {
                 gateway.resources()
@@ -199,6 +201,7 @@ impl ServerHandler for McpServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        self.gateway.metrics().request("resources/read");
         let uri = request.uri;
         let read = self
             .blocking(self.caller(&context)?, false, move |gateway, _| {
@@ -224,6 +227,7 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        self.gateway.metrics().request("tools/call");
         let caller = self.caller(&context)?;
         let name = request.name.to_string();
         let token = request

@@ -88,6 +88,7 @@ fn sample_entry() -> Entry {
             verdict: Verdict::Allow,
             enforced: true,
             fault: None,
+            fault_kind: None,
             duration_us: 3.25,
             logs: Vec::new(),
         })

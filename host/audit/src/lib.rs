@@ -61,7 +61,7 @@ mod writer;
 pub use canonical::GENESIS;
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use error::AuditError;
-pub use log::{AuditLog, AuditOptions, AuditStats};
+pub use log::{AuditLog, AuditOptions, AuditStats, BatchObserver};
 pub use query::{Filter, Records, Scope, records, tail};
 pub use record::{Entry, Event, Outcome, PolicyRecord, Receipt, Record, UnknownEvent};
 pub use redact::{ArgumentRule, RedactionRules};

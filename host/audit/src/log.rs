@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use serde_json::{Map, Value};
 
@@ -58,6 +58,13 @@ struct Counters {
     records: AtomicU64,
 }
 
+/// Told of every batch the log commits (metrics): how many records, and how long the write
+/// and `fdatasync` took. Called by the caller that led the batch, after it is durable; it must
+/// be cheap and must not append to the log.
+pub trait BatchObserver: Send + Sync {
+    fn committed(&self, records: usize, took: std::time::Duration);
+}
+
 /// The commit queue: what waits for the next batch, and what finished batches answered.
 #[derive(Default)]
 struct Queue {
@@ -82,6 +89,7 @@ pub struct AuditLog {
     writer: Mutex<Writer>,
     repaired: Vec<Map<String, Value>>,
     counters: Counters,
+    observer: OnceLock<Arc<dyn BatchObserver>>,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -104,6 +112,7 @@ impl AuditLog {
             writer: Mutex::new(writer),
             repaired,
             counters: Counters::default(),
+            observer: OnceLock::new(),
         })
     }
 
@@ -174,10 +183,14 @@ impl AuditLog {
             answer: Err(AuditError::Closed),
         };
         let slices: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
+        let started = std::time::Instant::now();
         batch.answer = self.lock_writer().commit(&slices);
         if let Ok(receipts) = &batch.answer {
             self.counters.batches.fetch_add(1, Ordering::Relaxed);
             (self.counters.records).fetch_add(receipts.len() as u64, Ordering::Relaxed);
+            if let Some(observer) = self.observer.get() {
+                observer.committed(receipts.len(), started.elapsed());
+            }
         }
         drop(batch);
         self.lock_queue()
@@ -210,6 +223,11 @@ impl AuditLog {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Sets who is told of each committed batch; only the first call takes effect.
+    pub fn observe(&self, observer: Arc<dyn BatchObserver>) {
+        let _ = self.observer.set(observer);
     }
 
     pub fn stats(&self) -> AuditStats {

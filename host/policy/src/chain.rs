@@ -171,14 +171,19 @@ impl Chain {
             let started = Instant::now();
             let (result, logs) = link.pool.evaluate(&call.tenant, &wit);
             let duration_us = started.elapsed().as_nanos() as f64 / 1000.0;
-            let (verdict, fault) = match result {
-                Ok(verdict) => (verdict, None),
+            let (verdict, fault, fault_kind) = match result {
+                Ok(verdict) => (verdict, None, None),
                 Err(fault) => {
                     let reason = format!(
                         "policy `{}` {fault}; the call is refused (policies fail closed)",
                         link.name
                     );
-                    (Verdict::Deny { reason }, Some(fault.to_string()))
+                    let kind = fault.kind();
+                    (
+                        Verdict::Deny { reason },
+                        Some(fault.to_string()),
+                        Some(kind),
+                    )
                 }
             };
             let enforced = link.mode == Mode::Enforce;
@@ -188,6 +193,7 @@ impl Chain {
                 verdict: verdict.clone(),
                 enforced,
                 fault,
+                fault_kind,
                 duration_us,
                 logs,
             });

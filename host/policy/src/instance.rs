@@ -114,6 +114,20 @@ pub enum Fault {
     Configure(String),
 }
 
+impl Fault {
+    /// The fault in one word, for metrics labels (a bounded set).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::Timeout(_) => "timeout",
+            Fault::MemoryLimit(_) => "memory",
+            Fault::Trap(_) => "trap",
+            Fault::Malformed(_) => "malformed",
+            Fault::Instantiate(_) => "instantiate",
+            Fault::Configure(_) => "configure",
+        }
+    }
+}
+
 /// An instantiated, configured policy, ready for one evaluation (or several, with reuse).
 pub(crate) struct Instance {
     store: Store<GuestState>,

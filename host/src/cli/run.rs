@@ -37,6 +37,10 @@ pub(crate) struct RunArgs {
     /// Serve the HTTP app on this Unix socket (mode 0600) instead of a TCP port.
     #[arg(long, value_name = "PATH")]
     uds: Option<PathBuf>,
+    /// Also serve `GET /metrics` on this address (e.g. `127.0.0.1:9464`), for any transport;
+    /// beyond loopback it needs `[metrics] token_sha256`.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -67,6 +71,13 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if transport == Transport::StreamableHttp {
         crate::http::check(&listen, &identity, &args.path)?;
     }
+    let metrics_listener = match &args.metrics_listen {
+        Some(address) => Some(crate::metrics::bind(
+            address,
+            settings.metrics.token_sha256.is_some(),
+        )?),
+        None => None,
+    };
     let gateway = Arc::new(Gateway::open(settings)?);
     // Over stdio one client's messages arrive one at a time: one thread runs the transport and
     // every call goes to a blocking thread, without the wake-ups of idle workers looking for
@@ -89,6 +100,19 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let served = runtime.block_on(async {
         let gateway = serving;
         reload_on_sighup(gateway.clone(), env)?;
+        if let Some(listener) = metrics_listener {
+            let address = listener.local_addr()?;
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "hpcgate: metrics at http://{address}/metrics"
+            );
+            let gateway = gateway.clone();
+            tokio::spawn(async move {
+                if let Err(e) = crate::metrics::serve(gateway, listener).await {
+                    let _ = writeln!(std::io::stderr().lock(), "hpcgate: {e:#}");
+                }
+            });
+        }
         match transport {
             Transport::Stdio => {
                 let caller = gateway.local_caller();

@@ -22,6 +22,7 @@ pub mod chain;
 pub mod error;
 pub mod executors;
 pub mod layers;
+pub mod metrics;
 pub mod origins;
 pub mod parse;
 pub mod proxies;
@@ -41,6 +42,7 @@ pub use layers::{
     DEFAULT_CONFIG, DEFAULTS_LABEL, Environment, Layer, LoadedConfig, REMOVABLE_TABLES, load,
     merge_texts,
 };
+pub use metrics::{MetricsConfig, MetricsSettings};
 pub use origins::Origins;
 pub use proxies::ProxySettings;
 pub use raw::{Config, EngineConfig, PolicyConfig, ProxyConfig};

@@ -64,6 +64,9 @@ pub struct Config {
     /// `[http]`: the HTTP transport (browser origins allowed).
     #[serde(default)]
     pub http: HttpConfig,
+    /// `[metrics]`: `GET /metrics`.
+    #[serde(default)]
+    pub metrics: super::metrics::MetricsConfig,
 }
 
 /// `[policy_engine]`: defaults for every policy and engine-wide settings.

@@ -45,6 +45,8 @@ pub struct Settings {
     /// `[http] allowed_origins`, normalised (`scheme://host[:port]`, lowercase); loopback
     /// origins are allowed besides these.
     pub allowed_origins: Vec<String>,
+    /// `[metrics]`.
+    pub metrics: super::metrics::MetricsSettings,
     /// `[policy_engine]` defaults applied to each policy.
     pub policy_defaults: EngineConfig,
     /// The chain in order, `proxied_mcps` filters included, module paths absolute.
@@ -158,6 +160,7 @@ impl Settings {
             tenants,
             jwt,
             allowed_origins: resolve_origins(&config.http, &bad)?,
+            metrics: super::metrics::resolve_metrics(&config.metrics, &bad)?,
             policy_defaults: config.policy_engine.clone(),
             policies,
         })

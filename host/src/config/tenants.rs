@@ -163,7 +163,7 @@ pub(crate) fn resolve(
     Ok(tenants)
 }
 
-fn parse_sha256(text: &str) -> Option<[u8; 32]> {
+pub(crate) fn parse_sha256(text: &str) -> Option<[u8; 32]> {
     if text.len() != 64 {
         return None;
     }

@@ -188,6 +188,8 @@ impl Gateway {
     /// Runs one call through the pipeline with the settings and policies of `live`. The order
     /// is the contract: prepare → decide → record → run → record → result.
     pub fn dispatch(&self, live: &Snapshot, request: Request<'_>) -> CallResult {
+        // Counts the call when dropped, whichever way it ends.
+        let mut tally = self.metrics.tally();
         let mut call = match self.prepare(request) {
             Ok(call) => call,
             Err(stopped) => {
@@ -195,7 +197,9 @@ impl Gateway {
                 return self.finish(records, stopped.result);
             }
         };
+        tally.tool(&call.input.tool);
         let decided = live.chain.evaluate(&call.input);
+        tally.decided(&decided);
         let recorded = match self.record_decision(&call, &decided) {
             Ok(recorded) => recorded,
             Err(refused) => return refused,

@@ -19,6 +19,7 @@ pub use crate::auth::Caller;
 use crate::auth::{AuthError, AuthRequest, Authenticator, RateLimiter};
 use crate::config::{ResultType, Settings};
 use crate::jobs::Jobs;
+use crate::metrics::{Gauges, Metrics};
 use crate::policy::{Chain, Phase, PolicyEngine, Via};
 use crate::proxy::{ProxiedTool, ProxyManager};
 use crate::state::State;
@@ -37,6 +38,8 @@ pub struct Gateway {
     /// Proxied MCP servers (`[proxied_mcps]`, restart-only like the executors).
     proxies: ProxyManager,
     engine: PolicyEngine,
+    /// Counted on the call path, rendered at `GET /metrics`.
+    metrics: Arc<Metrics>,
 }
 
 /// The settings and policy chain in force when a request began (see [`Gateway::snapshot`]).
@@ -55,6 +58,11 @@ impl Snapshot {
     /// What tool results carry (`[mcp] result_type`).
     pub fn result_type(&self) -> ResultType {
         self.settings.result_type
+    }
+
+    /// `[metrics]` in force.
+    pub fn metrics_settings(&self) -> crate::config::MetricsSettings {
+        self.settings.metrics
     }
 
     /// Whether a call of `tool` may run on the thread of a session's async runtime: a brief
@@ -104,11 +112,15 @@ impl Gateway {
             &settings.fixed.audit_dir,
             settings.fixed.audit.clone(),
         )?);
+        let metrics = Arc::new(Metrics::default());
+        metrics.set_enabled(settings.metrics.enabled);
+        audit.observe(metrics.audit_observer());
         let jobs = Jobs::new(
             settings.fixed.sandbox.clone(),
             settings.fixed.slurm.clone(),
             &settings.fixed.state_dir,
             supervisor,
+            metrics.clone(),
         );
         // Discovery runs in the background: a slow or broken server never delays the start.
         let proxies = ProxyManager::start(
@@ -129,6 +141,7 @@ impl Gateway {
             jobs,
             proxies,
             engine,
+            metrics,
         };
         if let Some(age) = gateway.snapshot().settings.job_retention {
             for tenant in gateway.state.tenants()? {
@@ -154,6 +167,39 @@ impl Gateway {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clone(),
         )
+    }
+
+    /// The gateway's metrics (transports count their requests there).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The metrics exposition, with the gauges read from the state now: unfinished jobs of
+    /// every tenant by state and mode (the running index, not every record), proxied servers.
+    pub fn metrics_text(&self) -> String {
+        // A tenant whose records cannot be read now is left out of this scrape rather than
+        // failing it: the other series still matter, and the next scrape tries again.
+        let mut jobs = std::collections::BTreeMap::<(String, String), u64>::new();
+        for tenant in self.state.tenants().unwrap_or_default() {
+            for record in self.state.running_jobs(&tenant, None).unwrap_or_default() {
+                let key = (serde_name(&record.status.phase), serde_name(&record.mode));
+                *jobs.entry(key).or_default() += 1;
+            }
+        }
+        let mut discovery = [("pending", 0), ("ready", 0), ("failed", 0)];
+        for state in self.proxies.status().values() {
+            let i = match state {
+                crate::proxy::Discovery::Pending => 0,
+                crate::proxy::Discovery::Ready(_) => 1,
+                crate::proxy::Discovery::Failed(_) => 2,
+            };
+            discovery[i].1 += 1;
+        }
+        self.metrics.render(&Gauges {
+            jobs: jobs.into_iter().collect(),
+            proxy_servers_running: self.proxies.running() as u64,
+            proxy_discovery: discovery.to_vec(),
+        })
     }
 
     /// Who is calling, from what the transport knows (token, JWT, Unix peer, `Origin`), with
@@ -184,12 +230,13 @@ impl Gateway {
                 ..Outcome::default()
             }),
         };
+        // The record and the swap under one write lock: once the record is durable no request
+        // takes a snapshot of the old set (a reader waits out one append at most).
+        let mut slot = (self.live.write()).unwrap_or_else(std::sync::PoisonError::into_inner);
         self.audit.append(entry)?;
         let (live, reloaded) = result?;
-        *self
-            .live
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(live);
+        self.metrics.set_enabled(live.settings.metrics.enabled);
+        *slot = Arc::new(live);
         Ok(reloaded)
     }
 
@@ -313,5 +360,13 @@ impl Gateway {
                 .find(&caller.tenant, instance, name)
                 .map(Target::Proxied)
         })
+    }
+}
+
+/// A unit enum variant's serialised name (`running`, `slurm`).
+fn serde_name<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(name)) => name,
+        _ => "unknown".to_owned(),
     }
 }

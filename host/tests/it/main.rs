@@ -29,6 +29,7 @@ mod mcp_http;
 mod mcp_python;
 mod mcp_slurm;
 mod mcp_stdio;
+mod metrics;
 mod proxy_audit;
 mod proxy_filesystem;
 mod proxy_gateway;

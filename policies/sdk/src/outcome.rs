@@ -33,6 +33,10 @@ pub struct PolicyDecision {
     /// Set when the policy faulted; the verdict is then a deny.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fault: Option<String>,
+    /// The fault's kind in one word (`timeout`, `memory`, `trap`, …), for metrics; not
+    /// recorded (the `fault` text says it).
+    #[serde(skip)]
+    pub fault_kind: Option<&'static str>,
     pub duration_us: f64,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub logs: Vec<String>,
