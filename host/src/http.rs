@@ -91,10 +91,14 @@ impl Identity {
 }
 
 /// Serves the gateway on `listen` until SIGINT or SIGTERM. `path` is where MCP is mounted.
+///
+/// `inherited` is the socket systemd passed for `Listen::Unix` (socket activation, see
+/// [`crate::activation`]): served as it is, and its file left in place at shutdown.
 pub async fn serve(
     gateway: Arc<Gateway>,
     identity: Identity,
     listen: Listen,
+    inherited: Option<std::os::unix::net::UnixListener>,
     path: &str,
 ) -> anyhow::Result<()> {
     check(&listen, &identity, path)?;
@@ -136,8 +140,13 @@ pub async fn serve(
             .context("the HTTP server failed")
         }
         Listen::Unix(socket) => {
-            let listener = bind_unix(&socket, identity.socket_mode())?;
-            let _remove = RemoveOnDrop(socket.clone());
+            let (listener, _remove) = match inherited {
+                Some(listener) => (UnixListener::from_std(listener)?, None),
+                None => {
+                    let listener = bind_unix(&socket, identity.socket_mode())?;
+                    (listener, Some(RemoveOnDrop(socket.clone())))
+                }
+            };
             announce(&format!("unix:{} (MCP at {path})", socket.display()));
             let app = app(
                 gateway.clone(),

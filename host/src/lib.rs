@@ -15,7 +15,8 @@
 //! - [`usage`]: disk usage for the host-enforced quotas
 //! - [`jobs`]: job records and the job executors (supervised sandbox, Slurm) together
 //! - [`mcp`]: the rmcp server over the gateway; [`http`]: its streamable HTTP and Unix-socket
-//!   transport; [`resources`]: the documents it offers
+//!   transport ([`activation`]: the socket systemd passes); [`resources`]: the documents it
+//!   offers
 //! - [`metrics`]: what the gateway counts and times, served at `GET /metrics`
 //! - [`proxy`]: proxied MCP servers (`<proxy>__<tool>`), discovered at start, run in sandboxes
 //! - [`config`]: the TOML configuration, raw and resolved
@@ -25,6 +26,7 @@ pub use hpcgate_audit as audit;
 pub use hpcgate_audit::time;
 pub use hpcgate_policy_engine as policy;
 
+pub mod activation;
 pub mod auth;
 pub mod cli;
 pub mod config;

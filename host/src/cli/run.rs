@@ -71,6 +71,11 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if transport == Transport::StreamableHttp {
         crate::http::check(&listen, &identity, &args.path)?;
     }
+    // Before anything starts a process: the descriptor must not leak into one.
+    let inherited = match &listen {
+        Listen::Unix(path) => crate::activation::inherited_unix(path)?,
+        Listen::Tcp { .. } => None,
+    };
     let metrics_listener = match &args.metrics_listen {
         Some(address) => Some(crate::metrics::bind(
             address,
@@ -119,7 +124,7 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 serve_stdio(gateway, caller).await
             }
             Transport::StreamableHttp => {
-                crate::http::serve(gateway, identity, listen, &args.path).await
+                crate::http::serve(gateway, identity, listen, inherited, &args.path).await
             }
         }
     });

@@ -41,5 +41,6 @@ mod state_concurrency;
 mod state_instances;
 mod state_jobs;
 mod state_tenancy;
+mod systemd;
 mod tenant_cli;
 mod uds_tenancy;
