@@ -5,7 +5,8 @@
 #
 #   Debian packages: bubblewrap (the sandbox), slurm-wlm + munge (the local test cluster; not
 #   with --no-slurm), openssl (makes the JWT test keys at test time; not with --no-slurm),
-#   prometheus (scrapes the gateway in the metrics tests, with promtool; not with --no-slurm)
+#   prometheus (scrapes the gateway in the metrics tests, with promtool; not with --no-slurm),
+#   rpm (rpmbuild, for the package test; not with --no-slurm)
 #   Rust: the toolchain and wasm32 targets pinned in rust-toolchain.toml, clippy, rustfmt
 #   Python: the official MCP SDK (PyPI `mcp`) in target/python-mcp, for the tests (not with
 #   --no-slurm, which is the run script's minimal set-up)
@@ -27,6 +28,8 @@ if [ "$slurm" = yes ]; then
     command -v openssl >/dev/null 2>&1 || missing+=(openssl)
     # a real Prometheus scrapes the gateway in the metrics tests; promtool checks the exposition
     { command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; } || missing+=(prometheus)
+    # the package test builds an .rpm beside the .deb
+    command -v rpmbuild >/dev/null 2>&1 || missing+=(rpm)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then

@@ -7,6 +7,7 @@ mod bench_figures;
 mod bench_proxy;
 mod clean;
 mod config;
+mod docs;
 mod doctor;
 mod instance;
 mod instance_jobs;
@@ -57,6 +58,10 @@ enum Command {
     /// Measure the gateway.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Write the manual pages (`hpcgate.1` and one per subcommand) into a directory.
+    Man(docs::ManArgs),
+    /// Print a shell's completion script for `hpcgate`.
+    Completions(docs::CompletionsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -91,6 +96,8 @@ pub fn main() -> ExitCode {
         Command::Clean(args) => clean::run(args),
         Command::Bench(BenchCommand::Proxy(args)) => bench_proxy::run(args),
         Command::Bench(BenchCommand::Gateway(args)) => bench::run(args),
+        Command::Man(args) => docs::man(args),
+        Command::Completions(args) => docs::completions(args),
     };
     match result {
         Ok(code) => code,

@@ -30,6 +30,7 @@ mod mcp_python;
 mod mcp_slurm;
 mod mcp_stdio;
 mod metrics;
+mod package;
 mod proxy_audit;
 mod proxy_filesystem;
 mod proxy_gateway;

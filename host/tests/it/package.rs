@@ -1,0 +1,102 @@
+//! `scripts/package.sh`: the .deb installs (with dpkg, into a private root) and the installed
+//! binary passes `doctor` and `config check` with the installed configuration; the .rpm lists
+//! the same files; manual pages and completions come from the CLI.
+
+use std::path::Path;
+use std::process::Command;
+
+const FILES: [&str; 9] = [
+    "/usr/bin/hpcgate",
+    "/etc/hpcgate/config.toml",
+    "/lib/systemd/system/hpcgate.service",
+    "/lib/systemd/system/hpcgate.socket",
+    "/usr/lib/sysusers.d/hpcgate.conf",
+    "/usr/share/man/man1/hpcgate.1.gz",
+    "/usr/share/man/man1/hpcgate-run.1.gz",
+    "/usr/share/bash-completion/completions/hpcgate",
+    "/usr/share/zsh/vendor-completions/_hpcgate",
+];
+
+fn run(command: &mut Command) -> String {
+    let output = command.output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{command:?}: {said}");
+    said
+}
+
+#[test]
+fn the_packages_install_and_the_installed_gateway_passes_doctor() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let out = dir.path().join("out");
+    run(Command::new(workspace.join("scripts/package.sh"))
+        .args(["--fast", "--binary", env!("CARGO_BIN_EXE_hpcgate"), "--out"])
+        .arg(&out));
+    let deb = out.join("hpcgate_0.1.0_amd64.deb");
+    let rpm = out.join("hpcgate-0.1.0-1.x86_64.rpm");
+
+    // dpkg installs into a root of its own: a package database there, the maintainer script
+    // run outside it with DPKG_ROOT set (which it honours by changing nothing).
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("var/lib/dpkg/info")).unwrap();
+    std::fs::create_dir_all(root.join("var/lib/dpkg/updates")).unwrap();
+    std::fs::write(root.join("var/lib/dpkg/status"), "").unwrap();
+    run(Command::new("dpkg")
+        .arg(format!("--root={}", root.display()))
+        .args(["--force-depends", "--force-script-chrootless", "-i"])
+        .arg(&deb));
+    let listed = run(Command::new("dpkg")
+        .arg(format!("--root={}", root.display()))
+        .args(["-L", "hpcgate"]));
+    let conffiles = std::fs::read_to_string(root.join("var/lib/dpkg/info/hpcgate.conffiles"));
+    assert_eq!(conffiles.unwrap().trim(), "/etc/hpcgate/config.toml");
+    for file in FILES {
+        assert!(listed.lines().any(|l| l == file), "{file} not in\n{listed}");
+        let installed = root.join(file.trim_start_matches('/'));
+        assert!(
+            std::fs::metadata(&installed).unwrap().len() > 0,
+            "{file} is empty"
+        );
+    }
+
+    let hpcgate = root.join("usr/bin/hpcgate");
+    let config = root.join("etc/hpcgate/config.toml");
+    let checked = run(Command::new(&hpcgate)
+        .args(["config", "check", "--config"])
+        .arg(&config)
+        .env("HOME", dir.path()));
+    assert!(checked.contains("policies"), "{checked}");
+    // doctor with the installed configuration, its state directory moved into this test.
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "state_dir = \"/var/lib/hpcgate\"",
+        &format!(
+            "state_dir = {:?}",
+            dir.path().join("state").display().to_string()
+        ),
+    );
+    let cache = dir.path().join("cache").display().to_string();
+    let text = text.replace("/var/cache/hpcgate/policies", &cache);
+    let local = dir.path().join("doctor.toml");
+    std::fs::write(&local, text).unwrap();
+    let doctor = run(Command::new(&hpcgate)
+        .args(["doctor", "--config"])
+        .arg(&local)
+        .env("HOME", dir.path()));
+    assert!(doctor.contains("all required checks passed"), "{doctor}");
+
+    let info = run(Command::new("rpm").arg("-qip").arg(&rpm));
+    assert!(info.contains("Name        : hpcgate"), "{info}");
+    let rpm_files = run(Command::new("rpm").arg("-qlp").arg(&rpm));
+    for file in FILES {
+        assert!(
+            rpm_files.lines().any(|l| l == file),
+            "{file} not in\n{rpm_files}"
+        );
+    }
+    let config_files = run(Command::new("rpm").arg("-qcp").arg(&rpm));
+    assert_eq!(config_files.trim(), "/etc/hpcgate/config.toml");
+}
