@@ -343,3 +343,62 @@ async fn a_stdio_gateway_serves_metrics_on_its_own_listener() {
         "{said}"
     );
 }
+
+/// `contrib/grafana/hpcgate-dashboard.json`: every query is valid PromQL (`promtool check
+/// rules`) and names only series the gateway exports.
+#[test]
+fn the_grafana_dashboard_queries_exported_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let families: Vec<String> = open(dir.path(), "")
+        .metrics_text()
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .map(|rest| rest.split(' ').next().unwrap().to_owned())
+        .collect();
+    let dashboard =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../contrib/grafana/hpcgate-dashboard.json");
+    let dashboard: Value =
+        serde_json::from_str(&std::fs::read_to_string(dashboard).unwrap()).unwrap();
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    let mut queries = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for name in expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|word| word.starts_with("hpcgate_"))
+            {
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix))
+                    .filter(|base| families.iter().any(|f| f == base))
+                    .unwrap_or(name);
+                assert!(
+                    families.iter().any(|f| f == family),
+                    "{}: `{name}` is not exported ({families:?})",
+                    panel["title"]
+                );
+            }
+            let expr = expr.replace("$__rate_interval", "5m");
+            rules.push_str(&format!(
+                "      - record: dashboard:q{queries}\n        expr: {}\n",
+                serde_json::to_string(&expr).unwrap()
+            ));
+            queries += 1;
+        }
+    }
+    assert!(queries >= 10, "{queries}");
+    let file = dir.path().join("rules.yml");
+    std::fs::write(&file, rules).unwrap();
+    let checked = std::process::Command::new(promtool())
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+}
