@@ -21,6 +21,12 @@
 //! `cgroup.procs`, and thaws it; without a freezer it repeats the kill until the group is
 //! empty (bounded by `pids.max` when pids are limited). OOM kills are read from
 //! `memory.oom_control` (`oom_kill N`, Linux ≥ 4.13), else from `memory.failcnt`.
+//!
+//! Cleanup: the process that created a group removes it when the sandbox ends (after
+//! killing what is left, waiting for exiting tasks). Groups whose creator died first — a
+//! gateway SIGKILLed during `run_sync`, a job supervisor killed (the job is then `lost`,
+//! e.g. seen by a restarted gateway) — are swept by the next process that detects the
+//! hierarchies: empty, over a minute old, creator pid gone.
 
 use std::fs;
 use std::io;
@@ -108,14 +114,51 @@ pub(crate) fn parents() -> &'static V1Parents {
         let find = |c| own_dir(&mountinfo, &own, c).filter(|d| probe(d, c));
         let memory = find(Controller::Memory);
         let memsw = memory.as_ref().is_some_and(|d| probe_memsw(d));
-        V1Parents {
+        let parents = V1Parents {
             pids: find(Controller::Pids),
             memory,
             cpu: find(Controller::Cpu),
             freezer: find(Controller::Freezer),
             memsw,
+        };
+        for c in Controller::ALL {
+            if let Some(dir) = parents.get(c) {
+                sweep_stale(dir);
+            }
         }
+        parents
     })
+}
+
+/// How old an empty sandbox group must be before a later process removes it.
+const STALE_AFTER: Duration = Duration::from_secs(60);
+
+/// Removes groups a previous process left behind when it died before its cleanup (a gateway
+/// SIGKILLed during `run_sync`, a job whose supervisor was killed — its job is then `lost`):
+/// only `hpcgate-*` children whose creator pid is gone, that hold no process and are older
+/// than a minute, so a group being set up right now is never touched. Best effort.
+fn sweep_stale(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("hpcgate-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').find_map(|part| part.parse::<u32>().ok()) else {
+            continue;
+        };
+        let dir = entry.path();
+        let empty = fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|p| p.trim().is_empty());
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= STALE_AFTER));
+        if empty && old && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir(&dir);
+        }
+    }
 }
 
 /// Our own directory in the v1 hierarchy of `c`: its mount point joined with our path in
@@ -431,5 +474,41 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    #[allow(clippy::print_stderr)] // a skip is said, never silent
+    fn only_old_empty_groups_of_dead_creators_are_swept() {
+        let Some(parent) = super::parents().pids.clone() else {
+            eprintln!("SKIPPED only_old_empty_groups_of_dead_creators_are_swept: no v1 pids");
+            return;
+        };
+        // Beyond pid_max: a creator that cannot be alive.
+        let dead = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .expect("pid_max")
+            + 1;
+        let me = std::process::id();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+        let make = |name: String, aged: bool| {
+            let dir = parent.join(name);
+            std::fs::create_dir(&dir).expect("mkdir");
+            if aged {
+                std::fs::File::open(&dir)
+                    .and_then(|f| f.set_modified(old))
+                    .expect("age");
+            }
+            dir
+        };
+        let stale = make(format!("hpcgate-run-{dead}-7"), true);
+        let fresh = make(format!("hpcgate-run-{dead}-8"), false);
+        let alive = make(format!("hpcgate-run-{me}-9"), true);
+        super::sweep_stale(&parent);
+        let kept = [stale.exists(), fresh.exists(), alive.exists()];
+        for d in [&stale, &fresh, &alive] {
+            let _ = std::fs::remove_dir(d);
+        }
+        assert_eq!(kept, [false, true, true]);
     }
 }
