@@ -253,7 +253,7 @@ impl V1Group {
                 continue;
             };
             let dir = parent.join(name);
-            if fs::create_dir(&dir).is_err() {
+            if !make_group(&dir) {
                 continue;
             }
             match configure(&dir, c, parents.memsw, limits) {
@@ -362,6 +362,20 @@ impl V1Group {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
+    }
+}
+
+/// Creates one sandbox group. An empty group already there under the same name is a leftover
+/// of a dead creator whose pid we now have (names carry the creator's pid): it is replaced.
+fn make_group(dir: &Path) -> bool {
+    match fs::create_dir(dir) {
+        Ok(()) => true,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let empty =
+                fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|p| p.trim().is_empty());
+            empty && fs::remove_dir(dir).is_ok() && fs::create_dir(dir).is_ok()
+        }
+        Err(_) => false,
     }
 }
 
