@@ -280,15 +280,16 @@ fn cpu_spinner_with_four_processes_is_throttled_to_one_cpu() {
     let cpu_dir = dir_of(&limits.cpus.detail);
     let name = cpu_dir.file_name().expect("name").to_str().expect("utf-8");
     let cleanup = Cleanup::named(&dirs, name);
-    let (mut throttled, mut members, mut quota) = (0, 0, None);
+    let (mut throttled, mut periods, mut members, mut quota) = (0, 0, 0, None);
     while job_status(&dir).expect("status").phase == JobPhase::Running {
         let stat = std::fs::read_to_string(cpu_dir.join("cpu.stat")).unwrap_or_default();
-        if let Some(n) = stat
-            .lines()
-            .find_map(|l| l.strip_prefix("nr_throttled ")?.trim().parse::<u64>().ok())
-        {
-            throttled = throttled.max(n);
-        }
+        let field = |name: &str| {
+            stat.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        throttled = throttled.max(field("nr_throttled "));
+        periods = periods.max(field("nr_periods "));
         let procs = std::fs::read_to_string(cpu_dir.join("cgroup.procs")).unwrap_or_default();
         members = members.max(procs.lines().count());
         quota = quota.or_else(|| read_u64(&cpu_dir.join("cpu.cfs_quota_us")));
@@ -306,6 +307,11 @@ fn cpu_spinner_with_four_processes_is_throttled_to_one_cpu() {
         cpu_dir.display()
     );
     assert!(members >= 4, "{members} processes seen in the cpu group");
+    // CFS bandwidth control counts periods only for a group under a quota, whatever the load.
+    assert!(
+        periods > 0,
+        "no CFS bandwidth period accounted: no quota applied"
+    );
     // Unthrottled, four spinners on this 2-core host use up to 4 CPU-s in 2 s.
     assert!(cpu_s < 3.2, "{cpu_s} CPU-s in 2 s: more than 1.6 CPUs");
     assert!(cpu_s > 0.2, "{cpu_s} CPU-s: the spinners did not run");
