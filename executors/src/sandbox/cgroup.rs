@@ -5,7 +5,7 @@
 //! `/sys/fs/cgroup/unified`), our own cgroup (`0::<path>` in `/proc/self/cgroup`) must offer
 //! `cpu`, `memory` and `pids` in `cgroup.subtree_control`, and we must be able to create a
 //! child there. On a hybrid host where v1 owns the controllers this fails and the runners fall
-//! back to rlimits. Each sandbox gets its own child cgroup; the child process joins it in
+//! back to cgroup v1 ([`super::cgroup_v1`]), then to rlimits. Each sandbox gets its own child cgroup; the child process joins it in
 //! `pre_exec` (writing `0` to `cgroup.procs`) before bwrap starts, so every sandbox process is
 //! inside from the first instruction, and `cgroup.kill` ends all of them at once.
 
