@@ -18,9 +18,10 @@
 //! Each sandbox gets one child directory per usable hierarchy; the child process joins all of
 //! them in `pre_exec` before bwrap starts (see [`super::cgroup::Joiner`]). v1 has no
 //! `cgroup.kill`: killing freezes the group (`freezer.state`), SIGKILLs every pid listed in
-//! `cgroup.procs`, and thaws it; without a freezer it repeats the kill until the group is
-//! empty (bounded by `pids.max` when pids are limited). OOM kills are read from
-//! `memory.oom_control` (`oom_kill N`, Linux ≥ 4.13), else from `memory.failcnt`.
+//! `cgroup.procs` (through a pidfd, checked still listed), and thaws it; without a freezer it
+//! repeats the kill until the group is empty (bounded by `pids.max` when pids are limited).
+//! OOM kills are read from `memory.oom_control` (`oom_kill N`, Linux ≥ 4.13), else from
+//! `memory.failcnt`.
 //!
 //! Cleanup: the process that created a group removes it when the sandbox ends (after
 //! killing what is left, waiting for exiting tasks). Groups whose creator died first — a
@@ -35,6 +36,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use super::limits::{EnforcedLimit, LimitMechanism};
+use super::proc::PidFd;
 use super::spec::Limits;
 
 /// The v1 controllers we use.
@@ -312,12 +314,15 @@ impl V1Group {
                 freeze(f, deadline);
             }
             let pids = self.pids_inside();
-            for pid in &pids {
-                // SAFETY: kill takes integers; a pid that exited meanwhile yields ESRCH.
-                #[allow(unsafe_code)]
-                unsafe {
-                    libc::kill(*pid, libc::SIGKILL);
-                }
+            // Through pidfds, opened first and kept only for pids the group still lists after:
+            // a pid that exited and was reused in between is never signalled.
+            let fds: Vec<(i32, PidFd)> = pids
+                .iter()
+                .filter_map(|&pid| Some((pid, PidFd::open(pid).ok()?)))
+                .collect();
+            let still = self.pids_inside();
+            for (_, fd) in fds.iter().filter(|(pid, _)| still.contains(pid)) {
+                let _ = fd.signal(libc::SIGKILL);
             }
             if let Some(f) = &freezer {
                 // Thawed, the killed tasks run their exit; frozen they would stay.

@@ -195,7 +195,7 @@ fn fork_bomb_is_held_at_pids_max_and_a_neighbour_job_completes() {
     assert_v1(&limits, 64, 512, 1);
     let pids_dir = dir_of(&limits.pids.detail);
     let name = pids_dir.file_name().expect("name").to_str().expect("utf-8");
-    let _cleanup = Cleanup::named(&dirs, name);
+    let cleanup = Cleanup::named(&dirs, name);
     let mut peak = 0;
     while job_status(&bomb).expect("status").phase == JobPhase::Running {
         if let Some(n) = read_u64(&pids_dir.join("pids.current")) {
@@ -220,7 +220,7 @@ fn fork_bomb_is_held_at_pids_max_and_a_neighbour_job_completes() {
         "bomb processes survive: {:?}",
         processes_with(&token)
     );
-    assert!(_cleanup.left().is_empty(), "left: {:?}", _cleanup.left());
+    assert!(cleanup.left().is_empty(), "left: {:?}", cleanup.left());
 }
 
 #[test]
