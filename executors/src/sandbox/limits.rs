@@ -187,3 +187,63 @@ impl RlimitPlan {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{EnforcedLimit, LimitMechanism, plan};
+    use crate::sandbox::cgroup::CgroupLimits;
+    use crate::sandbox::spec::Limits;
+
+    #[test]
+    fn each_limit_falls_back_on_its_own() {
+        // pids held by a cgroup v1 controller, memory and CPUs not: their fallbacks apply,
+        // and no RLIMIT_NPROC is set for the limit the cgroup holds.
+        let v1 = EnforcedLimit {
+            mechanism: LimitMechanism::CgroupV1,
+            detail: "pids.max 10 in /sys/fs/cgroup/pids/x".to_owned(),
+        };
+        let partial = CgroupLimits {
+            cpus: None,
+            memory: None,
+            pids: Some(v1.clone()),
+        };
+        let limits = Limits {
+            pids: 10,
+            memory_mb: 64,
+            ..Limits::default()
+        };
+        let p = plan(&limits, Some(&partial), 1234, true);
+        assert_eq!(p.enforced.pids, v1);
+        assert_eq!(p.enforced.cpus.mechanism, LimitMechanism::Rlimit);
+        assert_eq!(
+            p.enforced.memory.mechanism,
+            LimitMechanism::WatchdogAndRlimit
+        );
+        assert_eq!(p.watch_memory_bytes, Some(64 << 20));
+        let resources: Vec<_> = p.rlimits.0.iter().map(|r| r.0).collect();
+        assert!(!resources.contains(&libc::RLIMIT_NPROC), "{resources:?}");
+        assert!(resources.contains(&libc::RLIMIT_CPU) && resources.contains(&libc::RLIMIT_AS));
+
+        // Without a cgroup, the same uid gets RLIMIT_NPROC; root is told it is not enforced.
+        let p = plan(&limits, None, 1234, true);
+        assert_eq!(p.enforced.pids.mechanism, LimitMechanism::Rlimit);
+        let p = plan(&limits, None, 0, false);
+        assert_eq!(p.enforced.pids.mechanism, LimitMechanism::NotEnforced);
+
+        // Memory held by the cgroup: no watchdog and no RLIMIT_AS.
+        let memory = CgroupLimits {
+            cpus: None,
+            memory: Some(v1.clone()),
+            pids: None,
+        };
+        let p = plan(&limits, Some(&memory), 1234, true);
+        assert_eq!(p.watch_memory_bytes, None);
+        assert!(!p.rlimits.0.iter().any(|r| r.0 == libc::RLIMIT_AS));
+    }
+
+    #[test]
+    fn the_mechanism_serializes_as_cgroup_v1() {
+        let json = serde_json::to_string(&LimitMechanism::CgroupV1).expect("json");
+        assert_eq!(json, "\"cgroup_v1\"");
+    }
+}
