@@ -5,7 +5,7 @@
 //! `/sys/fs/cgroup/unified`), our own cgroup (`0::<path>` in `/proc/self/cgroup`) must offer
 //! `cpu`, `memory` and `pids` in `cgroup.subtree_control`, and we must be able to create a
 //! child there. On a hybrid host where v1 owns the controllers this fails and the runners fall
-//! back to rlimits. Each sandbox gets its own child cgroup; the child process joins it in
+//! back to cgroup v1 ([`super::cgroup_v1`]), then to rlimits. Each sandbox gets its own child cgroup; the child process joins it in
 //! `pre_exec` (writing `0` to `cgroup.procs`) before bwrap starts, so every sandbox process is
 //! inside from the first instruction, and `cgroup.kill` ends all of them at once.
 
@@ -16,14 +16,120 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use super::cgroup_v1::{self, V1Group};
+use super::limits::{EnforcedLimit, LimitMechanism};
 use super::spec::Limits;
 
-/// A cgroup created for one sandbox.
+/// The cgroup(s) created for one sandbox.
 #[derive(Debug)]
-pub(crate) struct JobCgroup {
+pub(crate) enum JobCgroup {
+    V2(V2Group),
+    V1(V1Group),
+}
+
+/// What a job cgroup enforces, per limit; `None` falls back to rlimits.
+#[derive(Debug, Clone)]
+pub(crate) struct CgroupLimits {
+    pub cpus: Option<EnforcedLimit>,
+    pub memory: Option<EnforcedLimit>,
+    pub pids: Option<EnforcedLimit>,
+}
+
+impl JobCgroup {
+    /// Creates the sandbox's cgroup(s) named `name`: v2 when delegated, v1 when usable.
+    pub(crate) fn create_for(name: &str, limits: &Limits) -> Option<JobCgroup> {
+        if let Some(parent) = delegated_parent() {
+            return V2Group::create(parent, name, limits)
+                .ok()
+                .map(JobCgroup::V2);
+        }
+        let v1 = cgroup_v1::parents();
+        if !v1.any_limit() {
+            return None;
+        }
+        V1Group::create(v1, name, limits).map(JobCgroup::V1)
+    }
+
+    /// Which limits the cgroup enforces, with the file and value for the record.
+    pub(crate) fn enforced(&self, limits: &Limits) -> CgroupLimits {
+        match self {
+            JobCgroup::V2(g) => {
+                let cg = g.dir.display();
+                let v2 = |detail: String| {
+                    Some(EnforcedLimit {
+                        mechanism: LimitMechanism::CgroupV2,
+                        detail,
+                    })
+                };
+                let mem = limits.memory_mb.saturating_mul(1024 * 1024);
+                CgroupLimits {
+                    cpus: v2(format!("cpu.max {}00000 100000 in {cg}", limits.cpus)),
+                    memory: v2(format!("memory.max {mem} in {cg}")),
+                    pids: v2(format!("pids.max {} in {cg}", limits.pids)),
+                }
+            }
+            JobCgroup::V1(g) => CgroupLimits {
+                cpus: g.cpus.clone(),
+                memory: g.memory.clone(),
+                pids: g.pids.clone(),
+            },
+        }
+    }
+
+    /// The part needed after fork: the `cgroup.procs` files to join, prepared now.
+    pub(crate) fn joiner(&self) -> io::Result<Joiner> {
+        let files: Vec<PathBuf> = match self {
+            JobCgroup::V2(g) => vec![g.dir.join("cgroup.procs")],
+            JobCgroup::V1(g) => g.procs_files().collect(),
+        };
+        let procs = files
+            .iter()
+            .map(|f| {
+                CString::new(f.as_os_str().as_bytes())
+                    .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in cgroup path"))
+            })
+            .collect::<io::Result<_>>()?;
+        Ok(Joiner { procs })
+    }
+
+    /// Kills every process of the sandbox's cgroup.
+    pub(crate) fn kill(&self) {
+        match self {
+            JobCgroup::V2(g) => g.kill(),
+            JobCgroup::V1(g) => g.kill(),
+        }
+    }
+
+    /// True if the kernel's OOM killer fired inside the sandbox's memory cgroup.
+    pub(crate) fn oom_killed(&self) -> bool {
+        match self {
+            JobCgroup::V2(g) => g.oom_killed(),
+            JobCgroup::V1(g) => g.oom_killed(),
+        }
+    }
+
+    /// Kills what is left and removes the (then empty) cgroup directories; best effort.
+    pub(crate) fn remove(&self) {
+        match self {
+            JobCgroup::V2(g) => g.remove(),
+            JobCgroup::V1(g) => {
+                g.kill();
+                g.remove();
+            }
+        }
+    }
+}
+
+/// A cgroup v2 group created for one sandbox.
+#[derive(Debug)]
+pub(crate) struct V2Group {
     pub dir: PathBuf,
-    /// `<dir>/cgroup.procs`, prepared for use after fork.
-    pub procs: CString,
+}
+
+/// The `cgroup.procs` files one sandbox joins between fork and exec.
+#[derive(Debug, Clone)]
+pub(crate) struct Joiner {
+    procs: Vec<CString>,
 }
 
 /// The delegated parent cgroup, detected once per process.
@@ -53,9 +159,9 @@ fn detect() -> Option<PathBuf> {
     ok.then_some(dir)
 }
 
-impl JobCgroup {
+impl V2Group {
     /// Creates `<parent>/<name>` and writes the limits into it.
-    pub(crate) fn create(parent: &Path, name: &str, limits: &Limits) -> io::Result<JobCgroup> {
+    pub(crate) fn create(parent: &Path, name: &str, limits: &Limits) -> io::Result<V2Group> {
         let dir = parent.join(name);
         fs::create_dir(&dir)?;
         let mem = limits.memory_mb.saturating_mul(1024 * 1024);
@@ -63,9 +169,7 @@ impl JobCgroup {
         let _ = fs::write(dir.join("memory.swap.max"), "0");
         fs::write(dir.join("pids.max"), limits.pids.to_string())?;
         fs::write(dir.join("cpu.max"), format!("{}00000 100000", limits.cpus))?;
-        let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in cgroup path"))?;
-        Ok(JobCgroup { dir, procs })
+        Ok(V2Group { dir })
     }
 
     /// Kills every process in the cgroup at once (`cgroup.kill`, Linux ≥ 5.14).
@@ -88,22 +192,27 @@ impl JobCgroup {
     pub(crate) fn remove(&self) {
         let _ = fs::remove_dir(&self.dir);
     }
+}
 
-    /// Moves the calling process into the cgroup. Async-signal-safe: open, write, close.
+impl Joiner {
+    /// Moves the calling process into every cgroup (`0` is "myself" in v1 and v2).
+    /// Async-signal-safe: open, write, close per file, no allocation.
     #[allow(unsafe_code)]
     pub(crate) fn join_self(&self) -> io::Result<()> {
-        // SAFETY: `procs` is a valid NUL-terminated path prepared before fork; the buffer is a
-        // static byte string; the fd is closed on every path.
-        unsafe {
-            let fd = libc::open(self.procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let n = libc::write(fd, b"0".as_ptr().cast(), 1);
-            let err = io::Error::last_os_error();
-            libc::close(fd);
-            if n != 1 {
-                return Err(err);
+        for procs in &self.procs {
+            // SAFETY: `procs` is a valid NUL-terminated path prepared before fork; the buffer
+            // is a static byte string; the fd is closed on every path.
+            unsafe {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+                let err = io::Error::last_os_error();
+                libc::close(fd);
+                if n != 1 {
+                    return Err(err);
+                }
             }
         }
         Ok(())
@@ -124,7 +233,7 @@ mod tests {
 
 #[cfg(test)]
 mod file_tests {
-    use super::JobCgroup;
+    use super::V2Group;
     use crate::sandbox::spec::Limits;
 
     #[test]
@@ -138,7 +247,7 @@ mod file_tests {
             pids: 10,
             ..Limits::default()
         };
-        let cg = JobCgroup::create(parent.path(), "job", &limits).expect("create");
+        let cg = V2Group::create(parent.path(), "job", &limits).expect("create");
         let read = |f: &str| std::fs::read_to_string(cg.dir.join(f)).expect(f);
         assert_eq!(read("memory.max"), "67108864");
         assert_eq!(read("pids.max"), "10");

@@ -1,7 +1,9 @@
 //! Which mechanism enforces which limit, and the rlimits applied when no cgroup is usable.
 //!
 //! With a delegated cgroup v2 the kernel enforces memory, pids and CPUs for the whole
-//! sandbox. Without one we fall back to what a single process can inherit:
+//! sandbox. Without one, each limit whose cgroup v1 controller is usable is enforced by it
+//! ([`super::cgroup_v1`]: `pids.max`, `memory.limit_in_bytes`, `cpu.cfs_quota_us`). Any
+//! limit left falls back to what a single process can inherit:
 //!
 //! - memory: a resident-set watchdog in the monitor (sums the sandbox tree, kills it and
 //!   reports `oom`), backed by `RLIMIT_AS` at memory + 1 GiB per process against spikes;
@@ -15,6 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::cgroup::CgroupLimits;
 use super::spec::Limits;
 
 /// How one limit was enforced.
@@ -23,6 +26,8 @@ use super::spec::Limits;
 pub enum LimitMechanism {
     /// A cgroup v2 controller (`memory.max`, `pids.max`, `cpu.max`).
     CgroupV2,
+    /// A cgroup v1 controller (`memory.limit_in_bytes`, `pids.max`, `cpu.cfs_quota_us`).
+    CgroupV1,
     /// A resource limit inherited by every process of the sandbox.
     Rlimit,
     /// The monitor's resident-memory watchdog plus `RLIMIT_AS`.
@@ -68,11 +73,12 @@ fn lim(mechanism: LimitMechanism, detail: String) -> EnforcedLimit {
     EnforcedLimit { mechanism, detail }
 }
 
-/// Plans the limits; `cgroup` is the job cgroup path when one was created, `host_uid` the
-/// uid bwrap will run as, `dedicated` whether that uid runs nothing but this sandbox.
+/// Plans the limits; `cgroup` says which limits the sandbox's cgroup enforces (if any),
+/// `host_uid` the uid bwrap will run as, `dedicated` whether that uid runs nothing but this
+/// sandbox. Each limit the cgroup does not enforce gets its rlimit fallback.
 pub(crate) fn plan(
     limits: &Limits,
-    cgroup: Option<&str>,
+    cgroup: Option<&CgroupLimits>,
     host_uid: u32,
     dedicated: bool,
 ) -> LimitPlan {
@@ -85,67 +91,64 @@ pub(crate) fn plan(
         Monitor,
         format!("killed after {} bytes", limits.output_bytes),
     );
-    if let Some(cg) = cgroup {
-        return LimitPlan {
-            rlimits: RlimitPlan(rl),
-            enforced: EnforcedLimits {
-                wall_time,
-                output_bytes,
-                cpus: lim(
-                    CgroupV2,
-                    format!("cpu.max {}00000 100000 in {cg}", limits.cpus),
-                ),
-                memory: lim(CgroupV2, format!("memory.max {mem_bytes} in {cg}")),
-                pids: lim(CgroupV2, format!("pids.max {} in {cg}", limits.pids)),
-            },
-            watch_memory_bytes: None,
-        };
-    }
-    let cpu_s = wall_s.saturating_mul(u64::from(limits.cpus));
-    rl.push((libc::RLIMIT_CPU, cpu_s, cpu_s + 5));
-    let as_bytes = mem_bytes.saturating_add(1 << 30);
-    rl.push((libc::RLIMIT_AS, as_bytes, as_bytes));
-    let pids = if host_uid == 0 {
-        lim(
-            NotEnforced,
-            "RLIMIT_NPROC does not bind root: set run_as or delegate a cgroup v2".to_owned(),
-        )
-    } else if dedicated {
-        let n = u64::from(limits.pids);
-        rl.push((libc::RLIMIT_NPROC, n, n));
-        lim(Rlimit, format!("RLIMIT_NPROC {n} for host uid {host_uid}"))
-    } else {
-        // The uid is shared with the gateway and other sandboxes: the limit counts all of
-        // their tasks, so grant the sandbox `pids` on top of what already runs.
-        let running = tasks_of_uid(host_uid);
-        let n = u64::from(limits.pids) + running;
-        rl.push((libc::RLIMIT_NPROC, n, n));
+    let by_cgroup =
+        |pick: fn(&CgroupLimits) -> &Option<EnforcedLimit>| cgroup.and_then(|c| pick(c).clone());
+    let cpus = by_cgroup(|c| &c.cpus).unwrap_or_else(|| {
+        let cpu_s = wall_s.saturating_mul(u64::from(limits.cpus));
+        rl.push((libc::RLIMIT_CPU, cpu_s, cpu_s + 5));
         lim(
             Rlimit,
+            format!("RLIMIT_CPU {cpu_s} s per process; parallelism not limited"),
+        )
+    });
+    let mut watch_memory_bytes = None;
+    let memory = by_cgroup(|c| &c.memory).unwrap_or_else(|| {
+        let as_bytes = mem_bytes.saturating_add(1 << 30);
+        rl.push((libc::RLIMIT_AS, as_bytes, as_bytes));
+        watch_memory_bytes = Some(mem_bytes);
+        lim(
+            WatchdogAndRlimit,
             format!(
-                "RLIMIT_NPROC {n} ({running} tasks already running + {}) shared by host uid {host_uid}",
-                limits.pids
+                "resident set of the sandbox killed above {mem_bytes} bytes; RLIMIT_AS {as_bytes}"
             ),
         )
-    };
+    });
+    let pids = by_cgroup(|c| &c.pids).unwrap_or_else(|| {
+        if host_uid == 0 {
+            lim(
+                NotEnforced,
+                "RLIMIT_NPROC does not bind root: set run_as or delegate a cgroup (v2, or v1 pids)"
+                    .to_owned(),
+            )
+        } else if dedicated {
+            let n = u64::from(limits.pids);
+            rl.push((libc::RLIMIT_NPROC, n, n));
+            lim(Rlimit, format!("RLIMIT_NPROC {n} for host uid {host_uid}"))
+        } else {
+            // The uid is shared with the gateway and other sandboxes: the limit counts all of
+            // their tasks, so grant the sandbox `pids` on top of what already runs.
+            let running = tasks_of_uid(host_uid);
+            let n = u64::from(limits.pids) + running;
+            rl.push((libc::RLIMIT_NPROC, n, n));
+            lim(
+                Rlimit,
+                format!(
+                    "RLIMIT_NPROC {n} ({running} tasks already running + {}) shared by host uid {host_uid}",
+                    limits.pids
+                ),
+            )
+        }
+    });
     LimitPlan {
         rlimits: RlimitPlan(rl),
         enforced: EnforcedLimits {
             wall_time,
             output_bytes,
-            cpus: lim(
-                Rlimit,
-                format!("RLIMIT_CPU {cpu_s} s per process; parallelism not limited"),
-            ),
-            memory: lim(
-                WatchdogAndRlimit,
-                format!(
-                    "resident set of the sandbox killed above {mem_bytes} bytes; RLIMIT_AS {as_bytes}"
-                ),
-            ),
+            cpus,
+            memory,
             pids,
         },
-        watch_memory_bytes: Some(mem_bytes),
+        watch_memory_bytes,
     }
 }
 
@@ -182,5 +185,65 @@ impl RlimitPlan {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{EnforcedLimit, LimitMechanism, plan};
+    use crate::sandbox::cgroup::CgroupLimits;
+    use crate::sandbox::spec::Limits;
+
+    #[test]
+    fn each_limit_falls_back_on_its_own() {
+        // pids held by a cgroup v1 controller, memory and CPUs not: their fallbacks apply,
+        // and no RLIMIT_NPROC is set for the limit the cgroup holds.
+        let v1 = EnforcedLimit {
+            mechanism: LimitMechanism::CgroupV1,
+            detail: "pids.max 10 in /sys/fs/cgroup/pids/x".to_owned(),
+        };
+        let partial = CgroupLimits {
+            cpus: None,
+            memory: None,
+            pids: Some(v1.clone()),
+        };
+        let limits = Limits {
+            pids: 10,
+            memory_mb: 64,
+            ..Limits::default()
+        };
+        let p = plan(&limits, Some(&partial), 1234, true);
+        assert_eq!(p.enforced.pids, v1);
+        assert_eq!(p.enforced.cpus.mechanism, LimitMechanism::Rlimit);
+        assert_eq!(
+            p.enforced.memory.mechanism,
+            LimitMechanism::WatchdogAndRlimit
+        );
+        assert_eq!(p.watch_memory_bytes, Some(64 << 20));
+        let resources: Vec<_> = p.rlimits.0.iter().map(|r| r.0).collect();
+        assert!(!resources.contains(&libc::RLIMIT_NPROC), "{resources:?}");
+        assert!(resources.contains(&libc::RLIMIT_CPU) && resources.contains(&libc::RLIMIT_AS));
+
+        // Without a cgroup, the same uid gets RLIMIT_NPROC; root is told it is not enforced.
+        let p = plan(&limits, None, 1234, true);
+        assert_eq!(p.enforced.pids.mechanism, LimitMechanism::Rlimit);
+        let p = plan(&limits, None, 0, false);
+        assert_eq!(p.enforced.pids.mechanism, LimitMechanism::NotEnforced);
+
+        // Memory held by the cgroup: no watchdog and no RLIMIT_AS.
+        let memory = CgroupLimits {
+            cpus: None,
+            memory: Some(v1.clone()),
+            pids: None,
+        };
+        let p = plan(&limits, Some(&memory), 1234, true);
+        assert_eq!(p.watch_memory_bytes, None);
+        assert!(!p.rlimits.0.iter().any(|r| r.0 == libc::RLIMIT_AS));
+    }
+
+    #[test]
+    fn the_mechanism_serializes_as_cgroup_v1() {
+        let json = serde_json::to_string(&LimitMechanism::CgroupV1).expect("json");
+        assert_eq!(json, "\"cgroup_v1\"");
     }
 }

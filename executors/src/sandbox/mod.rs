@@ -12,8 +12,9 @@
 //!   never sees. [`job_status`], [`wait_job`], [`cancel_job`], [`tail`] and [`attach_job`]
 //!   work from that directory alone, so they keep working after a gateway restart: processes
 //!   are recognised by pid plus start time (and boot id), never by name.
-//! - Limits: cgroup v2 when a delegated cgroup is usable, rlimits plus a resident-memory
-//!   watchdog otherwise; every result says which mechanism enforced which limit.
+//! - Limits: cgroup v2 when a delegated cgroup is usable, else cgroup v1 for each of pids,
+//!   memory and CPUs whose controller is usable, rlimits plus a resident-memory watchdog for
+//!   the rest; every result says which mechanism enforced which limit.
 //!
 //! Invariants, stated as absences:
 //! - no shell string is ever built: the command reaches bwrap after `--`, element by element;
@@ -31,6 +32,7 @@
 
 mod argv;
 mod cgroup;
+mod cgroup_v1;
 mod error;
 mod job;
 mod limits;

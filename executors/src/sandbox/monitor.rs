@@ -3,12 +3,13 @@
 //! Shared by [`super::run_sync`] and the job supervisor, so both enforce the same limits the
 //! same way. One thread, one `poll(2)` over the two output pipes and a pidfd of bwrap (so a
 //! finished sandbox is noticed at once, not at the next tick); every 50 ms at most it also
-//! checks the deadline, the cancel request and, without a cgroup, the resident memory of the
+//! checks the deadline, the cancel request and, without a memory cgroup, the resident memory of the
 //! sandbox tree.
 //!
 //! Killing a sandbox means killing all of it: `SIGKILL` to bwrap, whose `--die-with-parent`
 //! makes the kernel kill the pid-namespace init and with it every process in the namespace,
-//! daemons and double forks included (plus `cgroup.kill` when there is a cgroup).
+//! daemons and double forks included (plus the cgroup's kill when there is one: `cgroup.kill`
+//! in v2, freeze-kill-thaw in v1).
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};

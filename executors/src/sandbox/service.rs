@@ -4,8 +4,8 @@
 //! What differs from [`super::run_sync`]: nobody waits for the process to end, so the caller
 //! owns the pipes and the [`Service`] handle, and ends it with [`Service::kill`] (also on drop).
 //! The wall time does not apply (a service lives until its owner stops it); memory, pids and
-//! CPUs do (cgroup v2, or the rlimits of [`super::limits`] — without a cgroup there is no
-//! resident-memory watchdog, only `RLIMIT_AS`). Everything the service writes to stderr is the
+//! CPUs do (cgroup v2, cgroup v1 per controller, or the rlimits of [`super::limits`] — without
+//! a memory cgroup there is no resident-memory watchdog, only `RLIMIT_AS`). Everything the service writes to stderr is the
 //! caller's to drain: an undrained stderr pipe blocks the service once full.
 //!
 //! Like every sandbox, the process gets `PR_SET_PDEATHSIG` for the *thread* that spawns it:

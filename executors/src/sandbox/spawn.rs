@@ -6,7 +6,8 @@
 //! 1. marks every fd above 2 close-on-exec (`close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`), so an
 //!    fd the gateway forgot to mark — an audit log, a socket, a secret file — never reaches
 //!    bwrap; std's own exec-error pipe keeps working because it is only marked, not closed;
-//! 2. joins the sandbox's cgroup when there is one;
+//! 2. joins the sandbox's cgroup when there is one (v2: one `cgroup.procs`; v1: one per
+//!    hierarchy);
 //! 3. applies the rlimits;
 //! 4. becomes `run_as` (groups, gid, then uid) when set;
 //! 5. arms `PR_SET_PDEATHSIG` = `SIGKILL` (last: a credential change would clear it) and
@@ -28,7 +29,7 @@ use serde::Deserialize;
 use std::process::{Command, Stdio};
 
 use super::argv::bwrap_argv;
-use super::cgroup::{self, JobCgroup};
+use super::cgroup::JobCgroup;
 use super::error::SandboxError;
 use super::limits::{self, LimitPlan};
 use super::spec::{HostUser, SandboxSpec};
@@ -72,11 +73,20 @@ pub(crate) fn prepare(
         return Err(SandboxError::RunAsNeedsRoot);
     }
     let host_uid = spec.run_as.map_or(euid, |u| u.uid);
-    let cgroup = cgroup::delegated_parent()
-        .and_then(|parent| JobCgroup::create(parent, name, &spec.limits).ok());
+    let cgroup = JobCgroup::create_for(name, &spec.limits);
+    let join = match cgroup.as_ref().map(JobCgroup::joiner).transpose() {
+        Ok(j) => j,
+        Err(e) => {
+            if let Some(cg) = &cgroup {
+                cg.remove();
+            }
+            return Err(SandboxError::Spawn(e));
+        }
+    };
+    let enforced = cgroup.as_ref().map(|c| c.enforced(&spec.limits));
     let plan = limits::plan(
         &spec.limits,
-        cgroup.as_ref().map(|c| c.dir.to_string_lossy()).as_deref(),
+        enforced.as_ref(),
         host_uid,
         spec.run_as.is_some(),
     );
@@ -95,10 +105,6 @@ pub(crate) fn prepare(
         .process_group(0);
 
     let rlimits = plan.rlimits.clone();
-    let join = cgroup.as_ref().map(|c| JobCgroup {
-        dir: c.dir.clone(),
-        procs: c.procs.clone(),
-    });
     let run_as = spec.run_as;
     let parent = std::process::id() as libc::pid_t;
     #[allow(unsafe_code)]

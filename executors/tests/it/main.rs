@@ -18,6 +18,7 @@ mod files_ops;
 mod files_races;
 mod sandbox_attacks;
 mod sandbox_bench;
+mod sandbox_cgroup_v1;
 mod sandbox_env;
 mod sandbox_gateway_kill;
 mod sandbox_smoke;

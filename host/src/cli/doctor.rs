@@ -2,8 +2,9 @@
 //!
 //! Checks, in order: bwrap present and ≥ 0.8; a real `/bin/true` in the hardened sandbox
 //! (`run_sync`, the same path jobs take); user namespaces; which mechanism enforces limits
-//! (cgroup v2 when delegated, rlimits otherwise — reported, never a failure); the state
-//! directory (private, ours) and the audit directory (writable); the policy chain loads; and,
+//! (cgroup v2 when delegated, else cgroup v1 per controller, else rlimits — reported, never a
+//! failure); the state directory (private, ours) and the audit directory (writable); the
+//! policy chain loads; and,
 //! only when `[slurm] enabled`, the Slurm clients exist and `sinfo` answers — a host without
 //! Slurm is not a broken host; and each `[proxied_mcps]` server answers `tools/list` in a
 //! throwaway sandbox. Each line says what is wrong and what to do; exit 1 when any

@@ -38,6 +38,24 @@ fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no `{name}` check in {report}"))
 }
 
+/// Root, and the cgroup v1 `pids`, `memory` and `cpu` hierarchies mounted (read here from
+/// `/proc/self/mountinfo`, not through the code under test).
+fn root_with_v1_controllers() -> bool {
+    let root =
+        std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0);
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mounted = |c: &str| {
+        mountinfo.lines().any(|l| {
+            l.split_once(" - ").is_some_and(|(_, post)| {
+                let mut post = post.split_whitespace();
+                post.next() == Some("cgroup")
+                    && post.nth(1).is_some_and(|o| o.split(',').any(|x| x == c))
+            })
+        })
+    };
+    root && ["pids", "memory", "cpu"].iter().all(|c| mounted(c))
+}
+
 fn state_config(home: &Path) -> String {
     format!("state_dir = \"{}\"\n", home.join("state").display())
 }
@@ -81,10 +99,21 @@ fn a_login_node_without_slurm_passes_and_slurm_is_skipped() {
         limits["status"] == "pass" || limits["status"] == "warn",
         "{limits}"
     );
-    assert!(
-        limits["detail"].as_str().unwrap().contains("cgroup"),
-        "names the mechanism: {limits}"
-    );
+    let detail = limits["detail"].as_str().unwrap();
+    assert!(detail.contains("cgroup"), "names the mechanism: {limits}");
+    // As root on a host with the cgroup v1 pids, memory and cpu controllers (and no delegated
+    // v2), every limit is held by a v1 controller, pids included.
+    if !detail.starts_with("cgroup v2 delegated") && root_with_v1_controllers() {
+        assert_eq!(limits["status"], "pass", "{limits}");
+        for mechanism in [
+            "cpus by cgroup v1 cpu.cfs_quota_us",
+            "memory by cgroup v1 memory.limit_in_bytes",
+            "pids by cgroup v1 pids.max",
+        ] {
+            assert!(detail.contains(mechanism), "{mechanism}: {limits}");
+        }
+        assert!(!detail.contains("NOT enforced"), "{limits}");
+    }
     assert_eq!(check(&report, "slurm")["status"], "skip");
     assert_eq!((code, &report["ok"]), (Some(0), &Value::Bool(true)));
 }

@@ -179,21 +179,41 @@ pub(super) fn limits(result: Option<&RunResult>) -> Check {
             ),
         );
     }
-    let pids = if l.pids.mechanism == LimitMechanism::NotEnforced {
-        "pids NOT enforced"
+    let no_v2 = if v2 {
+        "no delegated cgroup v2: it is mounted, but our cgroup does not delegate cpu, memory and pids"
     } else {
-        "pids by RLIMIT_NPROC"
+        "no delegated cgroup v2: no cgroup v2 hierarchy is mounted"
     };
+    // Each limit on its own: cgroup v1 where its controller is usable, the fallback otherwise.
+    let cpus = match l.cpus.mechanism {
+        LimitMechanism::CgroupV1 => "cpus by cgroup v1 cpu.cfs_quota_us",
+        _ => "CPU time by RLIMIT_CPU (parallelism not limited)",
+    };
+    let memory = match l.memory.mechanism {
+        LimitMechanism::CgroupV1 if l.memory.detail.contains("memory.memsw") => {
+            "memory by cgroup v1 memory.limit_in_bytes and memory.memsw.limit_in_bytes"
+        }
+        LimitMechanism::CgroupV1 => {
+            "memory by cgroup v1 memory.limit_in_bytes (no swap accounting: swap not limited)"
+        }
+        _ => "memory by a watchdog and RLIMIT_AS",
+    };
+    let pids = match l.pids.mechanism {
+        LimitMechanism::CgroupV1 => "pids by cgroup v1 pids.max",
+        LimitMechanism::NotEnforced => "pids NOT enforced",
+        _ => "pids by RLIMIT_NPROC",
+    };
+    let v1 = [&l.cpus, &l.memory, &l.pids]
+        .iter()
+        .filter(|x| x.mechanism == LimitMechanism::CgroupV1)
+        .count();
+    let detail = format!("{cpus}, {memory}, {pids} ({no_v2})");
+    if v1 == 3 {
+        return pass(NAME, format!("cgroup v1 per sandbox: {detail}"));
+    }
     warn(
         NAME,
-        format!(
-            "no delegated cgroup v2{}: memory by a watchdog and RLIMIT_AS, CPU time by RLIMIT_CPU, {pids}",
-            if v2 {
-                " (cgroup v2 is mounted, but our cgroup does not delegate cpu, memory and pids)"
-            } else {
-                " (no cgroup v2 hierarchy is mounted)"
-            }
-        ),
-        "to enforce CPUs, memory and pids per sandbox, run the gateway in a delegated cgroup, e.g. `systemd-run --user -p Delegate=yes --scope hpcgate run`",
+        detail,
+        "to enforce CPUs, memory and pids per sandbox, run the gateway in a delegated cgroup, e.g. `systemd-run --user -p Delegate=yes --scope hpcgate run`, or as root where the cgroup v1 cpu, memory and pids controllers are mounted",
     )
 }
