@@ -4,6 +4,7 @@
 mod audit;
 mod bench;
 mod bench_figures;
+mod bench_metrics;
 mod bench_proxy;
 mod clean;
 mod config;
@@ -70,6 +71,8 @@ enum BenchCommand {
     Gateway(bench::GatewayArgs),
     /// Latency a proxied call gains through hpcgate, against the same server called directly.
     Proxy(bench_proxy::BenchProxyArgs),
+    /// What one scrape of `/metrics` costs with many jobs recorded.
+    Metrics(bench_metrics::BenchMetricsArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -96,6 +99,7 @@ pub fn main() -> ExitCode {
         Command::Clean(args) => clean::run(args),
         Command::Bench(BenchCommand::Proxy(args)) => bench_proxy::run(args),
         Command::Bench(BenchCommand::Gateway(args)) => bench::run(args),
+        Command::Bench(BenchCommand::Metrics(args)) => bench_metrics::run(args),
         Command::Man(args) => docs::man(args),
         Command::Completions(args) => docs::completions(args),
     };
