@@ -135,7 +135,7 @@ fn write_job(
 ) -> anyhow::Result<()> {
     let new = NewJob {
         instance: instance.clone(),
-        mode: if i % 2 == 0 {
+        mode: if i.is_multiple_of(2) {
             JobMode::Local
         } else {
             JobMode::Slurm
