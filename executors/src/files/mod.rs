@@ -55,6 +55,7 @@
 //! ```
 
 mod atomic;
+mod copy;
 mod delete;
 mod encoding;
 mod entry;
@@ -74,6 +75,7 @@ mod stat;
 mod walk;
 mod write;
 
+pub use copy::{CopyRequest, CopyResult, copy_path};
 pub use delete::{DeleteRequest, DeleteResult, delete_path};
 pub use encoding::{Encoding, decode, encode};
 pub use entry::{EntryFacts, EntryKind};

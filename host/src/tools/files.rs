@@ -1,5 +1,5 @@
 //! File tools: `read_file`, `write_file`, `list_directory`, `stat_path`, `make_directory`,
-//! `move_path`, `delete_path`, `search_files`. Paths are in the
+//! `move_path`, `copy_path`, `delete_path`, `search_files`. Paths are in the
 //! sandbox view (`/workspace/…`, `/output/…`, relative → workspace); every operation runs
 //! beneath the instance's directories through the cap-std executor, which refuses escapes.
 
@@ -10,8 +10,9 @@ use serde_json::{Map, Value, json};
 use super::{Area, Context, Output, ToolError, ToolSpec, parse, schema, tool_family};
 use crate::audit::Outcome;
 use hpcgate_executors::files::{
-    self as exec, DeleteRequest, Encoding, InstanceRoots, ListRequest, MakeDirectoryRequest,
-    MoveRequest, ReadRequest, SearchRequest, StatRequest, WriteMode, WriteRequest,
+    self as exec, CopyRequest, DeleteRequest, Encoding, InstanceRoots, ListRequest,
+    MakeDirectoryRequest, MoveRequest, ReadRequest, SearchRequest, StatRequest, WriteMode,
+    WriteRequest,
 };
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
@@ -40,6 +41,7 @@ tool_family! {
         StatPath => "stat_path",
         MakeDirectory => "make_directory",
         MovePath => "move_path",
+        CopyPath => "copy_path",
         DeletePath => "delete_path",
         SearchFiles => "search_files",
     }
@@ -129,6 +131,21 @@ struct Move {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+struct Copy {
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
+    /// A regular file or a directory (copied with everything beneath it).
+    source: String,
+    /// The copy's path (not a directory to copy into).
+    destination: String,
+    /// Replace an existing destination (a file, or an empty directory).
+    #[serde(default)]
+    overwrite: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Delete {
     // Validated once by the gateway; the tool takes it from `Context::instance`.
     #[serde(rename = "instance_id")]
@@ -165,6 +182,7 @@ pub(super) fn spec(tool: FileTool) -> ToolSpec {
         FileTool::StatPath => spec("Describe a path of an instance without following a final symlink.", schema::<Stat>()).read_only(),
         FileTool::MakeDirectory => spec("Create a directory in an instance.", schema::<MakeDirectory>()).idempotent(),
         FileTool::MovePath => spec("Move or rename a file or directory within an instance (across /workspace and /output too).", schema::<Move>()).destructive(),
+        FileTool::CopyPath => spec("Copy a file or a directory tree within an instance (across /workspace and /output too); symlinks and special files are refused, the copy appears only once complete.", schema::<Copy>()).destructive(),
         FileTool::DeletePath => spec("Delete a file, a symlink (never its target) or, with recursive, a directory tree.", schema::<Delete>()).destructive().idempotent(),
         FileTool::SearchFiles => spec("Find paths in an instance matching a glob.", schema::<Search>()).read_only(),
     }
@@ -182,6 +200,7 @@ pub(super) fn run(
         FileTool::StatPath => stat_path(cx, parse(tool.name(), arguments)?),
         FileTool::MakeDirectory => make_directory(cx, parse(tool.name(), arguments)?),
         FileTool::MovePath => move_path(cx, parse(tool.name(), arguments)?),
+        FileTool::CopyPath => copy_path(cx, parse(tool.name(), arguments)?),
         FileTool::DeletePath => delete_path(cx, parse(tool.name(), arguments)?),
         FileTool::SearchFiles => search_files(cx, parse(tool.name(), arguments)?),
     }
@@ -228,13 +247,7 @@ fn write_file(cx: &Context<'_>, args: Write) -> Result<Output, ToolError> {
     } else {
         WriteMode::Replace
     };
-    let instance = cx.instance()?;
-    let area = if hpcgate_policy_sdk::path::normalize(&args.path).starts_with("/output") {
-        Area::Output
-    } else {
-        Area::Workspace
-    };
-    super::check_space(cx, instance, area, data.len() as u64)?;
+    super::check_space(cx, cx.instance()?, area(&args.path), data.len() as u64)?;
     let request = WriteRequest {
         path: args.path,
         data,
@@ -307,6 +320,46 @@ fn move_path(cx: &Context<'_>, args: Move) -> Result<Output, ToolError> {
     let moved = exec::move_path(&roots(cx)?, &request)?;
     let summary = format!("moved `{}` to `{}`", moved.from, moved.to);
     Ok(output(&moved, summary))
+}
+
+fn copy_path(cx: &Context<'_>, args: Copy) -> Result<Output, ToolError> {
+    let (instance, area) = (cx.instance()?, area(&args.destination));
+    let room = super::space_left(cx, instance, area)?;
+    let request = CopyRequest {
+        from: args.source,
+        to: args.destination,
+        overwrite: args.overwrite,
+        max_bytes: room,
+    };
+    let copied = match exec::copy_path(&roots(cx)?, cx.files, &request) {
+        // The only byte cap of a copy is the quota's room: say so in the quota's words.
+        Err(exec::FileError::TooLarge { size, .. }) if room.is_some() => {
+            super::check_space(cx, instance, area, size)?;
+            return Err(ToolError(format!("the copy needs {size} bytes; retry")));
+        }
+        other => other?,
+    };
+    let summary = format!(
+        "copied `{}` to `{}` ({} files, {} bytes)",
+        copied.from, copied.to, copied.files, copied.bytes
+    );
+    Ok(Output {
+        structured: serde_json::to_value(&copied).unwrap_or(Value::Null),
+        summary,
+        outcome: Outcome {
+            bytes: Some(copied.bytes),
+            ..Outcome::default()
+        },
+    })
+}
+
+/// Which quota area a sandbox-view path falls in.
+fn area(path: &str) -> Area {
+    if hpcgate_policy_sdk::path::normalize(path).starts_with("/output") {
+        Area::Output
+    } else {
+        Area::Workspace
+    }
 }
 
 fn delete_path(cx: &Context<'_>, args: Delete) -> Result<Output, ToolError> {
