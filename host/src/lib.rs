@@ -15,7 +15,8 @@
 //! - [`usage`]: disk usage for the host-enforced quotas
 //! - [`jobs`]: job records and the job executors (supervised sandbox, Slurm) together
 //! - [`mcp`]: the rmcp server over the gateway; [`http`]: its streamable HTTP and Unix-socket
-//!   transport; [`resources`]: the documents it offers
+//!   transport; [`resources`]: the documents it offers; [`dav`]: WebDAV at `/dav` on the same
+//!   app, a door into the same pipeline
 //! - [`proxy`]: proxied MCP servers (`<proxy>__<tool>`), discovered at start, run in sandboxes
 //! - [`config`]: the TOML configuration, raw and resolved
 //! - [`cli`]: the `hpcgate` command line
@@ -27,6 +28,7 @@ pub use hpcgate_policy_engine as policy;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod dav;
 pub mod gateway;
 pub mod http;
 pub mod jobs;

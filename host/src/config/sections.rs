@@ -143,3 +143,13 @@ pub struct HostCommandConfig {
     /// Killed after this many seconds (default 30).
     pub timeout_s: Option<u64>,
 }
+
+/// `[dav]`: WebDAV at `/dav` on the HTTP transports.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DavConfig {
+    /// Serve `/dav` (default false).
+    pub enabled: Option<bool>,
+    /// Most bytes one PUT may bring (default 64 GiB); quotas can lower it.
+    pub max_upload_bytes: Option<u64>,
+}

@@ -49,6 +49,16 @@ pub struct Settings {
     pub policy_defaults: EngineConfig,
     /// The chain in order, `proxied_mcps` filters included, module paths absolute.
     pub policies: Vec<PolicyConfig>,
+    /// `[dav]`.
+    pub dav: DavSettings,
+}
+
+/// `[dav]`, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DavSettings {
+    pub enabled: bool,
+    /// Most bytes one PUT may bring.
+    pub max_upload_bytes: u64,
 }
 
 /// The settings a running gateway is built on — where its state lives, its executors, its
@@ -160,6 +170,15 @@ impl Settings {
             allowed_origins: resolve_origins(&config.http, &bad)?,
             policy_defaults: config.policy_engine.clone(),
             policies,
+            dav: DavSettings {
+                enabled: config.dav.enabled.unwrap_or(false),
+                max_upload_bytes: positive(
+                    "dav.max_upload_bytes",
+                    config.dav.max_upload_bytes,
+                    64 << 30,
+                    &bad,
+                )?,
+            },
         })
     }
 

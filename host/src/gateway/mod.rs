@@ -6,8 +6,10 @@
 //! them at its start, so a reload never changes a call half-way.
 
 mod call;
+mod transfer;
 
 pub use call::{CallResult, Request};
+pub use transfer::{Transfer, Upload};
 
 use std::sync::{Arc, RwLock};
 
@@ -52,6 +54,11 @@ impl std::ops::Deref for Snapshot {
 }
 
 impl Snapshot {
+    /// `[dav]`: whether WebDAV is served, and its upload cap.
+    pub fn dav(&self) -> crate::config::DavSettings {
+        self.settings.dav
+    }
+
     /// What tool results carry (`[mcp] result_type`).
     pub fn result_type(&self) -> ResultType {
         self.settings.result_type

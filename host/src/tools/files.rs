@@ -71,7 +71,11 @@ struct Write {
     #[serde(rename = "instance_id")]
     _instance_id: String,
     path: String,
-    content: String,
+    // Required in the schema; absent only in a call that streams its body beside the
+    // arguments (a WebDAV PUT), which must not give it (serde takes a missing `Option` as
+    // `None`; `write_file` refuses that without a streamed body).
+    #[schemars(with = "String")]
+    content: Option<String>,
     #[serde(default)]
     encoding: Enc,
     /// Append instead of replacing the file atomically.
@@ -216,6 +220,9 @@ fn roots(cx: &Context<'_>) -> Result<InstanceRoots, ToolError> {
 }
 
 fn read_file(cx: &Context<'_>, args: Read) -> Result<Output, ToolError> {
+    if let Some(transfer) = cx.transfer.filter(|t| t.wants_download()) {
+        return open_for_download(cx, transfer, args);
+    }
     let request = ReadRequest {
         path: args.path,
         offset: args.offset,
@@ -240,14 +247,54 @@ fn read_file(cx: &Context<'_>, args: Read) -> Result<Output, ToolError> {
     })
 }
 
+/// `read_file` for a door that streams (a WebDAV GET): the file is opened beneath the root and
+/// handed over in the transfer; the door sends the bytes `offset`..`offset + length` of it.
+fn open_for_download(
+    cx: &Context<'_>,
+    transfer: &crate::gateway::Transfer,
+    args: Read,
+) -> Result<Output, ToolError> {
+    let opened = exec::open_file(&roots(cx)?, cx.files, &args.path)?;
+    let (path, size) = (opened.path.clone(), opened.size);
+    let bytes = args
+        .length
+        .unwrap_or(size)
+        .min(size.saturating_sub(args.offset));
+    transfer.deliver(opened);
+    Ok(Output {
+        summary: format!("opened `{path}` ({size} bytes) to send {bytes} bytes"),
+        structured: json!({ "path": path, "total_size": size, "offset": args.offset, "bytes": bytes }),
+        outcome: Outcome {
+            bytes: Some(bytes),
+            ..Outcome::default()
+        },
+    })
+}
+
 fn write_file(cx: &Context<'_>, args: Write) -> Result<Output, ToolError> {
-    let data = exec::decode(&args.path, &args.content, args.encoding.into())?;
+    let upload = cx.transfer.and_then(|t| t.take_upload());
+    let area = area(&args.path);
+    let data = match (upload, &args.content) {
+        (Some(upload), None) if !args.append => return write_upload(cx, upload, args, area),
+        (Some(_), _) => {
+            return Err(ToolError(
+                "a streamed body replaces the file whole: give neither `content` nor `append`"
+                    .to_owned(),
+            ));
+        }
+        (None, None) => {
+            return Err(ToolError(
+                "invalid arguments for `write_file`: `content` is required".to_owned(),
+            ));
+        }
+        (None, Some(content)) => exec::decode(&args.path, content, args.encoding.into())?,
+    };
     let mode = if args.append {
         WriteMode::Append
     } else {
         WriteMode::Replace
     };
-    super::check_space(cx, cx.instance()?, area(&args.path), data.len() as u64)?;
+    super::check_space(cx, cx.instance()?, area, data.len() as u64)?;
     let request = WriteRequest {
         path: args.path,
         data,
@@ -255,7 +302,47 @@ fn write_file(cx: &Context<'_>, args: Write) -> Result<Output, ToolError> {
         create_dirs: args.create_dirs,
     };
     let written = exec::write_file(&roots(cx)?, cx.files, &request)?;
-    Ok(Output {
+    Ok(written_output(&written))
+}
+
+/// `write_file` from a streamed body: refused before reading when the announced size is over
+/// the door's cap or the quota's room, cut while streaming when the body passes either.
+fn write_upload(
+    cx: &Context<'_>,
+    mut upload: crate::gateway::Upload,
+    args: Write,
+    area: Area,
+) -> Result<Output, ToolError> {
+    let instance = cx.instance()?;
+    let room = super::space_left(cx, instance, area)?;
+    if let Some(announced) = upload.announced {
+        super::check_space(cx, instance, area, announced)?;
+        if announced > upload.max_bytes {
+            return Err(ToolError(format!(
+                "`{}` is too large: {announced} bytes exceeds the limit of {} bytes for one upload; send a smaller file or ask the admin to raise `[dav] max_upload_bytes`",
+                args.path, upload.max_bytes
+            )));
+        }
+    }
+    let request = exec::StreamWriteRequest {
+        path: args.path,
+        max_bytes: room.map_or(upload.max_bytes, |room| room.min(upload.max_bytes)),
+        create_dirs: args.create_dirs,
+    };
+    let written = match exec::write_stream(&roots(cx)?, &request, &mut upload.source) {
+        Err(exec::FileError::TooLarge { size, .. }) if room.is_some_and(|r| size > r) => {
+            super::check_space(cx, instance, area, size)?;
+            return Err(ToolError(format!(
+                "the upload passed the quota's room ({size} bytes)"
+            )));
+        }
+        other => other?,
+    };
+    Ok(written_output(&written))
+}
+
+fn written_output(written: &exec::WriteResult) -> Output {
+    Output {
         summary: format!(
             "wrote {} bytes to `{}`",
             written.bytes_written, written.path
@@ -264,8 +351,8 @@ fn write_file(cx: &Context<'_>, args: Write) -> Result<Output, ToolError> {
             bytes: Some(written.bytes_written),
             ..Outcome::default()
         },
-        structured: serde_json::to_value(&written).unwrap_or(Value::Null),
-    })
+        structured: serde_json::to_value(written).unwrap_or(Value::Null),
+    }
 }
 
 fn list_directory(cx: &Context<'_>, args: List) -> Result<Output, ToolError> {

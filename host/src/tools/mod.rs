@@ -46,6 +46,8 @@ pub struct Context<'a> {
     pub events: RefCell<Vec<Entry>>,
     /// The call's instance as measured for the policies, for the space quotas.
     pub measured: &'a crate::usage::Measured,
+    /// A streamed body lent by the door (see [`crate::gateway::Transfer`]).
+    pub transfer: Option<&'a crate::gateway::Transfer>,
 }
 
 impl Context<'_> {

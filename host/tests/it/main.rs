@@ -17,6 +17,7 @@ mod bench_gateway;
 mod cli;
 mod cli_instance;
 mod config_cli;
+mod dav;
 mod doctor;
 mod gateway;
 mod gateway_jobs;

@@ -1,0 +1,600 @@
+//! WebDAV at `/dav` through the real `hpcgate run --transport streamable-http`, driven by
+//! `curl` (as the reference system's README uses it) and `litmus`: every request is a tool
+//! call with `via = dav` (policies, quotas, audit), and an attack table — traversal spellings,
+//! objects a job plants, `Destination` escapes, other tenants' names, archived instances,
+//! oversized uploads, hostile XML, `Depth: infinity`, missing or wrong credentials — after which
+//! the gateway still serves and the audit chain verifies.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::gateway as in_process;
+use crate::support::served::{self, Served};
+
+use hpcgate::auth::bearer::{generate_token, hash_token};
+use serde_json::json;
+
+/// chem may write at most 1 MiB in a workspace; writes under `/workspace/inputs/` are denied.
+fn config(chem: &str, bio: &str) -> String {
+    format!(
+        r#"
+[dav]
+enabled = true
+
+[tenants.chem]
+tokens = [{{ label = "alice", sha256 = "{}" }}]
+quotas = {{ max_workspace_bytes = 1048576 }}
+
+[tenants.bio]
+tokens = [{{ label = "bob", sha256 = "{}" }}]
+
+[[policies]]
+name = "paths"
+module = "stock:path-rules"
+[policies.config]
+deny_write = ["/workspace/inputs/**"]
+"#,
+        hex::encode(hash_token(chem)),
+        hex::encode(hash_token(bio)),
+    )
+}
+
+/// One curl run: status, body, response headers (lowercased names).
+struct Reply {
+    status: u16,
+    body: String,
+    headers: String,
+}
+
+/// Runs `curl` with `args` (never through a shell), bounded to 20 s.
+fn curl(scratch: &Path, args: &[&str]) -> Reply {
+    let (body, headers) = (scratch.join("body"), scratch.join("headers"));
+    let output = Command::new("curl")
+        .args(["-sS", "--max-time", "20", "-o"])
+        .arg(&body)
+        .arg("-D")
+        .arg(&headers)
+        .args(["-w", "%{http_code}"])
+        .args(args)
+        .output()
+        .expect("curl runs (Debian package curl)");
+    let status = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    Reply {
+        status,
+        body: std::fs::read_to_string(&body).unwrap_or_default(),
+        headers: std::fs::read_to_string(&headers)
+            .unwrap_or_default()
+            .to_lowercase(),
+    }
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    chem: String,
+    bio: String,
+    /// chem's run1 workspace on the host, where a job could plant things.
+    workspace: PathBuf,
+}
+
+/// Instances made in process (chem: run1, secret1, old (archived); bio: run1), then the
+/// gateway process started on the same state directory.
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let (chem, bio) = (generate_token().unwrap(), generate_token().unwrap());
+    {
+        let gw = in_process::open(dir.path(), &config(&chem, &bio));
+        let make = |tenant: &str, id: &str| {
+            in_process::ok(gw.call(
+                &in_process::caller(tenant),
+                "create_instance",
+                in_process::args(json!({ "instance_id": id })),
+            ))
+        };
+        make("chem", "run1");
+        make("chem", "secret1");
+        make("chem", "old");
+        make("bio", "run1");
+        in_process::ok(gw.call(
+            &in_process::caller("chem"),
+            "archive_instance",
+            in_process::args(json!({ "instance_id": "old" })),
+        ));
+    }
+    let workspace = find_workspace(&dir.path().join("state"), "chem", "run1");
+    Setup {
+        dir,
+        chem,
+        bio,
+        workspace,
+    }
+}
+
+/// The host directory that is `/workspace` of `tenant`'s `id` (found by its marker file).
+fn find_workspace(state: &Path, tenant: &str, id: &str) -> PathBuf {
+    let mut stack = vec![state.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() && !path.is_symlink() {
+                let s = path.to_string_lossy();
+                if s.ends_with(&format!("{id}/workspace")) && s.contains(tenant) {
+                    return path;
+                }
+                stack.push(path);
+            }
+        }
+    }
+    panic!("no workspace for {tenant}/{id} under {}", state.display());
+}
+
+#[test]
+fn curl_uses_the_one_pipeline_and_attacks_fail() {
+    let s = setup();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(
+        s.dir.path(),
+        &s.dir.path().join("gateway.toml"),
+    ));
+    let base = format!("http://{}/dav", served.authority());
+    let ws = format!("{base}/instances/run1/workspace");
+    let scratch = tempfile::tempdir().unwrap();
+    let sc = scratch.path();
+    let chem_auth = format!("Authorization: Bearer {}", s.chem);
+    let chem = |args: &[&str]| {
+        let mut all = vec!["-H", chem_auth.as_str()];
+        all.extend_from_slice(args);
+        curl(sc, &all)
+    };
+    let upload = sc.join("upload.bin");
+    let content: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&upload, &content).unwrap();
+    let upload = upload.to_str().unwrap();
+
+    // The reference README's four: upload, download, mkdir, delete.
+    assert_eq!(chem(&["-T", upload, &format!("{ws}/data.bin")]).status, 201);
+    assert_eq!(chem(&["-T", upload, &format!("{ws}/data.bin")]).status, 204);
+    let got = chem(&[&format!("{ws}/data.bin"), "-o", "/dev/null"]);
+    assert_eq!(got.status, 200);
+    assert_eq!(
+        std::fs::read(s.workspace.join("data.bin")).unwrap(),
+        content
+    );
+    let ranged = chem(&["-r", "10-19", &format!("{ws}/data.bin")]);
+    assert_eq!(ranged.status, 206, "{}", ranged.headers);
+    assert!(
+        ranged.headers.contains("content-range: bytes 10-19/100000"),
+        "{}",
+        ranged.headers
+    );
+    assert_eq!(chem(&["-X", "MKCOL", &format!("{ws}/results")]).status, 201);
+    assert_eq!(chem(&["-X", "MKCOL", &format!("{ws}/results")]).status, 405);
+    assert_eq!(chem(&["-X", "MKCOL", &format!("{ws}/no/such")]).status, 409);
+    assert_eq!(
+        chem(&["-T", upload, &format!("{ws}/no/such/file")]).status,
+        409
+    );
+    // Basic with the token as password (any user), as Finder, Windows and davfs2 send it.
+    let basic = format!("finder:{}", s.chem);
+    assert_eq!(
+        curl(
+            sc,
+            &["-u", &basic, "-T", upload, &format!("{ws}/results/b.bin")]
+        )
+        .status,
+        201
+    );
+    // COPY and MOVE within the instance, across workspace and output too.
+    let dest = |path: &str| format!("Destination: {base}/instances/run1/{path}");
+    assert_eq!(
+        chem(&[
+            "-X",
+            "COPY",
+            "-H",
+            &dest("workspace/copy.bin"),
+            &format!("{ws}/data.bin")
+        ])
+        .status,
+        201
+    );
+    assert_eq!(
+        chem(&[
+            "-X",
+            "COPY",
+            "-H",
+            &dest("workspace/copy.bin"),
+            "-H",
+            "Overwrite: F",
+            &format!("{ws}/data.bin")
+        ])
+        .status,
+        412
+    );
+    assert_eq!(
+        chem(&[
+            "-X",
+            "MOVE",
+            "-H",
+            &dest("output/moved.bin"),
+            &format!("{ws}/copy.bin")
+        ])
+        .status,
+        201
+    );
+    assert_eq!(
+        chem(&[
+            "-X",
+            "COPY",
+            "-H",
+            &dest("workspace/results2"),
+            &format!("{ws}/results")
+        ])
+        .status,
+        201
+    );
+    // PROPFIND one level; infinity refused.
+    let listing = chem(&["-X", "PROPFIND", "-H", "Depth: 1", &format!("{ws}/")]);
+    assert_eq!(listing.status, 207, "{}", listing.body);
+    assert!(
+        listing
+            .body
+            .contains("/dav/instances/run1/workspace/data.bin</D:href>"),
+        "{}",
+        listing.body
+    );
+    assert!(
+        listing
+            .body
+            .contains("<D:getcontentlength>100000</D:getcontentlength>"),
+        "{}",
+        listing.body
+    );
+    let infinite = chem(&["-X", "PROPFIND", "-H", "Depth: infinity", &format!("{ws}/")]);
+    assert_eq!(infinite.status, 403);
+    assert!(
+        infinite.body.contains("propfind-finite-depth"),
+        "{}",
+        infinite.body
+    );
+    assert_eq!(
+        chem(&["-X", "DELETE", &format!("{ws}/results2")]).status,
+        204
+    );
+    assert_eq!(
+        chem(&["-X", "DELETE", &format!("{ws}/results2")]).status,
+        404
+    );
+
+    // A policy denial is a 403 naming the policy.
+    std::fs::create_dir(s.workspace.join("inputs")).unwrap();
+    let denied = chem(&["-T", upload, &format!("{ws}/inputs/x.bin")]);
+    assert_eq!(denied.status, 403);
+    assert!(
+        denied.body.starts_with("denied by policy `paths`"),
+        "{}",
+        denied.body
+    );
+    assert!(!s.workspace.join("inputs/x.bin").exists());
+
+    // Locks: a locked file is written only with its token.
+    let lock_body = r#"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype></D:lockinfo>"#;
+    let locked = chem(&[
+        "-X",
+        "LOCK",
+        "--data-binary",
+        lock_body,
+        &format!("{ws}/data.bin"),
+    ]);
+    assert_eq!(locked.status, 200, "{}", locked.body);
+    let token = locked
+        .headers
+        .lines()
+        .find_map(|l| l.strip_prefix("lock-token: "))
+        .map(|t| {
+            t.trim()
+                .trim_start_matches('<')
+                .trim_end_matches('>')
+                .to_owned()
+        })
+        .expect("a Lock-Token header");
+    assert_eq!(chem(&["-T", upload, &format!("{ws}/data.bin")]).status, 423);
+    let with_token = format!("If: (<{token}>)");
+    assert_eq!(
+        chem(&["-T", upload, "-H", &with_token, &format!("{ws}/data.bin")]).status,
+        204
+    );
+    let unlock = format!("Lock-Token: <{token}>");
+    assert_eq!(
+        chem(&["-X", "UNLOCK", "-H", &unlock, &format!("{ws}/data.bin")]).status,
+        204
+    );
+    assert_eq!(chem(&["-T", upload, &format!("{ws}/data.bin")]).status, 204);
+
+    attacks(&s, sc, &base, &chem);
+
+    // Every request that touched an instance is a call with via = dav in the audit log.
+    let audit = served::audit_text(&s.dir.path().join("state/audit"));
+    let via_dav = audit
+        .lines()
+        .filter(|l| l.contains(r#""via":"dav""#))
+        .count();
+    assert!(via_dav > 20, "{via_dav} dav calls in {audit}");
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains(r#""via":"dav""#) && l.contains(r#""tool":"copy_path""#))
+    );
+    assert!(audit.lines().any(|l| l.contains(r#""via":"dav""#)
+        && l.contains(r#""decision":"deny""#)
+        && l.contains("paths")));
+
+    // Still serving; then stopped cleanly, and the chain verifies.
+    assert_eq!(
+        chem(&[&format!("{ws}/data.bin"), "-o", "/dev/null"]).status,
+        200
+    );
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(
+        stderr.contains("hpcgate: WebDAV on http://127.0.0.1:"),
+        "{stderr}"
+    );
+    let report = hpcgate::audit::verify(&s.dir.path().join("state/audit"), None).unwrap();
+    assert!(report.intact, "{report:?}");
+}
+
+/// The attack table, against the running gateway.
+fn attacks(s: &Setup, sc: &Path, base: &str, chem: &dyn Fn(&[&str]) -> Reply) {
+    let ws = format!("{base}/instances/run1/workspace");
+    let outside = s.dir.path().join("outside-secret.txt");
+    std::fs::write(&outside, "TOP-SECRET").unwrap();
+    // Traversal spellings: refused before any call (400) or naming nothing (404), never served.
+    for path in [
+        "/instances/run1/workspace/../../../../etc/passwd",
+        "/instances/run1/workspace/%2e%2e/%2e%2e/etc/passwd",
+        "/instances/run1/workspace/%2E%2E%2F%2E%2E%2Fetc%2Fpasswd",
+        "/instances/run1/workspace/a%2f..%2f..%2f..%2fetc%2fpasswd",
+        "/instances/run1/workspace/%252e%252e/%252e%252e/etc/passwd",
+        "/instances/run1/workspace//etc/passwd",
+        "/instances/run1/workspace/%00",
+        "/instances/run1/../../../etc/passwd",
+        "/../etc/passwd",
+    ] {
+        let reply = chem(&["--path-as-is", &format!("{base}{path}")]);
+        assert!(
+            [400, 404].contains(&reply.status),
+            "{path}: {} {}",
+            reply.status,
+            reply.body
+        );
+        assert!(!reply.body.contains("root:"), "{path}");
+        let put = chem(&["--path-as-is", "-T", "/dev/null", &format!("{base}{path}")]);
+        assert!(
+            [400, 404, 405, 409].contains(&put.status),
+            "PUT {path}: {}",
+            put.status
+        );
+    }
+    // Objects a job can plant in its workspace: never followed, opened or listed.
+    std::os::unix::fs::symlink(&outside, s.workspace.join("link")).unwrap();
+    std::os::unix::fs::symlink(s.dir.path(), s.workspace.join("linkdir")).unwrap();
+    std::fs::hard_link(&outside, s.workspace.join("hard")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        s.workspace.join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from(0o644),
+        0,
+    )
+    .unwrap();
+    for name in ["link", "linkdir/outside-secret.txt", "hard", "fifo"] {
+        let reply = chem(&[&format!("{ws}/{name}")]);
+        assert_eq!(reply.status, 403, "{name}: {}", reply.body);
+        assert!(!reply.body.contains("TOP-SECRET"), "{name}");
+        assert!(
+            !reply.body.contains(s.dir.path().to_str().unwrap()),
+            "{name} leaks a host path"
+        );
+    }
+    assert_eq!(
+        chem(&["-T", "/dev/null", &format!("{ws}/link")]).status,
+        403
+    );
+    assert_eq!(
+        chem(&["-T", "/dev/null", &format!("{ws}/linkdir/new.txt")]).status,
+        403
+    );
+    assert!(!s.dir.path().join("new.txt").exists());
+    let listing = chem(&["-X", "PROPFIND", "-H", "Depth: 1", &format!("{ws}/")]);
+    for name in ["/link<", "linkdir", "/fifo<"] {
+        assert!(
+            !listing.body.contains(name),
+            "{name} listed: {}",
+            listing.body
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "TOP-SECRET");
+    // Destination escapes.
+    let copy = |destination: &str| {
+        chem(&[
+            "-X",
+            "COPY",
+            "-H",
+            &format!("Destination: {destination}"),
+            &format!("{ws}/data.bin"),
+        ])
+        .status
+    };
+    assert_eq!(copy(&format!("{base}/instances/secret1/workspace/x")), 403);
+    assert_eq!(copy("/dav/instances/run2/workspace/x"), 403);
+    assert_eq!(
+        copy("http://elsewhere.example/dav/instances/run1/workspace/x"),
+        502
+    );
+    assert_eq!(copy("/etc/passwd"), 403);
+    assert_eq!(
+        copy(&format!(
+            "{base}/instances/run1/workspace/../../secret1/workspace/x"
+        )),
+        400
+    );
+    assert_eq!(
+        copy(&format!("{base}/instances/run1/workspace/%2e%2e/x")),
+        400
+    );
+    assert_eq!(copy(&format!("{base}/instances/run1/workspace")), 403);
+    // Another tenant's instance, guessed: not found, not listed.
+    let bio_auth = format!("Authorization: Bearer {}", s.bio);
+    let bio = |args: &[&str]| {
+        let mut all = vec!["-H", bio_auth.as_str()];
+        all.extend_from_slice(args);
+        curl(sc, &all)
+    };
+    assert_eq!(
+        bio(&[&format!("{base}/instances/secret1/workspace/data.bin")]).status,
+        404
+    );
+    assert_eq!(
+        bio(&[
+            "-X",
+            "PROPFIND",
+            "-H",
+            "Depth: 0",
+            &format!("{base}/instances/secret1/")
+        ])
+        .status,
+        404
+    );
+    assert_eq!(
+        bio(&[&format!("{base}/instances/run1/workspace/data.bin")]).status,
+        404
+    );
+    let bio_list = bio(&[
+        "-X",
+        "PROPFIND",
+        "-H",
+        "Depth: 1",
+        &format!("{base}/instances/"),
+    ]);
+    assert_eq!(bio_list.status, 207);
+    assert!(
+        bio_list.body.contains("/instances/run1/") && !bio_list.body.contains("secret1"),
+        "{}",
+        bio_list.body
+    );
+    let chem_list = chem(&[
+        "-X",
+        "PROPFIND",
+        "-H",
+        "Depth: 1",
+        &format!("{base}/instances/"),
+    ]);
+    assert!(
+        chem_list.body.contains("secret1") && !chem_list.body.contains("/old/"),
+        "{}",
+        chem_list.body
+    );
+    // An archived instance is gone from the tree.
+    assert_eq!(
+        chem(&[
+            "-X",
+            "PROPFIND",
+            "-H",
+            "Depth: 0",
+            &format!("{base}/instances/old/")
+        ])
+        .status,
+        404
+    );
+    assert_eq!(
+        chem(&[
+            "-T",
+            "/dev/null",
+            &format!("{base}/instances/old/workspace/x")
+        ])
+        .status,
+        404
+    );
+    // Over the quota: refused before reading when announced, cut while streaming otherwise;
+    // nothing is left behind either way.
+    let big = sc.join("big.bin");
+    std::fs::write(&big, vec![7u8; 3 << 20]).unwrap();
+    let big = big.to_str().unwrap();
+    assert_eq!(chem(&["-T", big, &format!("{ws}/big.bin")]).status, 507);
+    let chunked = chem(&[
+        "-T",
+        big,
+        "-H",
+        "Transfer-Encoding: chunked",
+        &format!("{ws}/big.bin"),
+    ]);
+    assert_eq!(chunked.status, 507, "{}", chunked.body);
+    let leftovers: Vec<_> = std::fs::read_dir(&s.workspace)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".hpcgate-tmp") || n == "big.bin")
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // Hostile XML: entities are never expanded, bodies are capped.
+    let laughs = format!(
+        r#"<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa">{}]><D:propfind xmlns:D="DAV:"><D:prop>&j;</D:prop></D:propfind>"#,
+        (b'b'..=b'j')
+            .map(|c| format!(
+                r#"<!ENTITY {} "{}">"#,
+                c as char,
+                format!("&{};", (c - 1) as char).repeat(10)
+            ))
+            .collect::<String>()
+    );
+    let xml = chem(&[
+        "-X",
+        "PROPFIND",
+        "-H",
+        "Depth: 0",
+        "--data-binary",
+        &laughs,
+        &format!("{ws}/"),
+    ]);
+    assert_eq!(xml.status, 400, "{}", xml.body);
+    let huge = format!(
+        "<D:propfind xmlns:D=\"DAV:\">{}</D:propfind>",
+        "<D:prop/>".repeat(10_000)
+    );
+    let huge_file = sc.join("huge.xml");
+    std::fs::write(&huge_file, huge).unwrap();
+    let huge_arg = format!("@{}", huge_file.display());
+    assert_eq!(
+        chem(&[
+            "-X",
+            "PROPFIND",
+            "-H",
+            "Depth: 0",
+            "--data-binary",
+            &huge_arg,
+            &format!("{ws}/")
+        ])
+        .status,
+        413
+    );
+    // No credentials, a wrong token, a wrong Basic password: 401 with a Basic challenge.
+    for args in [
+        vec![],
+        vec!["-H", "Authorization: Bearer wrong"],
+        vec!["-u", "x:wrong"],
+    ] {
+        let mut all = args.clone();
+        let url = format!("{ws}/data.bin");
+        all.push(&url);
+        let reply = curl(sc, &all);
+        assert_eq!(reply.status, 401, "{args:?}");
+        assert!(
+            reply
+                .headers
+                .contains("www-authenticate: basic realm=\"hpcgate\""),
+            "{}",
+            reply.headers
+        );
+    }
+}
