@@ -4,7 +4,8 @@
 # goes to stderr (scripts/run.sh keeps stdout for the MCP stream).
 #
 #   Debian packages: bubblewrap (the sandbox), slurm-wlm + munge (the local test cluster; not
-#   with --no-slurm), openssl (makes the JWT test keys at test time; not with --no-slurm)
+#   with --no-slurm), openssl (makes the JWT test keys at test time; not with --no-slurm),
+#   curl and litmus (the WebDAV tests' clients; not with --no-slurm)
 #   Rust: the toolchain and wasm32 targets pinned in rust-toolchain.toml, clippy, rustfmt
 #   Python: the official MCP SDK (PyPI `mcp`) in target/python-mcp, for the tests (not with
 #   --no-slurm, which is the run script's minimal set-up)
@@ -24,6 +25,8 @@ if [ "$slurm" = yes ]; then
     { command -v sbatch >/dev/null 2>&1 && [ -x /usr/sbin/slurmctld ]; } || missing+=(slurm-wlm)
     [ -x /usr/sbin/munged ] || missing+=(munge)
     command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+    command -v curl >/dev/null 2>&1 || missing+=(curl)
+    command -v litmus >/dev/null 2>&1 || missing+=(litmus)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then

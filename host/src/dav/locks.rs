@@ -38,6 +38,8 @@ struct Lock {
     path: SandboxView,
     href: String,
     token: String,
+    /// The LOCK's `owner`, as text.
+    owner: Option<String>,
     exclusive: bool,
     infinite: bool,
     timeout: Duration,
@@ -59,8 +61,13 @@ impl Lock {
             "shared"
         };
         let depth = if self.infinite { "infinity" } else { "0" };
+        let owner = self
+            .owner
+            .as_deref()
+            .map(|o| format!("<D:owner>{}</D:owner>", escape(o)))
+            .unwrap_or_default();
         format!(
-            "<D:activelock><D:locktype><D:write/></D:locktype><D:lockscope><D:{scope}/></D:lockscope><D:depth>{depth}</D:depth><D:timeout>Second-{}</D:timeout><D:locktoken><D:href>{}</D:href></D:locktoken><D:lockroot><D:href>{}</D:href></D:lockroot></D:activelock>",
+            "<D:activelock><D:locktype><D:write/></D:locktype><D:lockscope><D:{scope}/></D:lockscope><D:depth>{depth}</D:depth>{owner}<D:timeout>Second-{}</D:timeout><D:locktoken><D:href>{}</D:href></D:locktoken><D:lockroot><D:href>{}</D:href></D:lockroot></D:activelock>",
             self.timeout.as_secs(),
             escape(&self.token),
             escape(&self.href)
@@ -93,10 +100,7 @@ impl LockTable {
         let Some(instance) = instance_of(cx) else {
             return Ok(());
         };
-        let submitted = headers
-            .get("If")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
+        let submitted = submitted_tokens(headers);
         let blocked = self.with(|locks| {
             locks.iter().any(|l| {
                 l.tenant == cx.caller.tenant.as_ref()
@@ -110,6 +114,21 @@ impl LockTable {
             return Err((StatusCode::LOCKED, why.to_owned()));
         }
         Ok(())
+    }
+
+    /// Whether a lock of the caller's with `token` covers `view` (an `If` condition).
+    pub fn holds(&self, cx: &Cx<'_>, view: &SandboxView, token: &str) -> bool {
+        let Some(instance) = instance_of(cx) else {
+            return false;
+        };
+        self.with(|locks| {
+            locks.iter().any(|l| {
+                l.tenant == cx.caller.tenant.as_ref()
+                    && l.instance == instance
+                    && l.token == token
+                    && l.covers(view, false)
+            })
+        })
     }
 
     /// Drops the locks at or beneath `view` (after it was deleted or moved away).
@@ -145,6 +164,18 @@ impl LockTable {
     }
 }
 
+/// Every `<…>` of the `If` header, exactly (a token must match whole, not as a substring).
+fn submitted_tokens(headers: &HeaderMap) -> Vec<String> {
+    let raw = headers
+        .get("If")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    raw.split('<')
+        .skip(1)
+        .filter_map(|rest| rest.split_once('>').map(|(token, _)| token.to_owned()))
+        .collect()
+}
+
 fn instance_of<'a>(cx: &'a Cx<'_>) -> Option<&'a str> {
     match &cx.target {
         Target::File(id, _) => Some(id.as_str()),
@@ -162,18 +193,14 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
             .into_response();
     };
     let headers = request.headers().clone();
-    let elements = match super::props::body_elements(request.into_body()).await {
-        Ok(elements) => elements,
+    let (body, elements) = match super::props::body_xml(request.into_body()).await {
+        Ok(parsed) => parsed,
         Err(refused) => return refused,
     };
     let timeout = timeout(&headers);
     let tenant = cx.caller.tenant.as_ref().to_owned();
     if elements.is_empty() {
-        let submitted = headers
-            .get("If")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
+        let submitted = submitted_tokens(&headers);
         let refreshed = cx.dav.locks.with(|locks| {
             let found = locks.iter_mut().find(|l| {
                 l.tenant == tenant
@@ -249,6 +276,7 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
         path: view.clone(),
         href: cx.target.href(is_dir),
         token: token.clone(),
+        owner: super::xml::inner_text(&body, "owner"),
         exclusive,
         infinite,
         timeout,

@@ -177,6 +177,9 @@ pub async fn put(cx: &Cx<'_>, request: Request) -> Response {
         Ok(found) => found,
         Err(refused) => return refused.into_response(),
     };
+    if let Err(unmet) = super::conditions::check(cx, view, request.headers()).await {
+        return unmet.into_response();
+    }
     if let Err(locked) = cx.dav.locks.check(cx, view, request.headers()) {
         return locked.into_response();
     }
@@ -220,6 +223,9 @@ pub async fn delete(cx: &Cx<'_>, headers: &HeaderMap) -> Response {
         Ok(found) => found,
         Err(refused) => return refused.into_response(),
     };
+    if let Err(unmet) = super::conditions::check(cx, view, headers).await {
+        return unmet.into_response();
+    }
     if let Err(locked) = cx.dav.locks.check(cx, view, headers) {
         return locked.into_response();
     }
@@ -241,6 +247,9 @@ pub async fn mkcol(cx: &Cx<'_>, request: Request) -> Response {
         Ok(found) => found,
         Err(refused) => return refused.into_response(),
     };
+    if let Err(unmet) = super::conditions::check(cx, view, request.headers()).await {
+        return unmet.into_response();
+    }
     if let Err(locked) = cx.dav.locks.check(cx, view, request.headers()) {
         return locked.into_response();
     }
@@ -301,6 +310,9 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
     let overwrite = headers
         .get("Overwrite")
         .is_none_or(|v| v.as_bytes() != b"F");
+    if let Err(unmet) = super::conditions::check(cx, view, headers).await {
+        return unmet.into_response();
+    }
     if moving && let Err(locked) = cx.dav.locks.check(cx, view, headers) {
         return locked.into_response();
     }

@@ -31,6 +31,7 @@
 //! password (Finder, Windows and davfs2 speak only Basic): a Basic header is rewritten to a
 //! Bearer one before the authenticator sees it, and a 401 challenges with both schemes.
 
+mod conditions;
 mod locks;
 mod methods;
 mod props;

@@ -37,16 +37,23 @@ enum Asked {
 
 /// Reads a request body up to [`xml::MAX_BODY_BYTES`] and parses its elements.
 pub async fn body_elements(body: Body) -> Result<Vec<Element>, Response> {
+    Ok(body_xml(body).await?.1)
+}
+
+/// Reads a request body up to [`xml::MAX_BODY_BYTES`]: its text and its elements.
+pub async fn body_xml(body: Body) -> Result<(String, Vec<Element>), Response> {
     let bytes = to_bytes(body, xml::MAX_BODY_BYTES).await.map_err(|_| {
         let why = format!("the XML body is larger than {} bytes", xml::MAX_BODY_BYTES);
         (StatusCode::PAYLOAD_TOO_LARGE, why).into_response()
     })?;
     if bytes.is_empty() {
-        return Ok(Vec::new());
+        return Ok((String::new(), Vec::new()));
     }
-    let text = std::str::from_utf8(&bytes)
+    let text = String::from_utf8(bytes.to_vec())
         .map_err(|_| (StatusCode::BAD_REQUEST, "the XML body is not UTF-8").into_response())?;
-    xml::elements(text).map_err(|e| (StatusCode::BAD_REQUEST, e.0).into_response())
+    let elements =
+        xml::elements(&text).map_err(|e| (StatusCode::BAD_REQUEST, e.0).into_response())?;
+    Ok((text, elements))
 }
 
 pub async fn propfind(cx: &Cx<'_>, request: Request) -> Response {
@@ -310,6 +317,9 @@ pub async fn proppatch(cx: &Cx<'_>, request: Request) -> Response {
     let Target::File(id, view) = &cx.target else {
         return (StatusCode::FORBIDDEN, "properties cannot be changed here").into_response();
     };
+    if let Err(unmet) = super::conditions::check(cx, view, request.headers()).await {
+        return unmet.into_response();
+    }
     if let Err(locked) = cx.dav.locks.check(cx, view, request.headers()) {
         return locked.into_response();
     }

@@ -81,6 +81,11 @@ pub fn elements(body: &str) -> Result<Vec<Element>, BadXml> {
             if attribute.0 == "xmlns" {
                 declared.insert(String::new(), attribute.1);
             } else if let Some(prefix) = attribute.0.strip_prefix("xmlns:") {
+                if attribute.1.is_empty() {
+                    return Err(bad(&format!(
+                        "undeclares the prefix `{prefix}`, which XML namespaces 1.0 forbid"
+                    )));
+                }
                 declared.insert(prefix.to_owned(), attribute.1);
             }
         }
@@ -142,6 +147,37 @@ fn predefined_entity(after_amp: &str) -> bool {
     ["lt;", "gt;", "amp;", "quot;", "apos;", "#"]
         .iter()
         .any(|e| after_amp.starts_with(e))
+}
+
+/// The text inside the first element named `local` (any prefix) of a well-formed `body`,
+/// markup removed: e.g. a LOCK's `owner`, kept and shown back as plain text.
+pub fn inner_text(body: &str, local: &str) -> Option<String> {
+    let mut from = 0;
+    while let Some(at) = body[from..].find('<') {
+        let start = from + at + 1;
+        let end = start + body[start..].find('>')?;
+        let name = body[start..end].split_whitespace().next().unwrap_or("");
+        from = end + 1;
+        if name.starts_with('/') || name.ends_with('/') {
+            continue;
+        }
+        if name.rsplit(':').next() == Some(local) {
+            let close = body[from..].find(&format!("</{name}>"))?;
+            let inner = &body[from..from + close];
+            let mut text = String::new();
+            let mut in_tag = false;
+            for c in inner.chars() {
+                match c {
+                    '<' => in_tag = true,
+                    '>' => in_tag = false,
+                    c if !in_tag => text.push(c),
+                    _ => {}
+                }
+            }
+            return Some(text.trim().to_owned());
+        }
+    }
+    None
 }
 
 /// Escapes text for element content and attribute values.
