@@ -45,6 +45,20 @@ fn unknown_keys_are_named_with_their_dotted_path() {
     );
     let err = Config::parse("bogus = 1\n", "x.toml").unwrap_err();
     assert!(err.to_string().contains("unknown key `bogus`"), "{err}");
+    let err = Config::parse("[dav]\nenable = true\n", "x.toml").unwrap_err();
+    assert!(
+        err.to_string().contains("unknown key `dav.enable`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn dav_is_off_by_default_and_its_cap_must_be_positive() {
+    let on = settings(&[("x.toml", "[dav]\nenabled = true\n")]).unwrap();
+    assert!(on.dav.enabled && on.dav.max_upload_bytes == 64 << 30);
+    assert!(!settings(&[("x.toml", "")]).unwrap().dav.enabled);
+    let err = settings(&[("x.toml", "[dav]\nmax_upload_bytes = 0\n")]).unwrap_err();
+    assert!(err.to_string().contains("dav.max_upload_bytes"), "{err}");
 }
 
 #[test]

@@ -666,3 +666,49 @@ const LITMUS_EXPECTED_FAILURES: &[(&str, &str)] = &[
 /// refuse each with 403 in the multistatus, which it does); the other props tests, which skip
 /// once propset fails, test dead-property storage too.
 const DEAD_PROPERTIES: &str = "dead properties are not stored: PROPPATCH answers 403 per property";
+
+/// Single-tenant over the Unix socket: the same tree, no credentials (the peer's uid is the
+/// caller), and the door stays shut while `[dav] enabled` is false.
+#[test]
+fn the_unix_socket_serves_dav_single_tenant() {
+    for enabled in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!("policies = []\n[dav]\nenabled = {enabled}\n");
+        {
+            let gw = in_process::open(dir.path(), &config);
+            in_process::ok(gw.call(
+                &in_process::caller("default"),
+                "create_instance",
+                in_process::args(json!({ "instance_id": "run1" })),
+            ));
+        }
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let socket = dir.path().join("gw.sock");
+        let served = runtime.block_on(Served::start(
+            dir.path(),
+            &dir.path().join("gateway.toml"),
+            &["--uds", socket.to_str().unwrap()],
+        ));
+        let sc = tempfile::tempdir().unwrap();
+        let on_socket = |args: &[&str]| {
+            let mut all = vec!["--unix-socket", socket.to_str().unwrap()];
+            all.extend_from_slice(args);
+            curl(sc.path(), &all)
+        };
+        let url = "http://localhost/dav/instances/run1/output/r.txt";
+        let put = on_socket(&["-T", "/etc/hostname", url]);
+        if !enabled {
+            assert_eq!(put.status, 404);
+            assert!(put.body.contains("[dav] enabled = true"), "{}", put.body);
+            runtime.block_on(served.stop());
+            continue;
+        }
+        assert_eq!(put.status, 201, "{}", put.body);
+        let got = on_socket(&[url]);
+        assert_eq!(got.status, 200);
+        assert_eq!(got.body, std::fs::read_to_string("/etc/hostname").unwrap());
+        let (status, stderr) = runtime.block_on(served.stop());
+        assert!(status.success(), "{status:?}: {stderr}");
+        assert!(stderr.contains("hpcgate: WebDAV on unix:"), "{stderr}");
+    }
+}
