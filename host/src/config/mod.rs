@@ -48,7 +48,7 @@ pub use sections::{
     AuditConfig, BindConfig, DavConfig, FilesConfig, HostCommandConfig, LimitsConfig, McpConfig,
     ResultType, SandboxConfig, SlurmConfig,
 };
-pub use settings::{DavSettings, HostCommand, Settings, load_settings};
+pub use settings::{DavExtra, DavSettings, HostCommand, Settings, load_settings};
 pub use tenants::{Quotas, QuotasConfig, Tenant, TenantConfig, Token, TokenConfig};
 
 #[cfg(test)]

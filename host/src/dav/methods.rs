@@ -19,6 +19,7 @@ use super::{Dav, Refusal};
 use crate::auth::Caller;
 use crate::gateway::{Transfer, Upload};
 use crate::state::InstanceId;
+use hpcgate_executors::files::OpenedFile;
 
 /// One request's caller and target.
 pub struct Cx<'a> {
@@ -65,6 +66,12 @@ pub async fn get(cx: &Cx<'_>, headers: &HeaderMap, head_only: bool) -> Response 
     let Some(opened) = transfer.and_then(|t| t.take_download()) else {
         return (StatusCode::INTERNAL_SERVER_ERROR, "the file was not opened").into_response();
     };
+    send(opened, headers, head_only).await
+}
+
+/// Sends an opened file: `If-None-Match`, one `Range`, `ETag`, `Last-Modified`; the bytes
+/// stream from the descriptor.
+pub async fn send(opened: OpenedFile, headers: &HeaderMap, head_only: bool) -> Response {
     let etag = super::props::etag(opened.size, opened.modified_unix);
     let size = opened.size;
     if headers

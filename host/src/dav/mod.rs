@@ -32,6 +32,7 @@
 //! Bearer one before the authenticator sees it, and a 401 challenges with both schemes.
 
 mod conditions;
+mod extras;
 mod locks;
 mod methods;
 mod props;
@@ -118,6 +119,9 @@ async fn handle(State(dav): State<Dav>, request: Request) -> Response {
         caller,
         target,
     };
+    if matches!(cx.target, Target::Extra(..)) {
+        return extras::handle(&cx, request).await;
+    }
     let method = request.method().clone();
     match method.as_str() {
         "OPTIONS" => options(),
@@ -156,6 +160,16 @@ fn options() -> Response {
 }
 
 impl Dav {
+    /// Runs `work` on the blocking bridge (for the extras, which are not tool calls); `None`
+    /// when it could not run.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let _permit = self.bridge.clone().acquire_owned().await.ok()?;
+        tokio::task::spawn_blocking(work).await.ok()
+    }
+
     /// Runs one tool call through the pipeline on the blocking bridge, lending `transfer`;
     /// gives the transfer back with the result (for a download, holding the opened file).
     async fn call(

@@ -116,8 +116,12 @@ async fn resources(cx: &Cx<'_>, depth: u8) -> Result<Vec<Resource>, Response> {
             out.push(collection(cx.target.href(true)));
             if depth == 1 {
                 out.push(collection(Target::Instances.href(true)));
+                for name in super::extras::names(cx) {
+                    out.push(collection(Target::Extra(name, vec![]).href(true)));
+                }
             }
         }
+        Target::Extra(..) => return super::extras::resources(cx, depth).await,
         Target::Instances => {
             out.push(collection(cx.target.href(true)));
             if depth == 1 {

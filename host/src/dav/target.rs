@@ -10,6 +10,8 @@
 //!   not UTF-8, is refused (`%2e%2e`, `%2f`, `%00`): no spelling of a traversal reaches the
 //!   executor (which would refuse it again: `..` anywhere is an escape there too);
 //! - a double encoding (`%252e`) decodes once, to the literal name `%2e`: a name, not a dot;
+//! - `/dav/<name>/…` names a `[dav.extras]` directory, whose segments go through the same
+//!   decoding; whether the caller sees it is the handler's check;
 //! - the instance id is validated as every entry point validates it; another tenant's ids are
 //!   never looked up: the call runs as the caller's tenant, whose instances are the only ones
 //!   its state directory holds, so a guessed name is "not found" as any unknown one.
@@ -32,6 +34,8 @@ pub enum Target {
     Instance(InstanceId),
     /// A path in an instance's workspace or output.
     File(InstanceId, SandboxView),
+    /// A path in `[dav.extras.<name>]` (whether the caller sees it is the handler's check).
+    Extra(String, Vec<String>),
 }
 
 /// A sandbox-view path (`/workspace/a/b`), made of decoded, checked segments.
@@ -88,10 +92,10 @@ impl Target {
             segments.push(decode_segment(raw)?);
         }
         let mut parts = segments.into_iter();
-        match parts.next().as_deref() {
+        match parts.next() {
             None => return Ok(Target::Root),
-            Some("instances") => {}
-            Some(_) => return Err(BadTarget::NotFound),
+            Some(first) if first == "instances" => {}
+            Some(extra) => return Ok(Target::Extra(extra, parts.collect())),
         }
         let Some(id) = parts.next() else {
             return Ok(Target::Instances);
@@ -122,6 +126,13 @@ impl Target {
             Target::File(id, view) => {
                 href.push_str(&format!("instances/{}/{}", encode(id.as_str()), view.area));
                 for segment in &view.segments {
+                    href.push('/');
+                    href.push_str(&encode(segment));
+                }
+            }
+            Target::Extra(name, segments) => {
+                href.push_str(&encode(name));
+                for segment in segments {
                     href.push('/');
                     href.push_str(&encode(segment));
                 }
@@ -216,13 +227,27 @@ mod tests {
         }
         for raw in [
             "/davx",
-            "/dav/etc/passwd",
             "/dav/instances/run1/home",
             "/dav/instances/-bad-/workspace",
             "/mcp",
         ] {
             assert_eq!(Target::parse(raw), Err(BadTarget::NotFound), "{raw}");
         }
+    }
+
+    #[test]
+    fn extras_are_their_own_tree() {
+        assert_eq!(
+            Target::parse("/dav/refdata/genomes/hg38.fa"),
+            Ok(Target::Extra(
+                "refdata".into(),
+                vec!["genomes".into(), "hg38.fa".into()]
+            ))
+        );
+        assert!(matches!(
+            Target::parse("/dav/refdata/%2e%2e/x"),
+            Err(BadTarget::Refused(_))
+        ));
     }
 
     #[test]

@@ -55,8 +55,13 @@ impl std::ops::Deref for Snapshot {
 
 impl Snapshot {
     /// `[dav]`: whether WebDAV is served, and its upload cap.
-    pub fn dav(&self) -> crate::config::DavSettings {
-        self.settings.dav
+    pub fn dav(&self) -> &crate::config::DavSettings {
+        &self.settings.dav
+    }
+
+    /// `[files]`: the file tools' caps (WebDAV's extras read with them too).
+    pub fn file_limits(&self) -> hpcgate_executors::files::FileLimits {
+        self.settings.files
     }
 
     /// What tool results carry (`[mcp] result_type`).

@@ -15,11 +15,17 @@ use hpcgate::auth::bearer::{generate_token, hash_token};
 use serde_json::json;
 
 /// chem may write at most 1 MiB in a workspace; writes under `/workspace/inputs/` are denied.
-fn config(chem: &str, bio: &str) -> String {
+/// `dir/refdata` is an extra for every tenant, `dir/chemdata` one for chem only.
+fn config(dir: &Path, chem: &str, bio: &str) -> String {
     format!(
         r#"
 [dav]
 enabled = true
+[dav.extras.refdata]
+path = "{}"
+[dav.extras.chemdata]
+path = "{}"
+tenants = ["chem"]
 
 [tenants.chem]
 tokens = [{{ label = "alice", sha256 = "{}" }}]
@@ -34,20 +40,22 @@ module = "stock:path-rules"
 [policies.config]
 deny_write = ["/workspace/inputs/**"]
 "#,
+        dir.join("refdata").display(),
+        dir.join("chemdata").display(),
         hex::encode(hash_token(chem)),
         hex::encode(hash_token(bio)),
     )
 }
 
 /// One curl run: status, body, response headers (lowercased names).
-struct Reply {
-    status: u16,
-    body: String,
-    headers: String,
+pub struct Reply {
+    pub status: u16,
+    pub body: String,
+    pub headers: String,
 }
 
 /// Runs `curl` with `args` (never through a shell), bounded to 20 s.
-fn curl(scratch: &Path, args: &[&str]) -> Reply {
+pub fn curl(scratch: &Path, args: &[&str]) -> Reply {
     let (body, headers) = (scratch.join("body"), scratch.join("headers"));
     let output = Command::new("curl")
         .args(["-sS", "--max-time", "20", "-o"])
@@ -71,12 +79,12 @@ fn curl(scratch: &Path, args: &[&str]) -> Reply {
     }
 }
 
-struct Setup {
-    dir: tempfile::TempDir,
-    chem: String,
-    bio: String,
+pub struct Setup {
+    pub dir: tempfile::TempDir,
+    pub chem: String,
+    pub bio: String,
     /// chem's run1 workspace on the host, where a job could plant things.
-    workspace: PathBuf,
+    pub workspace: PathBuf,
 }
 
 /// Instances made in process (chem: run1, secret1, old (archived); bio: run1), then the
@@ -84,8 +92,12 @@ struct Setup {
 fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let (chem, bio) = (generate_token().unwrap(), generate_token().unwrap());
+    for extra in ["refdata", "chemdata"] {
+        std::fs::create_dir(dir.path().join(extra)).unwrap();
+        std::fs::write(dir.path().join(extra).join("ref.txt"), extra).unwrap();
+    }
     {
-        let gw = in_process::open(dir.path(), &config(&chem, &bio));
+        let gw = in_process::open(dir.path(), &config(dir.path(), &chem, &bio));
         let make = |tenant: &str, id: &str| {
             in_process::ok(gw.call(
                 &in_process::caller(tenant),
@@ -312,7 +324,7 @@ fn curl_uses_the_one_pipeline_and_attacks_fail() {
     );
     assert_eq!(chem(&["-T", upload, &format!("{ws}/data.bin")]).status, 204);
 
-    attacks(&s, sc, &base, &chem);
+    crate::dav_attacks::attacks(&s, sc, &base, &chem);
 
     // Every request that touched an instance is a call with via = dav in the audit log.
     let audit = served::audit_text(&s.dir.path().join("state/audit"));
@@ -343,260 +355,6 @@ fn curl_uses_the_one_pipeline_and_attacks_fail() {
     );
     let report = hpcgate::audit::verify(&s.dir.path().join("state/audit"), None).unwrap();
     assert!(report.intact, "{report:?}");
-}
-
-/// The attack table, against the running gateway.
-fn attacks(s: &Setup, sc: &Path, base: &str, chem: &dyn Fn(&[&str]) -> Reply) {
-    let ws = format!("{base}/instances/run1/workspace");
-    let outside = s.dir.path().join("outside-secret.txt");
-    std::fs::write(&outside, "TOP-SECRET").unwrap();
-    // Traversal spellings: refused before any call (400) or naming nothing (404), never served.
-    for path in [
-        "/instances/run1/workspace/../../../../etc/passwd",
-        "/instances/run1/workspace/%2e%2e/%2e%2e/etc/passwd",
-        "/instances/run1/workspace/%2E%2E%2F%2E%2E%2Fetc%2Fpasswd",
-        "/instances/run1/workspace/a%2f..%2f..%2f..%2fetc%2fpasswd",
-        "/instances/run1/workspace/%252e%252e/%252e%252e/etc/passwd",
-        "/instances/run1/workspace//etc/passwd",
-        "/instances/run1/workspace/%00",
-        "/instances/run1/../../../etc/passwd",
-        "/../etc/passwd",
-    ] {
-        let reply = chem(&["--path-as-is", &format!("{base}{path}")]);
-        assert!(
-            [400, 404].contains(&reply.status),
-            "{path}: {} {}",
-            reply.status,
-            reply.body
-        );
-        assert!(!reply.body.contains("root:"), "{path}");
-        let put = chem(&["--path-as-is", "-T", "/dev/null", &format!("{base}{path}")]);
-        assert!(
-            [400, 404, 405, 409].contains(&put.status),
-            "PUT {path}: {}",
-            put.status
-        );
-    }
-    // Objects a job can plant in its workspace: never followed, opened or listed.
-    std::os::unix::fs::symlink(&outside, s.workspace.join("link")).unwrap();
-    std::os::unix::fs::symlink(s.dir.path(), s.workspace.join("linkdir")).unwrap();
-    std::fs::hard_link(&outside, s.workspace.join("hard")).unwrap();
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        s.workspace.join("fifo"),
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from(0o644),
-        0,
-    )
-    .unwrap();
-    for name in ["link", "linkdir/outside-secret.txt", "hard", "fifo"] {
-        let reply = chem(&[&format!("{ws}/{name}")]);
-        assert_eq!(reply.status, 403, "{name}: {}", reply.body);
-        assert!(!reply.body.contains("TOP-SECRET"), "{name}");
-        assert!(
-            !reply.body.contains(s.dir.path().to_str().unwrap()),
-            "{name} leaks a host path"
-        );
-    }
-    assert_eq!(
-        chem(&["-T", "/dev/null", &format!("{ws}/link")]).status,
-        403
-    );
-    assert_eq!(
-        chem(&["-T", "/dev/null", &format!("{ws}/linkdir/new.txt")]).status,
-        403
-    );
-    assert!(!s.dir.path().join("new.txt").exists());
-    let listing = chem(&["-X", "PROPFIND", "-H", "Depth: 1", &format!("{ws}/")]);
-    for name in ["/link<", "linkdir", "/fifo<"] {
-        assert!(
-            !listing.body.contains(name),
-            "{name} listed: {}",
-            listing.body
-        );
-    }
-    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "TOP-SECRET");
-    // Destination escapes.
-    let copy = |destination: &str| {
-        chem(&[
-            "-X",
-            "COPY",
-            "-H",
-            &format!("Destination: {destination}"),
-            &format!("{ws}/data.bin"),
-        ])
-        .status
-    };
-    assert_eq!(copy(&format!("{base}/instances/secret1/workspace/x")), 403);
-    assert_eq!(copy("/dav/instances/run2/workspace/x"), 403);
-    assert_eq!(
-        copy("http://elsewhere.example/dav/instances/run1/workspace/x"),
-        502
-    );
-    assert_eq!(copy("/etc/passwd"), 403);
-    assert_eq!(
-        copy(&format!(
-            "{base}/instances/run1/workspace/../../secret1/workspace/x"
-        )),
-        400
-    );
-    assert_eq!(
-        copy(&format!("{base}/instances/run1/workspace/%2e%2e/x")),
-        400
-    );
-    assert_eq!(copy(&format!("{base}/instances/run1/workspace")), 403);
-    // Another tenant's instance, guessed: not found, not listed.
-    let bio_auth = format!("Authorization: Bearer {}", s.bio);
-    let bio = |args: &[&str]| {
-        let mut all = vec!["-H", bio_auth.as_str()];
-        all.extend_from_slice(args);
-        curl(sc, &all)
-    };
-    assert_eq!(
-        bio(&[&format!("{base}/instances/secret1/workspace/data.bin")]).status,
-        404
-    );
-    assert_eq!(
-        bio(&[
-            "-X",
-            "PROPFIND",
-            "-H",
-            "Depth: 0",
-            &format!("{base}/instances/secret1/")
-        ])
-        .status,
-        404
-    );
-    assert_eq!(
-        bio(&[&format!("{base}/instances/run1/workspace/data.bin")]).status,
-        404
-    );
-    let bio_list = bio(&[
-        "-X",
-        "PROPFIND",
-        "-H",
-        "Depth: 1",
-        &format!("{base}/instances/"),
-    ]);
-    assert_eq!(bio_list.status, 207);
-    assert!(
-        bio_list.body.contains("/instances/run1/") && !bio_list.body.contains("secret1"),
-        "{}",
-        bio_list.body
-    );
-    let chem_list = chem(&[
-        "-X",
-        "PROPFIND",
-        "-H",
-        "Depth: 1",
-        &format!("{base}/instances/"),
-    ]);
-    assert!(
-        chem_list.body.contains("secret1") && !chem_list.body.contains("/old/"),
-        "{}",
-        chem_list.body
-    );
-    // An archived instance is gone from the tree.
-    assert_eq!(
-        chem(&[
-            "-X",
-            "PROPFIND",
-            "-H",
-            "Depth: 0",
-            &format!("{base}/instances/old/")
-        ])
-        .status,
-        404
-    );
-    assert_eq!(
-        chem(&[
-            "-T",
-            "/dev/null",
-            &format!("{base}/instances/old/workspace/x")
-        ])
-        .status,
-        404
-    );
-    // Over the quota: refused before reading when announced, cut while streaming otherwise;
-    // nothing is left behind either way.
-    let big = sc.join("big.bin");
-    std::fs::write(&big, vec![7u8; 3 << 20]).unwrap();
-    let big = big.to_str().unwrap();
-    assert_eq!(chem(&["-T", big, &format!("{ws}/big.bin")]).status, 507);
-    let chunked = chem(&[
-        "-T",
-        big,
-        "-H",
-        "Transfer-Encoding: chunked",
-        &format!("{ws}/big.bin"),
-    ]);
-    assert_eq!(chunked.status, 507, "{}", chunked.body);
-    let leftovers: Vec<_> = std::fs::read_dir(&s.workspace)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(".hpcgate-tmp") || n == "big.bin")
-        .collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
-    // Hostile XML: entities are never expanded, bodies are capped.
-    let laughs = format!(
-        r#"<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa">{}]><D:propfind xmlns:D="DAV:"><D:prop>&j;</D:prop></D:propfind>"#,
-        (b'b'..=b'j')
-            .map(|c| format!(
-                r#"<!ENTITY {} "{}">"#,
-                c as char,
-                format!("&{};", (c - 1) as char).repeat(10)
-            ))
-            .collect::<String>()
-    );
-    let xml = chem(&[
-        "-X",
-        "PROPFIND",
-        "-H",
-        "Depth: 0",
-        "--data-binary",
-        &laughs,
-        &format!("{ws}/"),
-    ]);
-    assert_eq!(xml.status, 400, "{}", xml.body);
-    let huge = format!(
-        "<D:propfind xmlns:D=\"DAV:\">{}</D:propfind>",
-        "<D:prop/>".repeat(10_000)
-    );
-    let huge_file = sc.join("huge.xml");
-    std::fs::write(&huge_file, huge).unwrap();
-    let huge_arg = format!("@{}", huge_file.display());
-    assert_eq!(
-        chem(&[
-            "-X",
-            "PROPFIND",
-            "-H",
-            "Depth: 0",
-            "--data-binary",
-            &huge_arg,
-            &format!("{ws}/")
-        ])
-        .status,
-        413
-    );
-    // No credentials, a wrong token, a wrong Basic password: 401 with a Basic challenge.
-    for args in [
-        vec![],
-        vec!["-H", "Authorization: Bearer wrong"],
-        vec!["-u", "x:wrong"],
-    ] {
-        let mut all = args.clone();
-        let url = format!("{ws}/data.bin");
-        all.push(&url);
-        let reply = curl(sc, &all);
-        assert_eq!(reply.status, 401, "{args:?}");
-        assert!(
-            reply
-                .headers
-                .contains("www-authenticate: basic realm=\"hpcgate\""),
-            "{}",
-            reply.headers
-        );
-    }
 }
 
 /// litmus (Debian package `litmus`) against an instance's workspace, with Basic credentials:

@@ -18,6 +18,7 @@ mod cli;
 mod cli_instance;
 mod config_cli;
 mod dav;
+mod dav_attacks;
 mod doctor;
 mod gateway;
 mod gateway_jobs;
