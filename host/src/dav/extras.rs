@@ -137,6 +137,7 @@ pub async fn resources(cx: &Cx<'_>, depth: u8) -> Result<Vec<Resource>, Response
             size: facts.size,
             modified_unix: facts.modified_unix,
             locks: String::new(),
+            truncated: false,
         }
     };
     let served =
@@ -149,6 +150,11 @@ pub async fn resources(cx: &Cx<'_>, depth: u8) -> Result<Vec<Resource>, Response
             .into_response());
     }
     let mut out = vec![resource(segments.to_vec(), &stat.facts)];
+    if listed.as_ref().is_some_and(|l| l.truncated) {
+        let mut cut = resource(segments.to_vec(), &stat.facts);
+        cut.truncated = true;
+        out.push(cut);
+    }
     for entry in listed.iter().flat_map(|l| &l.entries) {
         if entry.escaped || !served(entry.facts.kind) {
             continue;

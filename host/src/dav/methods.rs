@@ -69,6 +69,10 @@ pub async fn get(cx: &Cx<'_>, headers: &HeaderMap, head_only: bool) -> Response 
     send(opened, headers, head_only).await
 }
 
+/// Bytes read from a file per chunk of a GET body (tokio's file reads hop to the blocking pool
+/// once per chunk: 4 KiB chunks made a GET six times slower than a PUT).
+const CHUNK: usize = 256 * 1024;
+
 /// Sends an opened file: `If-None-Match`, one `Range`, `ETag`, `Last-Modified`; the bytes
 /// stream from the descriptor.
 pub async fn send(opened: OpenedFile, headers: &HeaderMap, head_only: bool) -> Response {
@@ -106,7 +110,7 @@ pub async fn send(opened: OpenedFile, headers: &HeaderMap, head_only: bool) -> R
             )
                 .into_response();
         }
-        Body::from_stream(ReaderStream::new(file.take(len)))
+        Body::from_stream(ReaderStream::with_capacity(file.take(len), CHUNK))
     };
     let status = if partial {
         StatusCode::PARTIAL_CONTENT

@@ -5,7 +5,8 @@
 //! `Depth: infinity` (also the default when the header is absent) is refused with 403 and the
 //! `propfind-finite-depth` precondition (RFC 4918 §9.1): a whole tree is walked by asking one
 //! level at a time, each level a bounded `list_directory`. A listing that reaches the
-//! `[files] max_list_entries` cap answers the entries it holds.
+//! `[files] max_list_entries` cap answers the entries it holds plus a `507` response for the
+//! collection, as RFC 4918 §9.1 provides for truncated results.
 
 use axum::body::{Body, to_bytes};
 use axum::extract::Request;
@@ -26,6 +27,9 @@ pub struct Resource {
     pub modified_unix: i64,
     /// Active locks, as `<D:activelock>` elements.
     pub locks: String,
+    /// The listing of this collection was cut at `[files] max_list_entries`: answered as a
+    /// `507` response for it (RFC 4918 §9.1), so a client knows entries are missing.
+    pub truncated: bool,
 }
 
 /// What a PROPFIND asks for.
@@ -105,6 +109,7 @@ fn collection(href: String) -> Resource {
         size: 0,
         modified_unix: 0,
         locks: String::new(),
+        truncated: false,
     }
 }
 
@@ -191,6 +196,11 @@ async fn resources(cx: &Cx<'_>, depth: u8) -> Result<Vec<Resource>, Response> {
                 if listed.is_error {
                     return Err(status::failed(&listed, Op::Read));
                 }
+                if listed.structured["truncated"] == true {
+                    let mut cut = resource(cx, id, view, facts, true);
+                    cut.truncated = true;
+                    out.push(cut);
+                }
                 for entry in listed.structured["entries"]
                     .as_array()
                     .into_iter()
@@ -229,6 +239,7 @@ fn resource(
         size: facts["size"].as_u64().unwrap_or(0),
         modified_unix: facts["modified_unix"].as_i64().unwrap_or(0),
         locks: cx.dav.locks.discovery(cx, view),
+        truncated: false,
     }
 }
 
@@ -265,6 +276,13 @@ const ALL_LIVE: [&str; 8] = [
 ];
 
 fn render(out: &mut String, resource: &Resource, asked: &Asked) {
+    if resource.truncated {
+        out.push_str(&format!(
+            "<D:response><D:href>{}</D:href><D:status>HTTP/1.1 507 Insufficient Storage</D:status><D:responsedescription>the listing is cut at [files] max_list_entries</D:responsedescription></D:response>\n",
+            escape(&resource.href)
+        ));
+        return;
+    }
     out.push_str(&format!(
         "<D:response><D:href>{}</D:href>",
         escape(&resource.href)

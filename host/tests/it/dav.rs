@@ -263,6 +263,20 @@ fn curl_uses_the_one_pipeline_and_attacks_fail() {
         "{}",
         listing.body
     );
+    // A listing cut at [files] max_list_entries (1000) says so with a 507 for the collection.
+    std::fs::create_dir(s.workspace.join("many")).unwrap();
+    for i in 0..1001 {
+        std::fs::write(s.workspace.join(format!("many/{i}")), "").unwrap();
+    }
+    let many = chem(&["-X", "PROPFIND", "-H", "Depth: 1", &format!("{ws}/many/")]);
+    assert_eq!(
+        many.body.matches("<D:response>").count(),
+        1002,
+        "{}",
+        many.status
+    );
+    assert!(many.body.contains("507 Insufficient Storage"));
+    std::fs::remove_dir_all(s.workspace.join("many")).unwrap();
     let infinite = chem(&["-X", "PROPFIND", "-H", "Depth: infinity", &format!("{ws}/")]);
     assert_eq!(infinite.status, 403);
     assert!(
