@@ -5,7 +5,7 @@
 #
 #   Debian packages: bubblewrap (the sandbox), slurm-wlm + munge (the local test cluster; not
 #   with --no-slurm), openssl (makes the JWT test keys at test time; not with --no-slurm),
-#   curl and litmus (the WebDAV tests' clients; not with --no-slurm)
+#   curl, litmus and rclone (the WebDAV tests' clients; not with --no-slurm)
 #   Rust: the toolchain and wasm32 targets pinned in rust-toolchain.toml, clippy, rustfmt
 #   Python: the official MCP SDK (PyPI `mcp`) in target/python-mcp, for the tests (not with
 #   --no-slurm, which is the run script's minimal set-up)
@@ -27,6 +27,7 @@ if [ "$slurm" = yes ]; then
     command -v openssl >/dev/null 2>&1 || missing+=(openssl)
     command -v curl >/dev/null 2>&1 || missing+=(curl)
     command -v litmus >/dev/null 2>&1 || missing+=(litmus)
+    command -v rclone >/dev/null 2>&1 || missing+=(rclone)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then

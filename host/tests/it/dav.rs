@@ -484,3 +484,50 @@ fn the_unix_socket_serves_dav_single_tenant() {
         assert!(stderr.contains("hpcgate: WebDAV on unix:"), "{stderr}");
     }
 }
+
+/// rclone (Debian package `rclone`) syncs a tree up and back down with a bearer token, and a
+/// second sync each way transfers nothing.
+#[test]
+fn rclone_syncs_both_ways_and_a_second_sync_transfers_nothing() {
+    let s = setup();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(
+        s.dir.path(),
+        &s.dir.path().join("gateway.toml"),
+    ));
+    let src = s.dir.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("a.txt"), "a").unwrap();
+    std::fs::write(src.join("sub/c.bin"), vec![3u8; 300_000]).unwrap();
+    let remote = format!(
+        ":webdav,url='http://{}/dav/instances/run1/workspace',vendor=other,bearer_token='{}':synced",
+        served.authority(),
+        s.chem
+    );
+    let back = s.dir.path().join("back");
+    let sync = |from: &str, to: &str| {
+        let output = Command::new("rclone")
+            .args(["sync", from, to, "--stats-one-line", "-v", "--retries", "1"])
+            .env("RCLONE_CONFIG", "/dev/null")
+            .output()
+            .expect("rclone runs (Debian package rclone; scripts/setup.sh installs it)");
+        let log = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "rclone sync {from} {to}:\n{log}");
+        log.lines().filter(|l| l.contains(": Copied")).count()
+    };
+    let (src_arg, back_arg) = (src.to_str().unwrap(), back.to_str().unwrap());
+    assert_eq!(sync(src_arg, &remote), 2);
+    assert_eq!(sync(src_arg, &remote), 0);
+    assert_eq!(sync(&remote, back_arg), 2);
+    assert_eq!(sync(&remote, back_arg), 0);
+    assert_eq!(
+        std::fs::read(back.join("sub/c.bin")).unwrap(),
+        vec![3u8; 300_000]
+    );
+    assert_eq!(
+        std::fs::read(s.workspace.join("synced/a.txt")).unwrap(),
+        b"a"
+    );
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{status:?}: {stderr}");
+}
