@@ -7,6 +7,7 @@
 #   with --no-slurm), openssl (makes the JWT test keys at test time; not with --no-slurm),
 #   prometheus (scrapes the gateway in the metrics tests, with promtool; not with --no-slurm),
 #   rpm (rpmbuild, for the package test; not with --no-slurm)
+#   curl, litmus and rclone (the WebDAV tests' clients; not with --no-slurm)
 #   Rust: the toolchain and wasm32 targets pinned in rust-toolchain.toml, clippy, rustfmt
 #   Python: the official MCP SDK (PyPI `mcp`) in target/python-mcp, for the tests (not with
 #   --no-slurm, which is the run script's minimal set-up)
@@ -30,6 +31,9 @@ if [ "$slurm" = yes ]; then
     { command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; } || missing+=(prometheus)
     # the package test builds an .rpm beside the .deb
     command -v rpmbuild >/dev/null 2>&1 || missing+=(rpm)
+    command -v curl >/dev/null 2>&1 || missing+=(curl)
+    command -v litmus >/dev/null 2>&1 || missing+=(litmus)
+    command -v rclone >/dev/null 2>&1 || missing+=(rclone)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then

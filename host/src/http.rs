@@ -126,6 +126,9 @@ pub async fn serve(
                 let _ = tcp.set_nodelay(true);
             });
             announce(&format!("http://{bound}{path}"));
+            if gateway.snapshot().dav().enabled {
+                announce_dav(&format!("http://{bound}{}/", crate::dav::MOUNT));
+            }
             let app = app(
                 gateway.clone(),
                 mcp_routes(gateway, config, path),
@@ -148,6 +151,13 @@ pub async fn serve(
                 }
             };
             announce(&format!("unix:{} (MCP at {path})", socket.display()));
+            if gateway.snapshot().dav().enabled {
+                announce_dav(&format!(
+                    "unix:{} at {}/",
+                    socket.display(),
+                    crate::dav::MOUNT
+                ));
+            }
             let app = app(
                 gateway.clone(),
                 mcp_routes(gateway, config, path),
@@ -173,9 +183,15 @@ fn mcp_routes(gateway: Arc<Gateway>, config: StreamableHttpServerConfig, path: &
         Arc::new(NeverSessionManager::default()),
         config,
     );
+    // WebDAV: the same authentication, with Basic accepted outside it (see `crate::dav`); the
+    // handler answers 404 while `[dav] enabled` is false, so a reload can turn it on.
+    let dav = crate::dav::with_basic(
+        crate::dav::routes(gateway.clone()).layer(from_fn_with_state(gateway.clone(), identify)),
+    );
     Router::new()
         .nest_service(path, mcp)
         .layer(from_fn_with_state(gateway, identify))
+        .merge(dav)
 }
 
 /// The whole app: the identified MCP routes (whose `Origin` check is the authenticator's, with
@@ -296,6 +312,11 @@ fn allowed_hosts(host: &str) -> Vec<String> {
 /// One parseable line on stderr (stdout belongs to MCP over stdio; tests read this line).
 fn announce(address: &str) {
     let _ = writeln!(std::io::stderr().lock(), "hpcgate: listening on {address}");
+}
+
+/// The WebDAV line, when `[dav] enabled`.
+fn announce_dav(address: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "hpcgate: WebDAV on {address}");
 }
 
 /// The peer of one Unix-socket connection, from `SO_PEERCRED`.

@@ -16,7 +16,7 @@
 //! - [`jobs`]: job records and the job executors (supervised sandbox, Slurm) together
 //! - [`mcp`]: the rmcp server over the gateway; [`http`]: its streamable HTTP and Unix-socket
 //!   transport ([`activation`]: the socket systemd passes); [`resources`]: the documents it
-//!   offers
+//!   offers; [`dav`]: WebDAV at `/dav` on the same app, a door into the same pipeline
 //! - [`metrics`]: what the gateway counts and times, served at `GET /metrics`
 //! - [`proxy`]: proxied MCP servers (`<proxy>__<tool>`), discovered at start, run in sandboxes
 //! - [`config`]: the TOML configuration, raw and resolved
@@ -30,6 +30,7 @@ pub mod activation;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod dav;
 pub mod gateway;
 pub mod http;
 pub mod jobs;

@@ -55,6 +55,7 @@
 //! ```
 
 mod atomic;
+mod copy;
 mod delete;
 mod encoding;
 mod entry;
@@ -65,6 +66,7 @@ mod make_directory;
 mod move_across;
 mod move_path;
 pub mod names;
+mod open;
 mod path;
 mod read;
 mod remove_tree;
@@ -73,7 +75,9 @@ mod search;
 mod stat;
 mod walk;
 mod write;
+mod write_stream;
 
+pub use copy::{CopyRequest, CopyResult, copy_path};
 pub use delete::{DeleteRequest, DeleteResult, delete_path};
 pub use encoding::{Encoding, decode, encode};
 pub use entry::{EntryFacts, EntryKind};
@@ -82,9 +86,11 @@ pub use limits::FileLimits;
 pub use list::{ListEntry, ListRequest, ListResult, list_directory};
 pub use make_directory::{MakeDirectoryRequest, MakeDirectoryResult, make_directory};
 pub use move_path::{MoveRequest, MoveResult, move_path};
+pub use open::{OpenedFile, open_file};
 pub use path::{MAX_PATH_BYTES, Root, SandboxPath};
 pub use read::{ReadRequest, ReadResult, read_file};
 pub use roots::InstanceRoots;
 pub use search::{MAX_PATTERN_BYTES, SearchRequest, SearchResult, search_files};
 pub use stat::{StatRequest, StatResult, stat_path};
 pub use write::{WriteMode, WriteRequest, WriteResult, write_file};
+pub use write_stream::{StreamWriteRequest, write_stream};

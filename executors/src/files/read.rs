@@ -7,9 +7,6 @@
 
 use std::io::{Read, Seek, SeekFrom};
 
-use cap_std::fs::{OpenOptions, OpenOptionsExt};
-
-use super::entry::{EntryKind, nonblocking_flags, require_regular};
 use super::error::FileError;
 use super::limits::FileLimits;
 use super::path::SandboxPath;
@@ -47,23 +44,8 @@ pub fn read_file(
     req: &ReadRequest,
 ) -> Result<ReadResult, FileError> {
     let path = SandboxPath::parse(&req.path)?;
-    let dir = roots.dir(path.root());
-    let rel = path.relative();
     let io_err = |e| FileError::from_io("read", &path, e);
-
-    let pre = dir.metadata(&rel).map_err(io_err)?;
-    let kind = EntryKind::of(pre.file_type());
-    if kind.is_special() {
-        return Err(FileError::SpecialFile {
-            path: path.to_string(),
-            kind: kind.describe(),
-        });
-    }
-    let mut opts = OpenOptions::new();
-    opts.read(true).custom_flags(nonblocking_flags());
-    let mut file = dir.open_with(&rel, &opts).map_err(io_err)?;
-    let md = file.metadata().map_err(io_err)?;
-    require_regular(&path, &md, limits.allow_read_hard_linked)?;
+    let (mut file, md) = super::open::open_regular(roots, limits, &path)?;
 
     let total_size = md.len();
     let want = req

@@ -100,7 +100,7 @@ pub fn write_file(
 
 /// Checks what is at `name` now (without following it); returns its permissions if it is a
 /// writable regular file, `None` if nothing is there.
-fn existing_file(
+pub(crate) fn existing_file(
     dir: &Dir,
     name: &str,
     path: &SandboxPath,

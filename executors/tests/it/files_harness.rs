@@ -23,9 +23,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use hpcgate_executors::files::{
-    DeleteRequest, FileError, FileLimits, InstanceRoots, ListRequest, MakeDirectoryRequest,
-    MoveRequest, ReadRequest, SearchRequest, StatRequest, WriteMode, WriteRequest, delete_path,
-    list_directory, make_directory, move_path, read_file, search_files, stat_path, write_file,
+    CopyRequest, DeleteRequest, FileError, FileLimits, InstanceRoots, ListRequest,
+    MakeDirectoryRequest, MoveRequest, ReadRequest, SearchRequest, StatRequest, WriteMode,
+    WriteRequest, copy_path, delete_path, list_directory, make_directory, move_path, read_file,
+    search_files, stat_path, write_file,
 };
 
 /// Content of every outside canary; no result may ever contain it.
@@ -173,6 +174,8 @@ pub enum Op {
     MkdirP(String),
     MoveFrom(String),
     MoveTo(String),
+    CopyFrom(String),
+    CopyTo(String),
     Delete(String),
     DeleteRec(String),
     Search(String),
@@ -243,6 +246,24 @@ pub fn run(fx: &Fixture, op: &Op) -> Result<Vec<u8>, FileError> {
             };
             move_path(r, &req).map(|_| vec![])
         }
+        Op::CopyFrom(p) => {
+            let req = CopyRequest {
+                from: p.clone(),
+                to: "copied".into(),
+                overwrite: true,
+                max_bytes: None,
+            };
+            copy_path(r, l, &req).map(|_| vec![])
+        }
+        Op::CopyTo(p) => {
+            let req = CopyRequest {
+                from: "inside.txt".into(),
+                to: p.clone(),
+                overwrite: true,
+                max_bytes: None,
+            };
+            copy_path(r, l, &req).map(|_| vec![])
+        }
         Op::Delete(p) => delete_path(
             r,
             l,
@@ -286,6 +307,8 @@ pub fn all_ops(p: &str) -> Vec<Op> {
         Op::MkdirP(p.clone()),
         Op::MoveFrom(p.clone()),
         Op::MoveTo(p.clone()),
+        Op::CopyFrom(p.clone()),
+        Op::CopyTo(p.clone()),
         Op::Delete(p.clone()),
         Op::DeleteRec(p.clone()),
         Op::Search(p),

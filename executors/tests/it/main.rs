@@ -13,6 +13,7 @@ mod files_harness;
 mod sandbox_harness;
 
 mod files_attacks;
+mod files_copy;
 mod files_cross_fs;
 mod files_ops;
 mod files_races;

@@ -47,10 +47,10 @@ pub use origins::Origins;
 pub use proxies::ProxySettings;
 pub use raw::{Config, EngineConfig, PolicyConfig, ProxyConfig};
 pub use sections::{
-    AuditConfig, BindConfig, FilesConfig, HostCommandConfig, LimitsConfig, McpConfig, ResultType,
-    SandboxConfig, SlurmConfig,
+    AuditConfig, BindConfig, DavConfig, FilesConfig, HostCommandConfig, LimitsConfig, McpConfig,
+    ResultType, SandboxConfig, SlurmConfig,
 };
-pub use settings::{HostCommand, Settings, load_settings};
+pub use settings::{DavExtra, DavSettings, HostCommand, Settings, load_settings};
 pub use tenants::{Quotas, QuotasConfig, Tenant, TenantConfig, Token, TokenConfig};
 
 #[cfg(test)]

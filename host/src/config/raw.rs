@@ -11,7 +11,8 @@ use serde::Deserialize;
 
 use super::auth::{AuthConfig, HttpConfig};
 use super::sections::{
-    AuditConfig, FilesConfig, HostCommandConfig, JobsConfig, McpConfig, SandboxConfig, SlurmConfig,
+    AuditConfig, DavConfig, FilesConfig, HostCommandConfig, JobsConfig, McpConfig, SandboxConfig,
+    SlurmConfig,
 };
 use super::tenants::TenantConfig;
 use crate::policy::Mode;
@@ -67,6 +68,9 @@ pub struct Config {
     /// `[metrics]`: `GET /metrics`.
     #[serde(default)]
     pub metrics: super::metrics::MetricsConfig,
+    /// `[dav]`: WebDAV at `/dav` on the HTTP transports.
+    #[serde(default)]
+    pub dav: DavConfig,
 }
 
 /// `[policy_engine]`: defaults for every policy and engine-wide settings.

@@ -143,3 +143,28 @@ pub struct HostCommandConfig {
     /// Killed after this many seconds (default 30).
     pub timeout_s: Option<u64>,
 }
+
+/// `[dav]`: WebDAV at `/dav` on the HTTP transports.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DavConfig {
+    /// Serve `/dav` (default false).
+    pub enabled: Option<bool>,
+    /// Most bytes one PUT may bring (default 64 GiB); quotas can lower it.
+    pub max_upload_bytes: Option<u64>,
+    /// `[dav.extras.<name>]`: host directories served read-only at `/dav/<name>/`.
+    #[serde(default)]
+    pub extras: std::collections::BTreeMap<String, DavExtraConfig>,
+}
+
+/// `[dav.extras.<name>]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DavExtraConfig {
+    /// The host directory (absolute).
+    pub path: Option<std::path::PathBuf>,
+    /// Read-only (default true; `false` is not supported yet).
+    pub ro: Option<bool>,
+    /// Globs over tenant names that see it (default all).
+    pub tenants: Option<Vec<String>>,
+}

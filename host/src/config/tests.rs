@@ -45,6 +45,40 @@ fn unknown_keys_are_named_with_their_dotted_path() {
     );
     let err = Config::parse("bogus = 1\n", "x.toml").unwrap_err();
     assert!(err.to_string().contains("unknown key `bogus`"), "{err}");
+    let err = Config::parse("[dav]\nenable = true\n", "x.toml").unwrap_err();
+    assert!(
+        err.to_string().contains("unknown key `dav.enable`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn dav_is_off_by_default_and_its_cap_must_be_positive() {
+    let on = settings(&[("x.toml", "[dav]\nenabled = true\n")]).unwrap();
+    assert!(on.dav.enabled && on.dav.max_upload_bytes == 64 << 30);
+    assert!(!settings(&[("x.toml", "")]).unwrap().dav.enabled);
+    let err = settings(&[("x.toml", "[dav]\nmax_upload_bytes = 0\n")]).unwrap_err();
+    assert!(err.to_string().contains("dav.max_upload_bytes"), "{err}");
+    let extra = |body: &str| settings(&[("x.toml", &format!("[dav.extras.ref]\n{body}"))]);
+    let ok = extra("path = \"/srv/ref\"\n").unwrap();
+    let tenant = crate::state::TenantName::parse("chem").unwrap();
+    assert!(ok.dav.extras["ref"].visible_to(&tenant));
+    let only_bio = extra("path = \"/srv/ref\"\ntenants = [\"bio\"]\n").unwrap();
+    assert!(!only_bio.dav.extras["ref"].visible_to(&tenant));
+    for (body, key) in [
+        ("path = \"/srv/ref\"\nro = false\n", "dav.extras.ref.ro"),
+        ("path = \"srv/ref\"\n", "dav.extras.ref.path"),
+        ("ro = true\n", "dav.extras.ref.path"),
+        (
+            "path = \"/srv\"\nwritable = true\n",
+            "dav.extras.ref.writable",
+        ),
+    ] {
+        let err = extra(body).unwrap_err().to_string();
+        assert!(err.contains(key), "{body}: {err}");
+    }
+    let err = settings(&[("x.toml", "[dav.extras.instances]\npath = \"/srv\"\n")]).unwrap_err();
+    assert!(err.to_string().contains("dav.extras.instances"), "{err}");
 }
 
 #[test]

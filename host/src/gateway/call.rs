@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 
-use super::{Caller, Gateway, Snapshot};
+use super::{Caller, Gateway, Snapshot, Transfer};
 use crate::audit::{Entry, Event, Outcome, Receipt};
 use crate::policy::normalize::normalize_call;
 use crate::policy::{Call, ChainOutcome, DecisionKind, FinalDecision, Phase, Via};
@@ -35,6 +35,8 @@ pub struct Request<'a> {
     pub arguments: Map<String, Value>,
     /// Called while a tool waits (jobs); MCP turns it into progress notifications.
     pub progress: &'a (dyn Fn(Progress) + Sync),
+    /// A streamed body lent by the door (WebDAV), for `write_file` or `read_file`.
+    pub transfer: Option<&'a Transfer>,
 }
 
 impl Request<'static> {
@@ -46,19 +48,32 @@ impl Request<'static> {
             tool: tool.to_owned(),
             arguments,
             progress: &no_progress,
+            transfer: None,
         }
     }
 }
 
-impl Request<'_> {
+impl<'a> Request<'a> {
     /// The same call, reporting progress to `progress`.
-    pub fn with_progress(self, progress: &(dyn Fn(Progress) + Sync)) -> Request<'_> {
+    pub fn with_progress<'b>(self, progress: &'b (dyn Fn(Progress) + Sync)) -> Request<'b>
+    where
+        'a: 'b,
+    {
         Request {
             caller: self.caller,
             via: self.via,
             tool: self.tool,
             arguments: self.arguments,
             progress,
+            transfer: self.transfer,
+        }
+    }
+
+    /// The same call, with a streamed body lent by the door.
+    pub fn with_transfer(self, transfer: &'a Transfer) -> Request<'a> {
+        Request {
+            transfer: Some(transfer),
+            ..self
         }
     }
 }
@@ -166,6 +181,7 @@ struct Prepared<'a> {
     /// The instance's bytes as the policies saw them, reused by the space quotas.
     measured: Measured,
     progress: &'a (dyn Fn(Progress) + Sync),
+    transfer: Option<&'a Transfer>,
     started: Instant,
 }
 
@@ -238,6 +254,7 @@ impl Gateway {
             tool,
             arguments,
             progress,
+            transfer,
         } = request;
         let stop = |message: String| Stopped {
             record: Some(Box::new(
@@ -280,6 +297,7 @@ impl Gateway {
             input,
             measured,
             progress,
+            transfer,
             started,
         })
     }
@@ -359,6 +377,7 @@ impl Gateway {
             progress: call.progress,
             events: RefCell::new(Vec::new()),
             measured: &call.measured,
+            transfer: call.transfer,
         }
     }
 

@@ -6,8 +6,10 @@
 //! them at its start, so a reload never changes a call half-way.
 
 mod call;
+mod transfer;
 
 pub use call::{CallResult, Request};
+pub use transfer::{Transfer, Upload};
 
 use std::sync::{Arc, RwLock};
 
@@ -55,6 +57,16 @@ impl std::ops::Deref for Snapshot {
 }
 
 impl Snapshot {
+    /// `[dav]`: whether WebDAV is served, and its upload cap.
+    pub fn dav(&self) -> &crate::config::DavSettings {
+        &self.settings.dav
+    }
+
+    /// `[files]`: the file tools' caps (WebDAV's extras read with them too).
+    pub fn file_limits(&self) -> hpcgate_executors::files::FileLimits {
+        self.settings.files
+    }
+
     /// What tool results carry (`[mcp] result_type`).
     pub fn result_type(&self) -> ResultType {
         self.settings.result_type

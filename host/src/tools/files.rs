@@ -1,5 +1,5 @@
 //! File tools: `read_file`, `write_file`, `list_directory`, `stat_path`, `make_directory`,
-//! `move_path`, `delete_path`, `search_files`. Paths are in the
+//! `move_path`, `copy_path`, `delete_path`, `search_files`. Paths are in the
 //! sandbox view (`/workspace/…`, `/output/…`, relative → workspace); every operation runs
 //! beneath the instance's directories through the cap-std executor, which refuses escapes.
 
@@ -10,8 +10,9 @@ use serde_json::{Map, Value, json};
 use super::{Area, Context, Output, ToolError, ToolSpec, parse, schema, tool_family};
 use crate::audit::Outcome;
 use hpcgate_executors::files::{
-    self as exec, DeleteRequest, Encoding, InstanceRoots, ListRequest, MakeDirectoryRequest,
-    MoveRequest, ReadRequest, SearchRequest, StatRequest, WriteMode, WriteRequest,
+    self as exec, CopyRequest, DeleteRequest, Encoding, InstanceRoots, ListRequest,
+    MakeDirectoryRequest, MoveRequest, ReadRequest, SearchRequest, StatRequest, WriteMode,
+    WriteRequest,
 };
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
@@ -40,6 +41,7 @@ tool_family! {
         StatPath => "stat_path",
         MakeDirectory => "make_directory",
         MovePath => "move_path",
+        CopyPath => "copy_path",
         DeletePath => "delete_path",
         SearchFiles => "search_files",
     }
@@ -69,7 +71,11 @@ struct Write {
     #[serde(rename = "instance_id")]
     _instance_id: String,
     path: String,
-    content: String,
+    // Required in the schema; absent only in a call that streams its body beside the
+    // arguments (a WebDAV PUT), which must not give it (serde takes a missing `Option` as
+    // `None`; `write_file` refuses that without a streamed body).
+    #[schemars(with = "String")]
+    content: Option<String>,
     #[serde(default)]
     encoding: Enc,
     /// Append instead of replacing the file atomically.
@@ -129,6 +135,21 @@ struct Move {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+struct Copy {
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
+    /// A regular file or a directory (copied with everything beneath it).
+    source: String,
+    /// The copy's path (not a directory to copy into).
+    destination: String,
+    /// Replace an existing destination (a file, or an empty directory).
+    #[serde(default)]
+    overwrite: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Delete {
     // Validated once by the gateway; the tool takes it from `Context::instance`.
     #[serde(rename = "instance_id")]
@@ -165,6 +186,7 @@ pub(super) fn spec(tool: FileTool) -> ToolSpec {
         FileTool::StatPath => spec("Describe a path of an instance without following a final symlink.", schema::<Stat>()).read_only(),
         FileTool::MakeDirectory => spec("Create a directory in an instance.", schema::<MakeDirectory>()).idempotent(),
         FileTool::MovePath => spec("Move or rename a file or directory within an instance (across /workspace and /output too).", schema::<Move>()).destructive(),
+        FileTool::CopyPath => spec("Copy a file or a directory tree within an instance (across /workspace and /output too); symlinks and special files are refused, the copy appears only once complete.", schema::<Copy>()).destructive(),
         FileTool::DeletePath => spec("Delete a file, a symlink (never its target) or, with recursive, a directory tree.", schema::<Delete>()).destructive().idempotent(),
         FileTool::SearchFiles => spec("Find paths in an instance matching a glob.", schema::<Search>()).read_only(),
     }
@@ -182,6 +204,7 @@ pub(super) fn run(
         FileTool::StatPath => stat_path(cx, parse(tool.name(), arguments)?),
         FileTool::MakeDirectory => make_directory(cx, parse(tool.name(), arguments)?),
         FileTool::MovePath => move_path(cx, parse(tool.name(), arguments)?),
+        FileTool::CopyPath => copy_path(cx, parse(tool.name(), arguments)?),
         FileTool::DeletePath => delete_path(cx, parse(tool.name(), arguments)?),
         FileTool::SearchFiles => search_files(cx, parse(tool.name(), arguments)?),
     }
@@ -197,6 +220,9 @@ fn roots(cx: &Context<'_>) -> Result<InstanceRoots, ToolError> {
 }
 
 fn read_file(cx: &Context<'_>, args: Read) -> Result<Output, ToolError> {
+    if let Some(transfer) = cx.transfer.filter(|t| t.wants_download()) {
+        return open_for_download(cx, transfer, args);
+    }
     let request = ReadRequest {
         path: args.path,
         offset: args.offset,
@@ -221,20 +247,54 @@ fn read_file(cx: &Context<'_>, args: Read) -> Result<Output, ToolError> {
     })
 }
 
+/// `read_file` for a door that streams (a WebDAV GET): the file is opened beneath the root and
+/// handed over in the transfer; the door sends the bytes `offset`..`offset + length` of it.
+fn open_for_download(
+    cx: &Context<'_>,
+    transfer: &crate::gateway::Transfer,
+    args: Read,
+) -> Result<Output, ToolError> {
+    let opened = exec::open_file(&roots(cx)?, cx.files, &args.path)?;
+    let (path, size) = (opened.path.clone(), opened.size);
+    let bytes = args
+        .length
+        .unwrap_or(size)
+        .min(size.saturating_sub(args.offset));
+    transfer.deliver(opened);
+    Ok(Output {
+        summary: format!("opened `{path}` ({size} bytes) to send {bytes} bytes"),
+        structured: json!({ "path": path, "total_size": size, "offset": args.offset, "bytes": bytes }),
+        outcome: Outcome {
+            bytes: Some(bytes),
+            ..Outcome::default()
+        },
+    })
+}
+
 fn write_file(cx: &Context<'_>, args: Write) -> Result<Output, ToolError> {
-    let data = exec::decode(&args.path, &args.content, args.encoding.into())?;
+    let upload = cx.transfer.and_then(|t| t.take_upload());
+    let area = area(&args.path);
+    let data = match (upload, &args.content) {
+        (Some(upload), None) if !args.append => return write_upload(cx, upload, args, area),
+        (Some(_), _) => {
+            return Err(ToolError(
+                "a streamed body replaces the file whole: give neither `content` nor `append`"
+                    .to_owned(),
+            ));
+        }
+        (None, None) => {
+            return Err(ToolError(
+                "invalid arguments for `write_file`: `content` is required".to_owned(),
+            ));
+        }
+        (None, Some(content)) => exec::decode(&args.path, content, args.encoding.into())?,
+    };
     let mode = if args.append {
         WriteMode::Append
     } else {
         WriteMode::Replace
     };
-    let instance = cx.instance()?;
-    let area = if hpcgate_policy_sdk::path::normalize(&args.path).starts_with("/output") {
-        Area::Output
-    } else {
-        Area::Workspace
-    };
-    super::check_space(cx, instance, area, data.len() as u64)?;
+    super::check_space(cx, cx.instance()?, area, data.len() as u64)?;
     let request = WriteRequest {
         path: args.path,
         data,
@@ -242,7 +302,47 @@ fn write_file(cx: &Context<'_>, args: Write) -> Result<Output, ToolError> {
         create_dirs: args.create_dirs,
     };
     let written = exec::write_file(&roots(cx)?, cx.files, &request)?;
-    Ok(Output {
+    Ok(written_output(&written))
+}
+
+/// `write_file` from a streamed body: refused before reading when the announced size is over
+/// the door's cap or the quota's room, cut while streaming when the body passes either.
+fn write_upload(
+    cx: &Context<'_>,
+    mut upload: crate::gateway::Upload,
+    args: Write,
+    area: Area,
+) -> Result<Output, ToolError> {
+    let instance = cx.instance()?;
+    let room = super::space_left(cx, instance, area)?;
+    if let Some(announced) = upload.announced {
+        super::check_space(cx, instance, area, announced)?;
+        if announced > upload.max_bytes {
+            return Err(ToolError(format!(
+                "`{}` is too large: {announced} bytes exceeds the limit of {} bytes for one upload; send a smaller file or ask the admin to raise `[dav] max_upload_bytes`",
+                args.path, upload.max_bytes
+            )));
+        }
+    }
+    let request = exec::StreamWriteRequest {
+        path: args.path,
+        max_bytes: room.map_or(upload.max_bytes, |room| room.min(upload.max_bytes)),
+        create_dirs: args.create_dirs,
+    };
+    let written = match exec::write_stream(&roots(cx)?, &request, &mut upload.source) {
+        Err(exec::FileError::TooLarge { size, .. }) if room.is_some_and(|r| size > r) => {
+            super::check_space(cx, instance, area, size)?;
+            return Err(ToolError(format!(
+                "the upload passed the quota's room ({size} bytes)"
+            )));
+        }
+        other => other?,
+    };
+    Ok(written_output(&written))
+}
+
+fn written_output(written: &exec::WriteResult) -> Output {
+    Output {
         summary: format!(
             "wrote {} bytes to `{}`",
             written.bytes_written, written.path
@@ -251,8 +351,8 @@ fn write_file(cx: &Context<'_>, args: Write) -> Result<Output, ToolError> {
             bytes: Some(written.bytes_written),
             ..Outcome::default()
         },
-        structured: serde_json::to_value(&written).unwrap_or(Value::Null),
-    })
+        structured: serde_json::to_value(written).unwrap_or(Value::Null),
+    }
 }
 
 fn list_directory(cx: &Context<'_>, args: List) -> Result<Output, ToolError> {
@@ -307,6 +407,46 @@ fn move_path(cx: &Context<'_>, args: Move) -> Result<Output, ToolError> {
     let moved = exec::move_path(&roots(cx)?, &request)?;
     let summary = format!("moved `{}` to `{}`", moved.from, moved.to);
     Ok(output(&moved, summary))
+}
+
+fn copy_path(cx: &Context<'_>, args: Copy) -> Result<Output, ToolError> {
+    let (instance, area) = (cx.instance()?, area(&args.destination));
+    let room = super::space_left(cx, instance, area)?;
+    let request = CopyRequest {
+        from: args.source,
+        to: args.destination,
+        overwrite: args.overwrite,
+        max_bytes: room,
+    };
+    let copied = match exec::copy_path(&roots(cx)?, cx.files, &request) {
+        // The only byte cap of a copy is the quota's room: say so in the quota's words.
+        Err(exec::FileError::TooLarge { size, .. }) if room.is_some() => {
+            super::check_space(cx, instance, area, size)?;
+            return Err(ToolError(format!("the copy needs {size} bytes; retry")));
+        }
+        other => other?,
+    };
+    let summary = format!(
+        "copied `{}` to `{}` ({} files, {} bytes)",
+        copied.from, copied.to, copied.files, copied.bytes
+    );
+    Ok(Output {
+        structured: serde_json::to_value(&copied).unwrap_or(Value::Null),
+        summary,
+        outcome: Outcome {
+            bytes: Some(copied.bytes),
+            ..Outcome::default()
+        },
+    })
+}
+
+/// Which quota area a sandbox-view path falls in.
+fn area(path: &str) -> Area {
+    if hpcgate_policy_sdk::path::normalize(path).starts_with("/output") {
+        Area::Output
+    } else {
+        Area::Workspace
+    }
 }
 
 fn delete_path(cx: &Context<'_>, args: Delete) -> Result<Output, ToolError> {

@@ -46,6 +46,8 @@ pub struct Context<'a> {
     pub events: RefCell<Vec<Entry>>,
     /// The call's instance as measured for the policies, for the space quotas.
     pub measured: &'a crate::usage::Measured,
+    /// A streamed body lent by the door (see [`crate::gateway::Transfer`]).
+    pub transfer: Option<&'a crate::gateway::Transfer>,
 }
 
 impl Context<'_> {
@@ -241,7 +243,8 @@ impl Tool {
     pub fn adds_bytes(self) -> bool {
         matches!(
             self,
-            Tool::Files(FileTool::WriteFile | FileTool::MovePath) | Tool::Jobs(JobTool::SubmitJob)
+            Tool::Files(FileTool::WriteFile | FileTool::MovePath | FileTool::CopyPath)
+                | Tool::Jobs(JobTool::SubmitJob)
         )
     }
 
@@ -274,21 +277,48 @@ pub(crate) enum Area {
 }
 
 /// Refuses `adding` more bytes in `area` of `instance` when that would pass the tenant's
-/// `max_workspace_bytes` / `max_output_bytes`: counted as measured for the policies when this
-/// call's instance was, else by walking the area (stopping once the quota is passed). No
-/// quota: no walk.
+/// `max_workspace_bytes` / `max_output_bytes` (see [`measure`]).
 pub(crate) fn check_space(
     cx: &Context<'_>,
     instance: &crate::state::InstanceId,
     area: Area,
     adding: u64,
 ) -> Result<(), ToolError> {
-    let (max, name) = match area {
-        Area::Workspace => (cx.quotas.max_workspace_bytes, "workspace"),
-        Area::Output => (cx.quotas.max_output_bytes, "output"),
+    match measure(cx, instance, area)? {
+        Some((used, max)) if used.bytes.saturating_add(adding) > max => {
+            let name = area.name();
+            Err(ToolError(format!(
+                "the {name} of `{instance}` holds {used} and may hold {max} bytes (the tenant's \
+                 max_{name}_bytes); delete files there before adding {adding} more"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The bytes `area` of `instance` may still take under the tenant's quota; `None`: no quota.
+pub(crate) fn space_left(
+    cx: &Context<'_>,
+    instance: &crate::state::InstanceId,
+    area: Area,
+) -> Result<Option<u64>, ToolError> {
+    Ok(measure(cx, instance, area)?.map(|(used, max)| max.saturating_sub(used.bytes)))
+}
+
+/// The bytes used in `area` of `instance` and the tenant's `max_workspace_bytes` /
+/// `max_output_bytes` (`None`: no quota, and no walk): counted as measured for the policies
+/// when this call's instance was, else by walking the area (stopping once the quota is passed).
+fn measure(
+    cx: &Context<'_>,
+    instance: &crate::state::InstanceId,
+    area: Area,
+) -> Result<Option<(crate::usage::Count, u64)>, ToolError> {
+    let max = match area {
+        Area::Workspace => cx.quotas.max_workspace_bytes,
+        Area::Output => cx.quotas.max_output_bytes,
     };
     let Some(max) = max else {
-        return Ok(());
+        return Ok(None);
     };
     let used = match cx.measured.area(instance, area == Area::Workspace) {
         Some(used) => used,
@@ -303,17 +333,21 @@ pub(crate) fn check_space(
                 ..crate::usage::Caps::default()
             };
             crate::usage::count(&dir, &caps).map_err(|_| {
+                let name = area.name();
                 ToolError(format!("cannot measure the {name} of `{instance}`; retry"))
             })?
         }
     };
-    if used.bytes.saturating_add(adding) > max {
-        return Err(ToolError(format!(
-            "the {name} of `{instance}` holds {used} and may hold {max} bytes (the tenant's \
-             max_{name}_bytes); delete files there before adding {adding} more"
-        )));
+    Ok(Some((used, max)))
+}
+
+impl Area {
+    fn name(self) -> &'static str {
+        match self {
+            Area::Workspace => "workspace",
+            Area::Output => "output",
+        }
     }
-    Ok(())
 }
 
 /// Deserialises a tool's arguments; the error names the tool and says what was wrong.

@@ -327,6 +327,90 @@ fn directory_move_delete_and_search_go_through_policy() {
 }
 
 #[test]
+fn copy_path_goes_through_policy_and_is_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path());
+    let alice = caller("chem");
+    let on = |tool: &str, arguments: Value| {
+        let mut arguments = args(arguments);
+        arguments.insert("instance_id".into(), json!("run1"));
+        gw.call(&alice, tool, arguments)
+    };
+    ok(gw.call(
+        &alice,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    ok(on(
+        "write_file",
+        json!({"path": "src/a.rs", "content": "fn main() {}", "create_dirs": true}),
+    ));
+    let into_git = on(
+        "copy_path",
+        json!({"source": "src", "destination": ".git/src"}),
+    );
+    assert!(
+        into_git
+            .text
+            .starts_with("denied by policy `paths`: argument `destination`"),
+        "{}",
+        into_git.text
+    );
+    let copied = ok(on(
+        "copy_path",
+        json!({"source": "src", "destination": "/output/src"}),
+    ));
+    assert_eq!(
+        (copied["files"].as_u64(), copied["bytes"].as_u64()),
+        (Some(1), Some(12)),
+        "{copied}"
+    );
+    let read = ok(on("read_file", json!({"path": "/output/src/a.rs"})));
+    assert_eq!(read["content"], "fn main() {}");
+    let again = on(
+        "copy_path",
+        json!({"source": "src", "destination": "/output/src"}),
+    );
+    assert!(
+        again.is_error && again.text.contains("already exists"),
+        "{}",
+        again.text
+    );
+    let escape = on(
+        "copy_path",
+        json!({"source": "src/a.rs", "destination": "../x"}),
+    );
+    assert!(
+        escape.is_error && escape.text.contains("outside the instance"),
+        "{}",
+        escape.text
+    );
+
+    let audit_dir = dir.path().join("state/audit");
+    assert!(verify(&audit_dir, None).unwrap().intact);
+    let log = std::fs::read_to_string(audit_dir.join("audit-000001.jsonl")).unwrap();
+    let decided: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["tool"] == "copy_path" && r["decision"].is_object())
+        .collect();
+    let kinds: Vec<_> = decided
+        .iter()
+        .map(|r| r["decision"]["decision"].clone())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            json!("deny"),
+            json!("allow"),
+            json!("allow"),
+            json!("allow")
+        ],
+        "{log}"
+    );
+}
+
+#[test]
 fn a_reload_swaps_the_policies_and_a_bad_one_keeps_the_old_set() {
     let dir = tempfile::tempdir().unwrap();
     let gw = gateway(dir.path());

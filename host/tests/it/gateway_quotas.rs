@@ -111,6 +111,18 @@ fn byte_quotas_refuse_writes_and_new_jobs_once_full() {
     // The output area has its own quota.
     ok(write("/output/big.txt", 900));
     err(write("/output/more.txt", 200));
+    // A copy counts against the area it lands in, checked before anything is copied.
+    let copy = |to: &str| {
+        gw.call(
+            &chem,
+            "copy_path",
+            args(json!({"instance_id": "run1", "source": "a.txt", "destination": to})),
+        )
+    };
+    let refused = err(copy("a2.txt"));
+    assert!(refused.contains("max_workspace_bytes"), "{refused}");
+    ok(copy("/output/a.txt"));
+    assert!(err(copy("/output/a2.txt")).contains("max_output_bytes"));
     // No quota for bio.
     let bio = caller("bio");
     ok(gw.call(

@@ -17,6 +17,8 @@ mod bench_gateway;
 mod cli;
 mod cli_instance;
 mod config_cli;
+mod dav;
+mod dav_attacks;
 mod doctor;
 mod gateway;
 mod gateway_jobs;

@@ -105,6 +105,10 @@ fn attack_arguments(tool: &str, instance: &str, job: &str) -> Vec<Value> {
         "move_path" => {
             vec![json!({"instance_id": instance, "source": path, "destination": "stolen.txt"})]
         }
+        "copy_path" => vec![
+            json!({"instance_id": instance, "source": path, "destination": "stolen.txt"}),
+            json!({"instance_id": instance, "source": format!("../../../{SECRET_INSTANCE}/workspace/{path}"), "destination": "stolen.txt"}),
+        ],
         "delete_path" => vec![json!({"instance_id": instance, "path": path})],
         "search_files" => vec![json!({"instance_id": instance, "pattern": "**"})],
         "cluster_status" => vec![json!({})],

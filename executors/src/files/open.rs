@@ -1,0 +1,69 @@
+//! `open_file`: an opened regular file for a caller that streams it (a WebDAV GET), with the
+//! same checks as `read_file`.
+//!
+//! The file is resolved beneath its root (in-root symlinks followed, escapes refused by the
+//! kernel), its type checked before opening (a FIFO or device is never opened) and again on the
+//! opened descriptor; a hard-linked file is refused unless reads of those are allowed. The
+//! caller then reads from the descriptor: whatever the name points to later, the bytes are
+//! those of the inode checked here.
+
+use cap_std::fs::{File, Metadata, MetadataExt, OpenOptions, OpenOptionsExt};
+
+use super::entry::{EntryKind, nonblocking_flags, require_regular};
+use super::error::FileError;
+use super::limits::FileLimits;
+use super::path::SandboxPath;
+use super::roots::InstanceRoots;
+
+/// A regular file opened for reading.
+#[derive(Debug)]
+pub struct OpenedFile {
+    /// Canonical sandbox-view path, escaped.
+    pub path: String,
+    pub file: std::fs::File,
+    /// Size when it was opened.
+    pub size: u64,
+    /// Last modification, seconds since the Unix epoch.
+    pub modified_unix: i64,
+}
+
+/// Opens a regular file beneath the instance roots for reading.
+pub fn open_file(
+    roots: &InstanceRoots,
+    limits: &FileLimits,
+    path: &str,
+) -> Result<OpenedFile, FileError> {
+    let path = SandboxPath::parse(path)?;
+    let (file, md) = open_regular(roots, limits, &path)?;
+    Ok(OpenedFile {
+        path: path.to_string(),
+        file: file.into_std(),
+        size: md.len(),
+        modified_unix: md.mtime(),
+    })
+}
+
+/// Opens `path` for reading, checked to be a regular file before and after the open.
+pub(crate) fn open_regular(
+    roots: &InstanceRoots,
+    limits: &FileLimits,
+    path: &SandboxPath,
+) -> Result<(File, Metadata), FileError> {
+    let dir = roots.dir(path.root());
+    let rel = path.relative();
+    let io_err = |e| FileError::from_io("read", path, e);
+    let pre = dir.metadata(&rel).map_err(io_err)?;
+    let kind = EntryKind::of(pre.file_type());
+    if kind.is_special() {
+        return Err(FileError::SpecialFile {
+            path: path.to_string(),
+            kind: kind.describe(),
+        });
+    }
+    let mut opts = OpenOptions::new();
+    opts.read(true).custom_flags(nonblocking_flags());
+    let file = dir.open_with(&rel, &opts).map_err(io_err)?;
+    let md = file.metadata().map_err(io_err)?;
+    require_regular(path, &md, limits.allow_read_hard_linked)?;
+    Ok((file, md))
+}

@@ -1,0 +1,379 @@
+//! LOCK and UNLOCK: a real, in-memory lock table (write locks, exclusive or shared, depth 0 or
+//! infinity, with timeouts), so that Finder, Windows Explorer and davfs2, which lock before they
+//! write, can write — and so that a write to a path another client locked is refused with 423
+//! unless the request's `If` header holds the lock's token.
+//!
+//! Locks are per tenant and instance: a lock never covers, reveals or blocks another tenant's
+//! paths. A lock changes no file and runs no tool; LOCK first asks the pipeline for the
+//! resource (`stat_path`, recorded), and a LOCK of an unmapped URL creates an empty file
+//! through `write_file` (RFC 4918 §9.10.4), recorded like any write. The table lives in the
+//! gateway's memory: a restart releases every lock (clients then re-lock), and several gateways
+//! sharing a state directory do not share locks.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::Refusal;
+use super::methods::Cx;
+use super::status::{self, Op};
+use super::target::{SandboxView, Target};
+use super::xml::{DAV, escape};
+use crate::gateway::{Transfer, Upload};
+
+/// The longest lock, and the timeout of one asked for without a limit.
+const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Most locks held at once (all tenants); more are refused with 503.
+const MAX_LOCKS: usize = 10_000;
+
+/// One held lock.
+#[derive(Debug, Clone)]
+struct Lock {
+    tenant: String,
+    instance: String,
+    path: SandboxView,
+    href: String,
+    token: String,
+    /// The LOCK's `owner`, as text.
+    owner: Option<String>,
+    exclusive: bool,
+    infinite: bool,
+    timeout: Duration,
+    expires: Instant,
+}
+
+impl Lock {
+    /// Whether this lock bears on a change at `view` (of a tree, when `tree`).
+    fn covers(&self, view: &SandboxView, tree: bool) -> bool {
+        self.path == *view
+            || (self.infinite && self.path.contains(view))
+            || (tree && view.contains(&self.path))
+    }
+
+    fn activelock(&self) -> String {
+        let scope = if self.exclusive {
+            "exclusive"
+        } else {
+            "shared"
+        };
+        let depth = if self.infinite { "infinity" } else { "0" };
+        let owner = self
+            .owner
+            .as_deref()
+            .map(|o| format!("<D:owner>{}</D:owner>", escape(o)))
+            .unwrap_or_default();
+        format!(
+            "<D:activelock><D:locktype><D:write/></D:locktype><D:lockscope><D:{scope}/></D:lockscope><D:depth>{depth}</D:depth>{owner}<D:timeout>Second-{}</D:timeout><D:locktoken><D:href>{}</D:href></D:locktoken><D:lockroot><D:href>{}</D:href></D:lockroot></D:activelock>",
+            self.timeout.as_secs(),
+            escape(&self.token),
+            escape(&self.href)
+        )
+    }
+}
+
+/// The locks held, for every tenant.
+#[derive(Debug, Default)]
+pub struct LockTable {
+    locks: Mutex<Vec<Lock>>,
+}
+
+impl LockTable {
+    /// The live locks of the caller's instance at `cx`, after dropping expired ones.
+    fn with<T>(&self, f: impl FnOnce(&mut Vec<Lock>) -> T) -> T {
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        locks.retain(|l| l.expires > now);
+        f(&mut locks)
+    }
+
+    /// Refuses (423) a change at `view` that a lock covers unless `If` holds its token.
+    pub fn check(
+        &self,
+        cx: &Cx<'_>,
+        view: &SandboxView,
+        headers: &HeaderMap,
+    ) -> Result<(), Refusal> {
+        let Some(instance) = instance_of(cx) else {
+            return Ok(());
+        };
+        let submitted = submitted_tokens(headers);
+        let blocked = self.with(|locks| {
+            locks.iter().any(|l| {
+                l.tenant == cx.caller.tenant.as_ref()
+                    && l.instance == instance
+                    && l.covers(view, true)
+                    && !submitted.contains(&l.token)
+            })
+        });
+        if blocked {
+            let why = "the resource is locked; send its lock token in an If header\n";
+            return Err((StatusCode::LOCKED, why.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Whether a lock of the caller's with `token` covers `view` (an `If` condition).
+    pub fn holds(&self, cx: &Cx<'_>, view: &SandboxView, token: &str) -> bool {
+        let Some(instance) = instance_of(cx) else {
+            return false;
+        };
+        self.with(|locks| {
+            locks.iter().any(|l| {
+                l.tenant == cx.caller.tenant.as_ref()
+                    && l.instance == instance
+                    && l.token == token
+                    && l.covers(view, false)
+            })
+        })
+    }
+
+    /// Drops the locks at or beneath `view` (after it was deleted or moved away).
+    pub fn forget_beneath(&self, cx: &Cx<'_>, view: &SandboxView) {
+        let Some(instance) = instance_of(cx) else {
+            return;
+        };
+        self.with(|locks| {
+            locks.retain(|l| {
+                !(l.tenant == cx.caller.tenant.as_ref()
+                    && l.instance == instance
+                    && view.contains(&l.path))
+            })
+        });
+    }
+
+    /// The `<D:activelock>` elements of the locks on `view`, for PROPFIND.
+    pub fn discovery(&self, cx: &Cx<'_>, view: &SandboxView) -> String {
+        let Some(instance) = instance_of(cx) else {
+            return String::new();
+        };
+        self.with(|locks| {
+            locks
+                .iter()
+                .filter(|l| {
+                    l.tenant == cx.caller.tenant.as_ref()
+                        && l.instance == instance
+                        && l.covers(view, false)
+                })
+                .map(Lock::activelock)
+                .collect()
+        })
+    }
+}
+
+/// Every `<…>` of the `If` header, exactly (a token must match whole, not as a substring).
+fn submitted_tokens(headers: &HeaderMap) -> Vec<String> {
+    let raw = headers
+        .get("If")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    raw.split('<')
+        .skip(1)
+        .filter_map(|rest| rest.split_once('>').map(|(token, _)| token.to_owned()))
+        .collect()
+}
+
+fn instance_of<'a>(cx: &'a Cx<'_>) -> Option<&'a str> {
+    match &cx.target {
+        Target::File(id, _) => Some(id.as_str()),
+        _ => None,
+    }
+}
+
+/// LOCK: a new lock (with an XML body) or a refresh (without, naming the token in `If`).
+pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
+    let Target::File(id, view) = &cx.target else {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "only files and directories inside an instance can be locked\n",
+        )
+            .into_response();
+    };
+    let headers = request.headers().clone();
+    let (body, elements) = match super::props::body_xml(request.into_body()).await {
+        Ok(parsed) => parsed,
+        Err(refused) => return refused,
+    };
+    let timeout = timeout(&headers);
+    let tenant = cx.caller.tenant.as_ref().to_owned();
+    if elements.is_empty() {
+        let submitted = submitted_tokens(&headers);
+        let refreshed = cx.dav.locks.with(|locks| {
+            let found = locks.iter_mut().find(|l| {
+                l.tenant == tenant
+                    && l.instance == id.as_str()
+                    && l.covers(view, false)
+                    && submitted.contains(&l.token)
+            })?;
+            found.timeout = timeout;
+            found.expires = Instant::now() + timeout;
+            Some(found.activelock())
+        });
+        return match refreshed {
+            Some(active) => answer(StatusCode::OK, &active, None),
+            None => (
+                StatusCode::PRECONDITION_FAILED,
+                "no lock of yours to refresh here; send its token in an If header\n",
+            )
+                .into_response(),
+        };
+    }
+    let exclusive = !elements.iter().any(|e| e.is(DAV, "shared"));
+    let infinite = headers.get("Depth").is_none_or(|d| d.as_bytes() != b"0");
+    let arguments = json!({ "instance_id": id.as_str(), "path": view.path() });
+    let (stat, _) = cx
+        .dav
+        .call(&cx.caller, "stat_path", arguments.clone(), None)
+        .await;
+    let mut created = false;
+    if stat.is_error {
+        if status::of(&stat.text, Op::Read) != StatusCode::NOT_FOUND || view.is_area() {
+            return status::failed(&stat, Op::Read);
+        }
+        let empty = Upload {
+            source: Box::new(std::io::empty()),
+            max_bytes: 0,
+            announced: Some(0),
+        };
+        let (made, _) = cx
+            .dav
+            .call(
+                &cx.caller,
+                "write_file",
+                arguments,
+                Some(Transfer::upload(empty)),
+            )
+            .await;
+        if made.is_error {
+            return status::failed(&made, Op::Create);
+        }
+        created = true;
+    }
+    let is_dir = stat.structured["kind"] == "directory";
+    let mut token_bytes = [0u8; 16];
+    if getrandom::fill(&mut token_bytes).is_err() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no randomness for a lock token; retry\n",
+        )
+            .into_response();
+    }
+    let hex = hex::encode(token_bytes);
+    let token = format!(
+        "opaquelocktoken:{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    );
+    let new = Lock {
+        tenant,
+        instance: id.as_str().to_owned(),
+        path: view.clone(),
+        href: cx.target.href(is_dir),
+        token: token.clone(),
+        owner: super::xml::inner_text(&body, "owner"),
+        exclusive,
+        infinite,
+        timeout,
+        expires: Instant::now() + timeout,
+    };
+    let granted = cx.dav.locks.with(|locks| {
+        let conflict = locks.iter().any(|l| {
+            l.tenant == new.tenant
+                && l.instance == new.instance
+                && (l.exclusive || new.exclusive)
+                && (l.covers(&new.path, false) || (new.infinite && new.path.contains(&l.path)))
+        });
+        if conflict {
+            return Err(StatusCode::LOCKED);
+        }
+        if locks.len() >= MAX_LOCKS {
+            return Err(StatusCode::SERVICE_UNAVAILABLE);
+        }
+        locks.push(new.clone());
+        Ok(())
+    });
+    match granted {
+        Ok(()) => {
+            let status = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            answer(status, &new.activelock(), Some(&token))
+        }
+        Err(status) => (status, "a conflicting lock is held on this resource\n").into_response(),
+    }
+}
+
+/// `Timeout: Second-N` (capped), `Infinite` or absent → the cap.
+fn timeout(headers: &HeaderMap) -> Duration {
+    let asked = headers
+        .get("Timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.split(',')
+                .find_map(|t| t.trim().strip_prefix("Second-")?.parse::<u64>().ok())
+        });
+    asked.map_or(MAX_TIMEOUT, |s| {
+        Duration::from_secs(s.max(1)).min(MAX_TIMEOUT)
+    })
+}
+
+fn answer(status: StatusCode, active: &str, token: Option<&str>) -> Response {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:prop xmlns:D=\"DAV:\"><D:lockdiscovery>{active}</D:lockdiscovery></D:prop>\n"
+    );
+    let mut response = (
+        status,
+        [(header::CONTENT_TYPE, "application/xml; charset=utf-8")],
+        body,
+    )
+        .into_response();
+    if let Some(token) = token
+        && let Ok(value) = HeaderValue::from_str(&format!("<{token}>"))
+    {
+        response.headers_mut().insert("Lock-Token", value);
+    }
+    response
+}
+
+/// UNLOCK: removes the lock named by `Lock-Token` if it is the caller's and covers the path.
+pub fn unlock(cx: &Cx<'_>, headers: &HeaderMap) -> Response {
+    let Target::File(id, view) = &cx.target else {
+        return (StatusCode::CONFLICT, "nothing is locked here\n").into_response();
+    };
+    let Some(token) = headers
+        .get("Lock-Token")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.trim()
+                .trim_start_matches('<')
+                .trim_end_matches('>')
+                .to_owned()
+        })
+    else {
+        return (StatusCode::BAD_REQUEST, "a Lock-Token header is required\n").into_response();
+    };
+    let tenant = cx.caller.tenant.as_ref();
+    let removed = cx.dav.locks.with(|locks| {
+        let before = locks.len();
+        locks.retain(|l| {
+            !(l.tenant == tenant
+                && l.instance == id.as_str()
+                && l.token == token
+                && l.covers(view, false))
+        });
+        before != locks.len()
+    });
+    if removed {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        (StatusCode::CONFLICT, "no such lock on this resource\n").into_response()
+    }
+}

@@ -1,0 +1,439 @@
+//! The methods that read or change files: GET/HEAD, PUT, DELETE, MKCOL, COPY and MOVE, each one
+//! tool call through the pipeline (an overwriting COPY/MOVE is a `stat_path`, a `delete_path`
+//! and the copy or move: three calls, each decided and recorded on its own).
+
+use std::io;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::TryStreamExt as _;
+use serde_json::json;
+use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
+use tokio_util::io::{ReaderStream, StreamReader, SyncIoBridge};
+
+use super::status::{self, Op};
+use super::target::{SandboxView, Target};
+use super::{Dav, Refusal};
+use crate::auth::Caller;
+use crate::gateway::{Transfer, Upload};
+use crate::state::InstanceId;
+use hpcgate_executors::files::OpenedFile;
+
+/// One request's caller and target.
+pub struct Cx<'a> {
+    pub dav: &'a Dav,
+    pub caller: Caller,
+    pub target: Target,
+}
+
+impl Cx<'_> {
+    /// The instance and path of a request that must name something inside an area; other
+    /// targets (the tree above the files, an area itself when `inside`) answer 405.
+    fn file(&self, inside: bool) -> Result<(&InstanceId, &SandboxView), Refusal> {
+        match &self.target {
+            Target::File(id, view) if !(inside && view.is_area()) => Ok((id, view)),
+            _ => Err((
+                StatusCode::METHOD_NOT_ALLOWED,
+                "not allowed here: only paths inside /dav/instances/<id>/workspace/ or output/ can be changed\n".to_owned(),
+            )),
+        }
+    }
+}
+
+/// GET and HEAD: `read_file` with a download slot, then the opened file is sent (ranges too).
+pub async fn get(cx: &Cx<'_>, headers: &HeaderMap, head_only: bool) -> Response {
+    if !matches!(cx.target, Target::File(..)) {
+        return super::props::collection_page(cx).await;
+    }
+    let (id, view) = match cx.file(false) {
+        Ok(found) => found,
+        Err(refused) => return refused.into_response(),
+    };
+    let arguments = json!({ "instance_id": id.as_str(), "path": view.path() });
+    let (result, transfer) = (cx.dav)
+        .call(
+            &cx.caller,
+            "read_file",
+            arguments,
+            Some(Transfer::download()),
+        )
+        .await;
+    if result.is_error {
+        return status::failed(&result, Op::Read);
+    }
+    let Some(opened) = transfer.and_then(|t| t.take_download()) else {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "the file was not opened").into_response();
+    };
+    send(opened, headers, head_only).await
+}
+
+/// Bytes read from a file per chunk of a GET body (tokio's file reads hop to the blocking pool
+/// once per chunk: 4 KiB chunks made a GET six times slower than a PUT).
+const CHUNK: usize = 256 * 1024;
+
+/// Sends an opened file: `If-None-Match`, one `Range`, `ETag`, `Last-Modified`; the bytes
+/// stream from the descriptor.
+pub async fn send(opened: OpenedFile, headers: &HeaderMap, head_only: bool) -> Response {
+    let etag = super::props::etag(opened.size, opened.modified_unix);
+    let size = opened.size;
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
+    {
+        return StatusCode::NOT_MODIFIED.into_response();
+    }
+    let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
+    let (start, len, partial) = match range.map(|r| parse_range(r, size)) {
+        None | Some(Range::Ignored) => (0, size, false),
+        Some(Range::Bytes(start, len)) => (start, len, true),
+        Some(Range::Unsatisfiable) => {
+            let mut response = StatusCode::RANGE_NOT_SATISFIABLE.into_response();
+            insert(
+                &mut response,
+                header::CONTENT_RANGE,
+                &format!("bytes */{size}"),
+            );
+            return response;
+        }
+    };
+    let body = if head_only {
+        Body::empty()
+    } else {
+        let mut file = tokio::fs::File::from_std(opened.file);
+        if let Err(e) = file.seek(io::SeekFrom::Start(start)).await {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot seek ({})", e.kind()),
+            )
+                .into_response();
+        }
+        Body::from_stream(ReaderStream::with_capacity(file.take(len), CHUNK))
+    };
+    let status = if partial {
+        StatusCode::PARTIAL_CONTENT
+    } else {
+        StatusCode::OK
+    };
+    let mut response = (status, body).into_response();
+    insert(&mut response, header::CONTENT_LENGTH, &len.to_string());
+    insert(
+        &mut response,
+        header::CONTENT_TYPE,
+        "application/octet-stream",
+    );
+    insert(&mut response, header::ACCEPT_RANGES, "bytes");
+    insert(&mut response, header::ETAG, &etag);
+    insert(
+        &mut response,
+        header::LAST_MODIFIED,
+        &super::props::http_date(opened.modified_unix),
+    );
+    if partial {
+        let last = start + len.saturating_sub(1);
+        insert(
+            &mut response,
+            header::CONTENT_RANGE,
+            &format!("bytes {start}-{last}/{size}"),
+        );
+    }
+    response
+}
+
+fn insert(response: &mut Response, name: header::HeaderName, value: &str) {
+    if let Ok(value) = HeaderValue::from_str(value) {
+        response.headers_mut().insert(name, value);
+    }
+}
+
+/// A `Range` header against a file of `size` bytes (one range; several are answered whole).
+#[derive(Debug, PartialEq, Eq)]
+enum Range {
+    Ignored,
+    /// Start and length.
+    Bytes(u64, u64),
+    Unsatisfiable,
+}
+
+fn parse_range(header: &str, size: u64) -> Range {
+    let Some(spec) = header.trim().strip_prefix("bytes=") else {
+        return Range::Ignored;
+    };
+    if spec.contains(',') {
+        return Range::Ignored;
+    }
+    let Some((first, last)) = spec.split_once('-') else {
+        return Range::Ignored;
+    };
+    let (first, last) = (first.trim(), last.trim());
+    let parsed = match (first.parse::<u64>(), last.parse::<u64>()) {
+        (Ok(a), Ok(b)) if a <= b => Some((a, b.min(size.saturating_sub(1)))),
+        (Ok(a), Err(_)) if last.is_empty() => Some((a, size.saturating_sub(1))),
+        (Err(_), Ok(n)) if first.is_empty() && n > 0 => {
+            Some((size.saturating_sub(n), size.saturating_sub(1)))
+        }
+        _ => return Range::Ignored,
+    };
+    match parsed {
+        Some((a, b)) if a < size && a <= b => Range::Bytes(a, b - a + 1),
+        _ => Range::Unsatisfiable,
+    }
+}
+
+/// PUT: `write_file` whose content streams from the request body.
+pub async fn put(cx: &Cx<'_>, request: Request) -> Response {
+    let (id, view) = match cx.file(true) {
+        Ok(found) => found,
+        Err(refused) => return refused.into_response(),
+    };
+    if let Err(unmet) = super::conditions::check(cx, view, request.headers()).await {
+        return unmet.into_response();
+    }
+    if let Err(locked) = cx.dav.locks.check(cx, view, request.headers()) {
+        return locked.into_response();
+    }
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let stream = request
+        .into_body()
+        .into_data_stream()
+        .map_err(io::Error::other);
+    let source = SyncIoBridge::new(StreamReader::new(stream));
+    let upload = Upload {
+        source: Box::new(source),
+        max_bytes: cx.dav.gateway.snapshot().dav().max_upload_bytes,
+        announced,
+    };
+    let arguments = json!({ "instance_id": id.as_str(), "path": view.path() });
+    let (result, _) = (cx.dav)
+        .call(
+            &cx.caller,
+            "write_file",
+            arguments,
+            Some(Transfer::upload(upload)),
+        )
+        .await;
+    if result.is_error {
+        return status::failed(&result, Op::Create);
+    }
+    if result.structured["created"] == true {
+        StatusCode::CREATED.into_response()
+    } else {
+        StatusCode::NO_CONTENT.into_response()
+    }
+}
+
+/// DELETE: `delete_path`, recursive (RFC 4918 §9.6.1: a collection goes with its members).
+pub async fn delete(cx: &Cx<'_>, headers: &HeaderMap) -> Response {
+    let (id, view) = match cx.file(true) {
+        Ok(found) => found,
+        Err(refused) => return refused.into_response(),
+    };
+    if let Err(unmet) = super::conditions::check(cx, view, headers).await {
+        return unmet.into_response();
+    }
+    if let Err(locked) = cx.dav.locks.check(cx, view, headers) {
+        return locked.into_response();
+    }
+    let arguments = json!({ "instance_id": id.as_str(), "path": view.path(), "recursive": true });
+    let (result, _) = cx
+        .dav
+        .call(&cx.caller, "delete_path", arguments, None)
+        .await;
+    if result.is_error {
+        return status::failed(&result, Op::Other);
+    }
+    cx.dav.locks.forget_beneath(cx, view);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// MKCOL: `make_directory` (without parents; an existing name is 405).
+pub async fn mkcol(cx: &Cx<'_>, request: Request) -> Response {
+    let (id, view) = match cx.file(true) {
+        Ok(found) => found,
+        Err(refused) => return refused.into_response(),
+    };
+    if let Err(unmet) = super::conditions::check(cx, view, request.headers()).await {
+        return unmet.into_response();
+    }
+    if let Err(locked) = cx.dav.locks.check(cx, view, request.headers()) {
+        return locked.into_response();
+    }
+    let has_body = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() != b"0")
+        || request.headers().contains_key(header::TRANSFER_ENCODING);
+    if has_body {
+        return (StatusCode::UNSUPPORTED_MEDIA_TYPE, "MKCOL takes no body").into_response();
+    }
+    let arguments = json!({ "instance_id": id.as_str(), "path": view.path() });
+    let (result, _) = cx
+        .dav
+        .call(&cx.caller, "make_directory", arguments, None)
+        .await;
+    if result.is_error {
+        if result.text.contains("already exists") {
+            return (StatusCode::METHOD_NOT_ALLOWED, format!("{}\n", result.text)).into_response();
+        }
+        return status::failed(&result, Op::Create);
+    }
+    if result.structured["created"] == false {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "the collection already exists\n",
+        )
+            .into_response();
+    }
+    StatusCode::CREATED.into_response()
+}
+
+/// COPY and MOVE within one instance: `copy_path` / `move_path`, after a `delete_path` of an
+/// existing destination when `Overwrite` allows it.
+pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Response {
+    let (id, view) = match cx.file(true) {
+        Ok(found) => found,
+        Err(refused) => return refused.into_response(),
+    };
+    let destination = match destination(headers, id) {
+        Ok(destination) => destination,
+        Err(refused) => return refused.into_response(),
+    };
+    if destination.is_area() {
+        return (
+            StatusCode::FORBIDDEN,
+            "the destination cannot be an area itself",
+        )
+            .into_response();
+    }
+    if view.contains(&destination) || destination.contains(view) {
+        return (
+            StatusCode::FORBIDDEN,
+            "the destination is the source or inside it",
+        )
+            .into_response();
+    }
+    let overwrite = headers
+        .get("Overwrite")
+        .is_none_or(|v| v.as_bytes() != b"F");
+    if let Err(unmet) = super::conditions::check(cx, view, headers).await {
+        return unmet.into_response();
+    }
+    if moving && let Err(locked) = cx.dav.locks.check(cx, view, headers) {
+        return locked.into_response();
+    }
+    if let Err(locked) = cx.dav.locks.check(cx, &destination, headers) {
+        return locked.into_response();
+    }
+    let at = |path: String| json!({ "instance_id": id.as_str(), "path": path });
+    let (stat, _) = cx
+        .dav
+        .call(&cx.caller, "stat_path", at(destination.path()), None)
+        .await;
+    let existed = !stat.is_error;
+    if existed {
+        if !overwrite {
+            return (
+                StatusCode::PRECONDITION_FAILED,
+                "the destination exists and Overwrite is F\n",
+            )
+                .into_response();
+        }
+        let mut arguments = at(destination.path());
+        arguments["recursive"] = json!(true);
+        let (deleted, _) = cx
+            .dav
+            .call(&cx.caller, "delete_path", arguments, None)
+            .await;
+        if deleted.is_error {
+            return status::failed(&deleted, Op::Other);
+        }
+    }
+    let tool = if moving { "move_path" } else { "copy_path" };
+    let arguments = json!({
+        "instance_id": id.as_str(),
+        "source": view.path(),
+        "destination": destination.path(),
+    });
+    let (result, _) = cx.dav.call(&cx.caller, tool, arguments, None).await;
+    if result.is_error {
+        let op = if result.text.contains("does not exist") && !result.text.contains(&view.path()) {
+            Op::Create
+        } else {
+            Op::Other
+        };
+        return status::failed(&result, op);
+    }
+    if moving {
+        cx.dav.locks.forget_beneath(cx, view);
+    }
+    if existed {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::CREATED
+    }
+    .into_response()
+}
+
+/// The `Destination` header, which must name a path in the same instance (of the same
+/// tenant: the tree is the caller's own) on this server.
+fn destination(headers: &HeaderMap, id: &InstanceId) -> Result<SandboxView, Refusal> {
+    let refuse = |status: StatusCode, why: &str| Err((status, format!("{why}\n")));
+    let Some(raw) = headers.get("Destination").and_then(|v| v.to_str().ok()) else {
+        return refuse(StatusCode::BAD_REQUEST, "a Destination header is required");
+    };
+    let path = match raw.split_once("://") {
+        None if raw.starts_with('/') => raw,
+        None => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                "Destination must be an absolute URL or path",
+            );
+        }
+        Some((scheme, rest)) => {
+            if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+                return refuse(StatusCode::BAD_GATEWAY, "Destination names another server");
+            }
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+            if host.is_some_and(|h| !h.eq_ignore_ascii_case(authority)) {
+                return refuse(StatusCode::BAD_GATEWAY, "Destination names another server");
+            }
+            path
+        }
+    };
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    match Target::parse(path) {
+        Ok(Target::File(dest_id, view)) if &dest_id == id => Ok(view),
+        Ok(_) | Err(super::target::BadTarget::NotFound) => refuse(
+            StatusCode::FORBIDDEN,
+            "Destination must stay inside the same instance's workspace or output",
+        ),
+        Err(super::target::BadTarget::Refused(why)) => refuse(
+            StatusCode::BAD_REQUEST,
+            &format!("refused Destination: {why}"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Range, parse_range};
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range("bytes=0-9", 100), Range::Bytes(0, 10));
+        assert_eq!(parse_range("bytes=90-", 100), Range::Bytes(90, 10));
+        assert_eq!(parse_range("bytes=-10", 100), Range::Bytes(90, 10));
+        assert_eq!(parse_range("bytes=95-200", 100), Range::Bytes(95, 5));
+        assert_eq!(parse_range("bytes=100-", 100), Range::Unsatisfiable);
+        assert_eq!(parse_range("bytes=0-1,5-6", 100), Range::Ignored);
+        assert_eq!(parse_range("items=0-1", 100), Range::Ignored);
+        assert_eq!(parse_range("bytes=5-1", 100), Range::Ignored);
+    }
+}

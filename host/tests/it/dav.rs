@@ -1,0 +1,533 @@
+//! WebDAV at `/dav` through the real `hpcgate run --transport streamable-http`, driven by
+//! `curl` (as the reference system's README uses it) and `litmus`: every request is a tool
+//! call with `via = dav` (policies, quotas, audit), and an attack table — traversal spellings,
+//! objects a job plants, `Destination` escapes, other tenants' names, archived instances,
+//! oversized uploads, hostile XML, `Depth: infinity`, missing or wrong credentials — after which
+//! the gateway still serves and the audit chain verifies.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::gateway as in_process;
+use crate::support::served::{self, Served};
+
+use hpcgate::auth::bearer::{generate_token, hash_token};
+use serde_json::json;
+
+/// chem may write at most 1 MiB in a workspace; writes under `/workspace/inputs/` are denied.
+/// `dir/refdata` is an extra for every tenant, `dir/chemdata` one for chem only.
+fn config(dir: &Path, chem: &str, bio: &str) -> String {
+    format!(
+        r#"
+[dav]
+enabled = true
+[dav.extras.refdata]
+path = "{}"
+[dav.extras.chemdata]
+path = "{}"
+tenants = ["chem"]
+
+[tenants.chem]
+tokens = [{{ label = "alice", sha256 = "{}" }}]
+quotas = {{ max_workspace_bytes = 1048576 }}
+
+[tenants.bio]
+tokens = [{{ label = "bob", sha256 = "{}" }}]
+
+[[policies]]
+name = "paths"
+module = "stock:path-rules"
+[policies.config]
+deny_write = ["/workspace/inputs/**"]
+"#,
+        dir.join("refdata").display(),
+        dir.join("chemdata").display(),
+        hex::encode(hash_token(chem)),
+        hex::encode(hash_token(bio)),
+    )
+}
+
+/// One curl run: status, body, response headers (lowercased names).
+pub struct Reply {
+    pub status: u16,
+    pub body: String,
+    pub headers: String,
+}
+
+/// Runs `curl` with `args` (never through a shell), bounded to 20 s.
+pub fn curl(scratch: &Path, args: &[&str]) -> Reply {
+    let (body, headers) = (scratch.join("body"), scratch.join("headers"));
+    let output = Command::new("curl")
+        .args(["-sS", "--max-time", "20", "-o"])
+        .arg(&body)
+        .arg("-D")
+        .arg(&headers)
+        .args(["-w", "%{http_code}"])
+        .args(args)
+        .output()
+        .expect("curl runs (Debian package curl)");
+    let status = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    Reply {
+        status,
+        body: std::fs::read_to_string(&body).unwrap_or_default(),
+        headers: std::fs::read_to_string(&headers)
+            .unwrap_or_default()
+            .to_lowercase(),
+    }
+}
+
+pub struct Setup {
+    pub dir: tempfile::TempDir,
+    pub chem: String,
+    pub bio: String,
+    /// chem's run1 workspace on the host, where a job could plant things.
+    pub workspace: PathBuf,
+}
+
+/// Instances made in process (chem: run1, secret1, old (archived); bio: run1), then the
+/// gateway process started on the same state directory.
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let (chem, bio) = (generate_token().unwrap(), generate_token().unwrap());
+    for extra in ["refdata", "chemdata"] {
+        std::fs::create_dir(dir.path().join(extra)).unwrap();
+        std::fs::write(dir.path().join(extra).join("ref.txt"), extra).unwrap();
+    }
+    {
+        let gw = in_process::open(dir.path(), &config(dir.path(), &chem, &bio));
+        let make = |tenant: &str, id: &str| {
+            in_process::ok(gw.call(
+                &in_process::caller(tenant),
+                "create_instance",
+                in_process::args(json!({ "instance_id": id })),
+            ))
+        };
+        make("chem", "run1");
+        make("chem", "secret1");
+        make("chem", "old");
+        make("bio", "run1");
+        in_process::ok(gw.call(
+            &in_process::caller("chem"),
+            "archive_instance",
+            in_process::args(json!({ "instance_id": "old" })),
+        ));
+    }
+    let workspace = find_workspace(&dir.path().join("state"), "chem", "run1");
+    Setup {
+        dir,
+        chem,
+        bio,
+        workspace,
+    }
+}
+
+/// The host directory that is `/workspace` of `tenant`'s `id` (found by its marker file).
+fn find_workspace(state: &Path, tenant: &str, id: &str) -> PathBuf {
+    let mut stack = vec![state.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() && !path.is_symlink() {
+                let s = path.to_string_lossy();
+                if s.ends_with(&format!("{id}/workspace")) && s.contains(tenant) {
+                    return path;
+                }
+                stack.push(path);
+            }
+        }
+    }
+    panic!("no workspace for {tenant}/{id} under {}", state.display());
+}
+
+#[test]
+fn curl_uses_the_one_pipeline_and_attacks_fail() {
+    let s = setup();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(
+        s.dir.path(),
+        &s.dir.path().join("gateway.toml"),
+    ));
+    let base = format!("http://{}/dav", served.authority());
+    let ws = format!("{base}/instances/run1/workspace");
+    let scratch = tempfile::tempdir().unwrap();
+    let sc = scratch.path();
+    let chem_auth = format!("Authorization: Bearer {}", s.chem);
+    let chem = |args: &[&str]| {
+        let mut all = vec!["-H", chem_auth.as_str()];
+        all.extend_from_slice(args);
+        curl(sc, &all)
+    };
+    let upload = sc.join("upload.bin");
+    let content: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&upload, &content).unwrap();
+    let upload = upload.to_str().unwrap();
+
+    // The reference README's four: upload, download, mkdir, delete.
+    assert_eq!(chem(&["-T", upload, &format!("{ws}/data.bin")]).status, 201);
+    assert_eq!(chem(&["-T", upload, &format!("{ws}/data.bin")]).status, 204);
+    let got = chem(&[&format!("{ws}/data.bin"), "-o", "/dev/null"]);
+    assert_eq!(got.status, 200);
+    assert_eq!(
+        std::fs::read(s.workspace.join("data.bin")).unwrap(),
+        content
+    );
+    let ranged = chem(&["-r", "10-19", &format!("{ws}/data.bin")]);
+    assert_eq!(ranged.status, 206, "{}", ranged.headers);
+    assert!(
+        ranged.headers.contains("content-range: bytes 10-19/100000"),
+        "{}",
+        ranged.headers
+    );
+    assert_eq!(chem(&["-X", "MKCOL", &format!("{ws}/results")]).status, 201);
+    assert_eq!(chem(&["-X", "MKCOL", &format!("{ws}/results")]).status, 405);
+    assert_eq!(chem(&["-X", "MKCOL", &format!("{ws}/no/such")]).status, 409);
+    assert_eq!(
+        chem(&["-T", upload, &format!("{ws}/no/such/file")]).status,
+        409
+    );
+    // Basic with the token as password (any user), as Finder, Windows and davfs2 send it.
+    let basic = format!("finder:{}", s.chem);
+    assert_eq!(
+        curl(
+            sc,
+            &["-u", &basic, "-T", upload, &format!("{ws}/results/b.bin")]
+        )
+        .status,
+        201
+    );
+    // COPY and MOVE within the instance, across workspace and output too.
+    let dest = |path: &str| format!("Destination: {base}/instances/run1/{path}");
+    assert_eq!(
+        chem(&[
+            "-X",
+            "COPY",
+            "-H",
+            &dest("workspace/copy.bin"),
+            &format!("{ws}/data.bin")
+        ])
+        .status,
+        201
+    );
+    assert_eq!(
+        chem(&[
+            "-X",
+            "COPY",
+            "-H",
+            &dest("workspace/copy.bin"),
+            "-H",
+            "Overwrite: F",
+            &format!("{ws}/data.bin")
+        ])
+        .status,
+        412
+    );
+    assert_eq!(
+        chem(&[
+            "-X",
+            "MOVE",
+            "-H",
+            &dest("output/moved.bin"),
+            &format!("{ws}/copy.bin")
+        ])
+        .status,
+        201
+    );
+    assert_eq!(
+        chem(&[
+            "-X",
+            "COPY",
+            "-H",
+            &dest("workspace/results2"),
+            &format!("{ws}/results")
+        ])
+        .status,
+        201
+    );
+    // PROPFIND one level; infinity refused.
+    let listing = chem(&["-X", "PROPFIND", "-H", "Depth: 1", &format!("{ws}/")]);
+    assert_eq!(listing.status, 207, "{}", listing.body);
+    assert!(
+        listing
+            .body
+            .contains("/dav/instances/run1/workspace/data.bin</D:href>"),
+        "{}",
+        listing.body
+    );
+    assert!(
+        listing
+            .body
+            .contains("<D:getcontentlength>100000</D:getcontentlength>"),
+        "{}",
+        listing.body
+    );
+    // A listing cut at [files] max_list_entries (1000) says so with a 507 for the collection.
+    std::fs::create_dir(s.workspace.join("many")).unwrap();
+    for i in 0..1001 {
+        std::fs::write(s.workspace.join(format!("many/{i}")), "").unwrap();
+    }
+    let many = chem(&["-X", "PROPFIND", "-H", "Depth: 1", &format!("{ws}/many/")]);
+    assert_eq!(
+        many.body.matches("<D:response>").count(),
+        1002,
+        "{}",
+        many.status
+    );
+    assert!(many.body.contains("507 Insufficient Storage"));
+    std::fs::remove_dir_all(s.workspace.join("many")).unwrap();
+    let infinite = chem(&["-X", "PROPFIND", "-H", "Depth: infinity", &format!("{ws}/")]);
+    assert_eq!(infinite.status, 403);
+    assert!(
+        infinite.body.contains("propfind-finite-depth"),
+        "{}",
+        infinite.body
+    );
+    assert_eq!(
+        chem(&["-X", "DELETE", &format!("{ws}/results2")]).status,
+        204
+    );
+    assert_eq!(
+        chem(&["-X", "DELETE", &format!("{ws}/results2")]).status,
+        404
+    );
+
+    // A policy denial is a 403 naming the policy.
+    std::fs::create_dir(s.workspace.join("inputs")).unwrap();
+    let denied = chem(&["-T", upload, &format!("{ws}/inputs/x.bin")]);
+    assert_eq!(denied.status, 403);
+    assert!(
+        denied.body.starts_with("denied by policy `paths`"),
+        "{}",
+        denied.body
+    );
+    assert!(!s.workspace.join("inputs/x.bin").exists());
+
+    // Locks: a locked file is written only with its token.
+    let lock_body = r#"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype></D:lockinfo>"#;
+    let locked = chem(&[
+        "-X",
+        "LOCK",
+        "--data-binary",
+        lock_body,
+        &format!("{ws}/data.bin"),
+    ]);
+    assert_eq!(locked.status, 200, "{}", locked.body);
+    let token = locked
+        .headers
+        .lines()
+        .find_map(|l| l.strip_prefix("lock-token: "))
+        .map(|t| {
+            t.trim()
+                .trim_start_matches('<')
+                .trim_end_matches('>')
+                .to_owned()
+        })
+        .expect("a Lock-Token header");
+    assert_eq!(chem(&["-T", upload, &format!("{ws}/data.bin")]).status, 423);
+    let with_token = format!("If: (<{token}>)");
+    assert_eq!(
+        chem(&["-T", upload, "-H", &with_token, &format!("{ws}/data.bin")]).status,
+        204
+    );
+    let unlock = format!("Lock-Token: <{token}>");
+    assert_eq!(
+        chem(&["-X", "UNLOCK", "-H", &unlock, &format!("{ws}/data.bin")]).status,
+        204
+    );
+    assert_eq!(chem(&["-T", upload, &format!("{ws}/data.bin")]).status, 204);
+
+    crate::dav_attacks::attacks(&s, sc, &base, &chem);
+
+    // Every request that touched an instance is a call with via = dav in the audit log.
+    let audit = served::audit_text(&s.dir.path().join("state/audit"));
+    let via_dav = audit
+        .lines()
+        .filter(|l| l.contains(r#""via":"dav""#))
+        .count();
+    assert!(via_dav > 20, "{via_dav} dav calls in {audit}");
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains(r#""via":"dav""#) && l.contains(r#""tool":"copy_path""#))
+    );
+    assert!(audit.lines().any(|l| l.contains(r#""via":"dav""#)
+        && l.contains(r#""decision":"deny""#)
+        && l.contains("paths")));
+
+    // Still serving; then stopped cleanly, and the chain verifies.
+    assert_eq!(
+        chem(&[&format!("{ws}/data.bin"), "-o", "/dev/null"]).status,
+        200
+    );
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(
+        stderr.contains("hpcgate: WebDAV on http://127.0.0.1:"),
+        "{stderr}"
+    );
+    let report = hpcgate::audit::verify(&s.dir.path().join("state/audit"), None).unwrap();
+    assert!(report.intact, "{report:?}");
+}
+
+/// litmus (Debian package `litmus`) against an instance's workspace, with Basic credentials:
+/// the suites basic, copymove, props, locks and http. Tests that cannot pass, and why, are
+/// listed in [`LITMUS_EXPECTED_FAILURES`]; any other failure fails this test, and so does an
+/// expected failure that starts passing (update the list).
+#[test]
+fn litmus_suites_pass() {
+    let s = setup();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(
+        s.dir.path(),
+        &s.dir.path().join("gateway.toml"),
+    ));
+    let url = format!(
+        "http://{}/dav/instances/run1/workspace/",
+        served.authority()
+    );
+    // One run per suite: litmus stops at the first suite with a failure.
+    let mut failed = Vec::new();
+    let mut text = String::new();
+    for suite in ["basic", "copymove", "props", "locks", "http"] {
+        let output = Command::new("litmus")
+            .args([url.as_str(), "litmus-user", s.chem.as_str()])
+            .env("TESTS", suite)
+            .current_dir(s.dir.path())
+            .output()
+            .expect("litmus runs (Debian package litmus; scripts/setup.sh installs it)");
+        let out = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            out.contains(&format!("summary for `{suite}'")),
+            "{suite} did not run:\n{out}"
+        );
+        for line in out.lines().filter(|l| l.contains("FAIL")) {
+            let name = line
+                .split('.')
+                .nth(1)
+                .and_then(|n| n.split_whitespace().next());
+            failed.push(format!("{suite}/{}", name.unwrap_or(line)));
+        }
+        text.push_str(&out);
+    }
+    let expected: Vec<String> = LITMUS_EXPECTED_FAILURES
+        .iter()
+        .map(|(n, _)| n.to_string())
+        .collect();
+    assert_eq!(failed, expected, "litmus output:\n{text}");
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{status:?}: {stderr}");
+    let report = hpcgate::audit::verify(&s.dir.path().join("state/audit"), None).unwrap();
+    assert!(report.intact, "{report:?}");
+}
+
+/// litmus tests that cannot pass here, with the reason.
+const LITMUS_EXPECTED_FAILURES: &[(&str, &str)] = &[
+    ("props/propset", DEAD_PROPERTIES),
+    ("props/propmanyns", DEAD_PROPERTIES),
+    // Reads back the properties propmanyns would have set.
+    ("props/propget", DEAD_PROPERTIES),
+    // PROPPATCH on a locked resource with its token: refused like any PROPPATCH.
+    ("locks/owner_modify", DEAD_PROPERTIES),
+    ("locks/owner_modify", DEAD_PROPERTIES),
+    ("locks/owner_modify", DEAD_PROPERTIES),
+];
+
+/// Why the PROPPATCH tests fail: hpcgate stores no dead properties (RFC 4918 §9.2 lets a server
+/// refuse each with 403 in the multistatus, which it does); the other props tests, which skip
+/// once propset fails, test dead-property storage too.
+const DEAD_PROPERTIES: &str = "dead properties are not stored: PROPPATCH answers 403 per property";
+
+/// Single-tenant over the Unix socket: the same tree, no credentials (the peer's uid is the
+/// caller), and the door stays shut while `[dav] enabled` is false.
+#[test]
+fn the_unix_socket_serves_dav_single_tenant() {
+    for enabled in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!("policies = []\n[dav]\nenabled = {enabled}\n");
+        {
+            let gw = in_process::open(dir.path(), &config);
+            in_process::ok(gw.call(
+                &in_process::caller("default"),
+                "create_instance",
+                in_process::args(json!({ "instance_id": "run1" })),
+            ));
+        }
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let socket = dir.path().join("gw.sock");
+        let served = runtime.block_on(Served::start(
+            dir.path(),
+            &dir.path().join("gateway.toml"),
+            &["--uds", socket.to_str().unwrap()],
+        ));
+        let sc = tempfile::tempdir().unwrap();
+        let on_socket = |args: &[&str]| {
+            let mut all = vec!["--unix-socket", socket.to_str().unwrap()];
+            all.extend_from_slice(args);
+            curl(sc.path(), &all)
+        };
+        let url = "http://localhost/dav/instances/run1/output/r.txt";
+        let put = on_socket(&["-T", "/etc/hostname", url]);
+        if !enabled {
+            assert_eq!(put.status, 404);
+            assert!(put.body.contains("[dav] enabled = true"), "{}", put.body);
+            runtime.block_on(served.stop());
+            continue;
+        }
+        assert_eq!(put.status, 201, "{}", put.body);
+        let got = on_socket(&[url]);
+        assert_eq!(got.status, 200);
+        assert_eq!(got.body, std::fs::read_to_string("/etc/hostname").unwrap());
+        let (status, stderr) = runtime.block_on(served.stop());
+        assert!(status.success(), "{status:?}: {stderr}");
+        assert!(stderr.contains("hpcgate: WebDAV on unix:"), "{stderr}");
+    }
+}
+
+/// rclone (Debian package `rclone`) syncs a tree up and back down with a bearer token, and a
+/// second sync each way transfers nothing.
+#[test]
+fn rclone_syncs_both_ways_and_a_second_sync_transfers_nothing() {
+    let s = setup();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(
+        s.dir.path(),
+        &s.dir.path().join("gateway.toml"),
+    ));
+    let src = s.dir.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("a.txt"), "a").unwrap();
+    std::fs::write(src.join("sub/c.bin"), vec![3u8; 300_000]).unwrap();
+    let remote = format!(
+        ":webdav,url='http://{}/dav/instances/run1/workspace',vendor=other,bearer_token='{}':synced",
+        served.authority(),
+        s.chem
+    );
+    let back = s.dir.path().join("back");
+    let sync = |from: &str, to: &str| {
+        let output = Command::new("rclone")
+            .args(["sync", from, to, "--stats-one-line", "-v", "--retries", "1"])
+            .env("RCLONE_CONFIG", "/dev/null")
+            .output()
+            .expect("rclone runs (Debian package rclone; scripts/setup.sh installs it)");
+        let log = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "rclone sync {from} {to}:\n{log}");
+        log.lines().filter(|l| l.contains(": Copied")).count()
+    };
+    let (src_arg, back_arg) = (src.to_str().unwrap(), back.to_str().unwrap());
+    assert_eq!(sync(src_arg, &remote), 2);
+    assert_eq!(sync(src_arg, &remote), 0);
+    assert_eq!(sync(&remote, back_arg), 2);
+    assert_eq!(sync(&remote, back_arg), 0);
+    assert_eq!(
+        std::fs::read(back.join("sub/c.bin")).unwrap(),
+        vec![3u8; 300_000]
+    );
+    assert_eq!(
+        std::fs::read(s.workspace.join("synced/a.txt")).unwrap(),
+        b"a"
+    );
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{status:?}: {stderr}");
+}

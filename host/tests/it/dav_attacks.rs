@@ -1,0 +1,327 @@
+//! The WebDAV attack table (run by `dav::curl_uses_the_one_pipeline_and_attacks_fail` against
+//! its running gateway): traversal spellings, objects a job plants, `Destination` escapes,
+//! other tenants' names, archived instances, read-only extras, oversized uploads, hostile XML,
+//! missing or wrong credentials.
+
+use std::path::Path;
+
+use crate::dav::{Reply, Setup, curl};
+
+/// The attack table, against the running gateway.
+pub fn attacks(s: &Setup, sc: &Path, base: &str, chem: &dyn Fn(&[&str]) -> Reply) {
+    let ws = format!("{base}/instances/run1/workspace");
+    let outside = s.dir.path().join("outside-secret.txt");
+    std::fs::write(&outside, "TOP-SECRET").unwrap();
+    // Traversal spellings: refused before any call (400) or naming nothing (404), never served.
+    for path in [
+        "/instances/run1/workspace/../../../../etc/passwd",
+        "/instances/run1/workspace/%2e%2e/%2e%2e/etc/passwd",
+        "/instances/run1/workspace/%2E%2E%2F%2E%2E%2Fetc%2Fpasswd",
+        "/instances/run1/workspace/a%2f..%2f..%2f..%2fetc%2fpasswd",
+        "/instances/run1/workspace/%252e%252e/%252e%252e/etc/passwd",
+        "/instances/run1/workspace//etc/passwd",
+        "/instances/run1/workspace/%00",
+        "/instances/run1/../../../etc/passwd",
+        "/../etc/passwd",
+    ] {
+        let reply = chem(&["--path-as-is", &format!("{base}{path}")]);
+        assert!(
+            [400, 404].contains(&reply.status),
+            "{path}: {} {}",
+            reply.status,
+            reply.body
+        );
+        assert!(!reply.body.contains("root:"), "{path}");
+        let put = chem(&["--path-as-is", "-T", "/dev/null", &format!("{base}{path}")]);
+        assert!(
+            [400, 404, 405, 409].contains(&put.status),
+            "PUT {path}: {}",
+            put.status
+        );
+    }
+    // Objects a job can plant in its workspace: never followed, opened or listed.
+    std::os::unix::fs::symlink(&outside, s.workspace.join("link")).unwrap();
+    std::os::unix::fs::symlink(s.dir.path(), s.workspace.join("linkdir")).unwrap();
+    std::fs::hard_link(&outside, s.workspace.join("hard")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        s.workspace.join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from(0o644),
+        0,
+    )
+    .unwrap();
+    for name in ["link", "linkdir/outside-secret.txt", "hard", "fifo"] {
+        let reply = chem(&[&format!("{ws}/{name}")]);
+        assert_eq!(reply.status, 403, "{name}: {}", reply.body);
+        assert!(!reply.body.contains("TOP-SECRET"), "{name}");
+        assert!(
+            !reply.body.contains(s.dir.path().to_str().unwrap()),
+            "{name} leaks a host path"
+        );
+    }
+    assert_eq!(
+        chem(&["-T", "/dev/null", &format!("{ws}/link")]).status,
+        403
+    );
+    assert_eq!(
+        chem(&["-T", "/dev/null", &format!("{ws}/linkdir/new.txt")]).status,
+        403
+    );
+    assert!(!s.dir.path().join("new.txt").exists());
+    let listing = chem(&["-X", "PROPFIND", "-H", "Depth: 1", &format!("{ws}/")]);
+    for name in ["/link<", "linkdir", "/fifo<"] {
+        assert!(
+            !listing.body.contains(name),
+            "{name} listed: {}",
+            listing.body
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "TOP-SECRET");
+    // Destination escapes.
+    let copy = |destination: &str| {
+        chem(&[
+            "-X",
+            "COPY",
+            "-H",
+            &format!("Destination: {destination}"),
+            &format!("{ws}/data.bin"),
+        ])
+        .status
+    };
+    assert_eq!(copy(&format!("{base}/instances/secret1/workspace/x")), 403);
+    assert_eq!(copy("/dav/instances/run2/workspace/x"), 403);
+    assert_eq!(
+        copy("http://elsewhere.example/dav/instances/run1/workspace/x"),
+        502
+    );
+    assert_eq!(copy("/etc/passwd"), 403);
+    assert_eq!(
+        copy(&format!(
+            "{base}/instances/run1/workspace/../../secret1/workspace/x"
+        )),
+        400
+    );
+    assert_eq!(
+        copy(&format!("{base}/instances/run1/workspace/%2e%2e/x")),
+        400
+    );
+    assert_eq!(copy(&format!("{base}/instances/run1/workspace")), 403);
+    // Another tenant's instance, guessed: not found, not listed.
+    let bio_auth = format!("Authorization: Bearer {}", s.bio);
+    let bio = |args: &[&str]| {
+        let mut all = vec!["-H", bio_auth.as_str()];
+        all.extend_from_slice(args);
+        curl(sc, &all)
+    };
+    assert_eq!(
+        bio(&[&format!("{base}/instances/secret1/workspace/data.bin")]).status,
+        404
+    );
+    assert_eq!(
+        bio(&[
+            "-X",
+            "PROPFIND",
+            "-H",
+            "Depth: 0",
+            &format!("{base}/instances/secret1/")
+        ])
+        .status,
+        404
+    );
+    assert_eq!(
+        bio(&[&format!("{base}/instances/run1/workspace/data.bin")]).status,
+        404
+    );
+    let bio_list = bio(&[
+        "-X",
+        "PROPFIND",
+        "-H",
+        "Depth: 1",
+        &format!("{base}/instances/"),
+    ]);
+    assert_eq!(bio_list.status, 207);
+    assert!(
+        bio_list.body.contains("/instances/run1/") && !bio_list.body.contains("secret1"),
+        "{}",
+        bio_list.body
+    );
+    let chem_list = chem(&[
+        "-X",
+        "PROPFIND",
+        "-H",
+        "Depth: 1",
+        &format!("{base}/instances/"),
+    ]);
+    assert!(
+        chem_list.body.contains("secret1") && !chem_list.body.contains("/old/"),
+        "{}",
+        chem_list.body
+    );
+    // An archived instance is gone from the tree.
+    assert_eq!(
+        chem(&[
+            "-X",
+            "PROPFIND",
+            "-H",
+            "Depth: 0",
+            &format!("{base}/instances/old/")
+        ])
+        .status,
+        404
+    );
+    assert_eq!(
+        chem(&[
+            "-T",
+            "/dev/null",
+            &format!("{base}/instances/old/workspace/x")
+        ])
+        .status,
+        404
+    );
+    // Over the quota: refused before reading when announced, cut while streaming otherwise;
+    // nothing is left behind either way.
+    let big = sc.join("big.bin");
+    std::fs::write(&big, vec![7u8; 3 << 20]).unwrap();
+    let big = big.to_str().unwrap();
+    assert_eq!(chem(&["-T", big, &format!("{ws}/big.bin")]).status, 507);
+    let chunked = chem(&[
+        "-T",
+        big,
+        "-H",
+        "Transfer-Encoding: chunked",
+        &format!("{ws}/big.bin"),
+    ]);
+    assert_eq!(chunked.status, 507, "{}", chunked.body);
+    let leftovers: Vec<_> = std::fs::read_dir(&s.workspace)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".hpcgate-tmp") || n == "big.bin")
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // Extras: read-only, per tenant, beneath their directory.
+    let refdata = format!("{base}/refdata");
+    assert_eq!(chem(&[&format!("{refdata}/ref.txt")]).body, "refdata");
+    assert_eq!(bio(&[&format!("{refdata}/ref.txt")]).body, "refdata");
+    assert_eq!(
+        chem(&[&format!("{base}/chemdata/ref.txt")]).body,
+        "chemdata"
+    );
+    assert_eq!(bio(&[&format!("{base}/chemdata/ref.txt")]).status, 404);
+    assert_eq!(
+        bio(&[
+            "-X",
+            "PROPFIND",
+            "-H",
+            "Depth: 0",
+            &format!("{base}/chemdata/")
+        ])
+        .status,
+        404
+    );
+    let root = |who: &dyn Fn(&[&str]) -> Reply| {
+        who(&["-X", "PROPFIND", "-H", "Depth: 1", &format!("{base}/")]).body
+    };
+    assert!(root(&chem).contains("/dav/chemdata/") && root(&chem).contains("/dav/refdata/"));
+    assert!(!root(&bio).contains("chemdata") && root(&bio).contains("/dav/refdata/"));
+    let listed = chem(&["-X", "PROPFIND", "-H", "Depth: 1", &format!("{refdata}/")]);
+    assert!(
+        listed.body.contains("/dav/refdata/ref.txt</D:href>"),
+        "{}",
+        listed.body
+    );
+    for args in [
+        vec!["-T", "/dev/null", "REF/new.txt"],
+        vec!["-X", "DELETE", "REF/ref.txt"],
+        vec!["-X", "MKCOL", "REF/dir"],
+        vec![
+            "-X",
+            "MOVE",
+            "-H",
+            "Destination: /dav/refdata/moved.txt",
+            "REF/ref.txt",
+        ],
+        vec!["-X", "PROPPATCH", "REF/ref.txt"],
+        vec!["-X", "LOCK", "REF/ref.txt"],
+    ] {
+        let args: Vec<String> = args.iter().map(|a| a.replace("REF", &refdata)).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_eq!(chem(&args).status, 403, "{args:?}");
+    }
+    assert!(
+        s.dir.path().join("refdata/ref.txt").exists()
+            && !s.dir.path().join("refdata/new.txt").exists()
+    );
+    std::os::unix::fs::symlink(&outside, s.dir.path().join("refdata/link")).unwrap();
+    assert_eq!(chem(&[&format!("{refdata}/link")]).status, 403);
+    let up = chem(&[
+        "--path-as-is",
+        &format!("{refdata}/../../outside-secret.txt"),
+    ]);
+    assert!(
+        [400, 404].contains(&up.status) && !up.body.contains("TOP-SECRET"),
+        "{}",
+        up.status
+    );
+    assert_eq!(chem(&[&format!("{base}/nosuchextra/x")]).status, 404);
+    // Hostile XML: entities are never expanded, bodies are capped.
+    let laughs = format!(
+        r#"<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa">{}]><D:propfind xmlns:D="DAV:"><D:prop>&j;</D:prop></D:propfind>"#,
+        (b'b'..=b'j')
+            .map(|c| format!(
+                r#"<!ENTITY {} "{}">"#,
+                c as char,
+                format!("&{};", (c - 1) as char).repeat(10)
+            ))
+            .collect::<String>()
+    );
+    let xml = chem(&[
+        "-X",
+        "PROPFIND",
+        "-H",
+        "Depth: 0",
+        "--data-binary",
+        &laughs,
+        &format!("{ws}/"),
+    ]);
+    assert_eq!(xml.status, 400, "{}", xml.body);
+    let huge = format!(
+        "<D:propfind xmlns:D=\"DAV:\">{}</D:propfind>",
+        "<D:prop/>".repeat(10_000)
+    );
+    let huge_file = sc.join("huge.xml");
+    std::fs::write(&huge_file, huge).unwrap();
+    let huge_arg = format!("@{}", huge_file.display());
+    assert_eq!(
+        chem(&[
+            "-X",
+            "PROPFIND",
+            "-H",
+            "Depth: 0",
+            "--data-binary",
+            &huge_arg,
+            &format!("{ws}/")
+        ])
+        .status,
+        413
+    );
+    // No credentials, a wrong token, a wrong Basic password: 401 with a Basic challenge.
+    for args in [
+        vec![],
+        vec!["-H", "Authorization: Bearer wrong"],
+        vec!["-u", "x:wrong"],
+    ] {
+        let mut all = args.clone();
+        let url = format!("{ws}/data.bin");
+        all.push(&url);
+        let reply = curl(sc, &all);
+        assert_eq!(reply.status, 401, "{args:?}");
+        assert!(
+            reply
+                .headers
+                .contains("www-authenticate: basic realm=\"hpcgate\""),
+            "{}",
+            reply.headers
+        );
+    }
+}
