@@ -90,7 +90,8 @@ impl Identity {
     }
 }
 
-/// Serves the gateway on `listen` until SIGINT or SIGTERM. `path` is where MCP is mounted.
+/// Serves the gateway on `listen` until `signal` (SIGINT or SIGTERM, see [`shutdown_signal`]).
+/// `path` is where MCP is mounted.
 ///
 /// `inherited` is the socket systemd passed for `Listen::Unix` (socket activation, see
 /// [`crate::activation`]): served as it is, and its file left in place at shutdown.
@@ -100,6 +101,7 @@ pub async fn serve(
     listen: Listen,
     inherited: Option<std::os::unix::net::UnixListener>,
     path: &str,
+    signal: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     check(&listen, &identity, path)?;
     let shutdown = CancellationToken::new();
@@ -108,7 +110,7 @@ pub async fn serve(
         .with_json_response(true)
         .with_cancellation_token(shutdown.clone());
     let signalled = {
-        let (shutdown, signal) = (shutdown.clone(), shutdown_signal()?);
+        let shutdown = shutdown.clone();
         async move {
             signal.await;
             shutdown.cancel();

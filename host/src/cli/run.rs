@@ -104,6 +104,9 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let serving = gateway.clone();
     let served = runtime.block_on(async {
         let gateway = serving;
+        // SIGINT and SIGTERM are handled from here on (a signal before would kill the
+        // process without its `gateway.stopped` record): before anything is announced.
+        let signal = shutdown_signal()?;
         reload_on_sighup(gateway.clone(), env)?;
         if let Some(listener) = metrics_listener {
             let address = listener.local_addr()?;
@@ -121,10 +124,11 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         match transport {
             Transport::Stdio => {
                 let caller = gateway.local_caller();
-                serve_stdio(gateway, caller).await
+                serve_stdio(gateway, caller, signal).await
             }
             Transport::StreamableHttp => {
-                crate::http::serve(gateway, identity, listen, inherited, &args.path).await
+                let path = &args.path;
+                crate::http::serve(gateway, identity, listen, inherited, path, signal).await
             }
         }
     });
@@ -168,10 +172,13 @@ fn reload_on_sighup(gateway: Arc<Gateway>, env: Environment) -> anyhow::Result<(
     Ok(())
 }
 
-/// One MCP session on stdin/stdout, until the client leaves or SIGINT/SIGTERM (handled from
-/// the start, the handshake included).
-async fn serve_stdio(gateway: Arc<Gateway>, caller: Caller) -> anyhow::Result<()> {
-    let signal = shutdown_signal()?;
+/// One MCP session on stdin/stdout, until the client leaves or `signal` (SIGINT/SIGTERM,
+/// handled from the start, the handshake included).
+async fn serve_stdio(
+    gateway: Arc<Gateway>,
+    caller: Caller,
+    signal: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
     tokio::pin!(signal);
     let service = tokio::select! {
         served = McpServer::new(gateway, caller).serve(stdio_transport()) => {

@@ -327,9 +327,18 @@ async fn a_stdio_gateway_serves_metrics_on_its_own_listener() {
     let (status, text) = get(&authority, "/metrics").await;
     assert_eq!(status, 200, "{text}");
     assert!(text.contains("hpcgate_build_info{version="), "{text}");
+    // Held open until the gateway has exited: `wait` would close it, and an MCP client that
+    // leaves before the handshake is an error.
+    let _stdin = child.stdin.take();
     let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    assert!(child.wait().await.unwrap().success());
+    let status = child.wait().await.unwrap();
+    let mut rest = String::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        rest.push_str(&line);
+        rest.push('\n');
+    }
+    assert!(status.success(), "{status:?}: {rest}");
 
     let refused =
         crate::support::served::command(dir.path(), &config, &["--metrics-listen", "0.0.0.0:0"])
