@@ -26,6 +26,7 @@ pub use hpcgate_policy_engine as policy;
 
 pub mod auth;
 pub mod cli;
+pub mod code_mode;
 pub mod config;
 pub mod gateway;
 pub mod http;

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::auth::{AuthConfig, HttpConfig};
+use super::code_mode::CodeModeConfig;
 use super::sections::{
     AuditConfig, FilesConfig, HostCommandConfig, JobsConfig, McpConfig, SandboxConfig, SlurmConfig,
 };
@@ -64,6 +65,9 @@ pub struct Config {
     /// `[http]`: the HTTP transport (browser origins allowed).
     #[serde(default)]
     pub http: HttpConfig,
+    /// `[code_mode]`: limits on the tool calls a job's code makes.
+    #[serde(default)]
+    pub code_mode: CodeModeConfig,
 }
 
 /// `[policy_engine]`: defaults for every policy and engine-wide settings.

@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 use crate::audit::{AuditLog, Entry, Event, Outcome};
 pub use crate::auth::Caller;
 use crate::auth::{AuthError, AuthRequest, Authenticator, RateLimiter};
+use crate::code_mode::CodeMode;
 use crate::config::{ResultType, Settings};
 use crate::jobs::Jobs;
 use crate::policy::{Chain, Phase, PolicyEngine, Via};
@@ -37,6 +38,8 @@ pub struct Gateway {
     /// Proxied MCP servers (`[proxied_mcps]`, restart-only like the executors).
     proxies: ProxyManager,
     engine: PolicyEngine,
+    /// The doors of running jobs with tools (they serve once the gateway is [`Gateway::shared`]).
+    code_mode: CodeMode,
 }
 
 /// The settings and policy chain in force when a request began (see [`Gateway::snapshot`]).
@@ -100,6 +103,7 @@ impl Gateway {
         let engine = PolicyEngine::new(settings.fixed.engine.clone())?;
         let chain = settings.build_chain(&engine)?;
         let state = State::open(&settings.fixed.state_dir)?;
+        let settings_state_dir = settings.fixed.state_dir.clone();
         let audit = Arc::new(AuditLog::open(
             &settings.fixed.audit_dir,
             settings.fixed.audit.clone(),
@@ -129,6 +133,7 @@ impl Gateway {
             jobs,
             proxies,
             engine,
+            code_mode: CodeMode::new(&settings_state_dir),
         };
         if let Some(age) = gateway.snapshot().settings.job_retention {
             for tenant in gateway.state.tenants()? {
@@ -143,6 +148,22 @@ impl Gateway {
             )?;
         }
         Ok(gateway)
+    }
+
+    /// The gateway shared by its transports: from now on a job with tools gets a door that
+    /// serves through it, and the doors of running jobs are opened again (after a restart).
+    pub fn shared(self) -> Arc<Gateway> {
+        let gateway = Arc::new_cyclic(|weak| {
+            self.code_mode.attach(weak.clone());
+            self
+        });
+        gateway.code_mode.reopen(&gateway.state);
+        gateway
+    }
+
+    /// The doors of jobs with tools.
+    pub fn code_mode(&self) -> &CodeMode {
+        &self.code_mode
     }
 
     /// The settings and policies in force now. A request takes one snapshot at its start and

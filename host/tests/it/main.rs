@@ -16,6 +16,7 @@ mod audit_verify;
 mod bench_gateway;
 mod cli;
 mod cli_instance;
+mod code_mode;
 mod config_cli;
 mod doctor;
 mod gateway;

@@ -1,0 +1,485 @@
+//! Code mode end to end: the official Python MCP SDK drives the real gateway over streamable
+//! HTTP; `run_python` runs code in a real bwrap sandbox whose tool calls go through the job's
+//! own socket, each judged, audited as the job (`via = "job"`) and replayable by `policy test`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::support::served::{self, Served};
+
+fn python() -> PathBuf {
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let python = target.parent().unwrap().join("python-mcp/bin/python");
+    assert!(
+        python.exists(),
+        "the Python MCP SDK is missing at `{}`: run scripts/setup.sh",
+        python.display()
+    );
+    python
+}
+
+/// Runs `calls` through the Python SDK against `served`; each call's result.
+async fn drive(served: &Served, calls: &Value) -> Vec<Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/calls_client.py");
+    let mut child = tokio::process::Command::new(python())
+        .arg(script)
+        .arg(&served.address)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use tokio::io::AsyncWriteExt as _;
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(calls.to_string().as_bytes()).await.unwrap();
+    drop(stdin);
+    let output = child.wait_with_output().await.unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Every record of the audit log in `dir/state/audit`, after checking the chain.
+fn audit_records(dir: &Path) -> Vec<Value> {
+    let audit = dir.join("state/audit");
+    let report = hpcgate::audit::verify(&audit, None).unwrap();
+    assert!(report.intact, "{report:?}");
+    let mut records = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(&audit)
+        .unwrap()
+        .map(|f| f.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    files.sort();
+    for path in files {
+        for line in std::fs::read_to_string(path).unwrap().lines() {
+            records.push(serde_json::from_str(line).unwrap());
+        }
+    }
+    records
+}
+
+/// The decision records of the calls job `job` made (its principal is `job:<id>`).
+fn job_calls<'a>(records: &'a [Value], job: &str) -> Vec<&'a Value> {
+    let principal = format!("job:{job}");
+    records
+        .iter()
+        .filter(|r| r["principal"] == principal.as_str() && r["call"].is_object())
+        .collect()
+}
+
+/// The embedded default chain, written out: `policy test --config` reads only the file it is
+/// given, and a `[[policies]]` list in `--config` replaces the default one whole.
+const CHAIN: &str = r#"
+[[policies]]
+name = "tools"
+module = "stock:tool-filter"
+[policies.config]
+allow = ["*"]
+deny = ["host_exec"]
+
+[[policies]]
+name = "paths"
+module = "stock:path-rules"
+[policies.config]
+path_arguments = ["path", "paths", "source", "destination"]
+deny_read = ["**/.ssh/**"]
+deny_write = ["**/.git/**"]
+
+[[policies]]
+name = "caps"
+module = "stock:resource-caps"
+tools = ["submit_job", "run_python"]
+[policies.config]
+action = "clamp"
+cpus = { default = 1, max = 8 }
+memory_mb = { default = 4096, max = 32768 }
+time_limit_s = { default = 3600, max = 86400 }
+gpus = { default = 0, max = 0 }
+"#;
+
+fn call(tool: &str, arguments: Value) -> Value {
+    json!({ "tool": tool, "arguments": arguments })
+}
+
+const SUMMARY_SCRIPT: &str = r#"
+import json
+import hpcgate_tools as t
+listing = t.list_directory(path="data")
+names = sorted(e["name"] for e in listing["entries"])
+texts = [t.read_file(path="data/" + n)["content"] for n in names]
+summary = "%d files, %d bytes: %s" % (len(names), sum(len(x) for x in texts), ", ".join(names))
+t.write_file(path="summary.txt", content=summary)
+print(json.dumps({"names": names, "summary": summary, "doc": t.read_file.__doc__}))
+"#;
+
+#[tokio::test]
+async fn run_python_lists_reads_and_writes_through_the_pipeline_as_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = served::config(dir.path(), CHAIN);
+    let served = Served::http(dir.path(), &config).await;
+    let mut calls = vec![call("create_instance", json!({"instance_id": "cm"}))];
+    for (name, text) in [("a.txt", "alpha"), ("b.txt", "beta"), ("c.txt", "gamma")] {
+        calls.push(call(
+            "write_file",
+            json!({"instance_id": "cm", "path": format!("data/{name}"), "content": text, "create_dirs": true}),
+        ));
+    }
+    calls.push(call(
+        "run_python",
+        json!({"instance_id": "cm", "code": SUMMARY_SCRIPT, "timeout": 120}),
+    ));
+    calls.push(call(
+        "read_file",
+        json!({"instance_id": "cm", "path": "summary.txt"}),
+    ));
+    let results = drive(&served, &Value::Array(calls)).await;
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+    for r in &results[..4] {
+        assert_eq!(r["is_error"], false, "{r}");
+    }
+    let run = &results[4];
+    let job = &run["structured"]["job"];
+    assert_eq!(
+        (
+            run["is_error"].as_bool(),
+            job["status"].as_str(),
+            job["exit_code"].as_i64()
+        ),
+        (Some(false), Some("completed"), Some(0)),
+        "{run}"
+    );
+    let printed: Value = serde_json::from_str(job["stdout_tail"].as_str().unwrap().trim()).unwrap();
+    assert_eq!(printed["names"], json!(["a.txt", "b.txt", "c.txt"]));
+    assert!(
+        printed["doc"].as_str().unwrap().contains("path"),
+        "the generated function documents its arguments: {printed}"
+    );
+    let summary = "3 files, 14 bytes: a.txt, b.txt, c.txt";
+    assert_eq!(results[5]["structured"]["content"], summary);
+
+    // The audit log: each inner call as the job, via = job, with its id and instance.
+    let job_id = job["job_id"].as_str().unwrap();
+    let records = audit_records(dir.path());
+    let inner = job_calls(&records, job_id);
+    let tools: Vec<&str> = inner
+        .iter()
+        .map(|r| r["call"]["tool"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            "list_directory",
+            "read_file",
+            "read_file",
+            "read_file",
+            "write_file"
+        ],
+        "{inner:#?}"
+    );
+    for r in &inner {
+        assert_eq!(r["call"]["via"], "job", "{r}");
+        assert_eq!(r["call"]["job"], job_id, "{r}");
+        assert_eq!(r["call"]["instance"], "cm", "{r}");
+        assert_eq!(r["tenant"], "default", "{r}");
+    }
+
+    // The audit log is a test input: every recorded decision replays exactly.
+    let audit_file = dir.path().join("state/audit/audit-000001.jsonl");
+    let replay = Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+        .args(["policy", "test", "--json", "--config"])
+        .arg(&config)
+        .arg("--calls")
+        .arg(&audit_file)
+        .env("HOME", dir.path().join("home"))
+        .env(
+            "XDG_CACHE_HOME",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-cache"),
+        )
+        .env_remove("HPCGATE_CONFIG")
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&replay.stdout).unwrap_or_else(|_| {
+        panic!("{}", String::from_utf8_lossy(&replay.stderr));
+    });
+    assert!(replay.status.success(), "{report}");
+    assert_eq!(report["mismatched"], 0, "{report}");
+    assert!(report["total"].as_u64().unwrap() >= 10, "{report}");
+}
+
+/// What the attack script tries from inside its sandbox; each attempt's outcome as JSON.
+const ATTACK_SCRIPT: &str = r#"
+import json, socket, subprocess
+import hpcgate_tools as t
+OTHER = "@OTHER@"
+r = {}
+def attempt(name, f):
+    try:
+        r[name] = {"ok": True, "value": f()}
+    except t.ToolError as e:
+        r[name] = {"ok": False, "error": str(e)}
+    except Exception as e:
+        r[name] = {"ok": False, "error": type(e).__name__ + ": " + str(e)}
+attempt("forged_instance", lambda: t.call("stat_path", instance_id="other", path="."))
+attempt("foreign_tenant_instance", lambda: t.call("stat_path", instance_id="chem-run1", path="."))
+attempt("principal_field", lambda: t.call("stat_path", path=".", principal="alice", tenant="chem"))
+attempt("own_instance", lambda: t.stat_path(path="."))
+attempt("other_socket", lambda: socket.socket(socket.AF_UNIX).connect(OTHER))
+attempt("submit_job", lambda: t.submit_job(command="true"))
+attempt("run_python", lambda: t.call("run_python", code="print(1)"))
+def raw(body, length):
+    c = t._UnixConnection(t.SOCKET)
+    c.putrequest("POST", "/mcp")
+    for k, v in [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream"), ("Content-Length", str(length))]:
+        c.putheader(k, v)
+    c.endheaders()
+    sent = 0
+    try:
+        while sent < length:
+            chunk = body[sent:sent + (1 << 20)]
+            c.send(chunk)
+            sent += len(chunk)
+    except OSError as e:
+        pass
+    resp = c.getresponse()
+    return {"status": resp.status, "body": resp.read(300).decode(errors="replace"), "sent": sent}
+attempt("malformed", lambda: raw(b"{not json", 9))
+huge = b"x" * (100 << 20)
+attempt("huge", lambda: raw(huge, len(huge)))
+del huge
+n = 0
+while n <= 1000:
+    try:
+        t.stat_path(path=".")
+        n += 1
+    except t.ToolError as e:
+        r["flood"] = {"n": n, "error": str(e)}
+        break
+subprocess.Popen(["sh", "-c", "sleep 2; hpcgate-call stat_path '{\"path\": \".\"}' > /workspace/late.out 2>&1"], start_new_session=True)
+print(json.dumps(r))
+"#;
+
+#[tokio::test]
+async fn a_jobs_code_cannot_forge_its_identity_escape_its_door_or_outlive_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!("{CHAIN}\n[code_mode]\nmax_calls_per_job = 40\n");
+    let config = served::config(dir.path(), &extra);
+    let served = Served::http(dir.path(), &config).await;
+    // Another job with tools, still running: its socket exists on the host.
+    let first = drive(
+        &served,
+        &json!([
+            call("create_instance", json!({"instance_id": "cm"})),
+            call("create_instance", json!({"instance_id": "other"})),
+            call(
+                "submit_job",
+                json!({"instance_id": "other", "command": "sleep 60", "tools": true, "timeout": 0})
+            ),
+        ]),
+    )
+    .await;
+    let sleeper = first[2]["structured"]["job"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let other_socket = dir.path().join(format!("state/run/{sleeper}/tools.sock"));
+    assert!(other_socket.exists(), "{first:?}");
+    // A connection to the other job's door kept open from outside, to be used after it ended.
+    let mut kept = std::os::unix::net::UnixStream::connect(&other_socket).unwrap();
+
+    let script = ATTACK_SCRIPT.replace("@OTHER@", other_socket.to_str().unwrap());
+    let results = drive(
+        &served,
+        &json!([
+            call(
+                "run_python",
+                json!({"instance_id": "cm", "code": script, "timeout": 300})
+            ),
+            call(
+                "cancel_job",
+                json!({"instance_id": "other", "job_id": sleeper})
+            ),
+        ]),
+    )
+    .await;
+    let job = &results[0]["structured"]["job"];
+    assert_eq!(job["exit_code"], 0, "{}", results[0]);
+    let seen: Value = serde_json::from_str(job["stdout_tail"].as_str().unwrap().trim()).unwrap();
+    let error = |name: &str| -> String {
+        assert_eq!(seen[name]["ok"], false, "{name} was not refused: {seen}");
+        seen[name]["error"].as_str().unwrap().to_owned()
+    };
+    for forged in ["forged_instance", "foreign_tenant_instance"] {
+        assert!(
+            error(forged).contains("may only use its own instance `cm`"),
+            "{seen}"
+        );
+    }
+    assert!(error("principal_field").contains("unknown field"), "{seen}");
+    assert_eq!(seen["own_instance"]["ok"], true, "{seen}");
+    assert!(
+        error("other_socket").contains("FileNotFoundError"),
+        "{seen}"
+    );
+    for submit in ["submit_job", "run_python"] {
+        assert!(error(submit).contains("allow_submit"), "{seen}");
+    }
+    let malformed = &seen["malformed"]["value"];
+    assert!(
+        malformed["status"].as_u64().unwrap() >= 400
+            || malformed["body"].as_str().unwrap().contains("error"),
+        "{seen}"
+    );
+    // 100 MB: refused with 413 part-way, or the connection is cut; never accepted.
+    match &seen["huge"] {
+        v if v["ok"] == true => assert_eq!(v["value"]["status"], 413, "{seen}"),
+        v => assert!(!v["error"].as_str().unwrap().is_empty(), "{seen}"),
+    }
+    let flood = &seen["flood"];
+    assert!(
+        flood["error"]
+            .as_str()
+            .unwrap()
+            .contains("max_calls_per_job"),
+        "{seen}"
+    );
+    assert!(flood["n"].as_u64().unwrap() < 40, "{seen}");
+
+    // The other job ended (cancelled): its socket is gone, a kept connection is served no more.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(!other_socket.exists(), "the door outlived its job");
+    use std::io::{Read as _, Write as _};
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = kept.write_all(request.as_bytes());
+    let mut answer = String::new();
+    let _ = kept.read_to_string(&mut answer);
+    assert!(
+        !answer.contains("\"tools\""),
+        "a kept connection listed tools: {answer}"
+    );
+    // The background process left by the script never got a call through.
+    let late = std::fs::read_to_string(
+        dir.path()
+            .join("state/tenants/default/instances/cm/workspace/late.out"),
+    );
+    assert!(
+        late.as_deref()
+            .map_or(true, |text| !text.contains("\"kind\"")),
+        "{late:?}"
+    );
+
+    // The gateway is still up, and every refusal is in an intact audit log.
+    let after = drive(
+        &served,
+        &json!([call("stat_path", json!({"instance_id": "cm", "path": "."}))]),
+    )
+    .await;
+    assert_eq!(after[0]["is_error"], false, "{after:?}");
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+    let job_id = job["job_id"].as_str().unwrap();
+    let records = audit_records(dir.path());
+    let principal = format!("job:{job_id}");
+    let refusals: Vec<String> = records
+        .iter()
+        .filter(|r| r["principal"] == principal.as_str())
+        .filter_map(|r| r["outcome"]["error"].as_str().map(str::to_owned))
+        .collect();
+    for needle in [
+        "its own instance",
+        "allow_submit",
+        "max_calls_per_job",
+        "unknown field",
+    ] {
+        assert!(
+            refusals.iter().any(|e| e.contains(needle)),
+            "{needle}: {refusals:#?}"
+        );
+    }
+    assert!(
+        records
+            .iter()
+            .all(|r| r["principal"] != "alice" && r["tenant"] != "chem"),
+        "a forged field became an identity"
+    );
+}
+
+#[tokio::test]
+async fn a_policy_can_refuse_a_tool_to_scripts_and_allow_it_to_agents() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let guests = hpcgate_policy_build::build_guests(
+        workspace,
+        &["hostile"],
+        hpcgate_policy_build::Target::Bare,
+        dir.path(),
+    );
+    let extra = format!(
+        "{CHAIN}\n[[policies]]\nname = \"no-job-writes\"\nmodule = {:?}\ntools = [\"write_file\"]\n[policies.config]\nbehaviour = \"deny-via\"\nvia = \"job\"\n",
+        guests[0].component.display().to_string()
+    );
+    let config = served::config(dir.path(), &extra);
+    let served = Served::http(dir.path(), &config).await;
+    let script = r#"
+import json
+import hpcgate_tools as t
+seen = {"read": t.read_file(path="agent.txt")["content"], "listed": hasattr(t, "write_file")}
+try:
+    t.call("write_file", path="script.txt", content="from the script")
+    seen["write"] = "allowed"
+except t.ToolError as e:
+    seen["write"] = str(e)
+print(json.dumps(seen))
+"#;
+    let results = drive(
+        &served,
+        &json!([
+            call("create_instance", json!({"instance_id": "cm"})),
+            call(
+                "write_file",
+                json!({"instance_id": "cm", "path": "agent.txt", "content": "from the agent"})
+            ),
+            call(
+                "run_python",
+                json!({"instance_id": "cm", "code": script, "timeout": 120})
+            ),
+            call(
+                "stat_path",
+                json!({"instance_id": "cm", "path": "script.txt"})
+            ),
+        ]),
+    )
+    .await;
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+    assert_eq!(
+        results[1]["is_error"], false,
+        "the agent may write: {}",
+        results[1]
+    );
+    let job = &results[2]["structured"]["job"];
+    let seen: Value = serde_json::from_str(job["stdout_tail"].as_str().unwrap().trim())
+        .unwrap_or_else(|_| panic!("{}", results[2]));
+    assert_eq!(seen["read"], "from the agent");
+    // The list phase sees `via = job` too: the script is not even offered the tool.
+    assert_eq!(seen["listed"], false);
+    assert_eq!(
+        seen["write"],
+        "write_file: denied by policy `no-job-writes`: `write_file` is refused to calls via `job`"
+    );
+    assert_eq!(
+        results[3]["is_error"], true,
+        "the script's write happened: {}",
+        results[3]
+    );
+}
