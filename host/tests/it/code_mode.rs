@@ -483,3 +483,74 @@ print(json.dumps(seen))
         results[3]
     );
 }
+
+/// The door is a directory bound into the sandbox, so a gateway that starts again while the
+/// job runs makes the socket again in it, and the job's code goes on calling tools.
+#[tokio::test]
+async fn a_running_jobs_door_serves_again_after_a_gateway_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = served::config(dir.path(), CHAIN);
+    let first = Served::http(dir.path(), &config).await;
+    let script = r#"
+import json, os, time
+import hpcgate_tools as t
+before = t.stat_path(path=".")["kind"]
+for _ in range(600):
+    if os.path.exists("/workspace/go"):
+        break
+    time.sleep(0.1)
+print(json.dumps({"before": before, "after": t.read_file(path="go")["content"]}))
+"#;
+    let submitted = drive(
+        &first,
+        &json!([
+            call("create_instance", json!({"instance_id": "cm"})),
+            call("submit_job", json!({"instance_id": "cm", "command": ["python3", "-c", script], "tools": true, "timeout": 0})),
+        ]),
+    )
+    .await;
+    let job_id = submitted[1]["structured"]["job"]["job_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{submitted:?}"))
+        .to_owned();
+    let (status, stderr) = first.stop().await;
+    assert!(status.success(), "{stderr}");
+
+    let second = Served::http(dir.path(), &config).await;
+    let finished = drive(
+        &second,
+        &json!([
+            call(
+                "write_file",
+                json!({"instance_id": "cm", "path": "go", "content": "after the restart"})
+            ),
+            call(
+                "poll_job",
+                json!({"instance_id": "cm", "job_id": job_id, "timeout": 120})
+            ),
+        ]),
+    )
+    .await;
+    let (status, stderr) = second.stop().await;
+    assert!(status.success(), "{stderr}");
+    let job = &finished[1]["structured"]["job"];
+    assert_eq!(job["exit_code"], 0, "{}", finished[1]);
+    let seen: Value = serde_json::from_str(job["stdout_tail"].as_str().unwrap().trim()).unwrap();
+    assert_eq!(
+        seen,
+        json!({"before": "directory", "after": "after the restart"})
+    );
+    let records = audit_records(dir.path());
+    let restarted = records
+        .iter()
+        .rposition(|r| r["event"] == "gateway.started")
+        .unwrap();
+    let after_restart: Vec<_> = job_calls(&records[restarted..], &job_id)
+        .iter()
+        .map(|r| r["call"]["tool"].clone())
+        .collect();
+    assert!(
+        after_restart.contains(&json!("read_file")),
+        "{after_restart:?}"
+    );
+}
