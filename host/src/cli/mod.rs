@@ -3,6 +3,7 @@
 
 mod audit;
 mod bench;
+mod bench_code;
 mod bench_figures;
 mod bench_proxy;
 mod clean;
@@ -65,6 +66,8 @@ enum BenchCommand {
     Gateway(bench::GatewayArgs),
     /// Latency a proxied call gains through hpcgate, against the same server called directly.
     Proxy(bench_proxy::BenchProxyArgs),
+    /// Code mode: `run_python` end to end, and tool calls from Python inside a job.
+    Code(bench_code::CodeArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -91,6 +94,7 @@ pub fn main() -> ExitCode {
         Command::Clean(args) => clean::run(args),
         Command::Bench(BenchCommand::Proxy(args)) => bench_proxy::run(args),
         Command::Bench(BenchCommand::Gateway(args)) => bench::run(args),
+        Command::Bench(BenchCommand::Code(args)) => bench_code::run(args),
     };
     match result {
         Ok(code) => code,
