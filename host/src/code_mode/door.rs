@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 use crate::auth::Caller;
 use crate::config::CodeModeSettings;
 use crate::state::{InstanceId, JobId, TenantName};
+use crate::tools::Tool;
 
 /// The tools that start jobs: refused to a job's code unless `[code_mode] allow_submit`.
 const SUBMITTING_TOOLS: [&str; 2] = ["submit_job", "run_python"];
@@ -87,6 +88,8 @@ impl JobScope {
             ));
         }
         match arguments.get("instance_id") {
+            // A tool without `instance_id` (`list_instances`, `cluster_status`) gets none.
+            None | Some(Value::Null) if !takes_instance(tool) => {}
             None | Some(Value::Null) => {
                 let own = Value::String(self.instance.as_str().to_owned());
                 arguments.insert("instance_id".to_owned(), own);
@@ -116,6 +119,17 @@ impl JobScope {
     }
 }
 
+/// Whether `tool` has an `instance_id` argument: every proxied tool does, and the builtin
+/// ones whose schema declares it.
+fn takes_instance(tool: &str) -> bool {
+    Tool::from_name(tool).is_none_or(|tool| {
+        tool.spec()
+            .input_schema
+            .get("properties")
+            .is_some_and(|p| p.get("instance_id").is_some())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +157,10 @@ mod tests {
         assert_eq!(a["instance_id"], json!(s.instance.as_str()));
         let mut same = args(json!({"instance_id": s.instance.as_str()}));
         assert!(s.admit(&limits, "read_file", &mut same).is_ok());
+        let mut none = Map::new();
+        s.admit(&limits, "list_instances", &mut none).unwrap();
+        s.release();
+        assert!(none.is_empty(), "a tool without `instance_id` gets none");
         for forged in [json!("run2"), json!(7), json!(["x"])] {
             let mut a = args(json!({ "instance_id": forged }));
             let e = s.admit(&limits, "read_file", &mut a).unwrap_err();
