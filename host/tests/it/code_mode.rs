@@ -115,7 +115,9 @@ names = sorted(e["name"] for e in listing["entries"])
 texts = [t.read_file(path="data/" + n)["content"] for n in names]
 summary = "%d files, %d bytes: %s" % (len(names), sum(len(x) for x in texts), ", ".join(names))
 t.write_file(path="summary.txt", content=summary)
-print(json.dumps({"names": names, "summary": summary, "doc": t.read_file.__doc__}))
+import inspect
+sig = str(inspect.signature(t.read_file))
+print(json.dumps({"names": names, "summary": summary, "doc": t.read_file.__doc__, "sig": sig}))
 "#;
 
 #[tokio::test]
@@ -160,6 +162,10 @@ async fn run_python_lists_reads_and_writes_through_the_pipeline_as_the_job() {
     assert!(
         printed["doc"].as_str().unwrap().contains("path"),
         "the generated function documents its arguments: {printed}"
+    );
+    assert!(
+        printed["sig"].as_str().unwrap().starts_with("(*, path"),
+        "the generated function has the tool's argument names: {printed}"
     );
     let summary = "3 files, 14 bytes: a.txt, b.txt, c.txt";
     assert_eq!(results[5]["structured"]["content"], summary);

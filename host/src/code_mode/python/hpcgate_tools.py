@@ -14,6 +14,7 @@ http.client.
 """
 
 import http.client
+import inspect
 import itertools
 import json
 import keyword
@@ -150,6 +151,15 @@ def _make(tool):
     function.__name__ = name
     function.__qualname__ = name
     function.__doc__ = "\n".join(lines)
+    # help() and inspect show the tool's own argument names (keyword-only).
+    parameters = [
+        inspect.Parameter(arg, inspect.Parameter.KEYWORD_ONLY,
+                          default=inspect.Parameter.empty if arg in required else None)
+        for arg in properties
+        if arg != "instance_id" and arg.isidentifier() and not keyword.iskeyword(arg)
+    ]
+    parameters.sort(key=lambda p: p.default is not inspect.Parameter.empty)
+    function.__signature__ = inspect.Signature(parameters)
     return function
 
 
