@@ -560,3 +560,88 @@ print(json.dumps({"before": before, "after": t.read_file(path="go")["content"]})
         "{after_restart:?}"
     );
 }
+
+/// What a process of another uid gets from a job's door: the directory keeps it out, and
+/// with the directory opened up, `SO_PEERCRED` does (403 before any MCP).
+const PEER_SCRIPT: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+except OSError as e:
+    print(type(e).__name__)
+    sys.exit(0)
+body = b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}'
+s.sendall(b"POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+print(s.makefile("rb").readline().decode().split()[1])
+"#;
+
+#[tokio::test]
+async fn another_uid_is_refused_at_a_jobs_door() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: running a client as another uid needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = served::config(dir.path(), CHAIN);
+    let served = Served::http(dir.path(), &config).await;
+    let started = drive(
+        &served,
+        &json!([
+            call("create_instance", json!({"instance_id": "cm"})),
+            call(
+                "submit_job",
+                json!({"instance_id": "cm", "command": "sleep 60", "tools": true, "timeout": 0})
+            ),
+        ]),
+    )
+    .await;
+    let job_id = started[1]["structured"]["job"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let door = dir.path().join(format!("state/run/{job_id}"));
+    let socket = door.join("tools.sock");
+    let as_stranger = || {
+        use std::os::unix::process::CommandExt as _;
+        let output = Command::new("python3")
+            .args(["-c", PEER_SCRIPT])
+            .arg(&socket)
+            .uid(61004)
+            .gid(61004)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    };
+    assert_eq!(
+        as_stranger(),
+        "PermissionError",
+        "the door's directory is private"
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    for (path, mode) in [
+        (dir.path().to_owned(), 0o755),
+        (dir.path().join("state"), 0o755),
+        (dir.path().join("state/run"), 0o755),
+        (door.clone(), 0o755),
+        (socket.clone(), 0o666),
+    ] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    assert_eq!(
+        as_stranger(),
+        "403",
+        "a stranger's request is refused by its peer uid"
+    );
+    let cancelled = drive(
+        &served,
+        &json!([call(
+            "cancel_job",
+            json!({"instance_id": "cm", "job_id": job_id})
+        )]),
+    )
+    .await;
+    assert_eq!(cancelled[0]["is_error"], false, "{cancelled:?}");
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+}
