@@ -579,7 +579,11 @@ print(s.makefile("rb").readline().decode().split()[1])
 #[tokio::test]
 async fn another_uid_is_refused_at_a_jobs_door() {
     if !rustix::process::geteuid().is_root() {
-        eprintln!("skipped: running a client as another uid needs root");
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: running a client as another uid needs root"
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
