@@ -140,6 +140,10 @@ async fn run_python_lists_reads_and_writes_through_the_pipeline_as_the_job() {
         "read_file",
         json!({"instance_id": "cm", "path": "summary.txt"}),
     ));
+    calls.push(call(
+        "submit_job",
+        json!({"instance_id": "cm", "command": "true", "mode": "slurm", "tools": true}),
+    ));
     let results = drive(&served, &Value::Array(calls)).await;
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{stderr}");
@@ -169,6 +173,9 @@ async fn run_python_lists_reads_and_writes_through_the_pipeline_as_the_job() {
     );
     let summary = "3 files, 14 bytes: a.txt, b.txt, c.txt";
     assert_eq!(results[5]["structured"]["content"], summary);
+    assert_eq!(results[6]["is_error"], true, "{}", results[6]);
+    let slurm = results[6]["text"].as_str().unwrap();
+    assert!(slurm.contains("only available to local jobs"), "{slurm}");
 
     // The audit log: each inner call as the job, via = job, with its id and instance.
     let job_id = job["job_id"].as_str().unwrap();
