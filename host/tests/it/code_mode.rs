@@ -115,15 +115,25 @@ names = sorted(e["name"] for e in listing["entries"])
 texts = [t.read_file(path="data/" + n)["content"] for n in names]
 summary = "%d files, %d bytes: %s" % (len(names), sum(len(x) for x in texts), ", ".join(names))
 t.write_file(path="summary.txt", content=summary)
+import time
+for _ in range(100):  # the proxied server may still be in discovery
+    try:
+        added = t.call("calc__add", a=2, b=3)
+        break
+    except t.ToolError as e:
+        if "unknown tool" not in str(e) and "not available" not in str(e):
+            raise
+        time.sleep(0.1)
 import inspect
 sig = str(inspect.signature(t.read_file))
-print(json.dumps({"names": names, "summary": summary, "doc": t.read_file.__doc__, "sig": sig}))
+print(json.dumps({"names": names, "summary": summary, "doc": t.read_file.__doc__, "sig": sig, "added": added}))
 "#;
 
 #[tokio::test]
 async fn run_python_lists_reads_and_writes_through_the_pipeline_as_the_job() {
     let dir = tempfile::tempdir().unwrap();
-    let config = served::config(dir.path(), CHAIN);
+    let proxy = crate::support::proxy::test_proxy("calc", "");
+    let config = served::config(dir.path(), &format!("{CHAIN}\n{proxy}"));
     let served = Served::http(dir.path(), &config).await;
     let mut calls = vec![call("create_instance", json!({"instance_id": "cm"}))];
     for (name, text) in [("a.txt", "alpha"), ("b.txt", "beta"), ("c.txt", "gamma")] {
@@ -163,6 +173,11 @@ async fn run_python_lists_reads_and_writes_through_the_pipeline_as_the_job() {
     );
     let printed: Value = serde_json::from_str(job["stdout_tail"].as_str().unwrap().trim()).unwrap();
     assert_eq!(printed["names"], json!(["a.txt", "b.txt", "c.txt"]));
+    assert_eq!(
+        printed["added"],
+        json!({"sum": 5}),
+        "a proxied tool from the script"
+    );
     assert!(
         printed["doc"].as_str().unwrap().contains("path"),
         "the generated function documents its arguments: {printed}"
@@ -192,7 +207,8 @@ async fn run_python_lists_reads_and_writes_through_the_pipeline_as_the_job() {
             "read_file",
             "read_file",
             "read_file",
-            "write_file"
+            "write_file",
+            "calc__add"
         ],
         "{inner:#?}"
     );
