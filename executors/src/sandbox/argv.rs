@@ -13,7 +13,7 @@
 //! - `--clearenv` then `--setenv` for allow-listed and explicit variables, `HOME=/tmp`;
 //! - system mounts read-only, fresh `/proc`, fresh `/dev` made read-only with a `--size`d
 //!   `/dev/shm`, `/tmp` tmpfs with `--size`;
-//! - workspace and output read-write, extras read-only, then the read-write extras;
+//! - workspace and output read-write, extras read-only;
 //! - `--remount-ro /` (the root tmpfs that holds the mount points), `--chdir /workspace`.
 //!
 //! Limits are not part of the argv: the runners apply them around bwrap (rlimits, cgroups).
@@ -104,11 +104,6 @@ pub fn bwrap_argv(spec: &SandboxSpec, command: &[String]) -> Vec<OsString> {
     a.push(OUTPUT_MOUNT);
     for bind in &spec.extra_ro_binds {
         a.push("--ro-bind");
-        a.push(bind.source.as_os_str());
-        a.push(bind.target.as_os_str());
-    }
-    for bind in &spec.extra_rw_binds {
-        a.push("--bind");
         a.push(bind.source.as_os_str());
         a.push(bind.target.as_os_str());
     }

@@ -32,10 +32,6 @@ pub struct SandboxSpec {
     pub output: PathBuf,
     /// Additional host paths bound read-only (e.g. shared datasets).
     pub extra_ro_binds: Vec<Bind>,
-    /// Host directories bound read-write (e.g. a job's private tools socket directory).
-    /// Absent in specs written before it existed.
-    #[serde(default)]
-    pub extra_rw_binds: Vec<Bind>,
     /// Read-only system mounts (from config; [`SystemMount::debian_defaults`] otherwise).
     pub system: Vec<SystemMount>,
     /// Network access: none (a private namespace with only loopback) or the host's.
@@ -66,7 +62,6 @@ impl SandboxSpec {
             workspace: workspace.into(),
             output: output.into(),
             extra_ro_binds: Vec::new(),
-            extra_rw_binds: Vec::new(),
             system: SystemMount::debian_defaults(),
             network: Network::None,
             env: EnvSpec::default(),
@@ -83,7 +78,6 @@ impl SandboxSpec {
         [self.workspace.as_path(), self.output.as_path()]
             .into_iter()
             .chain(self.extra_ro_binds.iter().map(|b| b.source.as_path()))
-            .chain(self.extra_rw_binds.iter().map(|b| b.source.as_path()))
     }
 }
 

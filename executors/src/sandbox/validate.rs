@@ -22,7 +22,7 @@ pub fn validate(spec: &SandboxSpec, command: &[String]) -> Result<(), SandboxErr
     for path in [&spec.bwrap, &spec.workspace, &spec.output] {
         absolute(path)?;
     }
-    for bind in spec.extra_ro_binds.iter().chain(&spec.extra_rw_binds) {
+    for bind in &spec.extra_ro_binds {
         absolute(&bind.source)?;
         absolute(&bind.target)?;
         let t = bind.target.as_path();

@@ -2,7 +2,7 @@
 //!
 //! A local job submitted with `tools = true` (or `run_python`) gets a **door**: a Unix socket
 //! private to that job, `<state_dir>/run/<job_id>/tools.sock`, whose directory (not the socket:
-//! it can be made again after a gateway restart) is bound read-write at `/run/hpcgate` in the
+//! it can be made again after a gateway restart) is bound read-only at `/run/hpcgate` in the
 //! job's sandbox. The door serves MCP over streamable HTTP with the gateway's own handler; the
 //! caller is fixed by which socket it is — the job's tenant, principal `job:<job_id>`,
 //! `via = "job"` and the job id in the policy input ([`JobScope`]) — and every call goes
@@ -104,7 +104,10 @@ impl CodeMode {
     ) -> Result<(), String> {
         let support = self.support()?;
         let dir = self.open_door(tenant, job_id, instance)?;
-        spec.extra_rw_binds.push(Bind {
+        // Read-only: connecting to a socket writes nothing, and the job's code can neither
+        // replace the socket nor store files outside its quotas; the gateway (re)creates the
+        // socket host-side, and the bind shows it.
+        spec.extra_ro_binds.push(Bind {
             source: dir,
             target: PathBuf::from(SANDBOX_DIR),
         });

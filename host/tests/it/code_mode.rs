@@ -260,6 +260,8 @@ attempt("foreign_tenant_instance", lambda: t.call("stat_path", instance_id="chem
 attempt("principal_field", lambda: t.call("stat_path", path=".", principal="alice", tenant="chem"))
 attempt("own_instance", lambda: t.stat_path(path="."))
 attempt("other_socket", lambda: socket.socket(socket.AF_UNIX).connect(OTHER))
+attempt("plant_file", lambda: open("/run/hpcgate/planted", "w").write("x"))
+attempt("replace_socket", lambda: __import__("os").unlink("/run/hpcgate/tools.sock"))
 attempt("submit_job", lambda: t.submit_job(command="true"))
 attempt("run_python", lambda: t.call("run_python", code="print(1)"))
 def raw(body, length):
@@ -356,6 +358,9 @@ async fn a_jobs_code_cannot_forge_its_identity_escape_its_door_or_outlive_it() {
         error("other_socket").contains("FileNotFoundError"),
         "{seen}"
     );
+    for write in ["plant_file", "replace_socket"] {
+        assert!(error(write).contains("Read-only file system"), "{seen}");
+    }
     for submit in ["submit_job", "run_python"] {
         assert!(error(submit).contains("allow_submit"), "{seen}");
     }
