@@ -17,6 +17,7 @@ mod bench_gateway;
 mod cli;
 mod cli_instance;
 mod code_mode;
+mod code_mode_attacks;
 mod config_cli;
 mod doctor;
 mod gateway;
