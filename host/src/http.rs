@@ -105,10 +105,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     check(&listen, &identity, path)?;
     let shutdown = CancellationToken::new();
-    let config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
-        .with_json_response(true)
-        .with_cancellation_token(shutdown.clone());
+    let config = stateless_config(shutdown.clone());
     let signalled = {
         let shutdown = shutdown.clone();
         async move {
@@ -180,11 +177,7 @@ pub async fn serve(
 /// behind the authentication of each request.
 fn mcp_routes(gateway: Arc<Gateway>, config: StreamableHttpServerConfig, path: &str) -> Router {
     let server = McpServer::per_request(gateway.clone());
-    let mcp = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(NeverSessionManager::default()),
-        config,
-    );
+    let mcp = mcp_service(move || Ok(server.clone()), config);
     // WebDAV: the same authentication, with Basic accepted outside it (see `crate::dav`); the
     // handler answers 404 while `[dav] enabled` is false, so a reload can turn it on.
     let dav = crate::dav::with_basic(
@@ -194,6 +187,23 @@ fn mcp_routes(gateway: Arc<Gateway>, config: StreamableHttpServerConfig, path: &
         .nest_service(path, mcp)
         .layer(from_fn_with_state(gateway, identify))
         .merge(dav)
+}
+
+/// rmcp's streamable HTTP service as every hpcgate listener runs it: stateless, JSON responses.
+pub(crate) fn stateless_config(shutdown: CancellationToken) -> StreamableHttpServerConfig {
+    StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_cancellation_token(shutdown)
+}
+
+/// The MCP service with a handler made by `make` for each request: the gateway's listeners
+/// and the job doors ([`crate::code_mode`]) share it.
+pub(crate) fn mcp_service(
+    make: impl Fn() -> std::io::Result<McpServer> + Send + Sync + 'static,
+    config: StreamableHttpServerConfig,
+) -> StreamableHttpService<McpServer, NeverSessionManager> {
+    StreamableHttpService::new(make, Arc::new(NeverSessionManager::default()), config)
 }
 
 /// The whole app: the identified MCP routes (whose `Origin` check is the authenticator's, with
@@ -323,8 +333,8 @@ fn announce_dav(address: &str) {
 
 /// The peer of one Unix-socket connection, from `SO_PEERCRED`.
 #[derive(Debug, Clone, Copy)]
-struct UnixPeer {
-    cred: Option<PeerCredentials>,
+pub(crate) struct UnixPeer {
+    pub(crate) cred: Option<PeerCredentials>,
 }
 
 impl Connected<IncomingStream<'_, UnixListener>> for UnixPeer {

@@ -23,6 +23,7 @@ use hpcgate_executors::sandbox::{self, OutputStream, SandboxSpec, SupervisorComm
 use hpcgate_executors::slurm::{self, JobSandbox, SlurmJobSpec, SlurmRunner};
 
 use crate::audit::{Entry, Event, Outcome};
+use crate::code_mode::CodeMode;
 use crate::config::{SandboxSettings, SlurmSettings};
 use crate::metrics::Metrics;
 use crate::state::{
@@ -118,14 +119,21 @@ impl Jobs {
         Ok(spec)
     }
 
-    /// Records and starts a job. The returned record is final (`start_failed`) if the
-    /// executor refused it; an error means nothing was started.
+    /// Records and starts a job; with `tools`, a local job whose code can call tools through
+    /// its own door (opened before the job starts, closed when it ends). The returned record
+    /// is final (`start_failed`) if the executor refused it; an error means nothing was started.
     pub fn submit(
         &self,
         state: &State,
         tenant: &TenantName,
         new: NewJob,
+        tools: Option<&CodeMode>,
     ) -> Result<Refreshed, JobError> {
+        if tools.is_some() && new.mode != JobMode::Local {
+            return Err(JobError(
+                "`tools = true` is only available to local jobs for now; submit with mode `local`, or without `tools`".to_owned(),
+            ));
+        }
         if new.mode == JobMode::Slurm && self.slurm.is_none() {
             return Err(JobError(
                 "Slurm is not enabled on this gateway; submit with mode `local`, or ask the admin to set `[slurm] enabled = true`".to_owned(),
@@ -136,18 +144,37 @@ impl Jobs {
                 "local jobs have no GPUs; submit with mode `slurm` to get GPUs".to_owned(),
             ));
         }
-        let spec = self.instance_spec(state, tenant, &new)?;
+        let mut spec = self.instance_spec(state, tenant, &new)?;
         let record = state.new_job(tenant, new)?;
         let dir = state.job_dir_ambient(tenant, &record.job_id)?;
+        let door = match tools {
+            Some(code_mode) => code_mode
+                .open(tenant, &record.job_id, &record.instance, &mut spec)
+                .map(|()| Some(code_mode)),
+            None => Ok(None),
+        };
         let clock = Instant::now();
-        let started = match record.mode {
-            JobMode::Local => sandbox::spawn_job(&dir, &spec, &record.command, &self.supervisor)
-                .map(|handle| {
-                    self.metrics.sandbox_started(clock.elapsed());
-                    (ExecutorHandle::Local, Observation::from(&handle.state))
-                })
-                .map_err(|e| sandbox_message(&e)),
-            JobMode::Slurm => self.submit_slurm(&dir, spec, &record),
+        let started = match (door, record.mode) {
+            (Err(message), _) => Err(message),
+            (Ok(door), JobMode::Local) => {
+                let spawned = sandbox::spawn_job(&dir, &spec, &record.command, &self.supervisor);
+                match (spawned, door) {
+                    (Ok(handle), door) => {
+                        self.metrics.sandbox_started(clock.elapsed());
+                        if let Some(code_mode) = door {
+                            code_mode.watch(&record.job_id, dir.clone());
+                        }
+                        Ok((ExecutorHandle::Local, Observation::from(&handle.state)))
+                    }
+                    (Err(e), door) => {
+                        if let Some(code_mode) = door {
+                            code_mode.close(&record.job_id);
+                        }
+                        Err(sandbox_message(&e))
+                    }
+                }
+            }
+            (Ok(_), JobMode::Slurm) => self.submit_slurm(&dir, spec, &record),
         };
         let refreshed = match started {
             Ok((handle, observation)) => {

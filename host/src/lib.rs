@@ -29,6 +29,7 @@ pub use hpcgate_policy_engine as policy;
 pub mod activation;
 pub mod auth;
 pub mod cli;
+pub mod code_mode;
 pub mod config;
 pub mod dav;
 pub mod gateway;

@@ -20,6 +20,7 @@ use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use tokio::sync::Semaphore;
 
+use crate::code_mode::JobScope;
 use crate::config::ResultType;
 use crate::gateway::{CallResult, Caller, Gateway, Request, Snapshot};
 use crate::policy::Via;
@@ -44,6 +45,8 @@ pub struct McpServer {
     bridge: Arc<Semaphore>,
     /// Brief calls may run on the runtime's thread (a session's own runtime: stdio).
     inline: bool,
+    /// A job's door ([`crate::code_mode`]): the caller is the job, calls come `via = job`.
+    job: Option<Arc<JobScope>>,
 }
 
 impl McpServer {
@@ -63,6 +66,25 @@ impl McpServer {
             caller: None,
             bridge: Arc::new(Semaphore::new(MAX_BLOCKING)),
             inline: false,
+            job: None,
+        }
+    }
+
+    /// The server behind one job's socket: every request is that job, whatever it sends.
+    pub fn for_job(gateway: Arc<Gateway>, scope: Arc<JobScope>) -> McpServer {
+        McpServer {
+            caller: Some(scope.caller()),
+            job: Some(scope),
+            ..McpServer::per_request(gateway)
+        }
+    }
+
+    /// How this server's calls came in.
+    fn via(&self) -> Via {
+        if self.job.is_some() {
+            Via::Job
+        } else {
+            Via::Mcp
         }
     }
 
@@ -162,9 +184,10 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         self.gateway.metrics().request("tools/list");
+        let via = self.via();
         let (specs, proxied) = self
-            .blocking(self.caller(&context)?, false, |gateway, caller| {
-                gateway.list(&gateway.snapshot(), &caller, Via::Mcp)
+            .blocking(self.caller(&context)?, false, move |gateway, caller| {
+                gateway.list(&gateway.snapshot(), &caller, via)
             })
             .await?;
         let proxied = proxied.into_iter().map(|p| p.tool.clone());
@@ -257,12 +280,13 @@ impl ServerHandler for McpServer {
         let live = self.gateway.snapshot();
         let brief = live.runs_inline(&name);
         let snapshot = live.clone();
+        let (via, job) = (self.via(), self.job.clone());
         let result = self
             .blocking(caller, brief, move |gateway, caller| {
                 let report = |p: Progress| {
                     let _ = progress_tx.send(p);
                 };
-                let request = Request::new(caller, Via::Mcp, &name, arguments);
+                let request = Request::new(caller, via, &name, arguments).for_job(job);
                 gateway.dispatch(&snapshot, request.with_progress(&report))
             })
             .await?;

@@ -64,7 +64,7 @@ enum Which {
     All,
 }
 
-type Client = RunningService<RoleClient, ()>;
+pub(super) type Client = RunningService<RoleClient, ()>;
 
 pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     if args.calls == 0 || args.clients == 0 || args.tenants == 0 {
@@ -77,28 +77,33 @@ pub(crate) fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     let report = runtime.block_on(bench(&args))?;
-    if args.json {
-        out(serde_json::to_string_pretty(&report)?);
-    } else {
-        for check in report["checks"].as_array().into_iter().flatten() {
-            out(format!(
-                "{:<34} {:>12} {:<8} (target {})",
-                check["name"].as_str().unwrap_or_default(),
-                check["value"].as_str().unwrap_or_default(),
-                if check["pass"] == true {
-                    "PASS"
-                } else {
-                    "MISS"
-                },
-                check["target"].as_str().unwrap_or_default(),
-            ));
-        }
-        if let Some(floors) = report.get("floors") {
-            out(format!(
-                "floors here: stdio MCP ping p50 {} µs; 1 KiB append + fdatasync p50 {} µs",
-                floors["stdio_ping_p50_us"], floors["append_fdatasync_p50_us"]
-            ));
-        }
+    print_report(&report, args.json)
+}
+
+/// The checks as a table (or the whole report as JSON).
+pub(super) fn print_report(report: &Value, json: bool) -> anyhow::Result<ExitCode> {
+    if json {
+        out(serde_json::to_string_pretty(report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for check in report["checks"].as_array().into_iter().flatten() {
+        out(format!(
+            "{:<34} {:>12} {:<8} (target {})",
+            check["name"].as_str().unwrap_or_default(),
+            check["value"].as_str().unwrap_or_default(),
+            if check["pass"] == true {
+                "PASS"
+            } else {
+                "MISS"
+            },
+            check["target"].as_str().unwrap_or_default(),
+        ));
+    }
+    if let Some(floors) = report.get("floors") {
+        out(format!(
+            "floors here: stdio MCP ping p50 {} µs; 1 KiB append + fdatasync p50 {} µs",
+            floors["stdio_ping_p50_us"], floors["append_fdatasync_p50_us"]
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -179,10 +184,10 @@ async fn bench(args: &GatewayArgs) -> anyhow::Result<Value> {
 }
 
 /// The benchmark's temporary directory, removed at the end unless kept.
-struct Scratch(Option<tempfile::TempDir>, bool);
+pub(super) struct Scratch(pub(super) Option<tempfile::TempDir>, pub(super) bool);
 
 impl Scratch {
-    fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         self.0.as_ref().map_or(Path::new("/"), |dir| dir.path())
     }
 }
@@ -202,8 +207,8 @@ impl Drop for Scratch {
 const ROUNDS: usize = 3;
 
 /// One `hpcgate run --transport streamable-http` child and how to reach it.
-struct Endpoint {
-    gateway: tokio::process::Child,
+pub(super) struct Endpoint {
+    pub(super) gateway: tokio::process::Child,
     pid: u32,
     url: String,
     /// One bearer token per tenant; empty: no authentication.
@@ -212,7 +217,11 @@ struct Endpoint {
 }
 
 impl Endpoint {
-    async fn start(dir: &Path, config: &Path, tokens: Vec<String>) -> anyhow::Result<Endpoint> {
+    pub(super) async fn start(
+        dir: &Path,
+        config: &Path,
+        tokens: Vec<String>,
+    ) -> anyhow::Result<Endpoint> {
         let mut gateway = gateway_command(dir, config)
             .args(["--transport", "streamable-http", "--port", "0"])
             .stderr(Stdio::piped())
@@ -236,7 +245,7 @@ impl Endpoint {
     }
 
     /// A new MCP session, as tenant `i % tenants` when there are tokens.
-    async fn connect(&self, i: usize) -> anyhow::Result<Client> {
+    pub(super) async fn connect(&self, i: usize) -> anyhow::Result<Client> {
         let mut config = StreamableHttpClientTransportConfig::with_uri(self.url.as_str());
         if !self.tokens.is_empty() {
             config = config.auth_header(self.tokens[i % self.tokens.len()].clone());
@@ -418,7 +427,7 @@ async fn listening_address(gateway: &mut tokio::process::Child) -> anyhow::Resul
     bail!("the gateway exited before listening: {seen}")
 }
 
-async fn stop(mut gateway: tokio::process::Child) {
+pub(super) async fn stop(mut gateway: tokio::process::Child) {
     if let Some(pid) = gateway
         .id()
         .and_then(|pid| rustix::process::Pid::from_raw(pid as i32))

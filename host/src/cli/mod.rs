@@ -3,6 +3,7 @@
 
 mod audit;
 mod bench;
+mod bench_code;
 mod bench_figures;
 mod bench_metrics;
 mod bench_proxy;
@@ -73,6 +74,8 @@ enum BenchCommand {
     Proxy(bench_proxy::BenchProxyArgs),
     /// What one scrape of `/metrics` costs with many jobs recorded.
     Metrics(bench_metrics::BenchMetricsArgs),
+    /// Code mode: `run_python` end to end, and tool calls from Python inside a job.
+    Code(bench_code::CodeArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -102,6 +105,7 @@ pub fn main() -> ExitCode {
         Command::Bench(BenchCommand::Metrics(args)) => bench_metrics::run(args),
         Command::Man(args) => docs::man(args),
         Command::Completions(args) => docs::completions(args),
+        Command::Bench(BenchCommand::Code(args)) => bench_code::run(args),
     };
     match result {
         Ok(code) => code,

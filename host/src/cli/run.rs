@@ -83,7 +83,7 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         )?),
         None => None,
     };
-    let gateway = Arc::new(Gateway::open(settings)?);
+    let gateway = Gateway::open(settings)?.shared();
     // Over stdio one client's messages arrive one at a time: one thread runs the transport and
     // every call goes to a blocking thread, without the wake-ups of idle workers looking for
     // work that a multi-threaded scheduler makes on every message.

@@ -19,6 +19,7 @@
 
 pub mod auth;
 pub mod chain;
+pub mod code_mode;
 pub mod error;
 pub mod executors;
 pub mod layers;
@@ -36,6 +37,7 @@ pub use auth::{
     ALL_TOOLS, AuthConfig, HttpConfig, JwtAlgorithm, JwtConfig, JwtKeySource, JwtSettings,
     RateLimit, RateLimitConfig,
 };
+pub use code_mode::{CodeModeConfig, CodeModeSettings};
 pub use error::ConfigError;
 pub use executors::{SandboxSettings, SlurmSettings};
 pub use layers::{

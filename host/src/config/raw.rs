@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::auth::{AuthConfig, HttpConfig};
+use super::code_mode::CodeModeConfig;
 use super::sections::{
     AuditConfig, DavConfig, FilesConfig, HostCommandConfig, JobsConfig, McpConfig, SandboxConfig,
     SlurmConfig,
@@ -71,6 +72,9 @@ pub struct Config {
     /// `[dav]`: WebDAV at `/dav` on the HTTP transports.
     #[serde(default)]
     pub dav: DavConfig,
+    /// `[code_mode]`: limits on the tool calls a job's code makes.
+    #[serde(default)]
+    pub code_mode: CodeModeConfig,
 }
 
 /// `[policy_engine]`: defaults for every policy and engine-wide settings.

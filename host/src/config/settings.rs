@@ -9,6 +9,7 @@ use std::time::Duration;
 use hpcgate_executors::files::FileLimits;
 
 use super::auth::{JwtSettings, resolve_jwt, resolve_origins};
+use super::code_mode::CodeModeSettings;
 use super::error::ConfigError;
 use super::executors::{SandboxSettings, SlurmSettings, resolve_sandbox, resolve_slurm};
 use super::layers::{Environment, LoadedConfig};
@@ -36,6 +37,8 @@ pub struct Settings {
     pub files: FileLimits,
     /// `[jobs] retention_days`; `None` keeps finished job records forever.
     pub job_retention: Option<Duration>,
+    /// `[code_mode]`: limits on the tool calls a job's code makes.
+    pub code_mode: CodeModeSettings,
     /// `host_exec` commands by key.
     pub host_commands: BTreeMap<String, HostCommand>,
     /// Empty: single-tenant, every caller is [`Self::stdio_tenant`].
@@ -228,6 +231,7 @@ impl Settings {
                 0 => None,
                 days => Some(Duration::from_secs(days * 24 * 3600)),
             },
+            code_mode: super::code_mode::resolve_code_mode(&config.code_mode, &bad)?,
             host_commands: resolve_host_commands(config, &bad)?,
             tenants,
             jwt,

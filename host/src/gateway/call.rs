@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Caller, Gateway, Snapshot, Transfer};
 use crate::audit::{Entry, Event, Outcome, Receipt};
+use crate::code_mode::JobScope;
 use crate::policy::normalize::normalize_call;
 use crate::policy::{Call, ChainOutcome, DecisionKind, FinalDecision, Phase, Via};
 use crate::proxy::ProxiedTool;
@@ -37,6 +38,8 @@ pub struct Request<'a> {
     pub progress: &'a (dyn Fn(Progress) + Sync),
     /// A streamed body lent by the door (WebDAV), for `write_file` or `read_file`.
     pub transfer: Option<&'a Transfer>,
+    /// The job whose code sent the call (`via = job`): its door's identity and limits.
+    pub job: Option<Arc<JobScope>>,
 }
 
 impl Request<'static> {
@@ -49,6 +52,7 @@ impl Request<'static> {
             arguments,
             progress: &no_progress,
             transfer: None,
+            job: None,
         }
     }
 }
@@ -66,6 +70,7 @@ impl<'a> Request<'a> {
             arguments: self.arguments,
             progress,
             transfer: self.transfer,
+            job: self.job,
         }
     }
 
@@ -75,6 +80,11 @@ impl<'a> Request<'a> {
             transfer: Some(transfer),
             ..self
         }
+    }
+
+    /// The same call, sent by the code of the job behind `job`'s door (none: not a job).
+    pub fn for_job(self, job: Option<Arc<JobScope>>) -> Self {
+        Request { job, ..self }
     }
 }
 
@@ -183,6 +193,19 @@ struct Prepared<'a> {
     progress: &'a (dyn Fn(Progress) + Sync),
     transfer: Option<&'a Transfer>,
     started: Instant,
+    /// The job's door counts this call in flight until the call is dropped.
+    _job: Option<JobCall>,
+}
+
+/// A call from a job's code, holding its place in the job's concurrency limit.
+struct JobCall {
+    scope: Arc<JobScope>,
+}
+
+impl Drop for JobCall {
+    fn drop(&mut self) {
+        self.scope.release();
+    }
 }
 
 /// A call that stopped before it ran, with the record that says why (none for a denial: its
@@ -206,7 +229,7 @@ impl Gateway {
     pub fn dispatch(&self, live: &Snapshot, request: Request<'_>) -> CallResult {
         // Counts the call when dropped, whichever way it ends.
         let mut tally = self.metrics.tally();
-        let mut call = match self.prepare(request) {
+        let mut call = match self.prepare(live, request) {
             Ok(call) => call,
             Err(stopped) => {
                 let records = stopped.record.into_iter().map(|r| *r).collect();
@@ -246,15 +269,16 @@ impl Gateway {
 
     /// Derives the call once: target (builtin, else the caller's instance's proxied tool),
     /// validated instance, usage counters, normalised policy input.
-    fn prepare<'a>(&self, request: Request<'a>) -> Result<Prepared<'a>, Stopped> {
+    fn prepare<'a>(&self, live: &Snapshot, request: Request<'a>) -> Result<Prepared<'a>, Stopped> {
         let started = Instant::now();
         let Request {
             caller,
             via,
             tool,
-            arguments,
+            mut arguments,
             progress,
             transfer,
+            job,
         } = request;
         let stop = |message: String| Stopped {
             record: Some(Box::new(
@@ -262,6 +286,14 @@ impl Gateway {
                     .duration(started.elapsed()),
             )),
             result: CallResult::error(message),
+        };
+        // A job's code: its door's limits, and its own instance (filled in or checked).
+        let job = match job {
+            None => None,
+            Some(scope) => match scope.admit(&live.settings.code_mode, &tool, &mut arguments) {
+                Ok(()) => Some(JobCall { scope }),
+                Err(message) => return Err(stop(message)),
+            },
         };
         let raw_instance = arguments.get("instance_id").and_then(Value::as_str);
         let Some(target) = self.target(&caller, raw_instance, &tool) else {
@@ -276,6 +308,7 @@ impl Gateway {
         };
         let mut input = target.input(&caller, via, Phase::Call, arguments);
         input.instance = instance.as_ref().map(|id| id.as_str().to_owned());
+        input.job = job.as_ref().map(|j| j.scope.job_id.to_string());
         if let Ok(instances) = self.state.count(&caller.tenant) {
             input.usage.insert("instances".to_owned(), instances as u64);
         }
@@ -299,6 +332,7 @@ impl Gateway {
             progress,
             transfer,
             started,
+            _job: job,
         })
     }
 
@@ -372,6 +406,7 @@ impl Gateway {
             files: &settings.files,
             quotas: quotas.unwrap_or_default(),
             jobs: &self.jobs,
+            code_mode: &self.code_mode,
             proxies: &self.proxies,
             host_commands: &settings.host_commands,
             progress: call.progress,

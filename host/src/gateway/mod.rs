@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 use crate::audit::{AuditLog, Entry, Event, Outcome};
 pub use crate::auth::Caller;
 use crate::auth::{AuthError, AuthRequest, Authenticator, RateLimiter};
+use crate::code_mode::CodeMode;
 use crate::config::{ResultType, Settings};
 use crate::jobs::Jobs;
 use crate::metrics::{Gauges, Metrics};
@@ -42,6 +43,8 @@ pub struct Gateway {
     engine: PolicyEngine,
     /// Counted on the call path, rendered at `GET /metrics`.
     metrics: Arc<Metrics>,
+    /// The doors of running jobs with tools (they serve once the gateway is [`Gateway::shared`]).
+    code_mode: CodeMode,
 }
 
 /// The settings and policy chain in force when a request began (see [`Gateway::snapshot`]).
@@ -120,6 +123,7 @@ impl Gateway {
         let engine = PolicyEngine::new(settings.fixed.engine.clone())?;
         let chain = settings.build_chain(&engine)?;
         let state = State::open(&settings.fixed.state_dir)?;
+        let settings_state_dir = settings.fixed.state_dir.clone();
         let audit = Arc::new(AuditLog::open(
             &settings.fixed.audit_dir,
             settings.fixed.audit.clone(),
@@ -154,6 +158,7 @@ impl Gateway {
             proxies,
             engine,
             metrics,
+            code_mode: CodeMode::new(&settings_state_dir),
         };
         if let Some(age) = gateway.snapshot().settings.job_retention {
             for tenant in gateway.state.tenants()? {
@@ -168,6 +173,22 @@ impl Gateway {
             )?;
         }
         Ok(gateway)
+    }
+
+    /// The gateway shared by its transports: from now on a job with tools gets a door that
+    /// serves through it, and the doors of running jobs are opened again (after a restart).
+    pub fn shared(self) -> Arc<Gateway> {
+        let gateway = Arc::new_cyclic(|weak| {
+            self.code_mode.attach(weak.clone());
+            self
+        });
+        gateway.code_mode.reopen(&gateway.state);
+        gateway
+    }
+
+    /// The doors of jobs with tools.
+    pub fn code_mode(&self) -> &CodeMode {
+        &self.code_mode
     }
 
     /// The settings and policies in force now. A request takes one snapshot at its start and

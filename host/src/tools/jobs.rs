@@ -1,5 +1,8 @@
-//! Job tools: `submit_job`, `poll_job`, `list_jobs`, `cancel_job`. The executors are behind
-//! [`crate::jobs::Jobs`]; this file is arguments, results and audit events.
+//! Job tools: `submit_job`, `run_python`, `poll_job`, `list_jobs`, `cancel_job`. The executors
+//! are behind [`crate::jobs::Jobs`]; this file is arguments, results and audit events.
+//!
+//! With `tools = true` (the default of `run_python`) a local job's code can call hpcgate tools
+//! through its own door ([`crate::code_mode`]): every inner call judged and audited as the job.
 //!
 //! `command` is a string (run as `/bin/sh -c <command>` inside the sandbox: the shell runs in
 //! the sandbox, never on the host) or an argv array (run exactly). `timeout`
@@ -20,6 +23,7 @@ tool_family! {
     /// The job tools.
     JobTool {
         SubmitJob => "submit_job",
+        RunPython => "run_python",
         PollJob => "poll_job",
         ListJobs => "list_jobs",
         CancelJob => "cancel_job",
@@ -77,6 +81,32 @@ struct Submit {
     tail: Option<usize>,
     /// Resources for the job; site policy may lower or refuse them.
     resources: Option<ResourceArgs>,
+    /// Let the job's code call hpcgate tools (`import hpcgate_tools`, `hpcgate-call`), each
+    /// call checked by policy and audited as this job (default false; local jobs only).
+    tools: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RunPython {
+    // Validated once by the gateway; the tool takes it from `Context::instance`.
+    #[serde(rename = "instance_id")]
+    _instance_id: String,
+    /// Python 3 source, run by `python3` in the instance's sandbox (working directory
+    /// /workspace). With tools, `import hpcgate_tools as t` gives one function per tool
+    /// (`t.read_file(path="x")` returns the structured result; a refusal raises `ToolError`).
+    code: String,
+    /// Seconds to wait for the run to end before returning (default 60, at most 3600; 0
+    /// returns at once). Not a run-time limit: see `resources.time_limit_s`.
+    timeout: Option<u64>,
+    /// Let the code call hpcgate tools (default true).
+    tools: Option<bool>,
+    /// If the run still goes on when the wait ends: keep it running (true, default) or cancel it.
+    detach: Option<bool>,
+    /// Trailing lines of stdout and stderr to return (default 50, at most 1000).
+    tail: Option<usize>,
+    /// Resources for the run; site policy may lower or refuse them.
+    resources: Option<ResourceArgs>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -124,6 +154,10 @@ pub(super) fn spec(tool: JobTool) -> ToolSpec {
             "Run a command in an instance: locally in a sandbox or as a Slurm batch job. Waits up to `timeout` seconds and returns the state with the last lines of output; poll_job continues.",
             schema::<Submit>(),
         ),
+        JobTool::RunPython => spec(
+            "Run Python code in an instance's sandbox as a local job; with `tools` (default) the code can call these tools itself (`import hpcgate_tools as t`), each call checked by policy and audited. Waits up to `timeout` seconds and returns the state with the last lines of output; poll_job continues.",
+            schema::<RunPython>(),
+        ),
         JobTool::PollJob => spec(
             "The state and latest output of a job; waits up to `timeout` seconds for it to end.",
             schema::<Poll>(),
@@ -146,6 +180,7 @@ pub(super) fn run(
 ) -> Result<Output, ToolError> {
     match tool {
         JobTool::SubmitJob => submit_job(cx, parse(tool.name(), arguments)?),
+        JobTool::RunPython => run_python(cx, parse(tool.name(), arguments)?),
         JobTool::PollJob => poll_job(cx, parse(tool.name(), arguments)?),
         JobTool::ListJobs => list_jobs(cx, parse(tool.name(), arguments)?),
         JobTool::CancelJob => cancel_job(cx, parse(tool.name(), arguments)?),
@@ -163,13 +198,70 @@ fn submit_job(cx: &Context<'_>, args: Submit) -> Result<Output, ToolError> {
         Command::Shell(line) => vec!["/bin/sh".to_owned(), "-c".to_owned(), line],
         Command::Argv(argv) => argv,
     };
-    let r = args.resources.unwrap_or_default();
-    let new = NewJob {
+    let mode = match args.mode {
+        Some(Mode::Slurm) => JobMode::Slurm,
+        Some(Mode::Local) | None => JobMode::Local,
+    };
+    let new = new_job(cx, instance, mode, command, args.resources);
+    let wait = Wait::new(
+        args.timeout.unwrap_or(DEFAULT_SUBMIT_WAIT_S),
+        args.detach,
+        args.tail,
+    )?;
+    start(cx, new, &wait, args.tools.unwrap_or(false))
+}
+
+/// Writes the code to `/workspace/.hpcgate/run-<random>.py` (through the files executor, so
+/// size caps and the workspace quota apply) and runs `python3` on it as a local job.
+fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
+    use hpcgate_executors::files::{self as exec, InstanceRoots, WriteMode, WriteRequest};
+    let instance = cx.instance()?.clone();
+    if args.code.trim().is_empty() {
+        return Err(ToolError(
+            "`code` is empty; give the Python source to run".to_owned(),
+        ));
+    }
+    let wait = Wait::new(
+        args.timeout.unwrap_or(DEFAULT_SUBMIT_WAIT_S),
+        args.detach,
+        args.tail,
+    )?;
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random)
+        .map_err(|e| ToolError(format!("cannot name the script ({e}); retry")))?;
+    let name: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let path = format!("/workspace/.hpcgate/run-{name}.py");
+    super::check_space(
+        cx,
+        &instance,
+        super::Area::Workspace,
+        args.code.len() as u64,
+    )?;
+    let paths = cx.state.instance_paths_ambient(cx.tenant, &instance)?;
+    let roots = InstanceRoots::open_ambient(&paths.workspace, &paths.output)?;
+    let request = WriteRequest {
+        path: path.clone(),
+        data: args.code.into_bytes(),
+        mode: WriteMode::Replace,
+        create_dirs: true,
+    };
+    exec::write_file(&roots, cx.files, &request)?;
+    let command = vec!["python3".to_owned(), path];
+    let new = new_job(cx, instance, JobMode::Local, command, args.resources);
+    start(cx, new, &wait, args.tools.unwrap_or(true))
+}
+
+fn new_job(
+    cx: &Context<'_>,
+    instance: crate::state::InstanceId,
+    mode: JobMode,
+    command: Vec<String>,
+    resources: Option<ResourceArgs>,
+) -> NewJob {
+    let r = resources.unwrap_or_default();
+    NewJob {
         instance,
-        mode: match args.mode {
-            Some(Mode::Slurm) => JobMode::Slurm,
-            Some(Mode::Local) | None => JobMode::Local,
-        },
+        mode,
         command,
         resources: Resources {
             cpus: r.cpus,
@@ -178,29 +270,32 @@ fn submit_job(cx: &Context<'_>, args: Submit) -> Result<Output, ToolError> {
             gpus: r.gpus,
         },
         max_running_jobs: cx.quotas.max_running_jobs,
-    };
-    let wait = Wait::new(
-        args.timeout.unwrap_or(DEFAULT_SUBMIT_WAIT_S),
-        args.detach,
-        args.tail,
-    )?;
+    }
+}
+
+/// Checks the space quotas, starts the job (with its door when `tools`), records it, waits.
+fn start(cx: &Context<'_>, new: NewJob, wait: &Wait, tools: bool) -> Result<Output, ToolError> {
     // A running job cannot be stopped from filling its areas; an area already past
     // its quota refuses new jobs.
     super::check_space(cx, &new.instance, super::Area::Workspace, 0)?;
     super::check_space(cx, &new.instance, super::Area::Output, 0)?;
-    let submitted = cx.jobs.submit(cx.state, cx.tenant, new)?;
+    let door = tools.then_some(cx.code_mode);
+    let submitted = cx.jobs.submit(cx.state, cx.tenant, new, door)?;
     let record = submitted.record;
-    cx.record(
-        Entry::new(Event::JobSubmitted)
-            .instance(record.instance.as_str())
-            .outcome(job_outcome(&record))
-            .detail("mode", mode_name(record.mode))
-            .detail("command", record.command.clone()),
-    );
+    let submitted_event = Entry::new(Event::JobSubmitted)
+        .instance(record.instance.as_str())
+        .outcome(job_outcome(&record))
+        .detail("mode", mode_name(record.mode))
+        .detail("command", record.command.clone());
+    cx.record(if tools {
+        submitted_event.detail("tools", true)
+    } else {
+        submitted_event
+    });
     if submitted.changed {
         cx.record(state_event(&record));
     }
-    finish(cx, record, &wait, "submitted")
+    finish(cx, record, wait, "submitted")
 }
 
 fn poll_job(cx: &Context<'_>, args: Poll) -> Result<Output, ToolError> {

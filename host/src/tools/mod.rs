@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::audit::{Entry, Outcome};
+use crate::code_mode::CodeMode;
 use crate::config::{HostCommand, Quotas};
 use crate::jobs::Jobs;
 use crate::proxy::ProxyManager;
@@ -36,6 +37,8 @@ pub struct Context<'a> {
     pub files: &'a FileLimits,
     pub quotas: Quotas,
     pub jobs: &'a Jobs,
+    /// The doors of jobs with tools (`tools = true`).
+    pub code_mode: &'a CodeMode,
     /// Proxied servers (an archived instance's are stopped).
     pub proxies: &'a ProxyManager,
     pub host_commands: &'a BTreeMap<String, HostCommand>,
@@ -244,7 +247,7 @@ impl Tool {
         matches!(
             self,
             Tool::Files(FileTool::WriteFile | FileTool::MovePath | FileTool::CopyPath)
-                | Tool::Jobs(JobTool::SubmitJob)
+                | Tool::Jobs(JobTool::SubmitJob | JobTool::RunPython)
         )
     }
 

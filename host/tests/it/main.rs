@@ -16,6 +16,8 @@ mod audit_verify;
 mod bench_gateway;
 mod cli;
 mod cli_instance;
+mod code_mode;
+mod code_mode_attacks;
 mod config_cli;
 mod dav;
 mod dav_attacks;

@@ -10,6 +10,7 @@
 //! | `count`        | denies with `count=N`, N = evaluations this instance has seen        |
 //! | `echo`         | denies with the arguments it received, as JSON                       |
 //! | `via`          | denies with `via=<via> job=<job or ->`: how the call came in         |
+//! | `deny-via`     | denies calls that came in `via` = the `via` setting, allows the rest |
 //! | `rewrite`      | rewrites: the arguments with the `set` object merged in              |
 //! | `usage-cap`    | denies with every usage counter, as JSON, when `counter` > `max`     |
 //! | `huge-reason`  | denies with an 8 MiB reason                                          |
@@ -50,6 +51,7 @@ mod guest {
         set: Map<String, Value>,
         counter: String,
         max: u64,
+        via: String,
     }
 
     static SETTINGS: Mutex<Option<Settings>> = Mutex::new(None);
@@ -93,6 +95,7 @@ mod guest {
                 set,
                 counter: value["counter"].as_str().unwrap_or_default().to_owned(),
                 max: value["max"].as_u64().unwrap_or(u64::MAX),
+                via: value["via"].as_str().unwrap_or_default().to_owned(),
             });
             Ok(())
         }
@@ -112,15 +115,13 @@ mod guest {
                 }
                 "echo" => Decision::Deny(call.arguments),
                 "via" => {
-                    let via = match call.via {
-                        Via::Mcp => "mcp",
-                        Via::Cli => "cli",
-                        Via::Dav => "dav",
-                        Via::Job => "job",
-                    };
                     let job = call.job.as_deref().unwrap_or("-");
-                    Decision::Deny(format!("via={via} job={job}"))
+                    Decision::Deny(format!("via={} job={job}", via_name(call.via)))
                 }
+                "deny-via" if via_name(call.via) == settings.via => Decision::Deny(format!(
+                    "`{}` is refused to calls via `{}`",
+                    call.tool, settings.via
+                )),
                 "usage-cap" => {
                     let usage: Map<String, Value> = call
                         .usage
@@ -166,6 +167,15 @@ mod guest {
                 }
                 _ => Decision::Allow,
             }
+        }
+    }
+
+    fn via_name(via: Via) -> &'static str {
+        match via {
+            Via::Mcp => "mcp",
+            Via::Cli => "cli",
+            Via::Dav => "dav",
+            Via::Job => "job",
         }
     }
 

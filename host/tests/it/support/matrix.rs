@@ -91,6 +91,11 @@ fn attack_arguments(tool: &str, instance: &str, job: &str) -> Vec<Value> {
         "submit_job" => {
             vec![json!({"instance_id": instance, "command": "cat data/secret.txt", "timeout": 5})]
         }
+        "run_python" => vec![json!({
+            "instance_id": instance,
+            "code": "print(open('data/secret.txt').read())",
+            "timeout": 5,
+        })],
         "poll_job" | "cancel_job" => vec![json!({"instance_id": instance, "job_id": job})],
         "list_jobs" => vec![json!({"instance_id": instance}), json!({})],
         "read_file" | "stat_path" => vec![

@@ -1,7 +1,8 @@
-//! `stock:resource-caps`: defaults and ceilings for the resources a `submit_job` call asks for.
+//! `stock:resource-caps`: defaults and ceilings for the resources a job asks for.
 //!
-//! Only `submit_job` is judged (every other tool, and the list phase, is allowed), and only its
-//! `resources` object. For each configured key (`cpus`, `memory_mb`, `time_limit_s`, `gpus`):
+//! Only the builtin tools that start jobs, `submit_job` and `run_python`, are judged (every
+//! other tool, and the list phase, is allowed), and only their `resources` object (the same
+//! shape in both). For each configured key (`cpus`, `memory_mb`, `time_limit_s`, `gpus`):
 //! a missing key gets its `default`; a value above `max` becomes `max` with `action = "clamp"` or
 //! is denied with `action = "deny"`; a value that is not a non-negative integer is denied. When
 //! anything changed the decision is `rewrite` with the full new arguments and a note listing each
@@ -65,7 +66,8 @@ pub struct ResourceCaps {
     limits: [(&'static str, Limit); 4],
 }
 
-const TOOL: &str = "submit_job";
+/// The builtin tools that start jobs, both with a `resources` object.
+const TOOLS: [&str; 2] = ["submit_job", "run_python"];
 
 impl Policy for ResourceCaps {
     fn configure(settings: &str) -> Result<Self, String> {
@@ -92,11 +94,11 @@ impl Policy for ResourceCaps {
     }
 
     fn needs_arguments(&self, call: &Call) -> bool {
-        call.tool == TOOL && call.phase != Phase::List
+        TOOLS.contains(&call.tool.as_str()) && call.phase != Phase::List
     }
 
     fn evaluate(&self, call: &Call) -> Decision {
-        if call.tool != TOOL || call.phase == Phase::List {
+        if !TOOLS.contains(&call.tool.as_str()) || call.phase == Phase::List {
             return Decision::allow();
         }
         if call.arguments.contains_key("slurm_resources") {
@@ -328,5 +330,19 @@ mod tests {
         );
         let err = ResourceCaps::configure(r#"{"cpus": {"max": -1}}"#).unwrap_err();
         assert!(err.contains("invalid value"), "{err}");
+    }
+
+    #[test]
+    fn run_python_is_capped_like_submit_job() {
+        let call = Call::new(
+            "run_python",
+            json!({"instance_id": "run1", "code": "print(1)", "resources": {"cpus": 64}}),
+        );
+        assert!(policy("deny").evaluate(&call).is_deny());
+        let (arguments, _) = rewritten(policy("clamp").evaluate(&call));
+        assert_eq!(arguments["resources"]["cpus"], json!(8));
+        assert!(policy("deny").needs_arguments(&call));
+        let other = Call::new("poll_job", json!({"resources": {"cpus": 64}}));
+        assert!(policy("deny").evaluate(&other).is_allow());
     }
 }

@@ -1,0 +1,345 @@
+//! Code mode: a job's own code calls hpcgate tools, and every inner call takes the one pipeline.
+//!
+//! A local job submitted with `tools = true` (or `run_python`) gets a **door**: a Unix socket
+//! private to that job, `<state_dir>/run/<job_id>/tools.sock`, whose directory (not the socket:
+//! it can be made again after a gateway restart) is bound read-only at `/run/hpcgate` in the
+//! job's sandbox. The door serves MCP over streamable HTTP with the gateway's own handler; the
+//! caller is fixed by which socket it is — the job's tenant, principal `job:<job_id>`,
+//! `via = "job"` and the job id in the policy input ([`JobScope`]) — and every call goes
+//! through [`Gateway::dispatch`](crate::gateway::Gateway::dispatch): judged, rate-limited,
+//! audited. `[code_mode]` limits each job's calls (see [`JobScope::admit`]).
+//!
+//! Lifetime: a door opens before its job starts and closes when the job reaches a final state
+//! (a watcher waits on the job's supervisor): the socket and its directory are removed, and a
+//! call still arriving on a kept connection is refused. A gateway that starts again re-opens
+//! the door of every running job whose directory is still there ([`CodeMode::reopen`]).
+//!
+//! Inside the sandbox: `HPCGATE_TOOLS` names the socket; `hpcgate_tools` (Python, standard
+//! library only) and `hpcgate-call` are written from this crate to `<state_dir>/run/support`
+//! and bound read-only at `/opt/hpcgate` (on `PYTHONPATH` and `PATH`).
+//!
+//! The doors are served on a small runtime of their own, so code mode works whichever
+//! transport the gateway serves (stdio too).
+
+mod door;
+mod serve;
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use hpcgate_executors::sandbox::{self, Bind, JobPhase, SandboxSpec};
+use tokio_util::sync::CancellationToken;
+
+pub use door::JobScope;
+pub use serve::DOOR_PATH;
+
+use crate::gateway::Gateway;
+use crate::state::{ExecutorHandle, InstanceId, JobId, JobMode, State, TenantName};
+
+/// Where a job's door directory appears in its sandbox.
+pub const SANDBOX_DIR: &str = "/run/hpcgate";
+/// The door's socket as the job's code sees it (`HPCGATE_TOOLS`).
+pub const SANDBOX_SOCKET: &str = "/run/hpcgate/tools.sock";
+/// Where the Python module and `hpcgate-call` appear in the sandbox (read-only).
+pub const SUPPORT_MOUNT: &str = "/opt/hpcgate";
+
+const SOCKET_NAME: &str = "tools.sock";
+const SUPPORT_DIR: &str = "support";
+const TOOLS_MODULE: &str = include_str!("python/hpcgate_tools.py");
+const CALL_COMMAND: &str = include_str!("python/hpcgate-call");
+/// `sun_path` holds 108 bytes with the terminating NUL.
+const MAX_SOCKET_PATH: usize = 107;
+/// How long the watcher sleeps between looks when it cannot wait on the supervisor.
+const WATCH_STEP: Duration = Duration::from_secs(5);
+
+/// The doors of the running jobs with tools.
+pub struct CodeMode {
+    /// `<state_dir>/run`: one directory per door, and the support files.
+    base: PathBuf,
+    /// Set once the gateway is shared ([`Gateway::shared`]); a door serves through it.
+    gateway: OnceLock<Weak<Gateway>>,
+    runtime: OnceLock<Result<tokio::runtime::Runtime, String>>,
+    support: OnceLock<Result<PathBuf, String>>,
+    doors: Arc<Mutex<HashMap<JobId, Door>>>,
+    /// Uids a door serves (`SO_PEERCRED`): those the sandboxes run as, the gateway's own here.
+    peers: Arc<[u32]>,
+}
+
+struct Door {
+    scope: Arc<JobScope>,
+    stop: CancellationToken,
+    dir: PathBuf,
+}
+
+impl CodeMode {
+    /// No door is open and nothing is written until a job with tools starts.
+    pub fn new(state_dir: &Path) -> CodeMode {
+        CodeMode {
+            base: state_dir.join("run"),
+            gateway: OnceLock::new(),
+            runtime: OnceLock::new(),
+            support: OnceLock::new(),
+            doors: Arc::new(Mutex::new(HashMap::new())),
+            peers: Arc::from([rustix::process::geteuid().as_raw()]),
+        }
+    }
+
+    /// Lets doors serve through `gateway` (called once, when the gateway is shared).
+    pub(crate) fn attach(&self, gateway: Weak<Gateway>) {
+        let _ = self.gateway.set(gateway);
+    }
+
+    /// Opens job `job_id`'s door and adds to `spec` what its sandbox needs to use it: the door
+    /// directory at [`SANDBOX_DIR`], the support files at [`SUPPORT_MOUNT`] and the environment.
+    /// Call [`CodeMode::watch`] once the job started, [`CodeMode::close`] if it did not.
+    pub fn open(
+        &self,
+        tenant: &TenantName,
+        job_id: &JobId,
+        instance: &InstanceId,
+        spec: &mut SandboxSpec,
+    ) -> Result<(), String> {
+        let support = self.support()?;
+        let dir = self.open_door(tenant, job_id, instance)?;
+        // Read-only: connecting to a socket writes nothing, and the job's code can neither
+        // replace the socket nor store files outside its quotas; the gateway (re)creates the
+        // socket host-side, and the bind shows it.
+        spec.extra_ro_binds.push(Bind {
+            source: dir,
+            target: PathBuf::from(SANDBOX_DIR),
+        });
+        spec.extra_ro_binds.push(Bind {
+            source: support,
+            target: PathBuf::from(SUPPORT_MOUNT),
+        });
+        let path = spec
+            .env
+            .set
+            .iter()
+            .find(|(name, _)| name == "PATH")
+            .map_or_else(|| "/usr/bin:/bin".to_owned(), |(_, v)| v.clone());
+        spec.env.set.retain(|(name, _)| name != "PATH");
+        spec.env.set.extend([
+            ("PATH".to_owned(), format!("{SUPPORT_MOUNT}/bin:{path}")),
+            ("PYTHONPATH".to_owned(), SUPPORT_MOUNT.to_owned()),
+            ("HPCGATE_TOOLS".to_owned(), SANDBOX_SOCKET.to_owned()),
+        ]);
+        Ok(())
+    }
+
+    /// Closes the door of `job_id` when its job (supervised in `job_dir`) reaches a final state.
+    pub fn watch(&self, job_id: &JobId, job_dir: PathBuf) {
+        let Ok(runtime) = self.runtime() else {
+            self.close(job_id);
+            return;
+        };
+        let (doors, job_id) = (self.doors.clone(), job_id.clone());
+        runtime.spawn_blocking(move || {
+            loop {
+                match sandbox::wait_job(&job_dir, WATCH_STEP) {
+                    Ok(state) if state.phase == JobPhase::Finished => break,
+                    Ok(_) if lock(&doors).contains_key(&job_id) => {}
+                    _ => break,
+                }
+            }
+            close_door(&doors, &job_id);
+        });
+    }
+
+    /// Closes `job_id`'s door now: its socket is removed and later calls are refused.
+    pub fn close(&self, job_id: &JobId) {
+        close_door(&self.doors, job_id);
+    }
+
+    /// Whether `job_id`'s door is open.
+    pub fn is_open(&self, job_id: &JobId) -> bool {
+        lock(&self.doors).contains_key(job_id)
+    }
+
+    /// At start: re-opens the door of every running local job whose door directory is still
+    /// there (the sandbox keeps its bind of the directory; the socket is made again in it),
+    /// and removes the directories of jobs that are no longer running.
+    pub fn reopen(&self, state: &State) {
+        let Ok(entries) = std::fs::read_dir(&self.base) else {
+            return;
+        };
+        let mut running = HashMap::new();
+        for tenant in state.tenants().unwrap_or_default() {
+            for record in state.running_jobs(&tenant, None).unwrap_or_default() {
+                if record.mode == JobMode::Local && record.handle == Some(ExecutorHandle::Local) {
+                    running.insert(record.job_id.clone(), record);
+                }
+            }
+        }
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(job_id) = name.to_str().and_then(|n| JobId::parse(n).ok()) else {
+                continue;
+            };
+            let reopened = running.get(&job_id).is_some_and(|record| {
+                let job_dir = state.job_dir_ambient(&record.tenant, &record.job_id);
+                let opened = self.open_door(&record.tenant, &job_id, &record.instance);
+                match (opened, job_dir) {
+                    (Ok(_), Ok(job_dir)) => {
+                        self.watch(&job_id, job_dir);
+                        true
+                    }
+                    _ => false,
+                }
+            });
+            if !reopened {
+                self.close(&job_id);
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+
+    /// Makes the door directory and socket and starts serving them; returns the directory.
+    fn open_door(
+        &self,
+        tenant: &TenantName,
+        job_id: &JobId,
+        instance: &InstanceId,
+    ) -> Result<PathBuf, String> {
+        let gateway = (self.gateway.get().cloned()).ok_or_else(|| {
+            "code mode needs the gateway to serve MCP (`hpcgate run`); submit without `tools`"
+                .to_owned()
+        })?;
+        let runtime = self.runtime()?;
+        let dir = self.base.join(job_id.as_str());
+        let socket = dir.join(SOCKET_NAME);
+        if socket.as_os_str().len() > MAX_SOCKET_PATH {
+            return Err(admin(&format!(
+                "the state directory's path is too long for a Unix socket ({} bytes, at most {MAX_SOCKET_PATH}): choose a shorter `state_dir`",
+                socket.as_os_str().len()
+            )));
+        }
+        create_private_dir(&self.base)
+            .and_then(|()| create_private_dir(&dir))
+            .map_err(|e| admin(&format!("cannot create the job's tools directory ({e})")))?;
+        match std::fs::remove_file(&socket) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(admin(&format!("cannot replace the job's old socket ({e})")));
+            }
+            _ => {}
+        }
+        let listener = std::os::unix::net::UnixListener::bind(&socket)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| admin(&format!("cannot listen on the job's tools socket ({e})")))?;
+        let scope = Arc::new(JobScope::new(
+            tenant.clone(),
+            job_id.clone(),
+            instance.clone(),
+        ));
+        let stop = CancellationToken::new();
+        let peers = self.peers.clone();
+        runtime.spawn(serve::serve(
+            listener,
+            gateway,
+            scope.clone(),
+            peers,
+            stop.clone(),
+        ));
+        let door = Door {
+            scope,
+            stop,
+            dir: dir.clone(),
+        };
+        if let Some(old) = lock(&self.doors).insert(job_id.clone(), door) {
+            old.scope.close();
+            old.stop.cancel();
+        }
+        Ok(dir)
+    }
+
+    fn runtime(&self) -> Result<&tokio::runtime::Runtime, String> {
+        let runtime = self.runtime.get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("hpcgate-code-mode")
+                .enable_all()
+                .build()
+                .map_err(|e| admin(&format!("cannot start the code-mode runtime ({e})")))
+        });
+        runtime.as_ref().map_err(Clone::clone)
+    }
+
+    /// Writes the Python module and `hpcgate-call` once per gateway start; returns their dir.
+    fn support(&self) -> Result<PathBuf, String> {
+        let written = self.support.get_or_init(|| {
+            let dir = self.base.join(SUPPORT_DIR);
+            write_support(&self.base, &dir)
+                .map(|()| dir)
+                .map_err(|e| admin(&format!("cannot write the code-mode support files ({e})")))
+        });
+        written.clone()
+    }
+}
+
+impl Drop for CodeMode {
+    fn drop(&mut self) {
+        for (_, door) in lock(&self.doors).drain() {
+            door.scope.close();
+            door.stop.cancel();
+        }
+        // Never block in drop: the gateway may be dropped on an async thread.
+        if let Some(Ok(runtime)) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+fn close_door(doors: &Mutex<HashMap<JobId, Door>>, job_id: &JobId) {
+    let Some(door) = lock(doors).remove(job_id) else {
+        return;
+    };
+    door.scope.close();
+    door.stop.cancel();
+    let _ = std::fs::remove_file(door.dir.join(SOCKET_NAME));
+    let _ = std::fs::remove_dir(&door.dir);
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A failure only the admin can fix, as an agent reads it.
+fn admin(what: &str) -> String {
+    format!("code mode is unavailable: {what}; ask the admin to run `hpcgate doctor`")
+}
+
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    }
+}
+
+/// `dir/hpcgate_tools.py` and `dir/bin/hpcgate-call`, each replaced atomically (a running job
+/// may be reading them).
+fn write_support(base: &Path, dir: &Path) -> io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    create_private_dir(base)?;
+    std::fs::create_dir_all(dir.join("bin"))?;
+    // Readable inside the sandbox (its uid maps onto the gateway's, so 0755 is only ours here).
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    for (name, text, mode) in [
+        ("hpcgate_tools.py", TOOLS_MODULE, 0o444),
+        ("bin/hpcgate-call", CALL_COMMAND, 0o555),
+    ] {
+        let path = dir.join(name);
+        let mut temp = tempfile::NamedTempFile::new_in(path.parent().unwrap_or(dir))?;
+        temp.write_all(text.as_bytes())?;
+        temp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(mode))?;
+        temp.persist(&path).map_err(|e| e.error)?;
+    }
+    Ok(())
+}

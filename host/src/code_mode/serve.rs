@@ -1,0 +1,80 @@
+//! Serving one job's door: MCP over streamable HTTP on the job's Unix socket, with the
+//! gateway's own MCP handler ([`McpServer::for_job`]) and rmcp service ([`mcp_service`]).
+//!
+//! Who may connect: the socket sits in a 0700 directory that only the job's sandbox sees (bound
+//! at `/run/hpcgate`), and every request's peer must be a uid the job's processes run as
+//! (`SO_PEERCRED`: the gateway's own, or the `run_as` user); anyone else gets 403 before MCP.
+//! The caller is the door's, never anything a request carries.
+
+use std::sync::{Arc, Weak};
+
+use axum::Router;
+use axum::extract::connect_info::ConnectInfo;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use tokio_util::sync::CancellationToken;
+
+use super::JobScope;
+use crate::gateway::Gateway;
+use crate::http::{UnixPeer, mcp_service, stateless_config};
+use crate::mcp::McpServer;
+
+/// Where MCP is mounted on a door (the module and `hpcgate-call` post there).
+pub const DOOR_PATH: &str = "/mcp";
+
+/// The largest request body a door accepts: the largest file write (base64) with room to spare.
+const MAX_BODY_BYTES: usize = 32 << 20;
+
+/// Serves the door on `listener` until `stop` is cancelled.
+pub(super) async fn serve(
+    listener: std::os::unix::net::UnixListener,
+    gateway: Weak<Gateway>,
+    scope: Arc<JobScope>,
+    peers: Arc<[u32]>,
+    stop: CancellationToken,
+) {
+    let Ok(listener) = tokio::net::UnixListener::from_std(listener) else {
+        return;
+    };
+    let config = stateless_config(stop.clone()).with_max_request_body_bytes(MAX_BODY_BYTES);
+    let make = move || {
+        let gateway = gateway.upgrade().ok_or_else(|| {
+            std::io::Error::other("the gateway is stopping; the job's tools are gone with it")
+        })?;
+        Ok(McpServer::for_job(gateway, scope.clone()))
+    };
+    let app = Router::new()
+        .nest_service(DOOR_PATH, mcp_service(make, config))
+        .layer(from_fn_with_state(peers, check_peer));
+    let _ = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<UnixPeer>(),
+    )
+    .with_graceful_shutdown(stop.cancelled_owned())
+    .await;
+}
+
+/// Lets through only the uids the job's processes run as.
+async fn check_peer(State(peers): State<Arc<[u32]>>, request: Request, next: Next) -> Response {
+    let peer = (request.extensions())
+        .get::<ConnectInfo<UnixPeer>>()
+        .and_then(|info| info.0.cred);
+    match peer {
+        Some(cred) if peers.contains(&cred.uid) => next.run(request).await,
+        Some(cred) => (
+            StatusCode::FORBIDDEN,
+            format!(
+                "refused: uid {} is not the job's; this socket serves only the job's own processes",
+                cred.uid
+            ),
+        )
+            .into_response(),
+        None => (
+            StatusCode::FORBIDDEN,
+            "refused: the peer's credentials (SO_PEERCRED) are unavailable",
+        )
+            .into_response(),
+    }
+}

@@ -1,0 +1,307 @@
+//! Code mode's attack table: what a job's code tries against its door — forged instance,
+//! tenant and principal, another job's socket, writes into the door's directory, sub-jobs,
+//! malformed and 100 MB requests, a flood past `max_calls_per_job`, a connection kept past the
+//! job's end, a background process, another uid — each refused, the gateway up, the audit log
+//! intact and holding every refusal.
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::code_mode::{CHAIN, audit_records, call, drive};
+use crate::support::served::{self, Served};
+
+/// What the attack script tries from inside its sandbox; each attempt's outcome as JSON.
+const ATTACK_SCRIPT: &str = r#"
+import json, socket, subprocess
+import hpcgate_tools as t
+OTHER = "@OTHER@"
+r = {}
+def attempt(name, f):
+    try:
+        r[name] = {"ok": True, "value": f()}
+    except t.ToolError as e:
+        r[name] = {"ok": False, "error": str(e)}
+    except Exception as e:
+        r[name] = {"ok": False, "error": type(e).__name__ + ": " + str(e)}
+attempt("forged_instance", lambda: t.call("stat_path", instance_id="other", path="."))
+attempt("foreign_tenant_instance", lambda: t.call("stat_path", instance_id="chem-run1", path="."))
+attempt("principal_field", lambda: t.call("stat_path", path=".", principal="alice", tenant="chem"))
+attempt("own_instance", lambda: t.stat_path(path="."))
+attempt("other_socket", lambda: socket.socket(socket.AF_UNIX).connect(OTHER))
+attempt("plant_file", lambda: open("/run/hpcgate/planted", "w").write("x"))
+attempt("replace_socket", lambda: __import__("os").unlink("/run/hpcgate/tools.sock"))
+attempt("submit_job", lambda: t.submit_job(command="true"))
+attempt("run_python", lambda: t.call("run_python", code="print(1)"))
+def raw(body, length):
+    c = t._UnixConnection(t.SOCKET)
+    c.putrequest("POST", "/mcp")
+    for k, v in [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream"), ("Content-Length", str(length))]:
+        c.putheader(k, v)
+    c.endheaders()
+    sent = 0
+    try:
+        while sent < length:
+            chunk = body[sent:sent + (1 << 20)]
+            c.send(chunk)
+            sent += len(chunk)
+    except OSError as e:
+        pass
+    resp = c.getresponse()
+    return {"status": resp.status, "body": resp.read(300).decode(errors="replace"), "sent": sent}
+attempt("malformed", lambda: raw(b"{not json", 9))
+huge = b"x" * (100 << 20)
+attempt("huge", lambda: raw(huge, len(huge)))
+del huge
+n = 0
+while n <= 1000:
+    try:
+        t.stat_path(path=".")
+        n += 1
+    except t.ToolError as e:
+        r["flood"] = {"n": n, "error": str(e)}
+        break
+subprocess.Popen(["sh", "-c", "sleep 2; hpcgate-call stat_path '{\"path\": \".\"}' > /workspace/late.out 2>&1"], start_new_session=True)
+print(json.dumps(r))
+"#;
+
+#[tokio::test]
+async fn a_jobs_code_cannot_forge_its_identity_escape_its_door_or_outlive_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!("{CHAIN}\n[code_mode]\nmax_calls_per_job = 40\n");
+    let config = served::config(dir.path(), &extra);
+    let served = Served::http(dir.path(), &config).await;
+    // Another job with tools, still running: its socket exists on the host.
+    let first = drive(
+        &served,
+        &json!([
+            call("create_instance", json!({"instance_id": "cm"})),
+            call("create_instance", json!({"instance_id": "other"})),
+            call(
+                "submit_job",
+                json!({"instance_id": "other", "command": "sleep 60", "tools": true, "timeout": 0})
+            ),
+        ]),
+    )
+    .await;
+    let sleeper = first[2]["structured"]["job"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let other_socket = dir.path().join(format!("state/run/{sleeper}/tools.sock"));
+    assert!(other_socket.exists(), "{first:?}");
+    // A connection to the other job's door kept open from outside, to be used after it ended.
+    let mut kept = std::os::unix::net::UnixStream::connect(&other_socket).unwrap();
+
+    let script = ATTACK_SCRIPT.replace("@OTHER@", other_socket.to_str().unwrap());
+    let results = drive(
+        &served,
+        &json!([
+            call(
+                "run_python",
+                json!({"instance_id": "cm", "code": script, "timeout": 300})
+            ),
+            call(
+                "cancel_job",
+                json!({"instance_id": "other", "job_id": sleeper})
+            ),
+        ]),
+    )
+    .await;
+    let job = &results[0]["structured"]["job"];
+    assert_eq!(job["exit_code"], 0, "{}", results[0]);
+    let seen: Value = serde_json::from_str(job["stdout_tail"].as_str().unwrap().trim()).unwrap();
+    let error = |name: &str| -> String {
+        assert_eq!(seen[name]["ok"], false, "{name} was not refused: {seen}");
+        seen[name]["error"].as_str().unwrap().to_owned()
+    };
+    for forged in ["forged_instance", "foreign_tenant_instance"] {
+        assert!(
+            error(forged).contains("may only use its own instance `cm`"),
+            "{seen}"
+        );
+    }
+    assert!(error("principal_field").contains("unknown field"), "{seen}");
+    assert_eq!(seen["own_instance"]["ok"], true, "{seen}");
+    assert!(
+        error("other_socket").contains("FileNotFoundError"),
+        "{seen}"
+    );
+    for write in ["plant_file", "replace_socket"] {
+        assert!(error(write).contains("Read-only file system"), "{seen}");
+    }
+    for submit in ["submit_job", "run_python"] {
+        assert!(error(submit).contains("allow_submit"), "{seen}");
+    }
+    let malformed = &seen["malformed"]["value"];
+    assert!(
+        malformed["status"].as_u64().unwrap() >= 400
+            || malformed["body"].as_str().unwrap().contains("error"),
+        "{seen}"
+    );
+    // 100 MB: refused with 413 part-way, or the connection is cut; never accepted.
+    match &seen["huge"] {
+        v if v["ok"] == true => assert_eq!(v["value"]["status"], 413, "{seen}"),
+        v => assert!(!v["error"].as_str().unwrap().is_empty(), "{seen}"),
+    }
+    let flood = &seen["flood"];
+    assert!(
+        flood["error"]
+            .as_str()
+            .unwrap()
+            .contains("max_calls_per_job"),
+        "{seen}"
+    );
+    assert!(flood["n"].as_u64().unwrap() < 40, "{seen}");
+
+    // The other job ended (cancelled): its socket is gone, a kept connection is served no more.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(!other_socket.exists(), "the door outlived its job");
+    use std::io::{Read as _, Write as _};
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = kept.write_all(request.as_bytes());
+    let mut answer = String::new();
+    let _ = kept.read_to_string(&mut answer);
+    assert!(
+        !answer.contains("\"tools\""),
+        "a kept connection listed tools: {answer}"
+    );
+    // The background process left by the script never got a call through.
+    let late = std::fs::read_to_string(
+        dir.path()
+            .join("state/tenants/default/instances/cm/workspace/late.out"),
+    );
+    assert!(
+        late.as_deref()
+            .map_or(true, |text| !text.contains("\"kind\"")),
+        "{late:?}"
+    );
+
+    // The gateway is still up, and every refusal is in an intact audit log.
+    let after = drive(
+        &served,
+        &json!([call("stat_path", json!({"instance_id": "cm", "path": "."}))]),
+    )
+    .await;
+    assert_eq!(after[0]["is_error"], false, "{after:?}");
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+    let job_id = job["job_id"].as_str().unwrap();
+    let records = audit_records(dir.path());
+    let principal = format!("job:{job_id}");
+    let refusals: Vec<String> = records
+        .iter()
+        .filter(|r| r["principal"] == principal.as_str())
+        .filter_map(|r| r["outcome"]["error"].as_str().map(str::to_owned))
+        .collect();
+    for needle in [
+        "its own instance",
+        "allow_submit",
+        "max_calls_per_job",
+        "unknown field",
+    ] {
+        assert!(
+            refusals.iter().any(|e| e.contains(needle)),
+            "{needle}: {refusals:#?}"
+        );
+    }
+    assert!(
+        records
+            .iter()
+            .all(|r| r["principal"] != "alice" && r["tenant"] != "chem"),
+        "a forged field became an identity"
+    );
+}
+
+/// What a process of another uid gets from a job's door: the directory keeps it out, and
+/// with the directory opened up, `SO_PEERCRED` does (403 before any MCP).
+const PEER_SCRIPT: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+except OSError as e:
+    print(type(e).__name__)
+    sys.exit(0)
+body = b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}'
+s.sendall(b"POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+print(s.makefile("rb").readline().decode().split()[1])
+"#;
+
+#[tokio::test]
+async fn another_uid_is_refused_at_a_jobs_door() {
+    if !rustix::process::geteuid().is_root() {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: running a client as another uid needs root"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = served::config(dir.path(), CHAIN);
+    let served = Served::http(dir.path(), &config).await;
+    let started = drive(
+        &served,
+        &json!([
+            call("create_instance", json!({"instance_id": "cm"})),
+            call(
+                "submit_job",
+                json!({"instance_id": "cm", "command": "sleep 60", "tools": true, "timeout": 0})
+            ),
+        ]),
+    )
+    .await;
+    let job_id = started[1]["structured"]["job"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let door = dir.path().join(format!("state/run/{job_id}"));
+    let socket = door.join("tools.sock");
+    let as_stranger = || {
+        use std::os::unix::process::CommandExt as _;
+        let output = Command::new("python3")
+            .args(["-c", PEER_SCRIPT])
+            .arg(&socket)
+            .uid(61004)
+            .gid(61004)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    };
+    assert_eq!(
+        as_stranger(),
+        "PermissionError",
+        "the door's directory is private"
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    for (path, mode) in [
+        (dir.path().to_owned(), 0o755),
+        (dir.path().join("state"), 0o755),
+        (dir.path().join("state/run"), 0o755),
+        (door.clone(), 0o755),
+        (socket.clone(), 0o666),
+    ] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    assert_eq!(
+        as_stranger(),
+        "403",
+        "a stranger's request is refused by its peer uid"
+    );
+    let cancelled = drive(
+        &served,
+        &json!([call(
+            "cancel_job",
+            json!({"instance_id": "cm", "job_id": job_id})
+        )]),
+    )
+    .await;
+    assert_eq!(cancelled[0]["is_error"], false, "{cancelled:?}");
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+}
