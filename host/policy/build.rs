@@ -3,7 +3,13 @@
 
 use std::path::PathBuf;
 
-const STOCK: [&str; 4] = ["tool-filter", "path-rules", "resource-caps", "proxy-filter"];
+const STOCK: [&str; 5] = [
+    "tool-filter",
+    "path-rules",
+    "resource-caps",
+    "proxy-filter",
+    "rego",
+];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
