@@ -128,7 +128,7 @@ fn test_passes_the_example_rules_in_rego_and_cedar() {
     }
 }
 
-const EXAMPLE_CONFIGS: [&str; 1] = ["rego.toml"];
+const EXAMPLE_CONFIGS: [&str; 2] = ["rego.toml", "cedar.toml"];
 
 #[test]
 fn test_names_the_file_and_line_of_a_bad_rego_module() {
