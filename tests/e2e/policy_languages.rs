@@ -19,10 +19,16 @@ fn examples() -> PathBuf {
 /// The chain of `examples/policies/<config>`; the Rust config's module is the guest this test
 /// binary's build script built from `rules-rust/`.
 fn example_chain(config: &str) -> Chain {
+    example_chain_with(config, false)
+}
+
+/// As [`example_chain`], with `reuse_instance` set as given.
+fn example_chain_with(config: &str, reuse: bool) -> Chain {
     let (mut config_file, base) = Config::load(&examples().join(config)).expect("example config");
     if config == "rust.toml" {
         config_file.policies[0].module = guest("example-rules").to_string();
     }
+    config_file.policies[0].reuse_instance = reuse;
     let policies = config_file
         .chain_policies(engine(), &base)
         .unwrap_or_else(|e| panic!("{config}: {e}"));
@@ -134,4 +140,20 @@ fn rego_and_cedar_decide_as_the_rust_policy_on_replay() {
         "{denied} of {}",
         calls.len()
     );
+}
+
+#[test]
+fn reused_rego_and_cedar_instances_decide_as_fresh_ones() {
+    let calls = generated_calls();
+    for config in ["rego.toml", "cedar.toml"] {
+        let (fresh, reused) = (example_chain(config), example_chain_with(config, true));
+        // Twice over: the second pass runs on instances that already judged every call.
+        for call in calls.iter().chain(&calls) {
+            assert_eq!(
+                reused.evaluate(call).decision,
+                fresh.evaluate(call).decision,
+                "{config}: {call:?}"
+            );
+        }
+    }
 }
