@@ -16,3 +16,9 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # A snapshot that differs fails; nothing is written or accepted (`cargo insta review` does that).
 INSTA_UPDATE=no cargo test --workspace --locked --no-fail-fast
+# stock:cedar is a workspace of its own (`policies/stock/cedar/Cargo.toml` says why); its native
+# build goes beside the others, not under policies/ (which the guest build scripts watch).
+cedar=(--manifest-path policies/stock/cedar/Cargo.toml --target-dir "${CARGO_TARGET_DIR:-target}/cedar-native")
+cargo fmt --manifest-path policies/stock/cedar/Cargo.toml --check
+cargo clippy "${cedar[@]}" --all-targets --locked -- -D warnings
+cargo test "${cedar[@]}" --locked

@@ -1,6 +1,7 @@
 //! Builds the hostile policy guests the tests load: the `hostile` crate (one component whose
 //! config picks the misbehaviour), for `wasm32-unknown-unknown` and for `wasm32-wasip2`
-//! (`hostile-wasi`), and the hand-written core modules in `policies/hostile/wat/`.
+//! (`hostile-wasi`), the hand-written core modules in `policies/hostile/wat/`, and the Rust
+//! version of the example rules (`examples/policies/rules-rust`).
 
 use std::path::PathBuf;
 
@@ -15,11 +16,18 @@ fn main() {
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo"));
     let hostile = workspace.join("policies/hostile");
     let wit = workspace.join("wit");
-    hpcgate_policy_build::rerun_if_changed(&[&wit, &workspace.join("policies/sdk"), &hostile]);
+    hpcgate_policy_build::rerun_if_changed(&[
+        &wit,
+        &workspace.join("policies/sdk"),
+        &hostile,
+        &workspace.join("examples/policies/rules-rust"),
+    ]);
 
     for target in [Target::Bare, Target::Wasip2] {
         hpcgate_policy_build::build_guests(&workspace, &["hostile"], target, &out_dir);
     }
+    // The Rust version of the example rules in `examples/policies/` (`policy_languages.rs`).
+    hpcgate_policy_build::build_guests(&workspace, &["example-rules"], Target::Bare, &out_dir);
     for name in ["bad-discriminant", "bad-utf8"] {
         let text =
             std::fs::read_to_string(hostile.join(format!("wat/{name}.wat"))).expect("read wat");

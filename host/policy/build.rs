@@ -3,7 +3,17 @@
 
 use std::path::PathBuf;
 
-const STOCK: [&str; 4] = ["tool-filter", "path-rules", "resource-caps", "proxy-filter"];
+const STOCK: [&str; 5] = [
+    "tool-filter",
+    "path-rules",
+    "resource-caps",
+    "proxy-filter",
+    "rego",
+];
+
+/// Stock policies that are workspaces of their own (see `policies/stock/cedar/Cargo.toml`),
+/// each built by a nested build of its own.
+const OWN_WORKSPACE: [&str; 1] = ["cedar"];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
@@ -19,12 +29,21 @@ fn main() {
         &workspace.join("policies/stock"),
     ]);
 
-    let guests = hpcgate_policy_build::build_guests(
+    let mut guests = hpcgate_policy_build::build_guests(
         &workspace,
         &STOCK,
         hpcgate_policy_build::Target::Bare,
         &out_dir,
     );
+    for name in OWN_WORKSPACE {
+        guests.push(hpcgate_policy_build::build_own_workspace_guest(
+            &workspace,
+            &workspace.join("policies/stock").join(name),
+            name,
+            hpcgate_policy_build::Target::Bare,
+            &out_dir,
+        ));
+    }
     let mut table = String::from(
         "/// The stock policies, built from `policies/stock/`.\npub const STOCK: &[(&str, &[u8])] = &[\n",
     );

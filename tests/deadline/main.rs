@@ -80,3 +80,35 @@ fn an_endless_loop_is_denied_within_its_deadline_after_the_epoch_ticker_rested()
         elapsed[2]
     );
 }
+
+#[test]
+fn a_rego_loop_is_denied_within_its_deadline() {
+    // Billions of iterations in the embedded interpreter (`stock:rego`); the load's own
+    // evaluation sees `{}` and passes, so only the call runs the loop.
+    let policy = r#"package hpcgate
+deny contains "never" if {
+    input.tool == "submit_job"
+    r := numbers.range(1, 3000)
+    count({a | some a in r; some b in r; some c in r; a + b + c < 0}) > 0
+}"#;
+    let chain = chain(vec![
+        Spec::stock("spin", "rego", json!({"policy": policy})).deadline_ms(20),
+    ]);
+    let mut elapsed = Vec::new();
+    for _ in 0..11 {
+        let started = Instant::now();
+        let outcome = chain.evaluate(&call("submit_job", json!({"command": "make"})));
+        elapsed.push(started.elapsed());
+        assert_eq!(
+            outcome.decision.reason.as_deref(),
+            Some("policy `spin` timed out after 20 ms; the call is refused (policies fail closed)")
+        );
+    }
+    elapsed.sort();
+    eprintln!("time to deny a Rego loop with a 20 ms deadline: {elapsed:?}");
+    assert!(
+        elapsed[5] <= Duration::from_millis(25),
+        "median {:?} over deadline + 5 ms: {elapsed:?}",
+        elapsed[5]
+    );
+}

@@ -5,6 +5,8 @@ mod pipeline;
 mod policy_cache;
 mod policy_chain;
 mod policy_hostile;
+mod policy_languages;
+mod policy_languages_hostile;
 mod policy_reuse;
 mod policy_wasi;
 mod usage_quota;

@@ -116,7 +116,7 @@ pub(crate) fn load_policies(
         let module = engine
             .load(&source)
             .map_err(|e| anyhow::anyhow!("policy `{}`: {e}", entry.name))?;
-        let settings = serde_json::to_string(&entry.config)?;
+        let settings = super::policy_text::settings_json(&entry, base)?;
         chain.push(ChainPolicy {
             name: entry.name,
             module,

@@ -287,6 +287,24 @@ fn absolutize(table: &mut toml::Table, dir: Option<&Path>, home: Option<&Path>) 
         dirs.iter_mut().for_each(fix);
     }
     each(table, "", "policies", "module", Some("stock:"));
+    // The text files of `stock:rego` and `stock:cedar` (`config/policy_text.rs`).
+    if let Some(toml::Value::Array(items)) = table.get_mut("policies") {
+        for item in items {
+            if let toml::Value::Table(entry) = item
+                && entry
+                    .get("module")
+                    .and_then(toml::Value::as_str)
+                    .is_some_and(|m| m == "stock:rego" || m == "stock:cedar")
+                && let Some(toml::Value::Table(config)) = entry.get_mut("config")
+            {
+                for key in ["policy_file", "schema_file"] {
+                    if let Some(v) = config.get_mut(key) {
+                        fix(v);
+                    }
+                }
+            }
+        }
+    }
     each(table, "sandbox", "extra_ro_binds", "source", None);
 }
 

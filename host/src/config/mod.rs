@@ -14,7 +14,8 @@
 //!   origin and rate-limit settings)
 //! - [`layers`] — finding, reading and merging the layers ([`Environment`] says where home is)
 //! - [`parse`] — TOML → [`Config`] with dotted-key errors ([`origins`] remembers each key's file)
-//! - [`chain`] — `[[policies]]` (and `proxied_mcps` filters) → the policy chain
+//! - [`chain`] — `[[policies]]` (and `proxied_mcps` filters) → the policy chain; `policy_text`
+//!   reads the `policy_file` / `schema_file` of `stock:rego` and `stock:cedar`
 //! - [`settings`], [`executors`] and [`proxies`] — the resolved [`Settings`]
 
 pub mod auth;
@@ -26,6 +27,7 @@ pub mod layers;
 pub mod metrics;
 pub mod origins;
 pub mod parse;
+mod policy_text;
 pub mod proxies;
 pub mod raw;
 pub mod sections;

@@ -109,6 +109,59 @@ fn test_reproduces_every_expected_decision_of_the_case_files() {
     }
 }
 
+/// The example rules of `examples/policies/` in each language pass the one shared cases file
+/// (the Rust example is built and checked by `tests/e2e/policy_languages.rs`).
+#[test]
+fn test_passes_the_example_rules_in_rego_and_cedar() {
+    let examples = repo().join("examples/policies");
+    let calls = examples.join("cases.jsonl").display().to_string();
+    for name in EXAMPLE_CONFIGS {
+        let config = examples.join(name).display().to_string();
+        let output = hpcgate(&[
+            "policy", "test", "--config", &config, "--calls", &calls, "--json",
+        ]);
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|_| panic!("{name}: json report, got {output:?}"));
+        assert_eq!(report["mismatched"], 0, "{name}: {report:#}");
+        assert!(report["total"].as_u64().unwrap() >= 15, "{name}: {report}");
+        assert_eq!(output.status.code(), Some(0));
+    }
+}
+
+const EXAMPLE_CONFIGS: [&str; 2] = ["rego.toml", "cedar.toml"];
+
+#[test]
+fn test_names_the_file_and_line_of_a_bad_rego_module() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.rego"),
+        "package hpcgate\n\ndeny contains msg if {\n  input.tool ==\n",
+    )
+    .unwrap();
+    let config = dir.path().join("bad.toml");
+    std::fs::write(
+        &config,
+        "[[policies]]\nname = \"rules\"\nmodule = \"stock:rego\"\n[policies.config]\npolicy_file = \"bad.rego\"\n",
+    )
+    .unwrap();
+    let calls = repo().join("examples/policies/cases.jsonl");
+    let output = hpcgate(&[
+        "policy",
+        "test",
+        "--config",
+        &config.display().to_string(),
+        "--calls",
+        &calls.display().to_string(),
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("policy `rules` rejected its config: cannot parse the Rego module: `")
+            && stderr.contains("bad.rego` line 5, column 1: expecting expression"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn test_reports_mismatches_by_name_and_fails() {
     let dir = tempfile::tempdir().unwrap();

@@ -53,6 +53,30 @@ pub fn build_guests(
     target: Target,
     out_dir: &Path,
 ) -> Vec<Guest> {
+    build(workspace, None, packages, target, out_dir)
+}
+
+/// Builds the guest `package` whose crate at `crate_dir` is a workspace of its own (excluded
+/// from the main one, so that its dependencies' features are not unified with the host's or
+/// the other guests'), into the same guest target directory. As [`build_guests`] otherwise.
+pub fn build_own_workspace_guest(
+    workspace: &Path,
+    crate_dir: &Path,
+    package: &str,
+    target: Target,
+    out_dir: &Path,
+) -> Guest {
+    let mut guests = build(workspace, Some(crate_dir), &[package], target, out_dir);
+    guests.remove(0)
+}
+
+fn build(
+    workspace: &Path,
+    own_workspace: Option<&Path>,
+    packages: &[&str],
+    target: Target,
+    out_dir: &Path,
+) -> Vec<Guest> {
     let target_dir = guest_target_dir(workspace);
     let triple = target.triple();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -62,6 +86,9 @@ pub fn build_guests(
         .args(["build", "--profile", "policy", "--target", triple])
         .arg("--target-dir")
         .arg(&target_dir);
+    if let Some(crate_dir) = own_workspace {
+        cmd.arg("--manifest-path").arg(crate_dir.join("Cargo.toml"));
+    }
     for package in packages {
         cmd.args(["-p", package]);
     }

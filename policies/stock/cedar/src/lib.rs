@@ -1,0 +1,238 @@
+//! `stock:cedar`: a policy set written in Cedar, evaluated by the embedded `cedar-policy`
+//! authorizer inside the policy sandbox.
+//!
+//! Each call becomes one Cedar request:
+//! - principal = `Tenant::"<tenant>"`, an entity with the attribute `principal` (the caller's
+//!   name within the tenant);
+//! - action = `Action::"<tool>"` (the exposed tool name);
+//! - resource = `Instance::"<instance>"`, or `Instance::"(none)"` for a call without one;
+//! - context = `{ arguments, via, read_only, usage, phase, server, remote_tool }` (`remote_tool`
+//!   only for proxied tools). JSON becomes Cedar values: objects → records, arrays → sets,
+//!   integers → longs; `null` is left out (so `has` is false) and any other number becomes its
+//!   decimal text. Values are built directly, never parsed as Cedar's entity-escape JSON, so an
+//!   argument cannot smuggle in an entity reference.
+//!
+//! Cedar's rules decide: a `forbid` that applies wins; without a `permit` the call is denied
+//! (default deny); the reason is the `@reason("…")` annotation of the first deciding policy when
+//! it has one, else names the policies (by `@id("…")`, else Cedar's `policy0`, …). An evaluation
+//! error in any policy (e.g. `context.arguments.path like …` on a missing key without `has`)
+//! denies, naming the policy: a policy fault fails closed. In the list phase `arguments` is `{}`
+//! and `phase` is `"list"`: a tool is listed iff the request is allowed, so a permit that needs
+//! arguments should also admit `context.phase == "list"`.
+//!
+//! The host reads `policy_file` (and the optional `schema_file`, Cedar schema syntax) and passes
+//! their text as `policy` and `schema`. Both are parsed once in `configure`; parse errors name
+//! the file and line; with a schema the policies are validated (strict mode) at load.
+//!
+//! ```toml
+//! [[policies]]
+//! name = "rules"
+//! module = "stock:cedar"
+//! [policies.config]
+//! policy_file = "rules.cedar"
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+
+use cedar_policy::{
+    Authorizer, Context, Entities, Entity, EntityId, EntityTypeName, EntityUid, PolicyId,
+    PolicySet, Request, RestrictedExpression, Schema, ValidationMode, Validator,
+};
+use hpcgate_policy_sdk::{Call, Decision, Map, Policy, Value, args};
+use miette::Diagnostic;
+use serde::Deserialize;
+
+mod convert;
+
+/// The resource id of a call without an instance.
+pub const NO_INSTANCE: &str = "(none)";
+
+/// The settings the host passes (the `config` table with the files read).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Settings {
+    policy: Option<String>,
+    policy_file: Option<String>,
+    schema: Option<String>,
+    schema_file: Option<String>,
+}
+
+/// A parsed (and, with a schema, validated) Cedar policy set.
+pub struct Cedar {
+    policies: PolicySet,
+    authorizer: Authorizer,
+}
+
+impl Policy for Cedar {
+    fn configure(settings: &str) -> Result<Self, String> {
+        let settings: Settings = args::parse_settings(settings)?;
+        let Some(text) = settings.policy else {
+            return Err(
+                "stock:cedar needs `policy_file` (the Cedar policies, relative to the config file)"
+                    .to_owned(),
+            );
+        };
+        let file = settings.policy_file.as_deref().unwrap_or("policy");
+        let policies = PolicySet::from_str(&text).map_err(|e| {
+            format!(
+                "cannot parse the Cedar policies: {}",
+                located(file, &text, &e)
+            )
+        })?;
+        if let Some(schema) = settings.schema {
+            let schema_file = settings.schema_file.as_deref().unwrap_or("schema");
+            let (schema, _warnings) = Schema::from_cedarschema_str(&schema).map_err(|e| {
+                format!(
+                    "cannot parse the Cedar schema: {}",
+                    located(schema_file, &schema, &e)
+                )
+            })?;
+            let result = Validator::new(schema).validate(&policies, ValidationMode::Strict);
+            if let Some(error) = result.validation_errors().next() {
+                return Err(format!(
+                    "the Cedar policies do not match the schema `{schema_file}`: {}",
+                    located(file, &text, error)
+                ));
+            }
+        }
+        Ok(Cedar {
+            policies,
+            authorizer: Authorizer::new(),
+        })
+    }
+
+    fn evaluate(&self, call: &Call) -> Decision {
+        let (request, entities) = match request(call) {
+            Ok(request) => request,
+            Err(why) => return Decision::deny(format!("cannot build the Cedar request: {why}")),
+        };
+        let response = self
+            .authorizer
+            .is_authorized(&request, &self.policies, &entities);
+        if let Some(cedar_policy::AuthorizationError::PolicyEvaluationError(error)) =
+            response.diagnostics().errors().next()
+        {
+            return Decision::deny(format!(
+                "Cedar policy {} could not be evaluated: {}",
+                self.name(error.policy_id()),
+                error.inner()
+            ));
+        }
+        let mut deciding: Vec<&PolicyId> = response.diagnostics().reason().collect();
+        deciding.sort_by_key(|id| id.to_string());
+        match response.decision() {
+            cedar_policy::Decision::Allow => Decision::allow(),
+            cedar_policy::Decision::Deny if deciding.is_empty() => Decision::deny(format!(
+                "no Cedar policy permits `{}` for tenant `{}`",
+                call.tool, call.tenant
+            )),
+            cedar_policy::Decision::Deny => {
+                let reason = deciding
+                    .iter()
+                    .find_map(|id| self.policies.annotation(id, "reason"));
+                let names: Vec<String> = deciding.iter().map(|id| self.name(id)).collect();
+                Decision::deny(match reason {
+                    Some(reason) => reason.to_owned(),
+                    None => format!("forbidden by Cedar policy {}", names.join(", ")),
+                })
+            }
+        }
+    }
+}
+
+impl Cedar {
+    /// A policy's name in messages: its `@id` annotation, else Cedar's id.
+    fn name(&self, id: &PolicyId) -> String {
+        match self.policies.annotation(id, "id") {
+            Some(name) => format!("`{name}`"),
+            None => format!("`{id}`"),
+        }
+    }
+}
+
+/// The Cedar request and entities of `call`.
+fn request(call: &Call) -> Result<(Request, Entities), String> {
+    let uid = |kind: &str, id: &str| -> Result<EntityUid, String> {
+        let kind = EntityTypeName::from_str(kind).map_err(|e| e.to_string())?;
+        Ok(EntityUid::from_type_name_and_id(kind, EntityId::new(id)))
+    };
+    let principal = uid("Tenant", &call.tenant)?;
+    let action = uid("Action", &call.tool)?;
+    let resource = uid("Instance", call.instance.as_deref().unwrap_or(NO_INSTANCE))?;
+    let tenant = Entity::new(
+        principal.clone(),
+        HashMap::from([(
+            "principal".to_owned(),
+            RestrictedExpression::new_string(call.principal.clone()),
+        )]),
+        HashSet::new(),
+    )
+    .map_err(|e| e.to_string())?;
+    let entities = Entities::from_entities([tenant], None).map_err(|e| e.to_string())?;
+    let context = Context::from_pairs(context(call)?).map_err(|e| e.to_string())?;
+    let request =
+        Request::new(principal, action, resource, context, None).map_err(|e| e.to_string())?;
+    Ok((request, entities))
+}
+
+/// The context record's fields.
+fn context(call: &Call) -> Result<Vec<(String, RestrictedExpression)>, String> {
+    let string = |s: &str| RestrictedExpression::new_string(s.to_owned());
+    let usage: Map<String, Value> = call
+        .usage
+        .iter()
+        .map(|(name, value)| (name.clone(), Value::from(*value)))
+        .collect();
+    let mut fields = vec![
+        ("arguments".to_owned(), convert::record(&call.arguments)?),
+        ("via".to_owned(), string(call.via.as_str())),
+        (
+            "read_only".to_owned(),
+            RestrictedExpression::new_bool(call.read_only),
+        ),
+        ("usage".to_owned(), convert::record(&usage)?),
+        (
+            "phase".to_owned(),
+            string(match call.phase {
+                hpcgate_policy_sdk::Phase::List => "list",
+                hpcgate_policy_sdk::Phase::Call => "call",
+            }),
+        ),
+        ("server".to_owned(), string(&call.server)),
+    ];
+    if let Some(remote) = &call.remote_tool {
+        fields.push(("remote_tool".to_owned(), string(remote)));
+    }
+    Ok(fields)
+}
+
+/// One line for a Cedar diagnostic: `` `file` line L: message (help) ``, the line taken from
+/// the first labelled span in `text`.
+fn located(file: &str, text: &str, error: &dyn Diagnostic) -> String {
+    let line = error
+        .labels()
+        .and_then(|mut labels| labels.next())
+        .map(|label| {
+            let offset = label.offset().min(text.len());
+            text.as_bytes()[..offset]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count()
+                + 1
+        });
+    let mut message = error.to_string();
+    if let Some(help) = error.help() {
+        message = format!("{message} ({help})");
+    }
+    let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line {
+        Some(line) => format!("`{file}` line {line}: {message}"),
+        None => format!("`{file}`: {message}"),
+    }
+}
+
+hpcgate_policy_sdk::export_policy!(Cedar);
+
+#[cfg(test)]
+mod tests;

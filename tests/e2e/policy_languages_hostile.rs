@@ -1,0 +1,115 @@
+//! Hostile Rego and Cedar policies: a loop of billions of iterations, a comprehension that
+//! fills memory, mutual recursion, huge `data`, a Cedar policy set of 10,000 rules. Each is
+//! refused at load or denied as a fault naming the policy, and the engine keeps serving. (The
+//! wall-clock bound of the loop, deadline + 5 ms, is measured in `tests/deadline`.)
+
+use hpcgate::policy::DecisionKind;
+use serde_json::{Value, json};
+
+use crate::harness::{Spec, call, chain, chain_error};
+
+fn rego(name: &'static str, policy: &str, data: Value) -> Spec {
+    Spec::stock(
+        name,
+        "rego",
+        json!({"policy": policy, "policy_file": format!("{name}.rego"), "data": data}),
+    )
+}
+
+/// The input that sets the hostile rules off (the load's own evaluation sees `{}` and passes).
+fn trigger() -> hpcgate::policy::Call {
+    call(
+        "submit_job",
+        json!({"instance_id": "run1", "command": "make"}),
+    )
+}
+
+fn fault_of(spec: Spec) -> (String, String) {
+    let chain = chain(vec![spec]);
+    let outcome = chain.evaluate(&trigger());
+    assert_eq!(outcome.decision.decision, DecisionKind::Deny, "{outcome:?}");
+    let fault = outcome.policies[0].fault.clone().expect("a fault");
+    // The engine keeps serving: the same chain judges the next call.
+    let next = chain.evaluate(&call("list_jobs", json!({})));
+    assert_eq!(next.decision.decision, DecisionKind::Allow, "{next:?}");
+    (outcome.decision.reason.unwrap(), fault)
+}
+
+#[test]
+fn a_rego_loop_of_billions_of_iterations_times_out() {
+    let policy = r#"package hpcgate
+deny contains "never" if {
+    input.tool == "submit_job"
+    r := numbers.range(1, 3000)
+    count({a | some a in r; some b in r; some c in r; a + b + c < 0}) > 0
+}"#;
+    let (reason, fault) = fault_of(rego("spin", policy, json!(null)).deadline_ms(50));
+    assert_eq!(fault, "timed out after 50 ms");
+    assert!(
+        reason.starts_with("policy `spin` timed out after 50 ms"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_rego_comprehension_that_fills_memory_hits_the_cap() {
+    let policy = r#"package hpcgate
+deny contains "never" if {
+    input.tool == "submit_job"
+    count([[a, a, a] | some a in numbers.range(1, 50000000)]) < 0
+}"#;
+    let (reason, fault) = fault_of(rego("hog", policy, json!(null)));
+    assert_eq!(fault, "exceeded its memory limit of 16 MiB");
+    assert!(
+        reason.starts_with("policy `hog` exceeded its memory limit"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn rego_recursion_is_refused_at_load() {
+    let policy = "package hpcgate\ndeny contains \"x\" if { p }\np if { q }\nq if { p }\n";
+    let error = chain_error(vec![rego("loop", policy, json!(null))]);
+    assert!(
+        error.starts_with("policy `loop` rejected its config:") && error.contains("loop.rego"),
+        "{error}"
+    );
+    assert!(error.to_lowercase().contains("recursi"), "{error}");
+}
+
+#[test]
+fn huge_rego_data_is_refused_at_load_at_the_memory_cap() {
+    let data: serde_json::Map<String, Value> = (0..400_000)
+        .map(|i| {
+            (
+                format!("tenant-{i}"),
+                json!({"max_gpus": i, "note": "padding padding"}),
+            )
+        })
+        .collect();
+    let policy = "package hpcgate\ndeny contains \"x\" if data.t[input.tenant].max_gpus < 0\n";
+    let error = chain_error(vec![rego("data", policy, json!({"t": data}))]);
+    assert_eq!(error, "policy `data` exceeded its memory limit of 16 MiB");
+}
+
+#[test]
+fn a_cedar_policy_set_of_ten_thousand_rules_loads_or_is_refused_and_never_allows_by_fault() {
+    let mut policy = String::from("permit (principal, action, resource);\n");
+    for i in 0..10_000 {
+        policy.push_str(&format!(
+            "forbid (principal, action == Action::\"tool_{i}\", resource) when {{ context.arguments has x }};\n"
+        ));
+    }
+    let mut spec = Spec::stock(
+        "many",
+        "cedar",
+        json!({"policy": policy, "policy_file": "many.cedar"}),
+    );
+    spec.memory_mb = 16;
+    let error = chain_error(vec![spec]);
+    assert!(
+        error.starts_with("policy `many` exceeded its memory limit")
+            || error.starts_with("policy `many` timed out"),
+        "{error}"
+    );
+}
