@@ -37,7 +37,14 @@ pub(crate) struct CgroupLimits {
 
 impl JobCgroup {
     /// Creates the sandbox's cgroup(s) named `name`: v2 when delegated, v1 when usable.
+    /// A per-process count is appended, so two sandboxes of one process never share a
+    /// directory whatever their callers name them (one process may hold several gateways, as
+    /// the tests do, each numbering its own proxied servers): a shared one would be removed
+    /// under the other's feet.
     pub(crate) fn create_for(name: &str, limits: &Limits) -> Option<JobCgroup> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = &format!("{name}-{n}");
         if let Some(parent) = delegated_parent() {
             return V2Group::create(parent, name, limits)
                 .ok()
