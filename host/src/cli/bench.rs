@@ -55,6 +55,9 @@ pub(crate) struct GatewayArgs {
     /// their audit logs: each `gateway.stopped` record counts records and fsync'd batches.
     #[arg(long)]
     keep: bool,
+    /// Run the gateways with `[metrics] enabled = false`, to compare against metrics on.
+    #[arg(long)]
+    no_metrics: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -118,8 +121,9 @@ async fn bench(args: &GatewayArgs) -> anyhow::Result<Value> {
     std::fs::write(
         &config,
         format!(
-            "state_dir = {}\n",
-            toml::Value::String(dir.path().join("state").display().to_string())
+            "state_dir = {}\n{}",
+            toml::Value::String(dir.path().join("state").display().to_string()),
+            metrics_table(args)
         ),
     )?;
     let mut report = Map::new();
@@ -130,7 +134,11 @@ async fn bench(args: &GatewayArgs) -> anyhow::Result<Value> {
     if args.transport != Which::Stdio {
         let mut runs = vec![(config.clone(), Vec::new())];
         if args.tenants > 1 {
-            runs.push(tenants_config(dir.path(), args.tenants)?);
+            runs.push(tenants_config(
+                dir.path(),
+                args.tenants,
+                metrics_table(args),
+            )?);
         }
         let mut figures = bench_http(dir.path(), runs, args).await?.into_iter();
         let (figures, tenants) = (figures.next().unwrap_or_default(), figures.next());
@@ -363,9 +371,9 @@ async fn bench_stdio(dir: &Path, config: &Path, args: &GatewayArgs) -> anyhow::R
 
 /// A config with `n` tenants, each with one bearer token, beside the single-tenant one (own
 /// state directory); returns it and the tokens.
-fn tenants_config(dir: &Path, n: usize) -> anyhow::Result<(PathBuf, Vec<String>)> {
+fn tenants_config(dir: &Path, n: usize, extra: &str) -> anyhow::Result<(PathBuf, Vec<String>)> {
     let mut toml = format!(
-        "state_dir = {}\n",
+        "state_dir = {}\n{extra}",
         toml::Value::String(dir.join("state-tenants").display().to_string())
     );
     let mut tokens = Vec::with_capacity(n);
@@ -381,6 +389,15 @@ fn tenants_config(dir: &Path, n: usize) -> anyhow::Result<(PathBuf, Vec<String>)
     let config = dir.join("gateway-tenants.toml");
     std::fs::write(&config, toml)?;
     Ok((config, tokens))
+}
+
+/// The `[metrics]` table of the gateways' configs: none (metrics on, the default), or off.
+fn metrics_table(args: &GatewayArgs) -> &'static str {
+    if args.no_metrics {
+        "[metrics]\nenabled = false\n"
+    } else {
+        ""
+    }
 }
 
 /// `hpcgate run` (this executable) on `config` alone: a private HOME so no user config layers
