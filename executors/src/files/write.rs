@@ -78,14 +78,8 @@ pub fn write_file(
             hint: "split the content and append the rest with mode append",
         });
     }
-    if req.create_dirs
-        && let Some((parent, _)) = path.split_last()
-        && parent.as_os_str() != "."
-    {
-        roots
-            .dir(path.root())
-            .create_dir_all(&parent)
-            .map_err(|e| FileError::from_io("create the parent directories of", &path, e))?;
+    if req.create_dirs {
+        make_parents(roots, &path)?;
     }
     let (dir, name) = roots.open_parent(&path, "written")?;
     let existing = existing_file(&dir, name, &path)?;
@@ -164,4 +158,15 @@ fn replace(
         size: data.len() as u64,
         created: existing.is_none(),
     })
+}
+
+/// Creates the directories above `path` (beneath its root, as cap-std resolves them).
+pub(crate) fn make_parents(roots: &InstanceRoots, path: &SandboxPath) -> Result<(), FileError> {
+    match path.split_last() {
+        Some((parent, _)) if parent.as_os_str() != "." => roots
+            .dir(path.root())
+            .create_dir_all(&parent)
+            .map_err(|e| FileError::from_io("create the parent directories of", path, e)),
+        _ => Ok(()),
+    }
 }

@@ -35,14 +35,8 @@ pub fn write_stream(
 ) -> Result<WriteResult, FileError> {
     let path = SandboxPath::parse(&req.path)?;
     path.check_creatable()?;
-    if req.create_dirs
-        && let Some((parent, _)) = path.split_last()
-        && parent.as_os_str() != "."
-    {
-        roots
-            .dir(path.root())
-            .create_dir_all(&parent)
-            .map_err(|e| FileError::from_io("create the parent directories of", &path, e))?;
+    if req.create_dirs {
+        super::write::make_parents(roots, &path)?;
     }
     let (dir, name) = roots.open_parent(&path, "written")?;
     let existing = existing_file(&dir, name, &path)?;

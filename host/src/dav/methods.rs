@@ -40,6 +40,16 @@ impl Cx<'_> {
             )),
         }
     }
+
+    /// The instance and path a changing request names, once its `If` conditions hold and no
+    /// lock whose token it lacks covers the path: how PUT, DELETE and MKCOL begin.
+    async fn writable(&self, headers: &HeaderMap) -> Result<(&InstanceId, &SandboxView), Response> {
+        let (id, view) = self.file(true).map_err(IntoResponse::into_response)?;
+        (super::conditions::check(self, view, headers).await)
+            .map_err(IntoResponse::into_response)?;
+        (self.dav.locks.check(self, view, headers)).map_err(IntoResponse::into_response)?;
+        Ok((id, view))
+    }
 }
 
 /// GET and HEAD: `read_file` with a download slot, then the opened file is sent (ranges too).
@@ -184,16 +194,10 @@ fn parse_range(header: &str, size: u64) -> Range {
 
 /// PUT: `write_file` whose content streams from the request body.
 pub async fn put(cx: &Cx<'_>, request: Request) -> Response {
-    let (id, view) = match cx.file(true) {
+    let (id, view) = match cx.writable(request.headers()).await {
         Ok(found) => found,
-        Err(refused) => return refused.into_response(),
+        Err(refused) => return refused,
     };
-    if let Err(unmet) = super::conditions::check(cx, view, request.headers()).await {
-        return unmet.into_response();
-    }
-    if let Err(locked) = cx.dav.locks.check(cx, view, request.headers()) {
-        return locked.into_response();
-    }
     let announced = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -230,16 +234,10 @@ pub async fn put(cx: &Cx<'_>, request: Request) -> Response {
 
 /// DELETE: `delete_path`, recursive (RFC 4918 §9.6.1: a collection goes with its members).
 pub async fn delete(cx: &Cx<'_>, headers: &HeaderMap) -> Response {
-    let (id, view) = match cx.file(true) {
+    let (id, view) = match cx.writable(headers).await {
         Ok(found) => found,
-        Err(refused) => return refused.into_response(),
+        Err(refused) => return refused,
     };
-    if let Err(unmet) = super::conditions::check(cx, view, headers).await {
-        return unmet.into_response();
-    }
-    if let Err(locked) = cx.dav.locks.check(cx, view, headers) {
-        return locked.into_response();
-    }
     let arguments = json!({ "instance_id": id.as_str(), "path": view.path(), "recursive": true });
     let (result, _) = cx
         .dav
@@ -254,16 +252,10 @@ pub async fn delete(cx: &Cx<'_>, headers: &HeaderMap) -> Response {
 
 /// MKCOL: `make_directory` (without parents; an existing name is 405).
 pub async fn mkcol(cx: &Cx<'_>, request: Request) -> Response {
-    let (id, view) = match cx.file(true) {
+    let (id, view) = match cx.writable(request.headers()).await {
         Ok(found) => found,
-        Err(refused) => return refused.into_response(),
+        Err(refused) => return refused,
     };
-    if let Err(unmet) = super::conditions::check(cx, view, request.headers()).await {
-        return unmet.into_response();
-    }
-    if let Err(locked) = cx.dav.locks.check(cx, view, request.headers()) {
-        return locked.into_response();
-    }
     let has_body = request
         .headers()
         .get(header::CONTENT_LENGTH)
