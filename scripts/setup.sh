@@ -9,7 +9,8 @@
 #   rpm (rpmbuild, for the package test; not with --no-slurm)
 #   curl, litmus and rclone (the WebDAV tests' clients; not with --no-slurm)
 #   Rust: the toolchain and wasm32 targets pinned in rust-toolchain.toml, clippy, rustfmt
-#   Python: the official MCP SDK (PyPI `mcp`) in target/python-mcp, for the tests (not with
+#   Python: the official MCP SDK (PyPI `mcp`) and the OTLP classes (`opentelemetry-proto`, for
+#   the traces test) in target/python-mcp, for the tests (not with
 #   --no-slurm, which is the run script's minimal set-up)
 #   npm: @modelcontextprotocol/server-filesystem (pinned) in target/mcp-filesystem, for the proxy
 #   tests (not with --no-slurm)
@@ -61,10 +62,14 @@ rustup component add --toolchain "$toolchain" clippy rustfmt >/dev/null 2>&1 \
 # the target directory (the tests look for it there).
 if [ "$slurm" = yes ]; then
     venv="${CARGO_TARGET_DIR:-target}/python-mcp"
-    if ! "$venv/bin/python" -c 'import mcp' >/dev/null 2>&1; then
-        log "installing the Python MCP SDK into $venv"
-        python3 -m venv "$venv" || { log "python3 -m venv failed: apt-get install python3-venv"; exit 1; }
-        "$venv/bin/pip" install -q "mcp==2.3.0" || { log "pip install mcp==2.3.0 failed"; exit 1; }
+    # opentelemetry-proto: the official OTLP classes, which decode the gateway's trace exports
+    # (tests/python/otlp_receiver.py).
+    if ! "$venv/bin/python" -c 'import mcp, opentelemetry.proto' >/dev/null 2>&1; then
+        log "installing the Python MCP SDK and the OTLP classes into $venv"
+        [ -x "$venv/bin/pip" ] || python3 -m venv "$venv" \
+            || { log "python3 -m venv failed: apt-get install python3-venv"; exit 1; }
+        "$venv/bin/pip" install -q "mcp==2.3.0" "opentelemetry-proto==1.45.2" \
+            || { log "pip install mcp==2.3.0 opentelemetry-proto==1.45.2 failed"; exit 1; }
     fi
 fi
 # The npm filesystem MCP server, pinned, for the proxy tests (host/tests/it/proxy_filesystem.rs),

@@ -17,7 +17,8 @@
 //! - [`mcp`]: the rmcp server over the gateway; [`http`]: its streamable HTTP and Unix-socket
 //!   transport ([`activation`]: the socket systemd passes); [`resources`]: the documents it
 //!   offers; [`dav`]: WebDAV at `/dav` on the same app, a door into the same pipeline
-//! - [`metrics`]: what the gateway counts and times, served at `GET /metrics`
+//! - [`metrics`]: what the gateway counts and times, served at `GET /metrics`;
+//!   [`telemetry`]: a trace span per call, exported over OTLP
 //! - [`proxy`]: proxied MCP servers (`<proxy>__<tool>`), discovered at start, run in sandboxes
 //! - [`config`]: the TOML configuration, raw and resolved
 //! - [`cli`]: the `hpcgate` command line
@@ -40,5 +41,6 @@ pub mod metrics;
 pub mod proxy;
 pub mod resources;
 pub mod state;
+pub mod telemetry;
 pub mod tools;
 pub mod usage;

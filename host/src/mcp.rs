@@ -25,6 +25,7 @@ use crate::config::ResultType;
 use crate::gateway::{CallResult, Caller, Gateway, Request, Snapshot};
 use crate::policy::Via;
 use crate::proxy::Change;
+use crate::telemetry::TraceParent;
 use crate::tools::{Progress, ToolSpec};
 
 const INSTRUCTIONS: &str = "hpcgate runs your work on an HPC cluster under the site's policies. \
@@ -258,6 +259,9 @@ impl ServerHandler for McpServer {
             .as_ref()
             .and_then(|m| m.get_progress_token())
             .or_else(|| context.meta.get_progress_token());
+        let trace = (request.meta.as_ref().map(|m| &m.0.0))
+            .and_then(trace_parent)
+            .or_else(|| trace_parent(&context.meta.0.0));
         let arguments = request.arguments.unwrap_or_default();
         // Progress from the blocking call goes through a channel to a task that sends the
         // notifications in order; without a token nothing is sent.
@@ -286,7 +290,9 @@ impl ServerHandler for McpServer {
                 let report = |p: Progress| {
                     let _ = progress_tx.send(p);
                 };
-                let request = Request::new(caller, via, &name, arguments).for_job(job);
+                let request = Request::new(caller, via, &name, arguments)
+                    .for_job(job)
+                    .in_trace(trace);
                 gateway.dispatch(&snapshot, request.with_progress(&report))
             })
             .await?;
@@ -342,6 +348,12 @@ fn mcp_tool(spec: &ToolSpec) -> Tool {
             .destructive(spec.destructive)
             .idempotent(spec.idempotent),
     )
+}
+
+/// The caller's trace context, from `_meta` as the MCP semantic conventions carry it.
+fn trace_parent(meta: &rmcp::model::JsonObject) -> Option<TraceParent> {
+    let parent = meta.get("traceparent")?.as_str()?;
+    TraceParent::parse(parent, meta.get("tracestate").and_then(|s| s.as_str()))
 }
 
 /// The caller a transport attached to this MCP request (`http.rs` puts it in the request's extensions, which rmcp hands on), if any.

@@ -32,6 +32,7 @@ pub mod proxies;
 pub mod raw;
 pub mod sections;
 pub mod settings;
+pub mod telemetry;
 pub mod tenants;
 pub mod web_origin;
 
@@ -55,6 +56,7 @@ pub use sections::{
     ResultType, SandboxConfig, SlurmConfig,
 };
 pub use settings::{DavExtra, DavSettings, HostCommand, Settings, load_settings};
+pub use telemetry::{TelemetryConfig, TelemetrySettings};
 pub use tenants::{Quotas, QuotasConfig, Tenant, TenantConfig, Token, TokenConfig};
 
 #[cfg(test)]

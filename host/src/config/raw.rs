@@ -69,6 +69,9 @@ pub struct Config {
     /// `[metrics]`: `GET /metrics`.
     #[serde(default)]
     pub metrics: super::metrics::MetricsConfig,
+    /// `[telemetry]`: OpenTelemetry traces over OTLP.
+    #[serde(default)]
+    pub telemetry: super::telemetry::TelemetryConfig,
     /// `[dav]`: WebDAV at `/dav` on the HTTP transports.
     #[serde(default)]
     pub dav: DavConfig,

@@ -145,6 +145,8 @@ pub struct FixedSettings {
     pub engine: EngineSettings,
     /// `[proxied_mcps]`, resolved, by name.
     pub proxied_mcps: BTreeMap<String, ProxySettings>,
+    /// `[telemetry]`; `None`: no traces.
+    pub telemetry: Option<super::telemetry::TelemetrySettings>,
 }
 
 impl FixedSettings {
@@ -159,6 +161,7 @@ impl FixedSettings {
             audit,
             engine,
             proxied_mcps,
+            telemetry,
         } = self;
         [
             ("state_dir", *state_dir != other.state_dir),
@@ -168,6 +171,7 @@ impl FixedSettings {
             ("audit", *audit != other.audit),
             ("engine", *engine != other.engine),
             ("proxied_mcps", *proxied_mcps != other.proxied_mcps),
+            ("telemetry", *telemetry != other.telemetry),
         ]
         .into_iter()
         .filter_map(|(name, differs)| differs.then_some(name))
@@ -300,6 +304,7 @@ impl FixedSettings {
                 redaction: config.audit.redaction.clone().unwrap_or_default(),
             },
             engine: config.engine_settings(),
+            telemetry: super::telemetry::resolve_telemetry(&config.telemetry, bad)?,
         })
     }
 }

@@ -24,6 +24,7 @@ use crate::policy::normalize::normalize_call;
 use crate::policy::{Call, ChainOutcome, DecisionKind, FinalDecision, Phase, Via};
 use crate::proxy::ProxiedTool;
 use crate::state::InstanceId;
+use crate::telemetry::{CallSpan, TraceParent};
 use crate::tools::{Context, Output, Progress, Tool, ToolError};
 use crate::usage::Measured;
 
@@ -40,6 +41,8 @@ pub struct Request<'a> {
     pub transfer: Option<&'a Transfer>,
     /// The job whose code sent the call (`via = job`): its door's identity and limits.
     pub job: Option<Arc<JobScope>>,
+    /// The caller's trace (MCP `_meta.traceparent`): the call's span continues it.
+    pub trace: Option<TraceParent>,
 }
 
 impl Request<'static> {
@@ -53,6 +56,7 @@ impl Request<'static> {
             progress: &no_progress,
             transfer: None,
             job: None,
+            trace: None,
         }
     }
 }
@@ -71,6 +75,7 @@ impl<'a> Request<'a> {
             progress,
             transfer: self.transfer,
             job: self.job,
+            trace: self.trace,
         }
     }
 
@@ -85,6 +90,11 @@ impl<'a> Request<'a> {
     /// The same call, sent by the code of the job behind `job`'s door (none: not a job).
     pub fn for_job(self, job: Option<Arc<JobScope>>) -> Self {
         Request { job, ..self }
+    }
+
+    /// The same call, continuing the caller's trace.
+    pub fn in_trace(self, trace: Option<TraceParent>) -> Self {
+        Request { trace, ..self }
     }
 }
 
@@ -208,6 +218,13 @@ impl Drop for JobCall {
     }
 }
 
+/// Who watches a call go through the pipeline: its metrics (recorded when dropped) and its
+/// trace span (sent when it ends).
+struct Watch<'a> {
+    tally: crate::metrics::Tally<'a>,
+    span: CallSpan<'a>,
+}
+
 /// A call that stopped before it ran, with the record that says why (none for a denial: its
 /// decision record says it).
 struct Stopped {
@@ -224,11 +241,25 @@ enum Recorded {
 }
 
 impl Gateway {
-    /// Runs one call through the pipeline with the settings and policies of `live`. The order
-    /// is the contract: prepare → decide → record → run → record → result.
+    /// Runs one call through the pipeline with the settings and policies of `live`, counted in
+    /// the metrics and traced (when `[telemetry]` is on) whichever way it ends.
     pub fn dispatch(&self, live: &Snapshot, request: Request<'_>) -> CallResult {
-        // Counts the call when dropped, whichever way it ends.
-        let mut tally = self.metrics.tally();
+        let trace = request.trace.as_ref();
+        let span =
+            (self.telemetry).span(trace, request.caller.tenant.as_ref(), request.via.as_str());
+        let mut watch = Watch {
+            tally: self.metrics.tally(),
+            span,
+        };
+        let result = self.pipeline(live, request, &mut watch);
+        let failed = result.is_error.then_some(result.text.as_str());
+        watch.span.end(failed);
+        result
+    }
+
+    /// [`Gateway::dispatch`]'s steps, each reported to `watch`. The order is the contract:
+    /// prepare → decide → record → run → record → result.
+    fn pipeline(&self, live: &Snapshot, request: Request<'_>, watch: &mut Watch<'_>) -> CallResult {
         let mut call = match self.prepare(live, request) {
             Ok(call) => call,
             Err(stopped) => {
@@ -236,9 +267,11 @@ impl Gateway {
                 return self.finish(records, stopped.result);
             }
         };
-        tally.tool(&call.input.tool);
+        watch.tally.tool(&call.input.tool);
+        watch.span.prepared(&call.input);
         let decided = live.chain.evaluate(&call.input);
-        tally.decided(&decided);
+        watch.tally.decided(&decided);
+        watch.span.decided(&decided);
         let recorded = match self.record_decision(&call, &decided) {
             Ok(recorded) => recorded,
             Err(refused) => return refused,
@@ -279,6 +312,7 @@ impl Gateway {
             progress,
             transfer,
             job,
+            trace: _,
         } = request;
         let stop = |message: String| Stopped {
             record: Some(Box::new(

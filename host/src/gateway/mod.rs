@@ -26,6 +26,7 @@ use crate::metrics::{Gauges, Metrics};
 use crate::policy::{Chain, Phase, PolicyEngine, Via};
 use crate::proxy::{ProxiedTool, ProxyManager};
 use crate::state::State;
+use crate::telemetry::Telemetry;
 use crate::tools::{Tool, ToolSpec};
 use call::Target;
 
@@ -43,6 +44,8 @@ pub struct Gateway {
     engine: PolicyEngine,
     /// Counted on the call path, rendered at `GET /metrics`.
     metrics: Arc<Metrics>,
+    /// A trace span per call, when `[telemetry]` names a collector.
+    telemetry: Telemetry,
     /// The doors of running jobs with tools (they serve once the gateway is [`Gateway::shared`]).
     code_mode: CodeMode,
 }
@@ -131,6 +134,7 @@ impl Gateway {
         let metrics = Arc::new(Metrics::default());
         metrics.set_enabled(settings.metrics.enabled);
         audit.observe(metrics.audit_observer());
+        let telemetry = Telemetry::start(settings.fixed.telemetry.as_ref(), metrics.clone())?;
         let jobs = Jobs::new(
             settings.fixed.sandbox.clone(),
             settings.fixed.slurm.clone(),
@@ -158,6 +162,7 @@ impl Gateway {
             proxies,
             engine,
             metrics,
+            telemetry,
             code_mode: CodeMode::new(&settings_state_dir),
         };
         if let Some(age) = gateway.snapshot().settings.job_retention {
@@ -208,15 +213,15 @@ impl Gateway {
     }
 
     /// The metrics exposition, with the gauges read from the state now: unfinished jobs of
-    /// every tenant by state and mode (the running index, not every record), proxied servers.
+    /// every tenant by state and mode (the running index, each record read again only when it
+    /// changed), proxied servers.
     pub fn metrics_text(&self) -> String {
         // A tenant whose records cannot be read now is left out of this scrape rather than
         // failing it: the other series still matter, and the next scrape tries again.
         let mut jobs = std::collections::BTreeMap::<(String, String), u64>::new();
         for tenant in self.state.tenants().unwrap_or_default() {
-            for record in self.state.running_jobs(&tenant, None).unwrap_or_default() {
-                let key = (serde_name(&record.status.phase), serde_name(&record.mode));
-                *jobs.entry(key).or_default() += 1;
+            for (kind, n) in self.state.unfinished_by_kind(&tenant).unwrap_or_default() {
+                *jobs.entry(kind).or_default() += n;
             }
         }
         let mut discovery = [("pending", 0), ("ready", 0), ("failed", 0)];
@@ -393,13 +398,5 @@ impl Gateway {
                 .find(&caller.tenant, instance, name)
                 .map(Target::Proxied)
         })
-    }
-}
-
-/// A unit enum variant's serialised name (`running`, `slurm`).
-fn serde_name<T: serde::Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(Value::String(name)) => name,
-        _ => "unknown".to_owned(),
     }
 }

@@ -60,6 +60,8 @@ pub struct Metrics {
     policies: Labelled<PolicySeries>,
     sandbox_start: Histogram,
     audit: Arc<AuditSeries>,
+    /// Trace spans exported and dropped (`[telemetry]`).
+    spans: [AtomicU64; 2],
 }
 
 /// One tool's calls by decision, and their durations.
@@ -116,6 +118,7 @@ impl Default for Metrics {
                 append: Histogram::new(MICROS),
                 batch_records: Histogram::new(RECORDS),
             }),
+            spans: Default::default(),
         }
     }
 }
@@ -150,6 +153,13 @@ impl Metrics {
         if self.enabled() {
             self.sandbox_start.observe_duration(took);
         }
+    }
+
+    /// `count` trace spans went to the collector (`exported`) or were dropped. Counted even
+    /// with `[metrics] enabled = false`: traces are configured apart, and this is their
+    /// only health signal.
+    pub fn spans(&self, exported: bool, count: u64) {
+        self.spans[usize::from(!exported)].fetch_add(count, Ordering::Relaxed);
     }
 
     /// A tally for one call, recorded when dropped.
@@ -275,6 +285,15 @@ impl Metrics {
         for (state, n) in &gauges.proxy_discovery {
             f.sample(&[("state", state)], *n);
         }
+        let [exported, dropped] = &self.spans;
+        let mut f = Family::new(
+            &mut out,
+            "hpcgate_trace_spans_total",
+            "counter",
+            "Trace spans sent to the OTLP collector (exported) or lost to a full queue or a failed export (dropped).",
+        );
+        f.sample(&[("outcome", "exported")], exported.load(Ordering::Relaxed));
+        f.sample(&[("outcome", "dropped")], dropped.load(Ordering::Relaxed));
         out
     }
 }

@@ -150,6 +150,23 @@ impl State {
         Ok(records)
     }
 
+    /// The tenant's unfinished jobs by (phase, mode) names, for the metrics: each record
+    /// is read again only when it changed on disk (`census.rs`).
+    pub fn unfinished_by_kind(
+        &self,
+        tenant: &TenantName,
+    ) -> Result<std::collections::BTreeMap<(String, String), u64>, StateError> {
+        let paths = self.tenant(tenant);
+        let ids = match running::listed(&paths)? {
+            Some(ids) => ids,
+            None => {
+                let _lock = TenantLock::acquire(&paths)?;
+                running::listed_locked(&paths, tenant)?
+            }
+        };
+        Ok(self.memos.census.count(&paths, tenant, ids))
+    }
+
     /// How many unfinished jobs the tenant has (the policies' `usage.running_jobs`; the
     /// `max_running_jobs` quota counts again under the tenant lock).
     pub fn running_job_count(&self, tenant: &TenantName) -> Result<usize, StateError> {

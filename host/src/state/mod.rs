@@ -22,6 +22,7 @@
 //!   tenant's `flock` (`lock.rs`).
 
 mod archive;
+mod census;
 mod clean;
 mod create;
 mod error;
@@ -78,6 +79,8 @@ struct Memos {
     running_jobs: Memo<usize, 2>,
     /// Instance metadata, by its `meta.json`.
     meta: Memo<Option<InstanceMeta>, 1>,
+    /// Unfinished jobs by phase and mode, by each record's stamp (the metrics scrape).
+    census: census::Census,
 }
 
 impl State {
@@ -90,6 +93,7 @@ impl State {
             instances: Memo::new(),
             running_jobs: Memo::new(),
             meta: Memo::new(),
+            census: census::Census::default(),
         });
         Ok(State { root, memos })
     }

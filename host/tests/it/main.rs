@@ -47,5 +47,6 @@ mod state_instances;
 mod state_jobs;
 mod state_tenancy;
 mod systemd;
+mod telemetry;
 mod tenant_cli;
 mod uds_tenancy;
