@@ -288,7 +288,7 @@ impl Gateway {
             }) => return self.settle(recorded, Vec::new(), *outcome, result),
         };
         let cx = self.context(live, &call);
-        let (result, proxied) = self.run(&call, &cx, arguments);
+        let (result, proxied) = self.run(&call, &cx, arguments, watch.span.traceparent());
         let events = cx.events.take().into_iter();
         let events = events.map(|event| call.attribute(event)).collect();
         let outcome = call.outcome(result.as_ref());
@@ -451,19 +451,21 @@ impl Gateway {
     }
 
     /// The run step: the builtin tool, or the proxied server (whose whole result comes back
-    /// too).
+    /// too; `trace` is the call's span as a `traceparent`, passed on in `_meta`).
     fn run(
         &self,
         call: &Prepared<'_>,
         cx: &Context<'_>,
         arguments: Map<String, Value>,
+        trace: Option<String>,
     ) -> (Result<Output, ToolError>, Option<Value>) {
         match &call.target {
             Target::Builtin(tool) => (tool.run(cx, arguments), None),
             Target::Proxied(tool) => {
                 let (tenant, instance) = (&call.caller.tenant, call.instance.as_ref());
                 let proxies = &self.proxies;
-                match crate::proxy::run(proxies, &self.state, tenant, instance, tool, arguments) {
+                let (state, trace) = (&self.state, trace);
+                match crate::proxy::run(proxies, state, tenant, instance, tool, arguments, trace) {
                     Ok(reply) => {
                         let outcome = Outcome {
                             bytes: Some(reply.bytes),

@@ -179,17 +179,24 @@ impl Client {
         }
     }
 
-    /// Calls `remote` (exposed as `exposed`) with `arguments`. On timeout the request is
-    /// dropped, which sends `notifications/cancelled` to the server.
+    /// Calls `remote` (exposed as `exposed`) with `arguments`, continuing the gateway's trace
+    /// (`traceparent` in `_meta`, as the MCP semantic conventions carry it). On timeout the
+    /// request is dropped, which sends `notifications/cancelled` to the server.
     pub async fn call(
         &self,
         remote: &str,
         exposed: &str,
         arguments: Map<String, Value>,
         timeout: Duration,
+        trace: Option<String>,
     ) -> Result<CallToolResult, ProxyError> {
         let _busy = Busy::enter(self);
-        let params = CallToolRequestParams::new(remote.to_owned()).with_arguments(arguments);
+        let mut params = CallToolRequestParams::new(remote.to_owned()).with_arguments(arguments);
+        if let Some(traceparent) = trace {
+            let mut meta = Map::new();
+            meta.insert("traceparent".to_owned(), Value::String(traceparent));
+            params.meta = Some(meta.into());
+        }
         let outcome = tokio::time::timeout(timeout, self.peer.call_tool_once(params)).await;
         match outcome {
             Err(_) => Err(ProxyError::Timeout {

@@ -238,7 +238,8 @@ impl ProxyManager {
     }
 
     /// Calls `tool` for `tenant` in `instance` (whose host directories are `paths`) with the
-    /// final, policy-approved arguments (the gateway's `instance_id` included). Blocks.
+    /// final, policy-approved arguments (the gateway's `instance_id` included), in the trace
+    /// `trace` (a `traceparent`) when the call is traced. Blocks.
     pub fn call(
         &self,
         tenant: &TenantName,
@@ -246,6 +247,7 @@ impl ProxyManager {
         paths: InstancePathsAmbient,
         tool: &ProxiedTool,
         arguments: Map<String, Value>,
+        trace: Option<String>,
     ) -> Result<CallToolResult, ProxyError> {
         let Some(inner) = self.inner.clone() else {
             return Err(ProxyError::ShuttingDown);
@@ -268,6 +270,7 @@ impl ProxyManager {
                     &tool.exposed_name,
                     arguments,
                     settings.call_timeout,
+                    trace,
                 )
                 .await?;
             let bytes = serde_json::to_vec(&result).map_or(0, |b| b.len() as u64);

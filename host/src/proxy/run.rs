@@ -34,6 +34,7 @@ pub fn run(
     instance: Option<&InstanceId>,
     tool: &ProxiedTool,
     arguments: Map<String, Value>,
+    trace: Option<String>,
 ) -> Result<Reply, String> {
     // The gateway's own argument; the rest is the remote server's to validate against its
     // schema.
@@ -59,7 +60,7 @@ pub fn run(
         ));
     }
     let result = manager
-        .call(tenant, id.as_str(), paths, &current, arguments)
+        .call(tenant, id.as_str(), paths, &current, arguments, trace)
         .map_err(|e| e.to_string())?;
     let summary = first_text(&result);
     let remote_error = (result.is_error == Some(true)).then(|| {

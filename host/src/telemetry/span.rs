@@ -137,6 +137,18 @@ impl<'a> CallSpan<'a> {
         }
     }
 
+    /// This span as the parent of what the call causes (a proxied server's work): a W3C
+    /// `traceparent`, sampled; `None` when the call is not traced.
+    pub fn traceparent(&self) -> Option<String> {
+        let (_, span) = self.open.as_ref()?;
+        let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        Some(format!(
+            "00-{}-{}-01",
+            hex(&span.trace_id),
+            hex(&span.span_id)
+        ))
+    }
+
     /// The call ended with `failed` (its message when it is an error): the span goes to the
     /// exporter, which never blocks the call (a full queue drops the span and counts it).
     pub fn end(self, failed: Option<&str>) {

@@ -321,3 +321,45 @@ fn telemetry_settings_are_checked_at_load() {
         assert!(message.contains("telemetry."), "names the key: {message}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proxied_server_gets_the_gateways_span_as_its_parent() {
+    use crate::support::proxy::{discovered, gateway, raw, test_proxy};
+    use hpcgate::gateway::Request;
+    use hpcgate::policy::Via;
+    use hpcgate::telemetry::TraceParent;
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("spans.jsonl");
+    let (_receiver, port) = receiver(&out).await;
+    let toml = format!(
+        "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\nexport_interval_ms = 20\n{}",
+        test_proxy("t", "")
+    );
+    let spans = tokio::task::spawn_blocking(move || {
+        let gw = gateway(dir.path(), &toml);
+        discovered(&gw);
+        let me = caller("default");
+        ok(gw.call(&me, "create_instance", args(json!({"instance_id": "p1"}))));
+        let parent = TraceParent::parse(&format!("00-{TRACE}-{PARENT}-01"), None);
+        let echo = args(json!({"instance_id": "p1", "message": "hi"}));
+        let request = Request::new(me, Via::Mcp, "t__echo", echo).in_trace(parent);
+        let result = crate::support::proxy::ok(gw.dispatch(&gw.snapshot(), request));
+        (raw(&result), dir)
+    })
+    .await
+    .unwrap();
+    let (result, dir) = spans;
+    let spans = spans_until(&dir.path().join("spans.jsonl"), |s| {
+        s.iter().any(|s| s["name"] == "tools/call t__echo")
+    })
+    .await;
+    let echo = named(&spans, "tools/call t__echo");
+    assert_eq!(echo["parent_span_id"], PARENT);
+    assert_eq!(
+        attribute(echo, "hpcgate.proxied_server"),
+        &json!({"string_value": "t"})
+    );
+    let expected = format!("00-{TRACE}-{}-01", echo["span_id"].as_str().unwrap());
+    assert_eq!(result["_meta"]["seen_traceparent"], expected, "{result:#}");
+}

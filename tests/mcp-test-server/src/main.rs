@@ -156,7 +156,18 @@ impl ServerHandler for TestServer {
         match request.name.as_ref() {
             "echo" => {
                 let message = args.get("message").and_then(Value::as_str).unwrap_or("");
-                text(message)
+                // The trace context the caller passed, said back (the gateway's traces test).
+                let traceparent = (request.meta.as_ref())
+                    .and_then(|m| m.0.0.get("traceparent"))
+                    .or_else(|| context.meta.0.0.get("traceparent"))
+                    .cloned();
+                match traceparent {
+                    None => text(message),
+                    Some(seen) => result(json!({
+                        "content": [{"type": "text", "text": message}],
+                        "_meta": {"seen_traceparent": seen},
+                    })),
+                }
             }
             "add" => {
                 let sum = int(&args, "a")? + int(&args, "b")?;
