@@ -7,8 +7,8 @@
 //! policy chain loads; and,
 //! only when `[slurm] enabled`, the Slurm clients exist and `sinfo` answers — a host without
 //! Slurm is not a broken host; and each `[proxied_mcps]` server answers `tools/list` in a
-//! throwaway sandbox. Each line says what is wrong and what to do; exit 1 when any
-//! required check fails.
+//! throwaway sandbox; the `[telemetry]` collector accepts connections (a warning if not). Each
+//! line says what is wrong and what to do; exit 1 when any required check fails.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -19,6 +19,7 @@ use serde_json::json;
 
 mod proxies;
 mod system;
+mod telemetry;
 
 use super::out;
 use crate::config::{Environment, Settings, load};
@@ -168,6 +169,7 @@ fn checks(settings: &Settings) -> Vec<Check> {
     checks.push(policies(settings));
     checks.push(slurm(settings));
     checks.push(proxies::proxied_mcps(settings));
+    checks.push(telemetry::telemetry(settings));
     checks
 }
 

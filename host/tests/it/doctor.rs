@@ -81,7 +81,8 @@ fn a_login_node_without_slurm_passes_and_slurm_is_skipped() {
             "audit dir",
             "policies",
             "slurm",
-            "proxied mcps"
+            "proxied mcps",
+            "telemetry"
         ]
     );
     for name in [
@@ -115,7 +116,48 @@ fn a_login_node_without_slurm_passes_and_slurm_is_skipped() {
         assert!(!detail.contains("NOT enforced"), "{limits}");
     }
     assert_eq!(check(&report, "slurm")["status"], "skip");
+    assert_eq!(check(&report, "telemetry")["status"], "skip");
     assert_eq!((code, &report["ok"]), (Some(0), &Value::Bool(true)));
+}
+
+#[test]
+fn a_collector_that_is_down_is_a_warning_and_one_that_listens_passes() {
+    let home = tempfile::tempdir().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = listener.local_addr().unwrap().port();
+    let down = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    for (port, status) in [(up, "pass"), (down, "warn")] {
+        let config = format!(
+            "{}[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\n",
+            state_config(home.path())
+        );
+        let (code, report) = doctor(home.path(), &config);
+        let telemetry = check(&report, "telemetry");
+        assert_eq!(telemetry["status"], status, "{telemetry}");
+        assert!(
+            telemetry["detail"]
+                .as_str()
+                .unwrap()
+                .contains(&format!(":{port}/v1/traces"))
+        );
+        if status == "warn" {
+            assert!(
+                telemetry["hint"]
+                    .as_str()
+                    .unwrap()
+                    .contains("hpcgate_trace_spans_total")
+            );
+        }
+        assert_eq!(
+            code,
+            Some(0),
+            "a warning does not fail the doctor: {report:#}"
+        );
+    }
 }
 
 #[test]
