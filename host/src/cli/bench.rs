@@ -252,6 +252,18 @@ impl Endpoint {
         })
     }
 
+    /// The gateway's process id.
+    pub(super) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// `http://HOST:PORT`, without the MCP path.
+    pub(super) fn origin(&self) -> String {
+        let rest = self.url.strip_prefix("http://").unwrap_or(&self.url);
+        let authority = rest.split('/').next().unwrap_or(rest);
+        format!("http://{authority}")
+    }
+
     /// A new MCP session, as tenant `i % tenants` when there are tokens.
     pub(super) async fn connect(&self, i: usize) -> anyhow::Result<Client> {
         let mut config = StreamableHttpClientTransportConfig::with_uri(self.url.as_str());
@@ -483,7 +495,11 @@ async fn stat(client: &Client, instance: &str) -> anyhow::Result<()> {
     .await
 }
 
-async fn call(client: &Client, tool: &'static str, arguments: Value) -> anyhow::Result<()> {
+pub(super) async fn call(
+    client: &Client,
+    tool: &'static str,
+    arguments: Value,
+) -> anyhow::Result<()> {
     let Value::Object(arguments) = arguments else {
         bail!("arguments must be an object");
     };

@@ -4,6 +4,7 @@
 mod audit;
 mod bench;
 mod bench_code;
+mod bench_dav;
 mod bench_figures;
 mod bench_metrics;
 mod bench_proxy;
@@ -76,6 +77,9 @@ enum BenchCommand {
     Metrics(bench_metrics::BenchMetricsArgs),
     /// Code mode: `run_python` end to end, and tool calls from Python inside a job.
     Code(bench_code::CodeArgs),
+    /// WebDAV: PUT and GET of a large file, PROPFIND of a large directory (against wsgidav
+    /// with `--wsgidav`).
+    Dav(bench_dav::DavArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -106,6 +110,7 @@ pub fn main() -> ExitCode {
         Command::Man(args) => docs::man(args),
         Command::Completions(args) => docs::completions(args),
         Command::Bench(BenchCommand::Code(args)) => bench_code::run(args),
+        Command::Bench(BenchCommand::Dav(args)) => bench_dav::run(args),
     };
     match result {
         Ok(code) => code,
