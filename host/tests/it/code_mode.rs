@@ -382,3 +382,69 @@ print(json.dumps({"before": before, "after": t.read_file(path="go")["content"]})
         "{after_restart:?}"
     );
 }
+
+/// Calls `stat_path` ten times from a job's code; what each returned (`ok` or the error).
+const RATE_SCRIPT: &str = r#"
+import json
+import hpcgate_tools as t
+seen = []
+for _ in range(10):
+    try:
+        t.stat_path(path=".")
+        seen.append("ok")
+    except t.ToolError as e:
+        seen.append(str(e))
+print(json.dumps(seen))
+"#;
+
+/// A job's calls are the tenant's calls: they draw on the tenant's rate limits (so a script
+/// cannot multiply its tenant's rate by looping), and each refusal is audited as the job's.
+#[test]
+fn a_jobs_calls_count_against_its_tenants_rate_limits() {
+    use crate::support::gateway::{args, caller, err, open};
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{CHAIN}\n[tenants.chem.rate_limits]\n\"stat_path\" = {{ per_minute = 4 }}\n[tenants.bio]\n"
+    );
+    let gw = open(dir.path(), &config).shared();
+    let chem = caller("chem");
+    let create = args(json!({"instance_id": "rl"}));
+    assert!(!gw.call(&chem, "create_instance", create).is_error);
+    let run = args(json!({"instance_id": "rl", "code": RATE_SCRIPT, "timeout": 120}));
+    let result = gw.call(&chem, "run_python", run);
+    assert!(!result.is_error, "{}", result.text);
+    let job = &result.structured["job"];
+    assert_eq!(job["exit_code"], 0, "{job}");
+    let seen: Vec<String> =
+        serde_json::from_str(job["stdout_tail"].as_str().unwrap().trim()).unwrap();
+    assert_eq!(seen.iter().filter(|s| *s == "ok").count(), 4, "{seen:?}");
+    for refused in &seen[4..] {
+        assert!(
+            refused.contains("rate limit") && refused.contains("retry in"),
+            "{seen:?}"
+        );
+    }
+    // The bucket is the tenant's: the agent is refused now too; another tenant is not.
+    let stat = || args(json!({"instance_id": "rl", "path": "."}));
+    assert!(err(gw.call(&chem, "stat_path", stat())).contains("rate limit"));
+    let bio = caller("bio");
+    assert!(
+        !gw.call(&bio, "create_instance", args(json!({"instance_id": "rl"})))
+            .is_error
+    );
+    assert!(!gw.call(&bio, "stat_path", stat()).is_error);
+
+    let job_id = job["job_id"].as_str().unwrap();
+    let records = audit_records(dir.path());
+    let limited = records
+        .iter()
+        .filter(|r| {
+            r["principal"] == format!("job:{job_id}").as_str()
+                && r["outcome"]["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("rate limit"))
+        })
+        .count();
+    assert_eq!(limited, 6, "each refusal is recorded as the job's");
+}
