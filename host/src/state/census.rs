@@ -1,120 +1,46 @@
 //! Unfinished jobs counted by phase and mode, for the metrics scrape (`hpcgate_jobs`).
 //!
 //! A scrape must not read every unfinished job's record: with 10,000 queued jobs that is
-//! 10,000 opens and JSON parses (82 ms), every 15 seconds. A job's phase changes only when its
-//! `record.json` is replaced, so each job's (phase, mode) is kept with the record's stamp and
-//! read again only when the stamp differs — one `statat` per job, relative to the tenant's open
-//! `jobs/` directory. A stamp is trusted as in `memo.rs`: only once it was first seen
-//! [`SETTLE`] before the read. Jobs that left the running index are forgotten at the next scrape,
-//! so the census holds no more entries than there are unfinished jobs.
+//! 10,000 opens and JSON parses (82 ms here), every 15 seconds, and even a `stat` per job
+//! costs 50 ms on this kind of machine. The running index names each job's phase and mode
+//! (`running.rs`), so one directory listing counts them; a record is read only when its marker
+//! says nothing (an index from before) or a crash left two names for one job.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Mutex, PoisonError};
-use std::time::Instant;
+use std::collections::BTreeMap;
 
-use rustix::fs::{Mode, OFlags};
-
-use super::id::{JobId, TenantName};
+use super::id::TenantName;
 use super::jobs::read_record;
-use super::layout::{RECORD, TenantPaths};
-use super::memo::{SETTLE, Stamp};
+use super::layout::TenantPaths;
+use super::running::Marker;
 
-/// (phase, mode) as their serde names (`queued`, `sandbox`, …).
+/// (phase, mode) as their serde names (`pending`, `slurm`, …).
 pub type Kind = (String, String);
 
-struct Entry {
-    stamp: Stamp,
-    first_seen: Instant,
-    /// `None`: not read under this stamp yet (or not settled); `Some(None)`: final.
-    kind: Option<Option<Kind>>,
-}
-
-/// Per (tenant, job): what its record said, under which stamp.
-#[derive(Default)]
-pub(crate) struct Census {
-    entries: Mutex<HashMap<(TenantName, JobId), Entry>>,
-    /// Records read, for the tests.
-    #[cfg(test)]
-    reads: std::sync::atomic::AtomicUsize,
-}
-
-impl std::fmt::Debug for Census {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Census")
-    }
-}
-
-impl Census {
-    /// The unfinished jobs among `ids` (the tenant's running index) by kind.
-    pub(crate) fn count(
-        &self,
-        paths: &TenantPaths,
-        tenant: &TenantName,
-        ids: Vec<JobId>,
-    ) -> BTreeMap<Kind, u64> {
-        let mut counts = BTreeMap::new();
-        let jobs = rustix::fs::open(
-            paths.jobs(),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .ok();
-        let listed: HashSet<&JobId> = ids.iter().collect();
-        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        entries.retain(|(t, id), _| t != tenant || listed.contains(id));
-        for id in &ids {
-            let stamp = jobs
-                .as_ref()
-                .and_then(|dir| Stamp::at(dir, &format!("{id}/{RECORD}")));
-            let kind = match stamp {
-                Some(stamp) => {
-                    let key = (tenant.clone(), id.clone());
-                    let entry = entries.entry(key).or_insert_with(|| Entry {
-                        stamp,
-                        first_seen: Instant::now(),
-                        kind: None,
-                    });
-                    if entry.stamp != stamp {
-                        *entry = Entry {
-                            stamp,
-                            first_seen: Instant::now(),
-                            kind: None,
-                        };
-                    }
-                    match &entry.kind {
-                        Some(kind) => kind.clone(),
-                        None => {
-                            let settled = entry.first_seen.elapsed() >= SETTLE;
-                            #[cfg(test)]
-                            self.reads
-                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let kind = read_kind(paths, tenant, id);
-                            // Kept only when settled and unchanged while read.
-                            let same = jobs
-                                .as_ref()
-                                .and_then(|dir| Stamp::at(dir, &format!("{id}/{RECORD}")));
-                            if settled && same == Some(stamp) {
-                                entry.kind = Some(kind.clone());
-                            }
-                            kind
-                        }
-                    }
-                }
-                // No stamp (a race with its removal, or no jobs directory): read it plainly.
-                None => read_kind(paths, tenant, id),
-            };
-            if let Some(kind) = kind {
-                *counts.entry(kind).or_default() += 1;
-            }
+/// The unfinished jobs among `markers` (the tenant's running index) by kind.
+pub(crate) fn count(
+    paths: &TenantPaths,
+    tenant: &TenantName,
+    mut markers: Vec<Marker>,
+) -> BTreeMap<Kind, u64> {
+    markers.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut counts = BTreeMap::new();
+    let mut i = 0;
+    while i < markers.len() {
+        let id = &markers[i].0;
+        let same = markers[i..].iter().take_while(|m| &m.0 == id).count();
+        let kind = match (same, &markers[i].1) {
+            (1, Some((phase, mode))) => Some((name(phase), name(mode))),
+            _ => read_record(paths, tenant, id)
+                .ok()
+                .filter(|record| !record.is_final())
+                .map(|record| (name(&record.status.phase), name(&record.mode))),
+        };
+        if let Some(kind) = kind {
+            *counts.entry(kind).or_default() += 1;
         }
-        counts
+        i += same;
     }
-}
-
-/// The record's (phase, mode); `None` when it is final or cannot be read.
-fn read_kind(paths: &TenantPaths, tenant: &TenantName, id: &JobId) -> Option<Kind> {
-    let record = read_record(paths, tenant, id).ok()?;
-    (!record.is_final()).then(|| (name(&record.status.phase), name(&record.mode)))
+    counts
 }
 
 /// A unit enum variant's serialised name (`running`, `slurm`).
@@ -127,25 +53,17 @@ fn name<T: serde::Serialize>(value: &T) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::Ordering;
-
     use super::*;
+    use crate::state::layout::TenantPaths;
     use crate::state::{
-        InstanceId, JobMode, JobPhase, JobStatus, NewInstance, NewJob, Observation, Resources,
-        State,
+        InstanceId, JobId, JobMode, JobPhase, JobStatus, NewInstance, NewJob, Observation,
+        Resources, State,
     };
 
-    fn settle_now(census: &Census) {
-        let mut entries = census.entries.lock().unwrap();
-        for entry in entries.values_mut() {
-            entry.first_seen -= SETTLE;
-        }
-    }
-
-    fn submit(state: &State, tenant: &TenantName, instance: &InstanceId) -> JobId {
+    fn submit(state: &State, tenant: &TenantName, instance: &InstanceId, mode: JobMode) -> JobId {
         let new = NewJob {
             instance: instance.clone(),
-            mode: JobMode::Slurm,
+            mode,
             command: vec!["true".to_owned()],
             resources: Resources::default(),
             max_running_jobs: None,
@@ -158,8 +76,17 @@ mod tests {
         state.refresh(tenant, job, observed).unwrap();
     }
 
+    fn kinds(state: &State, tenant: &TenantName) -> Vec<(String, String, u64)> {
+        let counts = state.unfinished_by_kind(tenant).unwrap();
+        counts.into_iter().map(|((p, m), n)| (p, m, n)).collect()
+    }
+
+    fn k(phase: &str, mode: &str, n: u64) -> (String, String, u64) {
+        (phase.to_owned(), mode.to_owned(), n)
+    }
+
     #[test]
-    fn records_are_read_again_only_when_they_change() {
+    fn the_index_names_each_jobs_phase_and_counts_follow_it() {
         let dir = tempfile::tempdir().unwrap();
         let state = State::open(dir.path()).unwrap();
         let tenant = TenantName::parse("chem").unwrap();
@@ -169,37 +96,75 @@ mod tests {
             ..NewInstance::default()
         };
         state.create(&tenant, new).unwrap();
-        let jobs: Vec<JobId> = (0..3).map(|_| submit(&state, &tenant, &instance)).collect();
-        for job in &jobs {
+        let slurm: Vec<JobId> = (0..3)
+            .map(|_| submit(&state, &tenant, &instance, JobMode::Slurm))
+            .collect();
+        let local = submit(&state, &tenant, &instance, JobMode::Local);
+        assert_eq!(
+            kinds(&state, &tenant),
+            [k("submitting", "local", 1), k("submitting", "slurm", 3)]
+        );
+        for job in &slurm {
             to(&state, &tenant, job, JobPhase::Pending);
         }
-        let census = &state.memos.census;
-        let reads = || census.reads.load(Ordering::Relaxed);
-        let count = |phase: &str| {
-            let counts = state.unfinished_by_kind(&tenant).unwrap();
-            counts
-                .get(&(phase.to_owned(), "slurm".to_owned()))
-                .copied()
-                .unwrap_or(0)
+        to(&state, &tenant, &slurm[0], JobPhase::Running);
+        to(&state, &tenant, &local, JobPhase::Running);
+        to(&state, &tenant, &slurm[1], JobPhase::Completed);
+        assert_eq!(
+            kinds(&state, &tenant),
+            [
+                k("pending", "slurm", 1),
+                k("running", "local", 1),
+                k("running", "slurm", 1)
+            ]
+        );
+        // One name per unfinished job; none for the finished one.
+        let paths = TenantPaths::new(dir.path(), &tenant);
+        let mut names: Vec<String> = std::fs::read_dir(paths.running())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        let mut expected = vec![
+            format!("{}.running.slurm", slurm[0]),
+            format!("{}.pending.slurm", slurm[2]),
+            format!("{local}.running.local"),
+        ];
+        expected.sort();
+        assert_eq!(names, expected);
+    }
+
+    #[test]
+    fn bare_or_doubled_names_are_settled_by_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = State::open(dir.path()).unwrap();
+        let tenant = TenantName::parse("chem").unwrap();
+        let instance = InstanceId::parse("run1").unwrap();
+        let new = NewInstance {
+            id: Some(instance.clone()),
+            ..NewInstance::default()
         };
-
-        assert_eq!(count("pending"), 3);
-        assert_eq!(count("pending"), 3);
-        assert_eq!(reads(), 6, "fresh stamps are not trusted");
-        settle_now(census);
-        assert_eq!(count("pending"), 3);
-        assert_eq!(count("pending"), 3);
-        assert_eq!(count("pending"), 3);
-        assert_eq!(reads(), 9, "settled: read once more, then kept");
-
-        // A phase change replaces the record: that one is read again, the others are not.
-        to(&state, &tenant, &jobs[0], JobPhase::Running);
-        assert_eq!((count("pending"), count("running")), (2, 1));
-        assert_eq!(reads(), 11);
-        // A finished job leaves the index and the census.
-        to(&state, &tenant, &jobs[1], JobPhase::Completed);
-        assert_eq!((count("pending"), count("running")), (1, 1));
-        let entries = census.entries.lock().unwrap().len();
-        assert_eq!(entries, 2, "only unfinished jobs are kept");
+        state.create(&tenant, new).unwrap();
+        let a = submit(&state, &tenant, &instance, JobMode::Slurm);
+        let b = submit(&state, &tenant, &instance, JobMode::Slurm);
+        to(&state, &tenant, &a, JobPhase::Running);
+        to(&state, &tenant, &b, JobPhase::Running);
+        let running = TenantPaths::new(dir.path(), &tenant).running();
+        // An index from before names no phase; a crash between the new name and the removal
+        // of the old leaves two, the old one wrong.
+        std::fs::rename(
+            running.join(format!("{a}.running.slurm")),
+            running.join(a.as_str()),
+        )
+        .unwrap();
+        std::fs::write(running.join(format!("{b}.pending.slurm")), "").unwrap();
+        assert_eq!(kinds(&state, &tenant), [k("running", "slurm", 2)]);
+        assert_eq!(state.running_job_count(&tenant).unwrap(), 2);
+        // The sweep names them again, once each.
+        let paths = TenantPaths::new(dir.path(), &tenant);
+        crate::state::running::sweep_stale(&paths, &tenant).unwrap();
+        let names = std::fs::read_dir(&running).unwrap().count();
+        assert_eq!(names, 2);
+        assert_eq!(kinds(&state, &tenant), [k("running", "slurm", 2)]);
     }
 }

@@ -82,7 +82,7 @@ impl State {
             updated_at: now,
         };
         write_json_atomic(&tmp, RECORD, &record).map_err(StateError::io("write a job record"))?;
-        running::mark(&paths, &record.job_id)?;
+        running::mark_new(&paths, &record)?;
         rename_noreplace(&tmp, &paths.job(&record.job_id))
             .map_err(StateError::io("create a job record"))?;
         sync_dir(&paths.jobs()).map_err(StateError::io("create a job record"))?;
@@ -150,21 +150,22 @@ impl State {
         Ok(records)
     }
 
-    /// The tenant's unfinished jobs by (phase, mode) names, for the metrics: each record
-    /// is read again only when it changed on disk (`census.rs`).
+    /// The tenant's unfinished jobs by (phase, mode) names, for the metrics: from the running
+    /// index's names, reading only the records whose name says nothing (`census.rs`).
     pub fn unfinished_by_kind(
         &self,
         tenant: &TenantName,
     ) -> Result<std::collections::BTreeMap<(String, String), u64>, StateError> {
         let paths = self.tenant(tenant);
-        let ids = match running::listed(&paths)? {
-            Some(ids) => ids,
+        let markers = match running::markers(&paths)? {
+            Some(markers) => markers,
             None => {
                 let _lock = TenantLock::acquire(&paths)?;
-                running::listed_locked(&paths, tenant)?
+                running::listed_locked(&paths, tenant)?;
+                running::markers(&paths)?.unwrap_or_default()
             }
         };
-        Ok(self.memos.census.count(&paths, tenant, ids))
+        Ok(super::census::count(&paths, tenant, markers))
     }
 
     /// How many unfinished jobs the tenant has (the policies' `usage.running_jobs`; the
@@ -189,12 +190,15 @@ impl State {
     }
 }
 
-/// Replaces a job's record (caller holds the lock); a final record leaves the running index.
+/// Replaces a job's record (caller holds the lock); a final record leaves the running index,
+/// another is indexed under its phase.
 pub(crate) fn save_record(paths: &TenantPaths, record: &JobRecord) -> Result<(), StateError> {
     write_json_atomic(&paths.job(&record.job_id), RECORD, record)
         .map_err(StateError::io("write a job record"))?;
     if record.is_final() {
         running::unmark(paths, &record.job_id)?;
+    } else {
+        running::mark(paths, record)?;
     }
     Ok(())
 }

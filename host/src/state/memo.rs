@@ -21,14 +21,14 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How long a stamp must have been seen before a value derived under it is kept.
-pub(crate) const SETTLE: Duration = Duration::from_secs(1);
+const SETTLE: Duration = Duration::from_secs(1);
 
 /// At most this many values are kept; past it the memo starts over.
 const CAPACITY: usize = 4096;
 
 /// What `lstat` says of a path, enough to see that it changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Stamp {
+struct Stamp {
     dev: u64,
     ino: u64,
     size: u64,
@@ -45,19 +45,6 @@ impl Stamp {
             size: m.size(),
             mtime: (m.mtime(), m.mtime_nsec()),
             ctime: (m.ctime(), m.ctime_nsec()),
-        })
-    }
-
-    /// The stamp of `name` beneath the open directory `dir`, not following a final symlink
-    /// (a relative lookup: no walk from the root per file).
-    pub(crate) fn at(dir: impl rustix::fd::AsFd, name: &str) -> Option<Stamp> {
-        let m = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
-        Some(Stamp {
-            dev: m.st_dev,
-            ino: m.st_ino,
-            size: m.st_size as u64,
-            mtime: (m.st_mtime, m.st_mtime_nsec as i64),
-            ctime: (m.st_ctime, m.st_ctime_nsec as i64),
         })
     }
 

@@ -79,8 +79,6 @@ struct Memos {
     running_jobs: Memo<usize, 2>,
     /// Instance metadata, by its `meta.json`.
     meta: Memo<Option<InstanceMeta>, 1>,
-    /// Unfinished jobs by phase and mode, by each record's stamp (the metrics scrape).
-    census: census::Census,
 }
 
 impl State {
@@ -93,7 +91,6 @@ impl State {
             instances: Memo::new(),
             running_jobs: Memo::new(),
             meta: Memo::new(),
-            census: census::Census::default(),
         });
         Ok(State { root, memos })
     }

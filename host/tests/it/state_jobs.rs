@@ -303,7 +303,7 @@ fn running_index_follows_jobs_and_recovers_from_crashes() {
         .map(|_| state.new_job(&chem, new_job("run1")).unwrap())
         .collect();
     let index = dir.path().join("state/tenants/chem/jobs/.running");
-    let markers = || {
+    let names = || {
         let mut names: Vec<String> = fs::read_dir(&index)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -311,12 +311,20 @@ fn running_index_follows_jobs_and_recovers_from_crashes() {
         names.sort();
         names
     };
+    // The job ids the markers name (a marker is `<id>.<phase>.<mode>`).
+    let markers = || {
+        let ids = names().into_iter();
+        ids.map(|n| n.split('.').next().unwrap().to_owned()).collect::<Vec<_>>()
+    };
     let ids = |records: &[&JobRecord]| {
         let mut ids: Vec<String> = records.iter().map(|r| r.job_id.to_string()).collect();
         ids.sort();
         ids
     };
     assert_eq!(markers(), ids(&[&jobs[0], &jobs[1], &jobs[2]]));
+    for name in names() {
+        assert!(name.ends_with(".submitting.local"), "{name}");
+    }
 
     let finished = &jobs[0];
     state
