@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::id::TenantName;
+use super::job::{JobMode, JobPhase};
 use super::jobs::read_record;
 use super::layout::TenantPaths;
 use super::running::Marker;
@@ -22,25 +23,32 @@ pub(crate) fn count(
     tenant: &TenantName,
     mut markers: Vec<Marker>,
 ) -> BTreeMap<Kind, u64> {
-    markers.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut counts = BTreeMap::new();
+    markers.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    // A handful of kinds: counted by value, named once at the end.
+    let mut counts: Vec<((JobPhase, JobMode), u64)> = Vec::new();
     let mut i = 0;
     while i < markers.len() {
         let id = &markers[i].0;
         let same = markers[i..].iter().take_while(|m| &m.0 == id).count();
-        let kind = match (same, &markers[i].1) {
-            (1, Some((phase, mode))) => Some((name(phase), name(mode))),
+        let kind = match (same, markers[i].1) {
+            (1, Some(kind)) => Some(kind),
             _ => read_record(paths, tenant, id)
                 .ok()
                 .filter(|record| !record.is_final())
-                .map(|record| (name(&record.status.phase), name(&record.mode))),
+                .map(|record| (record.status.phase, record.mode)),
         };
         if let Some(kind) = kind {
-            *counts.entry(kind).or_default() += 1;
+            match counts.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((kind, 1)),
+            }
         }
         i += same;
     }
     counts
+        .into_iter()
+        .map(|((phase, mode), n)| ((name(&phase), name(&mode)), n))
+        .collect()
 }
 
 /// A unit enum variant's serialised name (`running`, `slurm`).
