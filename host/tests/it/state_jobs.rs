@@ -314,7 +314,8 @@ fn running_index_follows_jobs_and_recovers_from_crashes() {
     // The job ids the markers name (a marker is `<id>.<phase>.<mode>`).
     let markers = || {
         let ids = names().into_iter();
-        ids.map(|n| n.split('.').next().unwrap().to_owned()).collect::<Vec<_>>()
+        ids.map(|n| n.split('.').next().unwrap().to_owned())
+            .collect::<Vec<_>>()
     };
     let ids = |records: &[&JobRecord]| {
         let mut ids: Vec<String> = records.iter().map(|r| r.job_id.to_string()).collect();
