@@ -44,7 +44,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{AuthRequest, PeerCredentials};
-use crate::config::Settings;
+use crate::config::{Settings, WELL_KNOWN};
 use crate::gateway::Gateway;
 use crate::mcp::McpServer;
 use crate::metrics::Access;
@@ -211,9 +211,28 @@ pub(crate) fn mcp_service(
 /// version, to anyone who can reach the listener, and `/metrics` (see [`crate::metrics`] for
 /// who may scrape).
 fn app(gateway: Arc<Gateway>, identified_mcp: Router, access: Access) -> Router {
+    let metadata = Router::new()
+        .route(WELL_KNOWN, get(resource_metadata))
+        .route(&format!("{WELL_KNOWN}/{{*rest}}"), get(resource_metadata))
+        .with_state(gateway.clone());
     identified_mcp
         .route("/healthz", get(healthz))
+        .merge(metadata)
         .merge(crate::metrics::router(gateway, access))
+}
+
+/// RFC 9728 protected-resource metadata (`[auth.oauth]`), unauthenticated like the document
+/// says it must be, readable by browser clients from any origin (it holds only public facts);
+/// 404 without `[auth.oauth]` or at another path.
+async fn resource_metadata(State(gateway): State<Arc<Gateway>>, uri: axum::http::Uri) -> Response {
+    match gateway.resource_metadata(uri.path()) {
+        Some(document) => (
+            [(header::ACCESS_CONTROL_ALLOW_ORIGIN, "*")],
+            axum::Json(document),
+        )
+            .into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 async fn healthz() -> impl IntoResponse {
@@ -248,7 +267,7 @@ async fn identify(
                 .get(name)
                 .map(|v: &HeaderValue| v.to_str().unwrap_or("\u{fffd}"))
         };
-        gateway.authenticate(&AuthRequest {
+        gateway.authenticate_or_reject(&AuthRequest {
             authorization: header(header::AUTHORIZATION),
             origin: header(header::ORIGIN),
             peer: unix.flatten(),
@@ -259,8 +278,7 @@ async fn identify(
             request.extensions_mut().insert(caller);
             next.run(request).await
         }
-        Err(e) => {
-            let rejection = e.rejection();
+        Err(rejection) => {
             let status = StatusCode::from_u16(rejection.status).unwrap_or(StatusCode::FORBIDDEN);
             let mut response = (status, rejection.message).into_response();
             if let Some(challenge) = rejection
@@ -291,10 +309,10 @@ pub fn check(listen: &Listen, identity: &Identity, path: &str) -> anyhow::Result
 }
 
 fn check_mount_path(path: &str) -> anyhow::Result<()> {
-    let taken = ["/healthz", "/metrics"].contains(&path);
+    let taken = ["/healthz", "/metrics"].contains(&path) || path.starts_with("/.well-known");
     if !path.starts_with('/') || path == "/" || taken || path.ends_with('/') {
         bail!(
-            "`--path {path}` is not usable: give an absolute path such as `/mcp` (not `/`, `/healthz` or `/metrics`, no trailing slash)"
+            "`--path {path}` is not usable: give an absolute path such as `/mcp` (not `/`, `/healthz`, `/metrics` or under `/.well-known`, no trailing slash)"
         );
     }
     Ok(())

@@ -37,7 +37,7 @@ pub mod web_origin;
 
 pub use auth::{
     ALL_TOOLS, AuthConfig, HttpConfig, JwtAlgorithm, JwtConfig, JwtKeySource, JwtSettings,
-    RateLimit, RateLimitConfig,
+    OAuthConfig, OAuthSettings, RateLimit, RateLimitConfig, WELL_KNOWN,
 };
 pub use code_mode::{CodeModeConfig, CodeModeSettings};
 pub use error::ConfigError;

@@ -241,6 +241,24 @@ impl Gateway {
         self.snapshot().auth.authenticate(request)
     }
 
+    /// [`Self::authenticate`] and, on refusal, the HTTP answer, both from one snapshot (so a
+    /// challenge names the metadata URL of the settings that refused).
+    pub fn authenticate_or_reject(
+        &self,
+        request: &AuthRequest,
+    ) -> Result<Caller, crate::auth::Rejection> {
+        let snapshot = self.snapshot();
+        snapshot
+            .auth
+            .authenticate(request)
+            .map_err(|e| snapshot.auth.rejection(&e))
+    }
+
+    /// The protected-resource metadata served at `path` (`[auth.oauth]`), if any.
+    pub fn resource_metadata(&self, path: &str) -> Option<serde_json::Value> {
+        self.snapshot().auth.resource_metadata(path).cloned()
+    }
+
     /// The caller of stdio and the local CLI: see [`Authenticator::local_caller`].
     pub fn local_caller(&self) -> Caller {
         self.snapshot().auth.local_caller()

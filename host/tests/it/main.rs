@@ -34,6 +34,7 @@ mod mcp_python;
 mod mcp_slurm;
 mod mcp_stdio;
 mod metrics;
+mod oauth;
 mod package;
 mod proxy_audit;
 mod proxy_filesystem;
