@@ -25,6 +25,7 @@ pub mod error;
 pub mod executors;
 pub mod layers;
 pub mod metrics;
+pub mod ns_hpc;
 pub mod origins;
 pub mod parse;
 mod policy_text;

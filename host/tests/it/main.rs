@@ -28,6 +28,7 @@ mod gateway_quotas;
 mod gateway_slurm;
 mod gateway_tenancy;
 mod http_tenancy;
+mod import_ns_hpc;
 mod kill_recovery;
 mod mcp_http;
 mod mcp_python;
