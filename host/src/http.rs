@@ -50,6 +50,25 @@ use crate::mcp::McpServer;
 use crate::metrics::Access;
 use crate::state::TenantName;
 
+/// Which MCP transport the app serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor<'a> {
+    /// Streamable HTTP at this path.
+    Streamable(&'a str),
+    /// The legacy HTTP+SSE transport at `/sse` and `/messages` ([`crate::sse`]).
+    Sse,
+}
+
+impl Flavor<'_> {
+    /// The path announced as the MCP address.
+    fn path(self) -> &'static str {
+        match self {
+            Flavor::Streamable(_) => "",
+            Flavor::Sse => crate::sse::SSE_PATH,
+        }
+    }
+}
+
 /// Where the app listens.
 #[derive(Debug, Clone)]
 pub enum Listen {
@@ -100,9 +119,13 @@ pub async fn serve(
     identity: Identity,
     listen: Listen,
     inherited: Option<std::os::unix::net::UnixListener>,
-    path: &str,
+    flavor: Flavor<'_>,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let path = match flavor {
+        Flavor::Streamable(path) => path,
+        Flavor::Sse => flavor.path(),
+    };
     check(&listen, &identity, path)?;
     let shutdown = CancellationToken::new();
     let config = stateless_config(shutdown.clone());
@@ -115,7 +138,8 @@ pub async fn serve(
     };
     match listen {
         Listen::Tcp { host, port } => {
-            let config = config.with_allowed_hosts(allowed_hosts(&host));
+            let hosts = allowed_hosts(&host);
+            let config = config.with_allowed_hosts(hosts.clone());
             let listener = TcpListener::bind((host.as_str(), port))
                 .await
                 .with_context(|| format!("cannot listen on `{host}:{port}`"))?;
@@ -130,7 +154,7 @@ pub async fn serve(
             }
             let app = app(
                 gateway.clone(),
-                mcp_routes(gateway, config, path),
+                mcp_routes(gateway, config, flavor, Some(hosts)),
                 Access::Tcp,
             );
             axum::serve(
@@ -159,7 +183,7 @@ pub async fn serve(
             }
             let app = app(
                 gateway.clone(),
-                mcp_routes(gateway, config, path),
+                mcp_routes(gateway, config, flavor, None),
                 Access::Socket,
             );
             axum::serve(
@@ -173,20 +197,27 @@ pub async fn serve(
     }
 }
 
-/// MCP at `path`, one stateless service whose handler reads the caller from each request,
-/// behind the authentication of each request.
-fn mcp_routes(gateway: Arc<Gateway>, config: StreamableHttpServerConfig, path: &str) -> Router {
-    let server = McpServer::per_request(gateway.clone());
-    let mcp = mcp_service(move || Ok(server.clone()), config);
+/// MCP at `path`, one stateless service whose handler reads the caller from each request (or
+/// the SSE routes, whose sessions fix it), behind the authentication of each request.
+fn mcp_routes(
+    gateway: Arc<Gateway>,
+    config: StreamableHttpServerConfig,
+    flavor: Flavor<'_>,
+    hosts: Option<Vec<String>>,
+) -> Router {
+    let mcp = match flavor {
+        Flavor::Streamable(path) => {
+            let server = McpServer::per_request(gateway.clone());
+            Router::new().nest_service(path, mcp_service(move || Ok(server.clone()), config))
+        }
+        Flavor::Sse => crate::sse::routes(gateway.clone(), hosts),
+    };
     // WebDAV: the same authentication, with Basic accepted outside it (see `crate::dav`); the
     // handler answers 404 while `[dav] enabled` is false, so a reload can turn it on.
     let dav = crate::dav::with_basic(
         crate::dav::routes(gateway.clone()).layer(from_fn_with_state(gateway.clone(), identify)),
     );
-    Router::new()
-        .nest_service(path, mcp)
-        .layer(from_fn_with_state(gateway, identify))
-        .merge(dav)
+    mcp.layer(from_fn_with_state(gateway, identify)).merge(dav)
 }
 
 /// rmcp's streamable HTTP service as every hpcgate listener runs it: stateless, JSON responses.
@@ -309,7 +340,8 @@ pub fn check(listen: &Listen, identity: &Identity, path: &str) -> anyhow::Result
 }
 
 fn check_mount_path(path: &str) -> anyhow::Result<()> {
-    let taken = ["/healthz", "/metrics"].contains(&path) || path.starts_with("/.well-known");
+    let taken = ["/healthz", "/metrics", crate::sse::MESSAGES_PATH].contains(&path)
+        || path.starts_with("/.well-known");
     if !path.starts_with('/') || path == "/" || taken || path.ends_with('/') {
         bail!(
             "`--path {path}` is not usable: give an absolute path such as `/mcp` (not `/`, `/healthz`, `/metrics` or under `/.well-known`, no trailing slash)"

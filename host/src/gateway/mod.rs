@@ -366,7 +366,8 @@ impl Gateway {
     }
 
     /// The tools `caller` may see through `via`, as the list phase of the chain in `live`
-    /// allows: the builtin ones, and the proxied ones as their servers describe them
+    /// allows: the builtin ones in their fixed order, and the proxied ones by name, as their
+    /// servers describe them
     /// (discovery's, plus those the caller's own tenant's servers announced since).
     pub fn list(
         &self,
@@ -382,9 +383,11 @@ impl Gateway {
             .filter(|tool| allows(&Target::Builtin(*tool)))
             .map(Tool::spec)
             .collect();
-        let proxied = (self.proxies.tools(&caller.tenant).into_iter())
+        let mut proxied: Vec<_> = (self.proxies.tools(&caller.tenant).into_iter())
             .filter(|tool| allows(&Target::Proxied(tool.clone())))
             .collect();
+        // Deterministic whatever order servers list in or announcements arrive.
+        proxied.sort_by(|a, b| a.exposed_name.cmp(&b.exposed_name));
         (builtin, proxied)
     }
 
