@@ -1,6 +1,7 @@
-//! The HTTP face of the gateway: MCP over streamable HTTP at one path, plus `GET /healthz` and
-//! `GET /metrics`,
-//! served by one axum app on a TCP port or a Unix socket.
+//! The HTTP face of the gateway: MCP over streamable HTTP at one path (or the legacy HTTP+SSE
+//! transport, [`crate::sse`]), plus `GET /healthz`, `GET /metrics` and, with `[auth.oauth]`,
+//! the RFC 9728 metadata at `/.well-known/oauth-protected-resource[/<path>]`, served by one
+//! axum app on a TCP port or a Unix socket.
 //!
 //! Identity comes from the transport and travels with each request: a middleware puts the
 //! [`Caller`] into the request's extensions, rmcp hands the request's `http::request::Parts` to
@@ -59,11 +60,11 @@ pub enum Flavor<'a> {
     Sse,
 }
 
-impl Flavor<'_> {
-    /// The path announced as the MCP address.
-    fn path(self) -> &'static str {
+impl<'a> Flavor<'a> {
+    /// The path announced as the MCP address (for SSE, where the event stream opens).
+    fn path(self) -> &'a str {
         match self {
-            Flavor::Streamable(_) => "",
+            Flavor::Streamable(path) => path,
             Flavor::Sse => crate::sse::SSE_PATH,
         }
     }
@@ -122,10 +123,7 @@ pub async fn serve(
     flavor: Flavor<'_>,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let path = match flavor {
-        Flavor::Streamable(path) => path,
-        Flavor::Sse => flavor.path(),
-    };
+    let path = flavor.path();
     check(&listen, &identity, path)?;
     let shutdown = CancellationToken::new();
     let config = stateless_config(shutdown.clone());
