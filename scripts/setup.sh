@@ -71,6 +71,14 @@ if [ "$slurm" = yes ]; then
         "$venv/bin/pip" install -q "mcp==2.3.0" "opentelemetry-proto==1.45.2" \
             || { log "pip install mcp==2.3.0 opentelemetry-proto==1.45.2 failed"; exit 1; }
     fi
+    # mcp 1.x beside it: the generation that still has the legacy HTTP+SSE client
+    # (host/tests/it/mcp_sse.rs).
+    venv1="${CARGO_TARGET_DIR:-target}/python-mcp1"
+    if ! "$venv1/bin/python" -c 'import mcp.client.sse' >/dev/null 2>&1; then
+        log "installing the Python MCP SDK 1.x into $venv1"
+        python3 -m venv "$venv1" || { log "python3 -m venv failed: apt-get install python3-venv"; exit 1; }
+        "$venv1/bin/pip" install -q "mcp==1.30.0" || { log "pip install mcp==1.30.0 failed"; exit 1; }
+    fi
 fi
 # The npm filesystem MCP server, pinned, for the proxy tests (host/tests/it/proxy_filesystem.rs),
 # in the target directory (the tests look for it there). node runs it inside bwrap.

@@ -1,6 +1,7 @@
-//! The HTTP face of the gateway: MCP over streamable HTTP at one path, plus `GET /healthz` and
-//! `GET /metrics`,
-//! served by one axum app on a TCP port or a Unix socket.
+//! The HTTP face of the gateway: MCP over streamable HTTP at one path (or the legacy HTTP+SSE
+//! transport, [`crate::sse`]), plus `GET /healthz`, `GET /metrics` and, with `[auth.oauth]`,
+//! the RFC 9728 metadata at `/.well-known/oauth-protected-resource[/<path>]`, served by one
+//! axum app on a TCP port or a Unix socket.
 //!
 //! Identity comes from the transport and travels with each request: a middleware puts the
 //! [`Caller`] into the request's extensions, rmcp hands the request's `http::request::Parts` to
@@ -44,11 +45,30 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{AuthRequest, PeerCredentials};
-use crate::config::Settings;
+use crate::config::{Settings, WELL_KNOWN};
 use crate::gateway::Gateway;
 use crate::mcp::McpServer;
 use crate::metrics::Access;
 use crate::state::TenantName;
+
+/// Which MCP transport the app serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor<'a> {
+    /// Streamable HTTP at this path.
+    Streamable(&'a str),
+    /// The legacy HTTP+SSE transport at `/sse` and `/messages` ([`crate::sse`]).
+    Sse,
+}
+
+impl<'a> Flavor<'a> {
+    /// The path announced as the MCP address (for SSE, where the event stream opens).
+    fn path(self) -> &'a str {
+        match self {
+            Flavor::Streamable(path) => path,
+            Flavor::Sse => crate::sse::SSE_PATH,
+        }
+    }
+}
 
 /// Where the app listens.
 #[derive(Debug, Clone)]
@@ -100,9 +120,10 @@ pub async fn serve(
     identity: Identity,
     listen: Listen,
     inherited: Option<std::os::unix::net::UnixListener>,
-    path: &str,
+    flavor: Flavor<'_>,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let path = flavor.path();
     check(&listen, &identity, path)?;
     let shutdown = CancellationToken::new();
     let config = stateless_config(shutdown.clone());
@@ -115,7 +136,8 @@ pub async fn serve(
     };
     match listen {
         Listen::Tcp { host, port } => {
-            let config = config.with_allowed_hosts(allowed_hosts(&host));
+            let hosts = allowed_hosts(&host);
+            let config = config.with_allowed_hosts(hosts.clone());
             let listener = TcpListener::bind((host.as_str(), port))
                 .await
                 .with_context(|| format!("cannot listen on `{host}:{port}`"))?;
@@ -130,7 +152,7 @@ pub async fn serve(
             }
             let app = app(
                 gateway.clone(),
-                mcp_routes(gateway, config, path),
+                mcp_routes(gateway, config, flavor, Some(hosts)),
                 Access::Tcp,
             );
             axum::serve(
@@ -159,7 +181,7 @@ pub async fn serve(
             }
             let app = app(
                 gateway.clone(),
-                mcp_routes(gateway, config, path),
+                mcp_routes(gateway, config, flavor, None),
                 Access::Socket,
             );
             axum::serve(
@@ -173,20 +195,27 @@ pub async fn serve(
     }
 }
 
-/// MCP at `path`, one stateless service whose handler reads the caller from each request,
-/// behind the authentication of each request.
-fn mcp_routes(gateway: Arc<Gateway>, config: StreamableHttpServerConfig, path: &str) -> Router {
-    let server = McpServer::per_request(gateway.clone());
-    let mcp = mcp_service(move || Ok(server.clone()), config);
+/// MCP at `path`, one stateless service whose handler reads the caller from each request (or
+/// the SSE routes, whose sessions fix it), behind the authentication of each request.
+fn mcp_routes(
+    gateway: Arc<Gateway>,
+    config: StreamableHttpServerConfig,
+    flavor: Flavor<'_>,
+    hosts: Option<Vec<String>>,
+) -> Router {
+    let mcp = match flavor {
+        Flavor::Streamable(path) => {
+            let server = McpServer::per_request(gateway.clone());
+            Router::new().nest_service(path, mcp_service(move || Ok(server.clone()), config))
+        }
+        Flavor::Sse => crate::sse::routes(gateway.clone(), hosts),
+    };
     // WebDAV: the same authentication, with Basic accepted outside it (see `crate::dav`); the
     // handler answers 404 while `[dav] enabled` is false, so a reload can turn it on.
     let dav = crate::dav::with_basic(
         crate::dav::routes(gateway.clone()).layer(from_fn_with_state(gateway.clone(), identify)),
     );
-    Router::new()
-        .nest_service(path, mcp)
-        .layer(from_fn_with_state(gateway, identify))
-        .merge(dav)
+    mcp.layer(from_fn_with_state(gateway, identify)).merge(dav)
 }
 
 /// rmcp's streamable HTTP service as every hpcgate listener runs it: stateless, JSON responses.
@@ -211,9 +240,28 @@ pub(crate) fn mcp_service(
 /// version, to anyone who can reach the listener, and `/metrics` (see [`crate::metrics`] for
 /// who may scrape).
 fn app(gateway: Arc<Gateway>, identified_mcp: Router, access: Access) -> Router {
+    let metadata = Router::new()
+        .route(WELL_KNOWN, get(resource_metadata))
+        .route(&format!("{WELL_KNOWN}/{{*rest}}"), get(resource_metadata))
+        .with_state(gateway.clone());
     identified_mcp
         .route("/healthz", get(healthz))
+        .merge(metadata)
         .merge(crate::metrics::router(gateway, access))
+}
+
+/// RFC 9728 protected-resource metadata (`[auth.oauth]`), unauthenticated like the document
+/// says it must be, readable by browser clients from any origin (it holds only public facts);
+/// 404 without `[auth.oauth]` or at another path.
+async fn resource_metadata(State(gateway): State<Arc<Gateway>>, uri: axum::http::Uri) -> Response {
+    match gateway.resource_metadata(uri.path()) {
+        Some(document) => (
+            [(header::ACCESS_CONTROL_ALLOW_ORIGIN, "*")],
+            axum::Json(document),
+        )
+            .into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 async fn healthz() -> impl IntoResponse {
@@ -248,7 +296,7 @@ async fn identify(
                 .get(name)
                 .map(|v: &HeaderValue| v.to_str().unwrap_or("\u{fffd}"))
         };
-        gateway.authenticate(&AuthRequest {
+        gateway.authenticate_or_reject(&AuthRequest {
             authorization: header(header::AUTHORIZATION),
             origin: header(header::ORIGIN),
             peer: unix.flatten(),
@@ -259,8 +307,7 @@ async fn identify(
             request.extensions_mut().insert(caller);
             next.run(request).await
         }
-        Err(e) => {
-            let rejection = e.rejection();
+        Err(rejection) => {
             let status = StatusCode::from_u16(rejection.status).unwrap_or(StatusCode::FORBIDDEN);
             let mut response = (status, rejection.message).into_response();
             if let Some(challenge) = rejection
@@ -291,10 +338,11 @@ pub fn check(listen: &Listen, identity: &Identity, path: &str) -> anyhow::Result
 }
 
 fn check_mount_path(path: &str) -> anyhow::Result<()> {
-    let taken = ["/healthz", "/metrics"].contains(&path);
+    let taken = ["/healthz", "/metrics", crate::sse::MESSAGES_PATH].contains(&path)
+        || path.starts_with("/.well-known");
     if !path.starts_with('/') || path == "/" || taken || path.ends_with('/') {
         bail!(
-            "`--path {path}` is not usable: give an absolute path such as `/mcp` (not `/`, `/healthz` or `/metrics`, no trailing slash)"
+            "`--path {path}` is not usable: give an absolute path such as `/mcp` (not `/`, `/healthz`, `/metrics` or under `/.well-known`, no trailing slash)"
         );
     }
     Ok(())

@@ -15,7 +15,8 @@
 //! - [`usage`]: disk usage for the host-enforced quotas
 //! - [`jobs`]: job records and the job executors (supervised sandbox, Slurm) together
 //! - [`mcp`]: the rmcp server over the gateway; [`http`]: its streamable HTTP and Unix-socket
-//!   transport ([`activation`]: the socket systemd passes); [`resources`]: the documents it
+//!   transport ([`activation`]: the socket systemd passes), [`sse`] the legacy HTTP+SSE one;
+//!   [`resources`]: the documents it
 //!   offers; [`dav`]: WebDAV at `/dav` on the same app, a door into the same pipeline
 //! - [`metrics`]: what the gateway counts and times, served at `GET /metrics`;
 //!   [`telemetry`]: a trace span per call, exported over OTLP
@@ -40,6 +41,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod proxy;
 pub mod resources;
+pub mod sse;
 pub mod state;
 pub mod telemetry;
 pub mod tools;

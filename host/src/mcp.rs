@@ -9,6 +9,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -56,6 +57,14 @@ impl McpServer {
         McpServer {
             caller: Some(caller),
             inline: true,
+            ..McpServer::per_request(gateway)
+        }
+    }
+
+    /// One session, one caller, on a shared runtime (the legacy SSE transport, [`crate::sse`]).
+    pub fn for_session(gateway: Arc<Gateway>, caller: Caller) -> McpServer {
+        McpServer {
+            caller: Some(caller),
             ..McpServer::per_request(gateway)
         }
     }
@@ -188,6 +197,7 @@ impl ServerHandler for McpServer {
         let via = self.via();
         let (specs, proxied) = self
             .blocking(self.caller(&context)?, false, move |gateway, caller| {
+                gateway.proxies().settle(LIST_WAITS_FOR_DISCOVERY);
                 gateway.list(&gateway.snapshot(), &caller, via)
             })
             .await?;
@@ -303,6 +313,10 @@ impl ServerHandler for McpServer {
         Ok(mcp_result(&live, result).into())
     }
 }
+
+/// How long a `tools/list` waits for proxied servers' discovery still under way at start, so
+/// that clients which list once see the proxied tools.
+const LIST_WAITS_FOR_DISCOVERY: Duration = Duration::from_secs(3);
 
 /// A call's result as MCP says it. A proxied tool's goes back whole, as the remote server sent
 /// it, whatever `result_type` says (that shapes hpcgate's own results).

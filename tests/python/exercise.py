@@ -7,6 +7,11 @@ import json
 from mcp import ClientSession
 
 
+def field(obj, snake: str, camel: str):
+    """A result field by its mcp 2.x name, else its mcp 1.x one (the SSE test uses 1.x)."""
+    return getattr(obj, snake, None) if hasattr(obj, snake) else getattr(obj, camel)
+
+
 async def exercise(session: ClientSession, instance: str, content: str) -> str:
     init = await session.initialize()
     tools = await session.list_tools()
@@ -20,12 +25,14 @@ async def exercise(session: ClientSession, instance: str, content: str) -> str:
     )
     return json.dumps(
         {
-            "server": init.server_info.name,
+            "server": field(init, "server_info", "serverInfo").name,
             "tools": sorted(t.name for t in tools.tools),
-            "created_error": created.is_error,
-            "written_error": written.is_error,
-            "read_content": (read_back.structured_content or {}).get("content"),
-            "denied_error": denied.is_error,
+            "created_error": field(created, "is_error", "isError"),
+            "written_error": field(written, "is_error", "isError"),
+            "read_content": (field(read_back, "structured_content", "structuredContent") or {}).get(
+                "content"
+            ),
+            "denied_error": field(denied, "is_error", "isError"),
             "denied_text": denied.content[0].text if denied.content else "",
         }
     )

@@ -1,6 +1,7 @@
 //! Why a request was not authenticated, and how each reason maps to an HTTP answer
 //! ([`AuthError::rejection`]): 401 with a `WWW-Authenticate: Bearer` challenge (RFC 6750), or
-//! 403. Messages never name a tenant, a token or a key.
+//! 403 (with an `insufficient_scope` challenge for a valid token that grants nothing here).
+//! Messages never name a tenant, a token or a key.
 
 use std::path::PathBuf;
 
@@ -13,6 +14,14 @@ pub enum AuthError {
     /// A bearer token (or JWT) that does not authenticate; `reason` is safe to show.
     #[error("invalid bearer token: {reason}")]
     InvalidToken { reason: String },
+    /// A valid token that grants nothing here: a required scope missing, or no (or more than
+    /// one) tenant named by its tenant claim. 403 `insufficient_scope` (RFC 6750 §3.1).
+    #[error("the token does not grant access to this gateway: {reason}")]
+    InsufficientScope {
+        reason: String,
+        /// The scopes a token needs (`[auth.oauth] required_scopes`), space-separated.
+        scope: Option<String>,
+    },
     /// A Unix-socket peer whose uid no tenant lists.
     #[error(
         "uid {uid} may not use this gateway; ask the admin to add it to a tenant's `unix_uids`"
@@ -26,7 +35,8 @@ pub enum AuthError {
     OriginDenied { origin: String },
 }
 
-/// An HTTP answer to a refused request: status, `WWW-Authenticate` value (401 only), body.
+/// An HTTP answer to a refused request: status, `WWW-Authenticate` value (401, and 403 for a
+/// token lacking scope), body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
     pub status: u16,
@@ -35,18 +45,42 @@ pub struct Rejection {
 }
 
 impl AuthError {
-    /// What the HTTP transport sends back.
+    /// What the HTTP transport sends back, without protected-resource metadata.
     pub fn rejection(&self) -> Rejection {
+        self.rejection_with(None)
+    }
+
+    /// What the HTTP transport sends back; `resource_metadata` (the RFC 9728 metadata URL,
+    /// with `[auth.oauth]`) is named in every Bearer challenge so that a client can discover
+    /// the authorization server (RFC 9728 §5.1).
+    pub fn rejection_with(&self, resource_metadata: Option<&str>) -> Rejection {
         let message = self.to_string();
+        let mut challenge = format!("Bearer realm=\"{REALM}\"");
+        if let Some(url) = resource_metadata {
+            challenge.push_str(&format!(
+                ", resource_metadata=\"{}\"",
+                quoted_string_safe(url)
+            ));
+        }
         let (status, www_authenticate) = match self {
-            AuthError::MissingCredentials => (401, Some(format!("Bearer realm=\"{REALM}\""))),
+            AuthError::MissingCredentials => (401, Some(challenge)),
             AuthError::InvalidToken { reason } => (
                 401,
                 Some(format!(
-                    "Bearer realm=\"{REALM}\", error=\"invalid_token\", error_description=\"{}\"",
+                    "{challenge}, error=\"invalid_token\", error_description=\"{}\"",
                     quoted_string_safe(reason)
                 )),
             ),
+            AuthError::InsufficientScope { reason, scope } => {
+                let mut value = format!(
+                    "{challenge}, error=\"insufficient_scope\", error_description=\"{}\"",
+                    quoted_string_safe(reason)
+                );
+                if let Some(scope) = scope {
+                    value.push_str(&format!(", scope=\"{}\"", quoted_string_safe(scope)));
+                }
+                (403, Some(value))
+            }
             AuthError::UnknownPeer { .. } | AuthError::OriginDenied { .. } => (403, None),
         };
         Rejection {

@@ -6,6 +6,12 @@
 //! `jsonwebtoken` refuses a header `alg` outside the list before it builds a verifier
 //! (`alg: none` does not even parse). `exp`, `iss` and `aud` are required, `nbf` is checked when
 //! present, both with the configured leeway.
+//!
+//! A token that verifies but grants nothing here (a scope of `[auth.oauth] required_scopes`
+//! missing, or no single tenant named by the tenant claim) is [`AuthError::InsufficientScope`]
+//! (403), not 401: the client authenticated, and another token of the same issuer may work
+//! (MCP authorization, "Error handling"). `scope` and `scp` claims are space-delimited lists
+//! (RFC 8693 §4.2), so `tenant_claim = "scope"` maps scopes to tenants through `tenant_map`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -33,6 +39,8 @@ pub(crate) struct JwtVerifier {
     claim: String,
     map: BTreeMap<String, TenantName>,
     tenants: BTreeSet<TenantName>,
+    /// `[auth.oauth] required_scopes`: every one must be in the token's `scope` claim.
+    required_scopes: Vec<String>,
 }
 
 impl std::fmt::Debug for JwtVerifier {
@@ -48,6 +56,7 @@ impl JwtVerifier {
     pub(crate) fn load(
         settings: &JwtSettings,
         tenants: BTreeSet<TenantName>,
+        required_scopes: Vec<String>,
     ) -> Result<JwtVerifier, AuthSetupError> {
         let algorithm = match settings.algorithm {
             JwtAlgorithm::Hs256 => Algorithm::HS256,
@@ -105,6 +114,7 @@ impl JwtVerifier {
             claim: settings.tenant_claim.clone(),
             map: settings.tenant_map.clone(),
             tenants,
+            required_scopes,
         })
     }
 
@@ -130,17 +140,59 @@ impl JwtVerifier {
             Some(Value::String(sub)) if !sub.is_empty() && sub.len() <= 256 => sub,
             _ => return Err(AuthError::invalid("the JWT has no usable `sub` claim")),
         };
+        self.check_scopes(claims.get("scope"))?;
         let tenant = self.tenant_of(claims.get(&self.claim))?;
         Ok((tenant, format!("jwt:{sub}")))
+    }
+
+    /// Every required scope in the token's space-delimited `scope` claim, or 403.
+    fn check_scopes(&self, scope: Option<&Value>) -> Result<(), AuthError> {
+        if self.required_scopes.is_empty() {
+            return Ok(());
+        }
+        let granted: BTreeSet<&str> = match scope {
+            Some(Value::String(s)) => s.split_ascii_whitespace().collect(),
+            _ => BTreeSet::new(),
+        };
+        let missing: Vec<&str> = self
+            .required_scopes
+            .iter()
+            .map(String::as_str)
+            .filter(|s| !granted.contains(s))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(AuthError::InsufficientScope {
+            reason: format!(
+                "the token lacks the scope {}",
+                missing
+                    .iter()
+                    .map(|s| format!("`{s}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            scope: Some(self.required_scopes.join(" ")),
+        })
+    }
+
+    fn forbidden(&self, reason: String) -> AuthError {
+        AuthError::InsufficientScope {
+            reason,
+            scope: (!self.required_scopes.is_empty()).then(|| self.required_scopes.join(" ")),
+        }
     }
 
     fn tenant_of(&self, value: Option<&Value>) -> Result<TenantName, AuthError> {
         let claim = &self.claim;
         let values: Vec<&str> = match value {
+            Some(Value::String(s)) if matches!(claim.as_str(), "scope" | "scp") => {
+                s.split_ascii_whitespace().collect()
+            }
             Some(Value::String(s)) => vec![s.as_str()],
             Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).collect(),
             _ => {
-                return Err(AuthError::invalid(format!(
+                return Err(self.forbidden(format!(
                     "the JWT has no `{claim}` claim (a string or a list of strings)"
                 )));
             }
@@ -160,10 +212,10 @@ impl JwtVerifier {
         let mut found = found.into_iter();
         match (found.next(), found.next()) {
             (Some(tenant), None) => Ok(tenant),
-            (None, _) => Err(AuthError::invalid(format!(
+            (None, _) => Err(self.forbidden(format!(
                 "the JWT's `{claim}` claim names no tenant of this gateway"
             ))),
-            (Some(_), Some(_)) => Err(AuthError::invalid(format!(
+            (Some(_), Some(_)) => Err(self.forbidden(format!(
                 "the JWT's `{claim}` claim names more than one tenant of this gateway"
             ))),
         }

@@ -15,6 +15,11 @@
 //!    (principal `uid:<n>`), else 403;
 //! 5. nothing: 401 without an error attribute (RFC 6750 §3.1).
 //!
+//! A JWT that verifies but grants nothing here (required scope missing, no tenant) is 403
+//! `insufficient_scope`. With `[auth.oauth]` the gateway is an OAuth 2.1 resource server:
+//! [`Authenticator::rejection`] names the RFC 9728 metadata URL in every Bearer challenge and
+//! [`Authenticator::resource_metadata`] serves the document ([`oauth`]).
+//!
 //! stdio and local CLI use take [`Authenticator::local_caller`].
 //!
 //! Nothing is cached: a token removed from the config fails as soon as the transport builds a
@@ -25,6 +30,7 @@
 pub mod bearer;
 mod error;
 mod jwt;
+mod oauth;
 mod origin;
 mod rate;
 #[cfg(test)]
@@ -39,6 +45,7 @@ use crate::config::Settings;
 use crate::state::TenantName;
 use bearer::TokenTable;
 use jwt::JwtVerifier;
+use oauth::ResourceServer;
 use origin::OriginPolicy;
 
 /// Who is calling, as the transport established it.
@@ -75,6 +82,7 @@ pub struct Authenticator {
     tokens: TokenTable,
     uids: HashMap<u32, TenantName>,
     jwt: Option<JwtVerifier>,
+    oauth: Option<ResourceServer>,
     origins: OriginPolicy,
     own_uid: u32,
     stdio_tenant: TenantName,
@@ -98,6 +106,11 @@ impl Authenticator {
             Some(jwt) => Some(JwtVerifier::load(
                 jwt,
                 settings.tenants.keys().cloned().collect::<BTreeSet<_>>(),
+                settings
+                    .oauth
+                    .as_ref()
+                    .map(|o| o.required_scopes.clone())
+                    .unwrap_or_default(),
             )?),
             None => None,
         };
@@ -108,6 +121,7 @@ impl Authenticator {
             tokens,
             uids,
             jwt,
+            oauth: settings.oauth.as_ref().map(ResourceServer::new),
             origins: OriginPolicy::new(settings.allowed_origins.clone()),
             own_uid: rustix::process::geteuid().as_raw(),
             stdio_tenant: settings.stdio_tenant.clone(),
@@ -154,6 +168,18 @@ impl Authenticator {
             };
         }
         Err(AuthError::MissingCredentials)
+    }
+
+    /// The HTTP answer to `error`: with `[auth.oauth]`, every Bearer challenge names the
+    /// protected-resource metadata URL (RFC 9728 §5.1).
+    pub fn rejection(&self, error: &AuthError) -> Rejection {
+        error.rejection_with(self.oauth.as_ref().map(ResourceServer::metadata_url))
+    }
+
+    /// The protected-resource metadata document served at `path`, if `[auth.oauth]` is set and
+    /// `path` is one of its well-known URLs.
+    pub fn resource_metadata(&self, path: &str) -> Option<&serde_json::Value> {
+        self.oauth.as_ref()?.document_at(path)
     }
 
     /// The caller of stdio and local CLI use, as the local user (`$USER`, else `uid:<n>`). On

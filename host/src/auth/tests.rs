@@ -47,11 +47,18 @@ fn who(result: Result<Caller, AuthError>) -> (String, String) {
     (caller.tenant.to_string(), caller.principal)
 }
 
+/// The reason of a refused token: 401 `invalid_token`, or 403 `insufficient_scope` for a
+/// valid token that grants nothing here (`refused_status` tells them apart).
 fn reason(result: Result<Caller, AuthError>) -> String {
     match result {
         Err(AuthError::InvalidToken { reason }) => reason,
-        other => panic!("expected an invalid token, got {other:?}"),
+        Err(AuthError::InsufficientScope { reason, .. }) => reason,
+        other => panic!("expected a refused token, got {other:?}"),
     }
+}
+
+fn refused_status(result: Result<Caller, AuthError>) -> u16 {
+    result.unwrap_err().rejection().status
 }
 
 #[test]
@@ -258,3 +265,4 @@ fn the_local_caller_is_the_stdio_tenant_or_the_tenant_of_our_own_uid() {
 }
 
 mod jwt;
+mod oauth;

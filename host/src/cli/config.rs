@@ -1,7 +1,10 @@
 //! `hpcgate config check|show`: validate every configuration layer (and load the policy chain)
 //! without starting the gateway, or print the merged configuration.
 
-use std::path::PathBuf;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
 use std::process::ExitCode;
 
 use clap::Subcommand;
@@ -23,6 +26,15 @@ pub(crate) enum ConfigCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Turn an ns-hpc `config.toml` into an hpcgate configuration, with a comment for each
+    /// setting that could not be carried over and why. Prints it, or writes `--out`.
+    ImportNsHpc {
+        /// The ns-hpc configuration file.
+        file: PathBuf,
+        /// Write the result here (refused if the file exists) instead of printing it.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Print the merged effective configuration as TOML.
     Show {
         /// The top layer (default `$HPCGATE_CONFIG`).
@@ -34,6 +46,7 @@ pub(crate) enum ConfigCommand {
 pub(crate) fn run(command: ConfigCommand) -> anyhow::Result<ExitCode> {
     match command {
         ConfigCommand::Check { config, json } => check(&Environment::from_process(config), json),
+        ConfigCommand::ImportNsHpc { file, out: target } => import_ns_hpc(&file, target.as_deref()),
         ConfigCommand::Show { config } => {
             let loaded = load(&Environment::from_process(config))?;
             let settings = loaded.settings()?;
@@ -50,6 +63,39 @@ pub(crate) fn run(command: ConfigCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn import_ns_hpc(file: &Path, target: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the ns-hpc configuration `{}`", file.display()))?;
+    let imported = crate::config::ns_hpc::import_ns_hpc(&text, file)?;
+    match target {
+        None => out(imported.text.trim_end()),
+        Some(target) => {
+            // Written beside the target, then linked into place: the target appears whole or
+            // not at all, and an existing file is never replaced (`link` refuses).
+            let dir = target.parent().filter(|d| !d.as_os_str().is_empty());
+            let mut temp = tempfile::NamedTempFile::new_in(dir.unwrap_or(Path::new(".")))
+                .with_context(|| format!("cannot write beside `{}`", target.display()))?;
+            temp.write_all(imported.text.as_bytes())
+                .and_then(|()| temp.as_file().sync_all())
+                .with_context(|| format!("cannot write `{}`", target.display()))?;
+            std::fs::hard_link(temp.path(), target).with_context(|| {
+                format!(
+                    "cannot create `{}`: choose a path that does not exist yet",
+                    target.display()
+                )
+            })?;
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "wrote `{}`: {} setting(s) not carried over or changed, each explained in a comment; check it with `hpcgate config check --config {}`",
+                target.display(),
+                imported.notes.len(),
+                target.display()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn check(env: &Environment, json: bool) -> anyhow::Result<ExitCode> {

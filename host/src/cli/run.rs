@@ -22,7 +22,8 @@ pub(crate) struct RunArgs {
     /// A config file layered over the defaults and `~/.config/hpcgate/config.toml`.
     #[arg(long, env = "HPCGATE_CONFIG")]
     config: Option<PathBuf>,
-    /// `stdio` (default), or `streamable-http` (implied by `--uds`).
+    /// `stdio` (default), `streamable-http` (implied by `--uds`), or `sse`: the legacy
+    /// HTTP+SSE transport (`GET /sse`, `POST /messages`) for older clients.
     #[arg(long, value_enum)]
     transport: Option<Transport>,
     /// Address to listen on for streamable HTTP; loopback only unless tenants are configured.
@@ -47,6 +48,7 @@ pub(crate) struct RunArgs {
 enum Transport {
     Stdio,
     StreamableHttp,
+    Sse,
 }
 
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -68,8 +70,10 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             port: args.port,
         },
     };
-    if transport == Transport::StreamableHttp {
-        crate::http::check(&listen, &identity, &args.path)?;
+    match transport {
+        Transport::StreamableHttp => crate::http::check(&listen, &identity, &args.path)?,
+        Transport::Sse => crate::http::check(&listen, &identity, crate::sse::SSE_PATH)?,
+        Transport::Stdio => {}
     }
     // Before anything starts a process: the descriptor must not leak into one.
     let inherited = match &listen {
@@ -89,7 +93,7 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // work that a multi-threaded scheduler makes on every message.
     let mut builder = match transport {
         Transport::Stdio => tokio::runtime::Builder::new_current_thread(),
-        Transport::StreamableHttp => tokio::runtime::Builder::new_multi_thread(),
+        Transport::StreamableHttp | Transport::Sse => tokio::runtime::Builder::new_multi_thread(),
     };
     let runtime = builder
         .enable_all()
@@ -98,6 +102,7 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let name = match (transport, &listen) {
         (Transport::Stdio, _) => "stdio",
         (_, Listen::Unix(_)) => "unix-socket",
+        (Transport::Sse, _) => "sse",
         _ => "streamable-http",
     };
     gateway.started(name)?;
@@ -127,8 +132,12 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 serve_stdio(gateway, caller, signal).await
             }
             Transport::StreamableHttp => {
-                let path = &args.path;
-                crate::http::serve(gateway, identity, listen, inherited, path, signal).await
+                let flavor = crate::http::Flavor::Streamable(&args.path);
+                crate::http::serve(gateway, identity, listen, inherited, flavor, signal).await
+            }
+            Transport::Sse => {
+                let flavor = crate::http::Flavor::Sse;
+                crate::http::serve(gateway, identity, listen, inherited, flavor, signal).await
             }
         }
     });

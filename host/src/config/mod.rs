@@ -25,6 +25,7 @@ pub mod error;
 pub mod executors;
 pub mod layers;
 pub mod metrics;
+pub mod ns_hpc;
 pub mod origins;
 pub mod parse;
 mod policy_text;
@@ -38,7 +39,7 @@ pub mod web_origin;
 
 pub use auth::{
     ALL_TOOLS, AuthConfig, HttpConfig, JwtAlgorithm, JwtConfig, JwtKeySource, JwtSettings,
-    RateLimit, RateLimitConfig,
+    OAuthConfig, OAuthSettings, RateLimit, RateLimitConfig, WELL_KNOWN,
 };
 pub use code_mode::{CodeModeConfig, CodeModeSettings};
 pub use error::ConfigError;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hpcgate_executors::files::FileLimits;
 
-use super::auth::{JwtSettings, resolve_jwt, resolve_origins};
+use super::auth::{JwtSettings, OAuthSettings, resolve_jwt, resolve_oauth, resolve_origins};
 use super::code_mode::CodeModeSettings;
 use super::error::ConfigError;
 use super::executors::{SandboxSettings, SlurmSettings, resolve_sandbox, resolve_slurm};
@@ -45,6 +45,8 @@ pub struct Settings {
     pub tenants: BTreeMap<TenantName, Tenant>,
     /// `[auth.jwt]`; `None`: JWTs are not accepted.
     pub jwt: Option<JwtSettings>,
+    /// `[auth.oauth]`; `None`: no protected-resource metadata, plain bearer challenges.
+    pub oauth: Option<OAuthSettings>,
     /// `[http] allowed_origins`, normalised (`scheme://host[:port]`, lowercase); loopback
     /// origins are allowed besides these.
     pub allowed_origins: Vec<String>,
@@ -222,6 +224,10 @@ impl Settings {
             Some(raw) => Some(resolve_jwt(raw, &tenants, &bad)?),
             None => None,
         };
+        let oauth = match &config.auth.oauth {
+            Some(raw) => Some(resolve_oauth(raw, jwt.as_ref(), &bad)?),
+            None => None,
+        };
         let policies = config.policies_with_proxy_filters();
         check_policies(config, &policies, &bad)?;
         Ok(Settings {
@@ -239,6 +245,7 @@ impl Settings {
             host_commands: resolve_host_commands(config, &bad)?,
             tenants,
             jwt,
+            oauth,
             allowed_origins: resolve_origins(&config.http, &bad)?,
             metrics: super::metrics::resolve_metrics(&config.metrics, &bad)?,
             policy_defaults: config.policy_engine.clone(),

@@ -105,6 +105,8 @@ fn no_progress(_: Progress) {}
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallResult {
     pub structured: Value,
+    /// A builtin tool's one-line summary followed by its structured content as text
+    /// ([`crate::tools::text`]); a proxied tool's summary.
     pub text: String,
     pub is_error: bool,
     /// A proxied tool's result as its server sent it (`content`, `structuredContent`,
@@ -127,8 +129,13 @@ impl CallResult {
         match result {
             Ok(output) => CallResult {
                 is_error: proxied.as_ref().is_some_and(|r| r["isError"] == true),
+                // A builtin tool's text carries its structured content too; a proxied
+                // result's text only summarises what goes back whole.
+                text: match proxied {
+                    None => crate::tools::text::render(&output.summary, &output.structured),
+                    Some(_) => output.summary,
+                },
                 structured: output.structured,
-                text: output.summary,
                 proxied,
             },
             Err(e) => CallResult::error(e.0),

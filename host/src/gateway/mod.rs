@@ -246,6 +246,24 @@ impl Gateway {
         self.snapshot().auth.authenticate(request)
     }
 
+    /// [`Self::authenticate`] and, on refusal, the HTTP answer, both from one snapshot (so a
+    /// challenge names the metadata URL of the settings that refused).
+    pub fn authenticate_or_reject(
+        &self,
+        request: &AuthRequest,
+    ) -> Result<Caller, crate::auth::Rejection> {
+        let snapshot = self.snapshot();
+        snapshot
+            .auth
+            .authenticate(request)
+            .map_err(|e| snapshot.auth.rejection(&e))
+    }
+
+    /// The protected-resource metadata served at `path` (`[auth.oauth]`), if any.
+    pub fn resource_metadata(&self, path: &str) -> Option<serde_json::Value> {
+        self.snapshot().auth.resource_metadata(path).cloned()
+    }
+
     /// The caller of stdio and the local CLI: see [`Authenticator::local_caller`].
     pub fn local_caller(&self) -> Caller {
         self.snapshot().auth.local_caller()
@@ -353,7 +371,8 @@ impl Gateway {
     }
 
     /// The tools `caller` may see through `via`, as the list phase of the chain in `live`
-    /// allows: the builtin ones, and the proxied ones as their servers describe them
+    /// allows: the builtin ones in their fixed order, and the proxied ones by name, as their
+    /// servers describe them
     /// (discovery's, plus those the caller's own tenant's servers announced since).
     pub fn list(
         &self,
@@ -369,9 +388,11 @@ impl Gateway {
             .filter(|tool| allows(&Target::Builtin(*tool)))
             .map(Tool::spec)
             .collect();
-        let proxied = (self.proxies.tools(&caller.tenant).into_iter())
+        let mut proxied: Vec<_> = (self.proxies.tools(&caller.tenant).into_iter())
             .filter(|tool| allows(&Target::Proxied(tool.clone())))
             .collect();
+        // Deterministic whatever order servers list in or announcements arrive.
+        proxied.sort_by(|a, b| a.exposed_name.cmp(&b.exposed_name));
         (builtin, proxied)
     }
 

@@ -165,6 +165,12 @@ impl Catalog {
         matches!(map.get(proxy), Some(Discovery::Pending))
     }
 
+    /// Whether some proxy's discovery has not ended yet.
+    pub fn any_pending(&self) -> bool {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        map.values().any(|d| matches!(d, Discovery::Pending))
+    }
+
     /// Each proxy's state, for `doctor` and tests.
     pub fn snapshot(&self) -> BTreeMap<String, Discovery> {
         self.map.read().unwrap_or_else(|e| e.into_inner()).clone()

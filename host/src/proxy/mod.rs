@@ -164,6 +164,19 @@ impl ProxyManager {
             .unwrap_or_default()
     }
 
+    /// Waits, at most `bound`, until no proxy's discovery is pending (a `tools/list` right
+    /// after start then shows the proxied tools, for clients that list once and ignore
+    /// `list_changed`). Polls like [`Self::find`]: discovery ends once per proxy per start.
+    pub fn settle(&self, bound: Duration) {
+        let Some(inner) = self.inner.as_ref() else {
+            return;
+        };
+        let until = std::time::Instant::now() + bound;
+        while inner.catalog.any_pending() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The tool exposed as `name` as a call by `tenant` on `instance` sees it: from that
     /// instance's running server if it announced its own list, else from discovery. A call
     /// that races its proxy's discovery (just after start) waits for it, at most twice its

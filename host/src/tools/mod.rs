@@ -9,6 +9,7 @@ mod cluster;
 mod files;
 mod instances;
 mod jobs;
+pub mod text;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -76,6 +77,7 @@ pub struct Progress {
 }
 
 /// A tool's result: structured content, a one-line summary, and what the audit log records.
+/// The transports' text block is the summary followed by the structured content ([`text`]).
 #[derive(Debug, Clone)]
 pub struct Output {
     pub structured: Value,

@@ -16,7 +16,7 @@
 //! | `enable_extra` | adds tool `extra` and sends `notifications/tools/list_changed` |
 //! | `crash` | exits the process with code 3 in the middle of the call |
 //! | `read_text` | reads a file (paths as the sandbox sees them): mounts and path rules |
-//! | `whoami` | this process's nonce, cancelled-request count, `TEST_MARK` and environment names: isolation |
+//! | `whoami` | this process's nonce, cancelled-request count, `TEST_MARK`, its whole environment (names and values) and the request as received (`_meta` included): isolation, and that no credential reaches a server |
 //!
 //! Every tool's result echoes nothing of the host: it runs inside hpcgate's sandbox.
 
@@ -152,6 +152,8 @@ impl ServerHandler for TestServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        // Everything the gateway sent, for `whoami` (a test looks for credentials in it).
+        let received = serde_json::to_value(&request).unwrap_or(Value::Null);
         let args = request.arguments.unwrap_or_default();
         match request.name.as_ref() {
             "echo" => {
@@ -236,6 +238,11 @@ impl ServerHandler for TestServer {
                     "home": std::env::var("HOME").ok(),
                     "cwd": std::env::current_dir().ok().map(|p| p.display().to_string()),
                     "env_names": env_names(),
+                    "environ": std::env::vars_os()
+                        .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
+                        .collect::<Vec<_>>(),
+                    "request": received,
+                    "request_meta": context.meta,
                 }
             })),
             "extra" if self.extra.load(Ordering::SeqCst) => text("extra works"),

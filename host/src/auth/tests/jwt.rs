@@ -176,6 +176,13 @@ fn jwts_validate_issuer_audience_times_and_the_tenant_claim() {
             expected,
             "{overrides}"
         );
+        // A token that verifies but names no single tenant is 403, the rest 401.
+        let grants_nothing = expected.contains("`project`");
+        assert_eq!(
+            refused_status(check(hs(&claims(overrides.clone())))),
+            if grants_nothing { 403 } else { 401 },
+            "{overrides}"
+        );
     }
     // Within the leeway: expired 2 s ago and valid from 2 s ahead both pass.
     assert!(check(hs(&claims(json!({ "exp": now - 2, "nbf": now + 2 })))).is_ok());
