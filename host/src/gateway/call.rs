@@ -23,7 +23,7 @@ use crate::code_mode::JobScope;
 use crate::policy::normalize::normalize_call;
 use crate::policy::{Call, ChainOutcome, DecisionKind, FinalDecision, Phase, Via};
 use crate::proxy::ProxiedTool;
-use crate::state::InstanceId;
+use crate::state::{InstanceId, JobId, TaskRecord};
 use crate::tools::{Context, Output, Progress, Tool, ToolError};
 use crate::usage::Measured;
 
@@ -40,6 +40,9 @@ pub struct Request<'a> {
     pub transfer: Option<&'a Transfer>,
     /// The job whose code sent the call (`via = job`): its door's identity and limits.
     pub job: Option<Arc<JobScope>>,
+    /// The client takes an MCP task in lieu of the result: a job call whose job outlives its
+    /// wait comes back with [`CallResult::task`].
+    pub accepts_task: bool,
 }
 
 impl Request<'static> {
@@ -53,6 +56,7 @@ impl Request<'static> {
             progress: &no_progress,
             transfer: None,
             job: None,
+            accepts_task: false,
         }
     }
 }
@@ -71,6 +75,7 @@ impl<'a> Request<'a> {
             progress,
             transfer: self.transfer,
             job: self.job,
+            accepts_task: self.accepts_task,
         }
     }
 
@@ -85,6 +90,14 @@ impl<'a> Request<'a> {
     /// The same call, sent by the code of the job behind `job`'s door (none: not a job).
     pub fn for_job(self, job: Option<Arc<JobScope>>) -> Self {
         Request { job, ..self }
+    }
+
+    /// The same call, from a client that takes an MCP task in lieu of a job's result.
+    pub fn accepting_task(self, accepts_task: bool) -> Self {
+        Request {
+            accepts_task,
+            ..self
+        }
     }
 }
 
@@ -101,6 +114,9 @@ pub struct CallResult {
     /// `isError`, `_meta`), for the transport to pass on whole; `structured` and `text` then
     /// only summarise it.
     pub proxied: Option<Value>,
+    /// The task that stands for this call, when its job outlived the wait and the request
+    /// accepted a task (`structured` and `text` then describe the job as it was).
+    pub task: Option<TaskRecord>,
 }
 
 impl CallResult {
@@ -110,6 +126,7 @@ impl CallResult {
             text: message,
             is_error: true,
             proxied: None,
+            task: None,
         }
     }
 
@@ -120,6 +137,7 @@ impl CallResult {
                 structured: output.structured,
                 text: output.summary,
                 proxied,
+                task: None,
             },
             Err(e) => CallResult::error(e.0),
         }
@@ -195,6 +213,7 @@ struct Prepared<'a> {
     started: Instant,
     /// The job's door counts this call in flight until the call is dropped.
     _job: Option<JobCall>,
+    accepts_task: bool,
 }
 
 /// A call from a job's code, holding its place in the job's concurrency limit.
@@ -255,16 +274,63 @@ impl Gateway {
             }) => return self.settle(recorded, Vec::new(), *outcome, result),
         };
         let cx = self.context(live, &call);
+        let tail = arguments.get("tail").and_then(Value::as_u64);
         let (result, proxied) = self.run(&call, &cx, arguments);
+        let task = match &result {
+            Ok(output) => self.open_task(&call, &cx, output, tail),
+            Err(_) => None,
+        };
         let events = cx.events.take().into_iter();
         let events = events.map(|event| call.attribute(event)).collect();
         let outcome = call.outcome(result.as_ref());
-        self.settle(
-            recorded,
-            events,
-            outcome,
-            CallResult::from_run(result, proxied),
-        )
+        let response = CallResult {
+            task,
+            ..CallResult::from_run(result, proxied)
+        };
+        self.settle(recorded, events, outcome, response)
+    }
+
+    /// A task for a job call whose job still runs after the wait, if the client takes one:
+    /// durable, and recorded as an event of this call. `None` also when the task cannot be
+    /// written: the call then answers as for a client without tasks (the job runs on, and
+    /// `poll_job` follows it).
+    fn open_task(
+        &self,
+        call: &Prepared<'_>,
+        cx: &Context<'_>,
+        output: &Output,
+        tail: Option<u64>,
+    ) -> Option<TaskRecord> {
+        let Target::Builtin(tool) = call.target else {
+            return None;
+        };
+        if !call.accepts_task || !tool.becomes_task() || output.structured["job"]["final"] != false
+        {
+            return None;
+        }
+        let job = output.structured["job"]["job_id"].as_str()?;
+        let job = JobId::parse(job).ok()?;
+        let instance = call.instance.as_ref()?;
+        let tail = tail.and_then(|t| usize::try_from(t).ok());
+        let tenant = &call.caller.tenant;
+        match self
+            .state
+            .new_task(tenant, instance, &job, tool.name(), tail)
+        {
+            Ok(task) => {
+                cx.record(
+                    Entry::new(Event::TaskCreated)
+                        .instance(instance.as_str())
+                        .detail("task_id", task.task_id.as_str())
+                        .detail("job_id", job.as_str()),
+                );
+                Some(task)
+            }
+            Err(e) => {
+                crate::proxy::log(&format!("could not create a task for job `{job}`: {e}"));
+                None
+            }
+        }
     }
 
     /// Derives the call once: target (builtin, else the caller's instance's proxied tool),
@@ -279,6 +345,7 @@ impl Gateway {
             progress,
             transfer,
             job,
+            accepts_task,
         } = request;
         let stop = |message: String| Stopped {
             record: Some(Box::new(
@@ -333,6 +400,7 @@ impl Gateway {
             transfer,
             started,
             _job: job,
+            accepts_task,
         })
     }
 
