@@ -33,6 +33,7 @@ mod mcp_http;
 mod mcp_python;
 mod mcp_slurm;
 mod mcp_stdio;
+mod mcp_tasks;
 mod metrics;
 mod package;
 mod proxy_audit;
