@@ -7,6 +7,7 @@ mod bench_code;
 mod bench_figures;
 mod bench_metrics;
 mod bench_proxy;
+mod bench_tasks;
 mod clean;
 mod config;
 mod docs;
@@ -76,6 +77,8 @@ enum BenchCommand {
     Metrics(bench_metrics::BenchMetricsArgs),
     /// Code mode: `run_python` end to end, and tool calls from Python inside a job.
     Code(bench_code::CodeArgs),
+    /// MCP tasks: `tasks/get` latency, and the gateway memory many open tasks cost.
+    Tasks(bench_tasks::TasksArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -106,6 +109,7 @@ pub fn main() -> ExitCode {
         Command::Man(args) => docs::man(args),
         Command::Completions(args) => docs::completions(args),
         Command::Bench(BenchCommand::Code(args)) => bench_code::run(args),
+        Command::Bench(BenchCommand::Tasks(args)) => bench_tasks::run(args),
     };
     match result {
         Ok(code) => code,

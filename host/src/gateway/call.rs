@@ -43,6 +43,10 @@ pub struct Request<'a> {
     /// The client takes an MCP task in lieu of the result: a job call whose job outlives its
     /// wait comes back with [`CallResult::task`].
     pub accepts_task: bool,
+    /// The call only looks (a task's `tasks/get`: `poll_job` without a wait): its decision
+    /// is recorded with its outcome in one batch, as a read-only call's is. The policies
+    /// still see the tool as it is.
+    pub observes: bool,
 }
 
 impl Request<'static> {
@@ -57,6 +61,7 @@ impl Request<'static> {
             transfer: None,
             job: None,
             accepts_task: false,
+            observes: false,
         }
     }
 }
@@ -76,6 +81,7 @@ impl<'a> Request<'a> {
             transfer: self.transfer,
             job: self.job,
             accepts_task: self.accepts_task,
+            observes: self.observes,
         }
     }
 
@@ -214,6 +220,7 @@ struct Prepared<'a> {
     /// The job's door counts this call in flight until the call is dropped.
     _job: Option<JobCall>,
     accepts_task: bool,
+    observes: bool,
 }
 
 /// A call from a job's code, holding its place in the job's concurrency limit.
@@ -346,6 +353,7 @@ impl Gateway {
             transfer,
             job,
             accepts_task,
+            observes,
         } = request;
         let stop = |message: String| Stopped {
             record: Some(Box::new(
@@ -401,20 +409,21 @@ impl Gateway {
             started,
             _job: job,
             accepts_task,
+            observes,
         })
     }
 
     /// Write-ahead: a call that may change something, and every denial, is durable before
-    /// anything else happens; a read-only call's decision waits for its outcome (nothing
-    /// reaches the caller before it is durable, and a read that never completes had no effect
-    /// to record). `Err` is the refusal to return when the log cannot record the call.
+    /// anything else happens; a read-only (or only observing) call's decision waits for its
+    /// outcome (nothing reaches the caller before it is durable, and a read that never
+    /// completes had no effect to record). `Err` is the refusal to return when the log cannot record the call.
     fn record_decision(
         &self,
         call: &Prepared<'_>,
         decided: &ChainOutcome,
     ) -> Result<Recorded, CallResult> {
         let record = Entry::call(&call.input, decided);
-        if !decided.is_denied() && call.input.read_only {
+        if !decided.is_denied() && (call.input.read_only || call.observes) {
             return Ok(Recorded::Deferred(Box::new(record)));
         }
         match self.audit.append(record) {

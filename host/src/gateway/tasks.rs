@@ -44,7 +44,12 @@ impl Gateway {
         if let Some(tail) = task.tail {
             arguments.insert("tail".to_owned(), json!(tail));
         }
-        let result = self.dispatch(live, retarget(request, "poll_job", arguments));
+        // No wait and no cancel at its end: the poll only looks, and is recorded as a read.
+        let request = Request {
+            observes: true,
+            ..retarget(request, "poll_job", arguments)
+        };
+        let result = self.dispatch(live, request);
         Ok(TaskCall { task, result })
     }
 
@@ -90,6 +95,7 @@ fn retarget<'a>(request: Request<'a>, tool: &str, arguments: Map<String, Value>)
         tool: tool.to_owned(),
         arguments,
         accepts_task: false,
+        observes: false,
         ..request
     }
 }
