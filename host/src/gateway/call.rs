@@ -122,7 +122,7 @@ pub struct CallResult {
     pub proxied: Option<Value>,
     /// The task that stands for this call, when its job outlived the wait and the request
     /// accepted a task (`structured` and `text` then describe the job as it was).
-    pub task: Option<TaskRecord>,
+    pub task: Option<Box<TaskRecord>>,
 }
 
 impl CallResult {
@@ -291,7 +291,7 @@ impl Gateway {
         let events = events.map(|event| call.attribute(event)).collect();
         let outcome = call.outcome(result.as_ref());
         let response = CallResult {
-            task,
+            task: task.map(Box::new),
             ..CallResult::from_run(result, proxied)
         };
         self.settle(recorded, events, outcome, response)
