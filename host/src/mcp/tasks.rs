@@ -17,7 +17,7 @@ use rmcp::model::{
 use serde_json::Value;
 
 use crate::gateway::{CallResult, TaskCall, TaskError};
-use crate::state::TaskRecord;
+use crate::state::{JobPhase, TaskRecord};
 
 /// How often a client should poll, milliseconds: jobs run for seconds to days.
 const POLL_INTERVAL_MS: u64 = 2000;
@@ -90,27 +90,140 @@ fn base(task: &TaskRecord, result: &CallResult) -> Task {
 
 /// What the job does in a few words, its executor's reason, then the job tool's summary line.
 fn status_message(job: &Value, text: &str) -> String {
-    let phase = job["status"].as_str().unwrap_or("unknown");
-    let state = match phase {
-        "submitting" | "pending" => "queued",
-        "running" => "running",
-        "missing" => "not seen by its executor right now (looked for again at each poll)",
-        "unknown" => "in a state its executor reports but hpcgate does not know",
-        "completed" => "completed",
-        "failed" => "failed",
-        "cancelled" => "cancelled",
-        "timeout" => "stopped: its time limit ran out",
-        "oom" => "stopped: out of memory",
-        "output_cap" => "stopped: it wrote more output than allowed",
-        "preempted" => "preempted",
-        "node_fail" => "ended by a node failure",
-        "start_failed" => "could not start",
-        "lost" => "lost: it ended without a recorded outcome",
-        _ => phase,
-    };
+    let phase = serde_json::from_value::<JobPhase>(job["status"].clone()).ok();
+    let state = phase.map_or("in a state hpcgate cannot read", phase_words);
     let summary = text.lines().next().unwrap_or_default();
     match job["reason"].as_str() {
         Some(reason) if !reason.is_empty() => format!("{state} ({reason}) — {summary}"),
         _ => format!("{state} — {summary}"),
+    }
+}
+
+/// Every phase in words (the match is exhaustive: a new phase must say what it means).
+fn phase_words(phase: JobPhase) -> &'static str {
+    match phase {
+        JobPhase::Submitting | JobPhase::Pending => "queued",
+        JobPhase::Running => "running",
+        JobPhase::Missing => "not seen by its executor right now (looked for again at each poll)",
+        JobPhase::Unknown => "in a state its executor reports but hpcgate does not know",
+        JobPhase::Completed => "completed",
+        JobPhase::Failed => "failed",
+        JobPhase::Cancelled => "cancelled",
+        JobPhase::Timeout => "stopped: its time limit ran out",
+        JobPhase::Oom => "stopped: out of memory",
+        JobPhase::OutputCap => "stopped: it wrote more output than allowed",
+        JobPhase::Preempted => "preempted",
+        JobPhase::NodeFail => "ended by a node failure",
+        JobPhase::StartFailed => "could not start",
+        JobPhase::Lost => "lost: it ended without a recorded outcome",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::state::{InstanceId, JobId, TaskId, TenantName};
+    use crate::time::Timestamp;
+
+    fn task() -> TaskRecord {
+        TaskRecord {
+            version: 1,
+            task_id: TaskId::parse(&format!("t-{}", "a".repeat(32))).unwrap(),
+            tenant: TenantName::parse("chem").unwrap(),
+            job_id: JobId::parse("j-aaaaaaaaaaaaaaaa").unwrap(),
+            instance: InstanceId::parse("run1").unwrap(),
+            tool: "submit_job".to_owned(),
+            tail: None,
+            created_at: Timestamp::now(),
+        }
+    }
+
+    /// `tasks/get` for a job in `phase`: the task's status, message and whether it has a result.
+    fn get(phase: &str, is_final: bool, reason: Option<&str>) -> (TaskStatus, String, bool) {
+        let result = CallResult {
+            structured: json!({ "job": {
+                "status": phase, "final": is_final, "reason": reason,
+                "submitted_at": "2026-11-24T10:00:00.000000Z",
+            }}),
+            text: format!("job: job `j-aaaaaaaaaaaaaaaa` [slurm] {phase} — make\nmore lines"),
+            is_error: false,
+            proxied: None,
+            task: None,
+        };
+        let call = TaskCall {
+            task: task(),
+            result,
+        };
+        let got = detailed(call, |r| {
+            CallToolResult::success(vec![rmcp::model::ContentBlock::text(r.text)])
+        })
+        .unwrap();
+        let message = got.task.task.status_message.clone().unwrap();
+        let has_result = matches!(got.task.payload, TaskPayload::Completed { .. });
+        assert_eq!(got.task.task.last_updated_at, "2026-11-24T10:00:00.000000Z");
+        (got.task.status(), message, has_result)
+    }
+
+    #[test]
+    fn every_job_phase_maps_to_a_status_with_a_message() {
+        use TaskStatus::{Cancelled, Completed, Working};
+        let table = [
+            ("submitting", false, Working, "queued"),
+            ("pending", false, Working, "queued"),
+            ("running", false, Working, "running"),
+            ("missing", false, Working, "not seen by its executor"),
+            ("unknown", false, Working, "in a state its executor reports"),
+            ("completed", true, Completed, "completed"),
+            ("failed", true, Completed, "failed"),
+            ("cancelled", true, Cancelled, "cancelled"),
+            (
+                "timeout",
+                true,
+                Completed,
+                "stopped: its time limit ran out",
+            ),
+            ("oom", true, Completed, "stopped: out of memory"),
+            (
+                "output_cap",
+                true,
+                Completed,
+                "stopped: it wrote more output",
+            ),
+            ("preempted", true, Completed, "preempted"),
+            ("node_fail", true, Completed, "ended by a node failure"),
+            ("start_failed", true, Completed, "could not start"),
+            ("lost", true, Completed, "lost"),
+        ];
+        for (phase, is_final, status, words) in table {
+            let (got, message, has_result) = get(phase, is_final, None);
+            assert_eq!(got, status, "{phase}");
+            assert!(message.starts_with(words), "{phase}: {message}");
+            assert!(
+                message.contains(&format!("[slurm] {phase} — make")),
+                "{message}"
+            );
+            assert!(!message.contains("more lines"), "{message}");
+            assert_eq!(has_result, status == Completed, "{phase}");
+        }
+        let (_, message, _) = get("pending", false, Some("Priority"));
+        assert!(message.starts_with("queued (Priority) — job:"), "{message}");
+    }
+
+    #[test]
+    fn a_refused_poll_is_an_error_not_a_status() {
+        let call = TaskCall {
+            task: task(),
+            result: CallResult {
+                structured: json!({ "error": "denied by policy `tools`: no polling" }),
+                text: "denied by policy `tools`: no polling".to_owned(),
+                is_error: true,
+                proxied: None,
+                task: None,
+            },
+        };
+        let e = detailed(call, |_| unreachable!("no result")).unwrap_err();
+        assert!(e.message.contains("denied by policy `tools`"), "{e:?}");
     }
 }
