@@ -169,8 +169,25 @@ async fn tasks_survive_a_restart_carry_the_result_and_stay_with_their_tenant() {
         let cancelled = rpc_error(bio.cancel_task(CancelTaskParams::new(id.as_str())).await);
         assert_eq!(cancelled, (code, nobody.clone()));
     }
-    let malformed = rpc_error(bio.get_task(GetTaskParams::new("../../chem/tasks/x")).await);
-    assert_eq!(malformed, (code, nobody.clone()));
+    // Near misses of a real id, its file name, a path to it: all the same "not found".
+    let real = slow.task.task_id.as_str();
+    let attempts = [
+        String::new(),
+        "t-".to_owned(),
+        real.to_uppercase(),
+        format!("{real}a"),
+        real[..real.len() - 1].to_owned(),
+        format!("{real}.json"),
+        format!("../chem/tasks/{real}"),
+        format!("../../chem/tasks/{real}.json"),
+        format!("{real}\n"),
+    ];
+    for attempt in &attempts {
+        for caller in [&bio, &chem] {
+            let got = rpc_error(caller.get_task(GetTaskParams::new(attempt.as_str())).await);
+            assert_eq!(got, (code, nobody.clone()), "{attempt:?}");
+        }
+    }
     bio.cancel().await.unwrap();
     chem.cancel().await.unwrap();
 
@@ -284,8 +301,9 @@ async fn clients_without_the_extension_keep_the_job_result_and_both_revisions_ge
 }
 
 /// `plain` (no extension) gets the job's state as before, to follow with poll_job, and
-/// `tasks/get` is refused to it; `tasks` gets a task, and its result through `tasks/get`; a
-/// job that ends within the wait is an ordinary result, task or no task.
+/// `tasks/get` is refused to it; `tasks` gets a task for `submit_job` and for `run_python`,
+/// and their results through `tasks/get`; a job that ends within the wait is an ordinary
+/// result, task or no task.
 async fn old_and_new(plain: &Client, tasks: &Client, version: &str) {
     create(plain, "p1").await;
     create(tasks, "p2").await;
@@ -308,6 +326,24 @@ async fn old_and_new(plain: &Client, tasks: &Client, version: &str) {
     let tail = result["structuredContent"]["job"]["stdout_tail"].as_str();
     assert!(
         tail.unwrap_or_default().contains("hi-from-42"),
+        "{version}: {result:?}"
+    );
+    // run_python too.
+    let code = "import time\ntime.sleep(1)\nprint('py-' + str(6 * 7))\n";
+    let python = json!({ "instance_id": "p2", "code": code, "timeout": 0, "tools": false });
+    let python = task_of(
+        tasks
+            .call_tool_once(call("run_python", python))
+            .await
+            .unwrap(),
+    );
+    let done = until_terminal(tasks, &python.task.task_id).await;
+    let TaskPayload::Completed { result } = &done.task.payload else {
+        panic!("{version}: {done:?}")
+    };
+    let tail = result["structuredContent"]["job"]["stdout_tail"].as_str();
+    assert!(
+        tail.unwrap_or_default().contains("py-42"),
         "{version}: {result:?}"
     );
     let quick = json!({ "instance_id": "p2", "command": "true", "timeout": 30 });
