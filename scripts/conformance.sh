@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # conformance.sh: the official MCP conformance suite (@modelcontextprotocol/conformance, server
-# scenarios) against a fresh `hpcgate run --transport streamable-http` on loopback, for each
-# spec version the suite knows. Scenarios that do not apply, and why: tests/conformance/
-# expected-failures.yml. scripts/setup.sh installs the suite and Node 22 (the npm `node`
-# package) into the target directory; the hpcgate binary is the debug build (`cargo build`).
+# scenarios) against a fresh `hpcgate run --transport streamable-http` on loopback: 0.1.16 (the
+# release) for each spec version it knows, 2025-06-18 and 2025-11-25, and 0.2.0-alpha.12 for
+# 2026-07-28, which only that pre-release knows. Scenarios that do not apply, and why:
+# tests/conformance/expected-failures*.yml. scripts/setup.sh installs the suites and Node 22
+# (the npm `node` package) into the target directory; the hpcgate binary is the debug build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 suite="$target/conformance/node_modules/.bin"
+next="$PWD/$target/conformance-next/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 hpcgate="$target/debug/hpcgate"
-[ -x "$suite/conformance" ] || { echo "conformance: run scripts/setup.sh first" >&2; exit 1; }
+[ -x "$suite/conformance" ] && [ -f "$next" ] || { echo "conformance: run scripts/setup.sh first" >&2; exit 1; }
 [ -x "$hpcgate" ] || cargo build -p hpcgate --locked
 # The suite runs on the Node 22 it was installed with, whatever node the system has.
 export PATH="$PWD/$suite:$PATH"
@@ -33,11 +35,16 @@ for _ in $(seq 1 600); do
     sleep 0.1
 done
 [ -n "$url" ] || { echo "conformance: hpcgate did not listen within 60 s" >&2; cat "$work/stderr" >&2; exit 1; }
-for version in 2025-06-18 2025-11-25; do
+baselines="$PWD/tests/conformance"
+run() { # VERSION BASELINE COMMAND...
+    local version="$1" baseline="$2"
+    shift 2
     echo "conformance: server scenarios of $version against $url"
-    (cd "$work" && conformance server --url "$url" --spec-version "$version" \
-        --expected-failures "$OLDPWD/tests/conformance/expected-failures.yml") \
-        > "$work/conformance-$version.log" 2>&1 \
+    (cd "$work" && "$@" server --url "$url" --spec-version "$version" \
+        --expected-failures "$baseline") > "$work/conformance-$version.log" 2>&1 \
         || { cat "$work/conformance-$version.log" >&2; echo "conformance: $version failed" >&2; exit 1; }
     sed -n '/=== SUMMARY ===/,$p' "$work/conformance-$version.log"
-done
+}
+run 2025-06-18 "$baselines/expected-failures.yml" conformance
+run 2025-11-25 "$baselines/expected-failures.yml" conformance
+run 2026-07-28 "$baselines/expected-failures-2026-07-28.yml" node "$next"

@@ -13,8 +13,9 @@
 #   --no-slurm, which is the run script's minimal set-up)
 #   npm: @modelcontextprotocol/server-filesystem (pinned) in target/mcp-filesystem, for the proxy
 #   tests; @modelcontextprotocol/conformance and Node 22 (the npm `node` package: the suite
-#   needs Node 22, Debian's may be older), pinned, in target/conformance, for
-#   scripts/conformance.sh (neither with --no-slurm)
+#   needs Node 22, Debian's may be older), pinned, in target/conformance, and its
+#   0.2.0-alpha.12 (the 2026-07-28 revision) in target/conformance-next, for
+#   scripts/conformance.sh (none with --no-slurm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -97,6 +98,15 @@ if [ "$slurm" = yes ]; then
         npm install --prefix "$conformance" --no-audit --no-fund --silent \
             "@modelcontextprotocol/conformance@$suite_version" "node@$node_version" >/dev/null \
             || { log "npm install of the conformance suite failed"; exit 1; }
+    fi
+    # The pre-release that knows the 2026-07-28 revision, beside it (one version per prefix).
+    next_version="0.2.0-alpha.12"
+    next_pkg="${conformance}-next/node_modules/@modelcontextprotocol/conformance/package.json"
+    if ! grep -q "\"version\": \"$next_version\"" "$next_pkg" 2>/dev/null; then
+        log "installing @modelcontextprotocol/conformance@$next_version into ${conformance}-next"
+        npm install --prefix "${conformance}-next" --no-audit --no-fund --silent \
+            "@modelcontextprotocol/conformance@$next_version" >/dev/null \
+            || { log "npm install of the conformance suite ($next_version) failed"; exit 1; }
     fi
 fi
 log "ready"
