@@ -26,6 +26,7 @@ mod gateway;
 mod gateway_jobs;
 mod gateway_quotas;
 mod gateway_slurm;
+mod gateway_tasks;
 mod gateway_tenancy;
 mod http_tenancy;
 mod kill_recovery;
