@@ -8,13 +8,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
+case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
 suite="$target/conformance/node_modules/.bin"
-next="$PWD/$target/conformance-next/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+next="$target/conformance-next/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 hpcgate="$target/debug/hpcgate"
 [ -x "$suite/conformance" ] && [ -f "$next" ] || { echo "conformance: run scripts/setup.sh first" >&2; exit 1; }
 [ -x "$hpcgate" ] || cargo build -p hpcgate --locked
 # The suite runs on the Node 22 it was installed with, whatever node the system has.
-export PATH="$PWD/$suite:$PATH"
+export PATH="$suite:$PATH"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/hpcgate-conformance-XXXXXX")"
 gateway=
