@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig,
     CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, ProtocolVersion, TaskPayload,
-    TaskStatus,
+    TaskStatus, UpdateTaskParams,
 };
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -168,6 +168,11 @@ async fn tasks_survive_a_restart_carry_the_result_and_stay_with_their_tenant() {
         assert_eq!(got, (code, nobody.clone()));
         let cancelled = rpc_error(bio.cancel_task(CancelTaskParams::new(id.as_str())).await);
         assert_eq!(cancelled, (code, nobody.clone()));
+        let update = UpdateTaskParams::new(id.as_str(), Default::default());
+        let updated = rpc_error(bio.update_task(update.clone()).await);
+        assert_eq!(updated, (code, nobody.clone()));
+        // Its own tenant's update is acknowledged (hpcgate's tasks never ask for input).
+        chem.update_task(update).await.unwrap();
     }
     // Near misses of a real id, its file name, a path to it: all the same "not found".
     let real = slow.task.task_id.as_str();
