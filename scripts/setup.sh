@@ -13,7 +13,10 @@
 #   the traces test) in target/python-mcp, for the tests (not with
 #   --no-slurm, which is the run script's minimal set-up)
 #   npm: @modelcontextprotocol/server-filesystem (pinned) in target/mcp-filesystem, for the proxy
-#   tests (not with --no-slurm)
+#   tests; @modelcontextprotocol/conformance and Node 22 (the npm `node` package: the suite
+#   needs Node 22, Debian's may be older), pinned, in target/conformance, and its
+#   0.2.0-alpha.12 (the 2026-07-28 revision) in target/conformance-next, for
+#   scripts/conformance.sh (none with --no-slurm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -92,6 +95,31 @@ if [ "$slurm" = yes ]; then
         npm install --prefix "$fs_mcp" --no-audit --no-fund --silent \
             "@modelcontextprotocol/server-filesystem@$fs_version" >/dev/null \
             || { log "npm install of the filesystem MCP server failed"; exit 1; }
+    fi
+fi
+# The official MCP conformance suite and the Node 22 it runs on, pinned, for
+# scripts/conformance.sh.
+if [ "$slurm" = yes ]; then
+    conformance="${CARGO_TARGET_DIR:-target}/conformance"
+    suite_version="0.1.16"
+    node_version="22.23.3"
+    suite_pkg="$conformance/node_modules/@modelcontextprotocol/conformance/package.json"
+    if ! grep -q "\"version\": \"$suite_version\"" "$suite_pkg" 2>/dev/null \
+        || [ "$("$conformance/node_modules/.bin/node" --version 2>/dev/null)" != "v$node_version" ]; then
+        command -v npm >/dev/null 2>&1 || { log "npm is required: apt-get install nodejs npm"; exit 1; }
+        log "installing @modelcontextprotocol/conformance@$suite_version and node@$node_version into $conformance"
+        npm install --prefix "$conformance" --no-audit --no-fund --silent \
+            "@modelcontextprotocol/conformance@$suite_version" "node@$node_version" >/dev/null \
+            || { log "npm install of the conformance suite failed"; exit 1; }
+    fi
+    # The pre-release that knows the 2026-07-28 revision, beside it (one version per prefix).
+    next_version="0.2.0-alpha.12"
+    next_pkg="${conformance}-next/node_modules/@modelcontextprotocol/conformance/package.json"
+    if ! grep -q "\"version\": \"$next_version\"" "$next_pkg" 2>/dev/null; then
+        log "installing @modelcontextprotocol/conformance@$next_version into ${conformance}-next"
+        npm install --prefix "${conformance}-next" --no-audit --no-fund --silent \
+            "@modelcontextprotocol/conformance@$next_version" >/dev/null \
+            || { log "npm install of the conformance suite ($next_version) failed"; exit 1; }
     fi
 fi
 log "ready"

@@ -22,3 +22,5 @@ cedar=(--manifest-path policies/stock/cedar/Cargo.toml --target-dir "${CARGO_TAR
 cargo fmt --manifest-path policies/stock/cedar/Cargo.toml --check
 cargo clippy "${cedar[@]}" --all-targets --locked -- -D warnings
 cargo test "${cedar[@]}" --locked
+# The official MCP conformance suite against the built gateway, for each spec version it knows.
+scripts/conformance.sh

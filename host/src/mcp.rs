@@ -7,15 +7,18 @@
 //! thread instead: handing it to a blocking thread and back costs two cross-CPU wake-ups, a
 //! quarter of such a call's time here.
 
+mod tasks;
+
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-    ResourceContents, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    GetTaskParams, GetTaskResult, Implementation, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -149,6 +152,7 @@ impl ServerHandler for McpServer {
                 .enable_tools()
                 .enable_tool_list_changed()
                 .enable_resources()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(Implementation::new("hpcgate", env!("CARGO_PKG_VERSION")))
@@ -263,6 +267,9 @@ impl ServerHandler for McpServer {
     ) -> Result<CallToolResponse, McpError> {
         self.gateway.metrics().request("tools/call");
         let caller = self.caller(&context)?;
+        // A client that declared the tasks extension (per request, or at `initialize`) gets a
+        // task for a job that outlives the call's wait; others get the job's state.
+        let accepts_task = (context.client_capabilities()).is_some_and(|c| c.supports_tasks());
         let name = request.name.to_string();
         let token = request
             .meta
@@ -302,7 +309,8 @@ impl ServerHandler for McpServer {
                 };
                 let request = Request::new(caller, via, &name, arguments)
                     .for_job(job)
-                    .in_trace(trace);
+                    .in_trace(trace)
+                    .accepting_task(accepts_task);
                 gateway.dispatch(&snapshot, request.with_progress(&report))
             })
             .await?;
@@ -310,7 +318,80 @@ impl ServerHandler for McpServer {
             // The sender is gone with the call: the task ends after the last notification.
             let _ = forward.await;
         }
+        if let Some(task) = &result.task {
+            return Ok(CallToolResponse::Task(tasks::created(task, &result)));
+        }
         Ok(mcp_result(&live, result).into())
+    }
+
+    // rmcp answers the tasks methods itself for a client that did not declare the extension
+    // (`-32021`), so these run only for clients that did.
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        self.gateway.metrics().request("tasks/get");
+        let live = self.gateway.snapshot();
+        let snapshot = live.clone();
+        let (via, job) = (self.via(), self.job.clone());
+        let task_id = request.task_id;
+        let polled = self
+            .blocking(self.caller(&context)?, false, move |gateway, caller| {
+                let request = Request::new(caller, via, "poll_job", Default::default());
+                gateway.poll_task(&snapshot, request.for_job(job), &task_id)
+            })
+            .await?;
+        tasks::detailed(polled.map_err(tasks::error)?, |r| mcp_result(&live, r))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.gateway.metrics().request("tasks/cancel");
+        let live = self.gateway.snapshot();
+        let (via, job) = (self.via(), self.job.clone());
+        let cancelled = self
+            .blocking(self.caller(&context)?, false, move |gateway, caller| {
+                let call = Request::new(caller, via, "cancel_job", Default::default());
+                gateway.cancel_task(&live, call.for_job(job), &request.task_id)
+            })
+            .await?;
+        let cancelled = cancelled.map_err(tasks::error)?;
+        if cancelled.result.is_error {
+            // Refused by a policy or a limit: the job runs on, and the client must know.
+            return Err(McpError::invalid_request(
+                format!(
+                    "tasks/cancel for `{}`: {}",
+                    cancelled.task.task_id, cancelled.result.text
+                ),
+                None,
+            ));
+        }
+        Ok(())
+    }
+
+    /// hpcgate's tasks never ask for input, so there is nothing to deliver: a known task is
+    /// acknowledged (the spec: responses to keys not outstanding are ignored), an unknown one
+    /// is "not found".
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.gateway.metrics().request("tasks/update");
+        let (via, job) = (self.via(), self.job.clone());
+        let found = self
+            .blocking(self.caller(&context)?, false, move |gateway, caller| {
+                let call = Request::new(caller, via, "poll_job", Default::default()).for_job(job);
+                gateway.find_task(&call, &request.task_id).map(|_| ())
+            })
+            .await?;
+        found.map_err(tasks::error)?;
+        Ok(())
     }
 }
 

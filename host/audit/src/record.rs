@@ -49,10 +49,12 @@ pub enum Event {
     ProxyCrashed,
     /// A proxy's discovery failed (its tools are not offered); the outcome says why.
     ProxyDiscoveryFailed,
+    /// A job call that outlived its wait became an MCP task; `detail.task_id`, `detail.job_id`.
+    TaskCreated,
 }
 
 impl Event {
-    pub const ALL: [Event; 18] = [
+    pub const ALL: [Event; 19] = [
         Event::Call,
         Event::InstanceCreated,
         Event::InstanceArchived,
@@ -71,6 +73,7 @@ impl Event {
         Event::ProxyStopped,
         Event::ProxyCrashed,
         Event::ProxyDiscoveryFailed,
+        Event::TaskCreated,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -93,6 +96,7 @@ impl Event {
             Event::ProxyStopped => "proxy.stopped",
             Event::ProxyCrashed => "proxy.crashed",
             Event::ProxyDiscoveryFailed => "proxy.discovery_failed",
+            Event::TaskCreated => "task.created",
         }
     }
 }

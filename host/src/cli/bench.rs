@@ -217,11 +217,11 @@ const ROUNDS: usize = 3;
 /// One `hpcgate run --transport streamable-http` child and how to reach it.
 pub(super) struct Endpoint {
     pub(super) gateway: tokio::process::Child,
-    pid: u32,
-    url: String,
+    pub(super) pid: u32,
+    pub(super) url: String,
     /// One bearer token per tenant; empty: no authentication.
     tokens: Vec<String>,
-    http: reqwest::Client,
+    pub(super) http: reqwest::Client,
 }
 
 impl Endpoint {

@@ -8,6 +8,7 @@ mod bench_dav;
 mod bench_figures;
 mod bench_metrics;
 mod bench_proxy;
+mod bench_tasks;
 mod clean;
 mod config;
 mod docs;
@@ -80,6 +81,8 @@ enum BenchCommand {
     /// WebDAV: PUT and GET of a large file, PROPFIND of a large directory (against wsgidav
     /// with `--wsgidav`).
     Dav(bench_dav::DavArgs),
+    /// MCP tasks: `tasks/get` latency, and the gateway memory many open tasks cost.
+    Tasks(bench_tasks::TasksArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -111,6 +114,7 @@ pub fn main() -> ExitCode {
         Command::Completions(args) => docs::completions(args),
         Command::Bench(BenchCommand::Code(args)) => bench_code::run(args),
         Command::Bench(BenchCommand::Dav(args)) => bench_dav::run(args),
+        Command::Bench(BenchCommand::Tasks(args)) => bench_tasks::run(args),
     };
     match result {
         Ok(code) => code,

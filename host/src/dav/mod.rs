@@ -207,6 +207,7 @@ fn busy() -> CallResult {
         text: "the gateway could not run the call; retry".to_owned(),
         is_error: true,
         proxied: None,
+        task: None,
     }
 }
 

@@ -23,7 +23,7 @@ use crate::code_mode::JobScope;
 use crate::policy::normalize::normalize_call;
 use crate::policy::{Call, ChainOutcome, DecisionKind, FinalDecision, Phase, Via};
 use crate::proxy::ProxiedTool;
-use crate::state::InstanceId;
+use crate::state::{InstanceId, JobId, TaskRecord};
 use crate::telemetry::{CallSpan, TraceParent};
 use crate::tools::{Context, Output, Progress, Tool, ToolError};
 use crate::usage::Measured;
@@ -43,6 +43,13 @@ pub struct Request<'a> {
     pub job: Option<Arc<JobScope>>,
     /// The caller's trace (MCP `_meta.traceparent`): the call's span continues it.
     pub trace: Option<TraceParent>,
+    /// The client takes an MCP task in lieu of the result: a job call whose job outlives its
+    /// wait comes back with [`CallResult::task`].
+    pub accepts_task: bool,
+    /// The call only looks (a task's `tasks/get`: `poll_job` without a wait): its decision
+    /// is recorded with its outcome in one batch, as a read-only call's is. The policies
+    /// still see the tool as it is.
+    pub observes: bool,
 }
 
 impl Request<'static> {
@@ -57,6 +64,8 @@ impl Request<'static> {
             transfer: None,
             job: None,
             trace: None,
+            accepts_task: false,
+            observes: false,
         }
     }
 }
@@ -76,6 +85,8 @@ impl<'a> Request<'a> {
             transfer: self.transfer,
             job: self.job,
             trace: self.trace,
+            accepts_task: self.accepts_task,
+            observes: self.observes,
         }
     }
 
@@ -96,6 +107,14 @@ impl<'a> Request<'a> {
     pub fn in_trace(self, trace: Option<TraceParent>) -> Self {
         Request { trace, ..self }
     }
+
+    /// The same call, from a client that takes an MCP task in lieu of a job's result.
+    pub fn accepting_task(self, accepts_task: bool) -> Self {
+        Request {
+            accepts_task,
+            ..self
+        }
+    }
 }
 
 fn no_progress(_: Progress) {}
@@ -113,6 +132,9 @@ pub struct CallResult {
     /// `isError`, `_meta`), for the transport to pass on whole; `structured` and `text` then
     /// only summarise it.
     pub proxied: Option<Value>,
+    /// The task that stands for this call, when its job outlived the wait and the request
+    /// accepted a task (`structured` and `text` then describe the job as it was).
+    pub task: Option<Box<TaskRecord>>,
 }
 
 impl CallResult {
@@ -122,6 +144,7 @@ impl CallResult {
             text: message,
             is_error: true,
             proxied: None,
+            task: None,
         }
     }
 
@@ -137,6 +160,7 @@ impl CallResult {
                 },
                 structured: output.structured,
                 proxied,
+                task: None,
             },
             Err(e) => CallResult::error(e.0),
         }
@@ -212,6 +236,8 @@ struct Prepared<'a> {
     started: Instant,
     /// The job's door counts this call in flight until the call is dropped.
     _job: Option<JobCall>,
+    accepts_task: bool,
+    observes: bool,
 }
 
 /// A call from a job's code, holding its place in the job's concurrency limit.
@@ -295,16 +321,64 @@ impl Gateway {
             }) => return self.settle(recorded, Vec::new(), *outcome, result),
         };
         let cx = self.context(live, &call);
-        let (result, proxied) = self.run(&call, &cx, arguments, watch.span.traceparent());
+        let tail = arguments.get("tail").and_then(Value::as_u64);
+        let trace = watch.span.traceparent();
+        let (result, proxied) = self.run(&call, &cx, arguments, trace);
+        let task = match &result {
+            Ok(output) => self.open_task(&call, &cx, output, tail),
+            Err(_) => None,
+        };
         let events = cx.events.take().into_iter();
         let events = events.map(|event| call.attribute(event)).collect();
         let outcome = call.outcome(result.as_ref());
-        self.settle(
-            recorded,
-            events,
-            outcome,
-            CallResult::from_run(result, proxied),
-        )
+        let response = CallResult {
+            task: task.map(Box::new),
+            ..CallResult::from_run(result, proxied)
+        };
+        self.settle(recorded, events, outcome, response)
+    }
+
+    /// A task for a job call whose job still runs after the wait, if the client takes one:
+    /// durable, and recorded as an event of this call. `None` also when the task cannot be
+    /// written: the call then answers as for a client without tasks (the job runs on, and
+    /// `poll_job` follows it).
+    fn open_task(
+        &self,
+        call: &Prepared<'_>,
+        cx: &Context<'_>,
+        output: &Output,
+        tail: Option<u64>,
+    ) -> Option<TaskRecord> {
+        let Target::Builtin(tool) = call.target else {
+            return None;
+        };
+        if !call.accepts_task || !tool.becomes_task() || output.structured["job"]["final"] != false
+        {
+            return None;
+        }
+        let job = output.structured["job"]["job_id"].as_str()?;
+        let job = JobId::parse(job).ok()?;
+        let instance = call.instance.as_ref()?;
+        let tail = tail.and_then(|t| usize::try_from(t).ok());
+        let tenant = &call.caller.tenant;
+        match self
+            .state
+            .new_task(tenant, instance, &job, tool.name(), tail)
+        {
+            Ok(task) => {
+                cx.record(
+                    Entry::new(Event::TaskCreated)
+                        .instance(instance.as_str())
+                        .detail("task_id", task.task_id.as_str())
+                        .detail("job_id", job.as_str()),
+                );
+                Some(task)
+            }
+            Err(e) => {
+                crate::proxy::log(&format!("could not create a task for job `{job}`: {e}"));
+                None
+            }
+        }
     }
 
     /// Derives the call once: target (builtin, else the caller's instance's proxied tool),
@@ -320,6 +394,8 @@ impl Gateway {
             transfer,
             job,
             trace: _,
+            accepts_task,
+            observes,
         } = request;
         let stop = |message: String| Stopped {
             record: Some(Box::new(
@@ -374,20 +450,22 @@ impl Gateway {
             transfer,
             started,
             _job: job,
+            accepts_task,
+            observes,
         })
     }
 
     /// Write-ahead: a call that may change something, and every denial, is durable before
-    /// anything else happens; a read-only call's decision waits for its outcome (nothing
-    /// reaches the caller before it is durable, and a read that never completes had no effect
-    /// to record). `Err` is the refusal to return when the log cannot record the call.
+    /// anything else happens; a read-only (or only observing) call's decision waits for its
+    /// outcome (nothing reaches the caller before it is durable, and a read that never
+    /// completes had no effect to record). `Err` is the refusal to return when the log cannot record the call.
     fn record_decision(
         &self,
         call: &Prepared<'_>,
         decided: &ChainOutcome,
     ) -> Result<Recorded, CallResult> {
         let record = Entry::call(&call.input, decided);
-        if !decided.is_denied() && call.input.read_only {
+        if !decided.is_denied() && (call.input.read_only || call.observes) {
             return Ok(Recorded::Deferred(Box::new(record)));
         }
         match self.audit.append(record) {

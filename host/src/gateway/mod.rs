@@ -6,9 +6,11 @@
 //! them at its start, so a reload never changes a call half-way.
 
 mod call;
+mod tasks;
 mod transfer;
 
 pub use call::{CallResult, Request};
+pub use tasks::{TaskCall, TaskError};
 pub use transfer::{Transfer, Upload};
 
 use std::sync::{Arc, RwLock};

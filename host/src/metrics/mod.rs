@@ -44,11 +44,14 @@ const FAULTS: [&str; 6] = [
     "configure",
 ];
 /// MCP methods counted by name; the rest are not served by hpcgate's handler.
-pub const METHODS: [&str; 4] = [
+pub const METHODS: [&str; 7] = [
     "tools/list",
     "tools/call",
     "resources/list",
     "resources/read",
+    "tasks/get",
+    "tasks/cancel",
+    "tasks/update",
 ];
 
 /// The gateway's series.

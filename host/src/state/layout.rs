@@ -13,6 +13,7 @@
 //!     jobs/<job-id>/sandbox/            the sandbox executor's job directory (local jobs)
 //!     jobs/.running/<job-id>            empty: the job may be unfinished (`running.rs`)
 //!     jobs/.new-<job-id>/, jobs/.trash-<job-id>-<random>/   as for instances
+//!     tasks/<task-id>.json              an MCP task: which job it follows (`tasks.rs`)
 //! ```
 //!
 //! Every component comes from a validated [`TenantName`], [`InstanceId`] or [`JobId`] or is
@@ -28,6 +29,7 @@ pub(crate) const INSTANCES: &str = "instances";
 pub(crate) const ARCHIVED: &str = "archived";
 pub(crate) const JOBS: &str = "jobs";
 pub(crate) const RUNNING: &str = ".running";
+pub(crate) const TASKS: &str = "tasks";
 pub(crate) const LOCK: &str = "lock";
 pub(crate) const META: &str = "meta.json";
 pub(crate) const RECORD: &str = "record.json";
@@ -84,5 +86,9 @@ impl TenantPaths {
 
     pub(crate) fn job(&self, id: &JobId) -> PathBuf {
         self.jobs().join(id.as_str())
+    }
+
+    pub(crate) fn tasks(&self) -> PathBuf {
+        self.root.join(TASKS)
     }
 }

@@ -263,6 +263,12 @@ impl Tool {
         )
     }
 
+    /// Whether a call whose job outlives its wait may come back as an MCP task (when the
+    /// client declared the tasks extension).
+    pub fn becomes_task(self) -> bool {
+        matches!(self, Tool::Jobs(JobTool::SubmitJob | JobTool::RunPython))
+    }
+
     /// Runs the tool with its final (policy-approved) arguments.
     pub fn run(self, cx: &Context<'_>, arguments: Map<String, Value>) -> Result<Output, ToolError> {
         match self {

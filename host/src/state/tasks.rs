@@ -1,0 +1,154 @@
+//! MCP tasks (`io.modelcontextprotocol/tasks`): a task is a handle on a job, kept on disk as
+//! `tasks/<task-id>.json` beside the tenant's jobs, so tasks outlive the gateway exactly as
+//! long as the jobs they follow (the job record holds the state; the task holds only which
+//! job, and how its result was asked for).
+//!
+//! A task id is 160 random bits: it cannot be guessed or enumerated. It is not a credential on
+//! its own: lookups take the caller's tenant and read only that tenant's directory, so another
+//! tenant's id is "not found", exactly like an id nobody issued. A malformed id is not found
+//! either (never an error that echoes it or tells it apart).
+
+use serde::{Deserialize, Serialize};
+
+use super::State;
+use super::error::StateError;
+use super::fsops::{ensure_dir_private, read_json, write_json_atomic};
+use super::id::{InstanceId, JobId, TenantName};
+use super::random::random_base32;
+use crate::time::Timestamp;
+
+/// Format version of a task file.
+const TASK_VERSION: u32 = 1;
+const TASK_PREFIX: &str = "t-";
+/// 32 characters of base32: 160 random bits.
+const TASK_RANDOM_LEN: usize = 32;
+
+/// A task id: `t-` + 32 characters of `[a-z2-7]`, made by [`State::new_task`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TaskId(String);
+
+impl TaskId {
+    /// `None` unless `raw` has exactly the generated form (so it is a safe file name).
+    pub fn parse(raw: &str) -> Option<TaskId> {
+        let random = raw.strip_prefix(TASK_PREFIX)?;
+        let ok = random.len() == TASK_RANDOM_LEN
+            && random
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || (b'2'..=b'7').contains(&b));
+        ok.then(|| TaskId(raw.to_owned()))
+    }
+
+    fn generate() -> Result<TaskId, StateError> {
+        Ok(TaskId(format!(
+            "{TASK_PREFIX}{}",
+            random_base32(TASK_RANDOM_LEN)?
+        )))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for TaskId {
+    type Error = String;
+    fn try_from(raw: String) -> Result<Self, String> {
+        TaskId::parse(&raw).ok_or_else(|| "not a task id".to_owned())
+    }
+}
+
+impl From<TaskId> for String {
+    fn from(value: TaskId) -> String {
+        value.0
+    }
+}
+
+impl std::fmt::Display for TaskId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One task: the job it follows and how the call that made it asked for output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub version: u32,
+    pub task_id: TaskId,
+    pub tenant: TenantName,
+    pub job_id: JobId,
+    pub instance: InstanceId,
+    /// The tool whose call the task stands for (`submit_job`, `run_python`).
+    pub tool: String,
+    /// Trailing lines of output the call asked for (`None`: the default), for the result.
+    pub tail: Option<usize>,
+    pub created_at: Timestamp,
+}
+
+impl State {
+    /// Makes a task for `job` of `tenant`, durable before it returns (the spec: a returned
+    /// task id must resolve at once, also after a crash).
+    pub fn new_task(
+        &self,
+        tenant: &TenantName,
+        instance: &InstanceId,
+        job: &JobId,
+        tool: &str,
+        tail: Option<usize>,
+    ) -> Result<TaskRecord, StateError> {
+        let dir = self.tenant(tenant).tasks();
+        ensure_dir_private(&dir).map_err(StateError::io("create a task"))?;
+        let record = TaskRecord {
+            version: TASK_VERSION,
+            task_id: TaskId::generate()?,
+            tenant: tenant.clone(),
+            job_id: job.clone(),
+            instance: instance.clone(),
+            tool: tool.to_owned(),
+            tail,
+            created_at: Timestamp::now(),
+        };
+        let name = format!("{}.json", record.task_id);
+        write_json_atomic(&dir, &name, &record).map_err(StateError::io("create a task"))?;
+        Ok(record)
+    }
+
+    /// The tenant's task `raw`; `None` if the tenant has no such task (whoever else may).
+    pub fn task(&self, tenant: &TenantName, raw: &str) -> Result<Option<TaskRecord>, StateError> {
+        let Some(id) = TaskId::parse(raw) else {
+            return Ok(None);
+        };
+        let path = self.tenant(tenant).tasks().join(format!("{id}.json"));
+        let record: Option<TaskRecord> = match read_json(&path) {
+            Ok(record) => record,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => None,
+            Err(e) => return Err(StateError::io("read a task")(e)),
+        };
+        Ok(record.filter(|r| r.task_id == id && &r.tenant == tenant))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_long_random_and_strictly_parsed() {
+        let a = TaskId::generate().unwrap();
+        assert_eq!(a.as_str().len(), 2 + TASK_RANDOM_LEN);
+        assert_eq!(TaskId::parse(a.as_str()), Some(a.clone()));
+        assert_ne!(a, TaskId::generate().unwrap());
+        let bad = [
+            "",
+            "t-",
+            "t-../../jobs/x",
+            &a.as_str()[..a.as_str().len() - 1],
+            &format!("{a}a"),
+            &a.as_str().to_uppercase(),
+            &a.as_str().replace("t-", "j-"),
+        ];
+        for raw in bad {
+            assert_eq!(TaskId::parse(raw), None, "{raw}");
+        }
+    }
+}
