@@ -102,6 +102,17 @@ pub(crate) fn check_line(line: &[u8]) -> Result<Record, LineProblem> {
     Ok(record)
 }
 
+/// The `seq` and `ts` at the start of a line, read cheaply without checking the line (for
+/// skipping by time; the records returned are still checked).
+pub(crate) fn peek_seq_ts(line: &[u8]) -> Option<(u64, Timestamp)> {
+    let seq = peek_seq(line)?;
+    let digits = seq.to_string().len();
+    let rest = line.get(7 + digits..)?.strip_prefix(br#","ts":""#)?;
+    let end = rest.iter().position(|&b| b == b'"')?;
+    let ts = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
+    Some((seq, ts))
+}
+
 /// The `seq` of a line, read cheaply without checking it (for telling a reorder from a gap).
 pub(crate) fn peek_seq(line: &[u8]) -> Option<u64> {
     let rest = line.strip_prefix(br#"{"seq":"#)?;

@@ -62,12 +62,13 @@ pub enum AuditError {
         problem: String,
     },
     #[error(
-        "`{}` line {line} is not an audit record ({problem}); run `hpcgate audit verify`",
+        "`{}` {at} is not an audit record ({problem}); run `hpcgate audit verify`",
         path.display()
     )]
     Unreadable {
         path: PathBuf,
-        line: u64,
+        /// `line N`, or `the line at byte N` when read from the end or after a seek.
+        at: String,
         problem: String,
     },
     #[error(

@@ -53,9 +53,17 @@ pub(crate) enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Measure append throughput and latency with fsync (in fresh directories under `--dir`).
+    /// Measure append throughput and latency with fsync (in fresh directories under `--dir`);
+    /// with `--records N`, instead generate an N-record log and time tail, query, verify and
+    /// `policy test` on it.
     #[command(hide = true)]
     Bench {
+        /// Generate a log of this many records and time the read-side commands on it.
+        #[arg(long)]
+        records: Option<u64>,
+        /// Runs per command with `--records` (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
         /// Parent of the scratch logs; default the system temp directory.
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -153,10 +161,48 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         AuditCommand::Bench {
+            records: Some(records),
+            runs,
+            dir,
+            json,
+            ..
+        } => {
+            let parent = dir.unwrap_or_else(std::env::temp_dir);
+            let report = super::audit_scale::run(&parent, records, runs)?;
+            if json {
+                out(serde_json::to_string_pretty(&report)?);
+            } else {
+                out(format!(
+                    "{} records in {} segments ({} MB), last hour {} records; load before: {}",
+                    report["records"],
+                    report["segments"],
+                    report["bytes"].as_u64().unwrap_or(0) >> 20,
+                    report["records_in_last_hour"],
+                    report["load_before"].as_str().unwrap_or("?")
+                ));
+                for row in report["commands"].as_array().into_iter().flatten() {
+                    out(format!(
+                        "{:<42} {:>9.1} ms (≤ {} ms)  {:>7.1} MB RSS{}  {}",
+                        row["command"].as_str().unwrap_or("?"),
+                        row["ms"].as_f64().unwrap_or(0.0),
+                        row["target_ms"],
+                        row["rss_mb"].as_f64().unwrap_or(0.0),
+                        row["target_rss_mb"]
+                            .as_f64()
+                            .map_or(String::new(), |t| format!(" (≤ {t} MB)")),
+                        if row["pass"] == true { "pass" } else { "FAIL" }
+                    ));
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        AuditCommand::Bench {
             dir,
             writers,
             appends,
             json,
+            records: None,
+            ..
         } => run_bench(dir, &writers, appends, json),
     }
 }

@@ -1,0 +1,179 @@
+//! `hpcgate audit bench --records N`: the costs of using a big log. Generates an N-record log
+//! (one day of a busy gateway at the default 1,000,000: about a record every 86 ms, call records
+//! of the stock chain's real decisions), then times the commands an admin runs on it, each in a
+//! child process (so its peak RSS is its own): `audit tail -n 20`, `audit query --since 1h`,
+//! `audit verify`, `policy test --calls <dir>` with the stock chain.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::{Value, json};
+
+use crate::audit::bench::generate;
+use crate::audit::{Entry, Outcome, Timestamp};
+use crate::policy::cases::parse_cases;
+use crate::policy::normalize::normalize_call;
+
+/// The calls the generated records cycle through (the `policy bench` mix).
+const CALLS: &str = include_str!("bench_calls.jsonl");
+
+/// One command's figures: the median wall time of `runs` runs and the largest peak RSS.
+struct Measured {
+    ms: f64,
+    rss_mb: f64,
+    status: i32,
+}
+
+pub(crate) fn run(parent: &Path, records: u64, runs: usize) -> anyhow::Result<Value> {
+    let scratch = tempfile::Builder::new()
+        .prefix("hpcgate-audit-scale-")
+        .tempdir_in(parent)
+        .with_context(|| {
+            format!(
+                "cannot create a scratch directory in `{}`",
+                parent.display()
+            )
+        })?;
+    let config = scratch.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = {}\n",
+            toml::Value::String(scratch.path().join("state").display().to_string())
+        ),
+    )?;
+    let entries = stock_entries(&config)?;
+    let dir = scratch.path().join("audit");
+    let day = Duration::from_secs(86_400);
+    let step = day / records.max(1) as u32;
+    let started = Instant::now();
+    let made = generate(&dir, records, Timestamp::now(), step, &entries, 64 << 20)?;
+    let generate_s = started.elapsed().as_secs_f64();
+    let dir_s = dir.display().to_string();
+    let config_s = config.display().to_string();
+    let exe = std::env::current_exe().context("cannot find the hpcgate executable")?;
+    let measure = |args: &[&str]| measure(&exe, args, runs);
+    let tail = measure(&["audit", "tail", "-n", "20", "--dir", &dir_s])?;
+    let query = measure(&["audit", "query", "--since", "1h", "--json", "--dir", &dir_s])?;
+    let hour = count_lines(&exe, &["audit", "query", "--since", "1h", "--dir", &dir_s])?;
+    let verify = measure(&["audit", "verify", "--dir", &dir_s])?;
+    let test = measure(&["policy", "test", "--config", &config_s, "--calls", &dir_s])?;
+    anyhow::ensure!(
+        tail.status == 0 && query.status == 0 && verify.status == 0,
+        "a read command failed on the generated log (exit {}, {}, {})",
+        tail.status,
+        query.status,
+        verify.status
+    );
+    anyhow::ensure!(
+        test.status == 0,
+        "`policy test` found mismatches on records of the stock chain's own decisions (exit {})",
+        test.status
+    );
+    let row = |name: &str, m: &Measured, target_ms: f64, target_mb: Option<f64>| {
+        json!({
+            "command": name, "ms": round(m.ms), "rss_mb": round(m.rss_mb),
+            "target_ms": target_ms, "target_rss_mb": target_mb,
+            "pass": m.ms <= target_ms && target_mb.is_none_or(|t| m.rss_mb <= t),
+        })
+    };
+    Ok(json!({
+        "records": made.records,
+        "segments": made.segments,
+        "bytes": made.bytes,
+        "span": format!("{} .. {}", made.first_ts, made.last_ts),
+        "records_in_last_hour": hour,
+        "generate_s": round(generate_s),
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "load_before": load_average(),
+        "runs": runs,
+        "commands": [
+            row("audit tail -n 20", &tail, 50.0, Some(30.0)),
+            row("audit query --since 1h --json", &query, 200.0, None),
+            row("audit verify", &verify, 5_000.0, None),
+            row("policy test --calls <dir> (stock chain)", &test, 10_000.0, Some(150.0)),
+        ],
+    }))
+}
+
+/// Call records of the bench mix with the decisions the stock chain makes for them.
+fn stock_entries(config: &Path) -> anyhow::Result<Vec<Entry>> {
+    let (config, base) = crate::config::Config::load(config)?;
+    let engine = crate::policy::PolicyEngine::new(config.engine_settings())?;
+    let chain = crate::policy::Chain::new(config.chain_policies(&engine, &base)?)?;
+    let (cases, _) = parse_cases(CALLS)?;
+    Ok(cases
+        .into_iter()
+        .map(|case| {
+            let mut call = case.call;
+            normalize_call(&mut call);
+            let outcome = chain.evaluate(&call);
+            Entry::call(&call, &outcome)
+                .outcome(Outcome {
+                    bytes: Some(4096),
+                    ..Outcome::default()
+                })
+                .duration(Duration::from_micros(180))
+        })
+        .collect())
+}
+
+/// Runs `exe args` `runs` times with output discarded.
+fn measure(exe: &PathBuf, args: &[&str], runs: usize) -> anyhow::Result<Measured> {
+    let mut times = Vec::new();
+    let (mut rss_kb, mut status) = (0i64, 0);
+    for _ in 0..runs.max(1) {
+        let started = Instant::now();
+        let child = Command::new(exe)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("cannot run `hpcgate {}`", args.join(" ")))?;
+        let (code, maxrss) = wait_rusage(child.id() as libc::pid_t)?;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        rss_kb = rss_kb.max(maxrss);
+        status = status.max(code);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(Measured {
+        ms: times[times.len() / 2],
+        rss_mb: rss_kb as f64 / 1024.0,
+        status,
+    })
+}
+
+/// Waits for `pid`; its exit code and peak RSS in KiB.
+#[allow(unsafe_code)]
+fn wait_rusage(pid: libc::pid_t) -> anyhow::Result<(i32, i64)> {
+    let mut status = 0;
+    // SAFETY: an all-zero `rusage` is valid, and wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: pid is a child we spawned and have not waited for; the pointers are valid.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    anyhow::ensure!(waited == pid, "wait4: {}", std::io::Error::last_os_error());
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128
+    };
+    Ok((code, usage.ru_maxrss))
+}
+
+fn count_lines(exe: &PathBuf, args: &[&str]) -> anyhow::Result<usize> {
+    let out = Command::new(exe).args(args).output()?;
+    Ok(out.stdout.iter().filter(|&&b| b == b'\n').count())
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn round(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
