@@ -4,7 +4,7 @@
 //! child process (so its peak RSS is its own): `audit tail -n 20`, `audit query --since 1h`,
 //! `audit verify`, `policy test --calls <dir>` with the stock chain.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -120,22 +120,41 @@ fn stock_entries(config: &Path) -> anyhow::Result<Vec<Entry>> {
         .collect())
 }
 
-/// Runs `exe args` `runs` times with output discarded.
-fn measure(exe: &PathBuf, args: &[&str], runs: usize) -> anyhow::Result<Measured> {
+/// Runs `exe args` `runs` times with output discarded, under GNU `time` for the peak RSS: a
+/// child's `ru_maxrss` as `wait4` reports it starts at its parent's high-water mark (Linux
+/// carries it across `exec`), so this process, which just generated the log, cannot measure
+/// it itself; `time` is small.
+fn measure(exe: &Path, args: &[&str], runs: usize) -> anyhow::Result<Measured> {
+    let time = Path::new("/usr/bin/time");
+    anyhow::ensure!(
+        time.exists(),
+        "`/usr/bin/time` (GNU time) is needed to measure peak RSS; install the `time` package"
+    );
+    let rss_file = tempfile::NamedTempFile::new()?;
     let mut times = Vec::new();
-    let (mut rss_kb, mut status) = (0i64, 0);
+    let (mut rss_kb, mut status) = (0u64, 0);
     for _ in 0..runs.max(1) {
         let started = Instant::now();
-        let child = Command::new(exe)
+        let code = Command::new(time)
+            .args(["-f", "%M", "-o"])
+            .arg(rss_file.path())
+            .arg(exe)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("cannot run `hpcgate {}`", args.join(" ")))?;
-        let (code, maxrss) = wait_rusage(child.id() as libc::pid_t)?;
+            .status()
+            .with_context(|| format!("cannot run `hpcgate {}`", args.join(" ")))?
+            .code()
+            .unwrap_or(128);
         times.push(started.elapsed().as_secs_f64() * 1000.0);
-        rss_kb = rss_kb.max(maxrss);
+        let text = std::fs::read_to_string(rss_file.path())?;
+        let kb: u64 = text
+            .lines()
+            .last()
+            .and_then(|l| l.trim().parse().ok())
+            .with_context(|| format!("GNU time printed no peak RSS: {text:?}"))?;
+        rss_kb = rss_kb.max(kb);
         status = status.max(code);
     }
     times.sort_by(f64::total_cmp);
@@ -146,24 +165,7 @@ fn measure(exe: &PathBuf, args: &[&str], runs: usize) -> anyhow::Result<Measured
     })
 }
 
-/// Waits for `pid`; its exit code and peak RSS in KiB.
-#[allow(unsafe_code)]
-fn wait_rusage(pid: libc::pid_t) -> anyhow::Result<(i32, i64)> {
-    let mut status = 0;
-    // SAFETY: an all-zero `rusage` is valid, and wait4 fills it for our own child.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: pid is a child we spawned and have not waited for; the pointers are valid.
-    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    anyhow::ensure!(waited == pid, "wait4: {}", std::io::Error::last_os_error());
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        128
-    };
-    Ok((code, usage.ru_maxrss))
-}
-
-fn count_lines(exe: &PathBuf, args: &[&str]) -> anyhow::Result<usize> {
+fn count_lines(exe: &Path, args: &[&str]) -> anyhow::Result<usize> {
     let out = Command::new(exe).args(args).output()?;
     Ok(out.stdout.iter().filter(|&&b| b == b'\n').count())
 }

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Subcommand;
-use serde_json::json;
 
 use super::{out, scaffold};
 use crate::config::Config;
