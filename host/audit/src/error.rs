@@ -89,6 +89,15 @@ pub enum AuditError {
     Poisoned,
     #[error("the audit log is closed, so the call is refused; the gateway is shutting down")]
     Closed,
+    #[error(
+        "cannot load or create the checkpoint signing key `{}`; check the audit directory's owner and permissions",
+        path.display()
+    )]
+    CheckpointKey {
+        path: PathBuf,
+        #[source]
+        source: Arc<io::Error>,
+    },
 }
 
 pub(crate) fn arc(error: io::Error) -> Arc<io::Error> {

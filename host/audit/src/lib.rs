@@ -56,6 +56,7 @@ mod redact;
 #[cfg(test)]
 mod scale_tests;
 mod segment;
+mod signed;
 mod tail;
 pub mod time;
 mod verify;
@@ -69,5 +70,9 @@ pub use log::{AuditLog, AuditOptions, AuditStats, BatchObserver};
 pub use query::{Filter, Records, Scope, records, replay_reader, tail};
 pub use record::{Entry, Event, Outcome, PolicyRecord, Receipt, Record, UnknownEvent};
 pub use redact::{ArgumentRule, RedactionRules};
+pub use signed::{
+    CheckpointKey, CheckpointOptions, CheckpointSet, CheckpointSetError, CheckpointSink, KEY_FILE,
+    SignedCheckpoint, parse_public_key, read_checkpoints,
+};
 pub use time::{TimeError, Timestamp};
 pub use verify::{Broken, Problem, VerifyReport, verify, verify_against};

@@ -15,13 +15,21 @@ use crate::policy::DecisionKind;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum AuditCommand {
-    /// Verify the hash chain (against a checkpoint, if given); exit 0 iff intact.
+    /// Verify the hash chain (against checkpoints, if given); exit 0 iff intact.
     Verify {
         #[arg(long)]
         dir: Option<PathBuf>,
         /// A checkpoint printed earlier by `hpcgate audit checkpoint`.
         #[arg(long)]
         checkpoint: Option<PathBuf>,
+        /// A checkpoint sink (`[audit] checkpoint_sink`, or lines of syslog): the log must
+        /// match every checkpoint in it, each signature must verify.
+        #[arg(long)]
+        checkpoints: Option<PathBuf>,
+        /// The gateway's public key (hex, or a file holding it) as printed by `hpcgate audit
+        /// key`: every checkpoint must be signed by it.
+        #[arg(long, requires = "checkpoints")]
+        key: Option<String>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -29,6 +37,12 @@ pub(crate) enum AuditCommand {
     /// Verify the log, then print its last record as a JSON checkpoint; keep it somewhere the
     /// gateway cannot write, and pass it to `verify --checkpoint` later.
     Checkpoint {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Print the public key that signs the automatic checkpoints (`[audit] checkpoint_every`);
+    /// keep it with the checkpoints, and pass it to `verify --key`.
+    Key {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
@@ -139,8 +153,27 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
         AuditCommand::Verify {
             dir,
             checkpoint,
+            checkpoints,
+            key,
             json,
-        } => verify(&resolve_dir(dir)?, checkpoint.as_deref(), json),
+        } => verify(
+            &resolve_dir(dir)?,
+            checkpoint.as_deref(),
+            checkpoints.as_deref(),
+            key.as_deref(),
+            json,
+        ),
+        AuditCommand::Key { dir } => {
+            let dir = resolve_dir(dir)?;
+            let key = audit::CheckpointKey::load(&dir).with_context(|| {
+                format!(
+                    "no checkpoint key in `{}`: the gateway creates it when it starts with `[audit] checkpoint_every` set",
+                    dir.display()
+                )
+            })?;
+            out(key.public_hex());
+            Ok(ExitCode::SUCCESS)
+        }
         AuditCommand::Checkpoint { dir } => checkpoint(&resolve_dir(dir)?),
         AuditCommand::Tail {
             dir,
@@ -230,7 +263,13 @@ fn resolve_dir(dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-fn verify(dir: &Path, checkpoint: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
+fn verify(
+    dir: &Path,
+    checkpoint: Option<&Path>,
+    checkpoints: Option<&Path>,
+    key: Option<&str>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let checkpoint = checkpoint
         .map(|path| -> anyhow::Result<Checkpoint> {
             let text = std::fs::read_to_string(path)
@@ -238,11 +277,46 @@ fn verify(dir: &Path, checkpoint: Option<&Path>, json: bool) -> anyhow::Result<E
             Checkpoint::from_json(&text).with_context(|| format!("`{}`", path.display()))
         })
         .transpose()?;
-    let report = audit::verify(dir, checkpoint.as_ref())?;
+    let key = key
+        .map(|text| {
+            let text = match std::fs::read_to_string(text) {
+                Ok(contents) => contents,
+                Err(_) => text.to_owned(),
+            };
+            audit::parse_public_key(&text).map_err(|e| anyhow::anyhow!("`--key`: {e}"))
+        })
+        .transpose()?;
+    let mut all: Vec<Checkpoint> = checkpoint.iter().cloned().collect();
+    let mut notes = Vec::new();
+    if let Some(path) = checkpoints {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read checkpoints `{}`", path.display()))?;
+        let set = audit::read_checkpoints(&text, key.as_ref())
+            .with_context(|| format!("`{}` cannot be trusted", path.display()))?;
+        for (line, why) in &set.ignored {
+            notes.push(format!(
+                "note: `{}` line {line} ignored: {why}",
+                path.display()
+            ));
+        }
+        notes.push(format!(
+            "{} checkpoints from `{}` ({} signed{}, {} unsigned)",
+            set.checkpoints.len(),
+            path.display(),
+            set.signed,
+            set.key
+                .as_ref()
+                .map_or(String::new(), |k| format!(" by {k}")),
+            set.unsigned
+        ));
+        all.extend(set.checkpoints);
+    }
+    let report = audit::verify_against(dir, &all)?;
     if json {
         out(serde_json::to_string_pretty(&report)?);
     } else {
-        out(describe(dir, &report, checkpoint.as_ref()));
+        notes.iter().for_each(out);
+        out(describe(dir, &report, all.iter().max_by_key(|c| c.seq)));
     }
     Ok(if report.intact {
         ExitCode::SUCCESS

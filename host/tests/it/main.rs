@@ -10,6 +10,7 @@
 
 mod support;
 
+mod audit_checkpoints;
 mod audit_cli;
 mod audit_log;
 mod audit_verify;
