@@ -309,3 +309,83 @@ fn forged_or_foreign_checkpoints_are_refused_and_a_torn_one_is_ignored() {
     assert_eq!(set.checkpoints[1].seq, 61);
     assert!(verify_against(&audit, &set.checkpoints).unwrap().intact);
 }
+
+#[test]
+fn audit_key_and_verify_checkpoints_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (audit, sink) = (
+        dir.path().join("audit"),
+        dir.path().join("checkpoints.jsonl"),
+    );
+    write_log(&audit, &sink);
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let d = audit.to_str().unwrap();
+    let output = run(&["audit", "key", "--dir", d]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let public = String::from_utf8(output.stdout).unwrap().trim().to_owned();
+    assert_eq!(public, CheckpointKey::load(&audit).unwrap().public_hex());
+    let s = sink.to_str().unwrap();
+    let output = run(&[
+        "audit",
+        "verify",
+        "--dir",
+        d,
+        "--checkpoints",
+        s,
+        "--key",
+        &public,
+    ]);
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("3 checkpoints") && text.contains("intact: 60 records"),
+        "{text}"
+    );
+    forge(&audit, 14, |l| drop(l.remove(14)));
+    let output = run(&[
+        "audit",
+        "verify",
+        "--dir",
+        d,
+        "--checkpoints",
+        s,
+        "--key",
+        &public,
+    ]);
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("BROKEN") && text.contains("(seq 20): rewritten"),
+        "{text}"
+    );
+    // A key that is not the gateway's: the checkpoints cannot be trusted at all.
+    let other = tempfile::tempdir().unwrap();
+    let other = CheckpointKey::load_or_create(other.path())
+        .unwrap()
+        .public_hex();
+    let output = run(&[
+        "audit",
+        "verify",
+        "--dir",
+        d,
+        "--checkpoints",
+        s,
+        "--key",
+        &other,
+    ]);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "an error, not a verdict on the log"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot be trusted") && stderr.contains("signed by key"),
+        "{stderr}"
+    );
+}
