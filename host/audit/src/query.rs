@@ -20,7 +20,7 @@ use std::path::Path;
 
 use hpcgate_policy_sdk::glob::Glob;
 
-use super::canonical::{check_line, peek_seq_ts};
+use super::canonical::{check_hash, check_line, peek_seq_ts};
 use super::error::{AuditError, arc};
 use super::index;
 use super::record::{Event, Record};
@@ -86,6 +86,15 @@ impl Filter {
             && self.event.is_none_or(|ev| e.event == ev)
             && self.since.is_none_or(|t| record.ts >= t)
             && self.until.is_none_or(|t| record.ts < t)
+    }
+
+    /// Whether only `since` and `until` are set.
+    fn only_time(&self) -> bool {
+        self.instance.is_none()
+            && self.tool.is_none()
+            && self.decision.is_none()
+            && self.event.is_none()
+            && self.principal.is_none()
     }
 
     /// Whether records with `ts` in `[first, last]` may match the time bounds.
@@ -189,7 +198,7 @@ impl std::fmt::Debug for Records {
 }
 
 impl Records {
-    fn fail(&mut self, error: AuditError) -> Option<Result<Record, AuditError>> {
+    fn fail<T>(&mut self, error: AuditError) -> Option<Result<T, AuditError>> {
         self.files.clear();
         self.current = None;
         self.done = true;
@@ -227,10 +236,16 @@ impl Records {
     }
 }
 
-impl Iterator for Records {
-    type Item = Result<Record, AuditError>;
+impl Records {
+    /// The raw line (without `\n`) of the next matching record, checked against its hash:
+    /// what `--json` prints. When only `since`/`until` filter and the scope is all tenants,
+    /// the record is not parsed at all (its time is read from the line's start).
+    pub fn next_line(&mut self) -> Option<Result<Vec<u8>, AuditError>> {
+        let full = self.scope != Scope::AllTenants || !self.filter.only_time();
+        self.advance(full).map(|r| r.map(|(_, line)| line))
+    }
 
-    fn next(&mut self) -> Option<Self::Item> {
+    fn advance(&mut self, full: bool) -> Option<Result<(Option<Record>, Vec<u8>), AuditError>> {
         while !self.done {
             let Some(lines) = &mut self.current else {
                 match self.open_next() {
@@ -260,19 +275,48 @@ impl Iterator for Records {
             lines.line = lines.line.map(|l| l + 1);
             lines.offset += n as u64;
             let line = &lines.buf[..n - 1];
+            let peeked = peek_seq_ts(line).map(|(_, ts)| ts);
             if let Some(until) = self.filter.until
-                && peek_seq_ts(line).is_some_and(|(_, ts)| ts >= until)
+                && peeked.is_some_and(|ts| ts >= until)
             {
                 self.done = true;
                 break;
             }
+            if !full && let Some(ts) = peeked {
+                match check_hash(line) {
+                    Ok(()) if self.filter.since.is_none_or(|t| ts >= t) => {
+                        return Some(Ok((None, line.to_vec())));
+                    }
+                    Ok(()) => continue,
+                    Err(problem) => {
+                        let error = AuditError::Unreadable {
+                            path: lines.segment.path.clone(),
+                            at,
+                            problem: problem.to_string(),
+                        };
+                        return self.fail(error);
+                    }
+                }
+            }
             match parse(&lines.segment, line, || at) {
-                Ok(r) if self.scope.allows(&r) && self.filter.matches(&r) => return Some(Ok(r)),
+                Ok(r) if self.scope.allows(&r) && self.filter.matches(&r) => {
+                    let line = line.to_vec();
+                    return Some(Ok((Some(r), line)));
+                }
                 Ok(_) => {}
                 Err(e) => return self.fail(e),
             }
         }
         None
+    }
+}
+
+impl Iterator for Records {
+    type Item = Result<Record, AuditError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.advance(true)
+            .map(|r| r.map(|(record, _)| record.expect("parsed")))
     }
 }
 

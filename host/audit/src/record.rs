@@ -39,6 +39,8 @@ pub enum Event {
     GatewayStopped,
     /// `AuditLog::open` truncated a torn last line; `detail` says what was removed.
     AuditRepaired,
+    /// `hpcgate audit prune` removed old segments; `detail` says which and the new anchor.
+    AuditPruned,
     /// `hpcgate tenant add|token|list` ran; `detail.action` says which (never a token or hash).
     TenantAdmin,
     /// A proxied server started for a tenant's instance; `detail.proxy`, `detail.server`.
@@ -52,7 +54,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub const ALL: [Event; 18] = [
+    pub const ALL: [Event; 19] = [
         Event::Call,
         Event::InstanceCreated,
         Event::InstanceArchived,
@@ -66,6 +68,7 @@ impl Event {
         Event::GatewayStarted,
         Event::GatewayStopped,
         Event::AuditRepaired,
+        Event::AuditPruned,
         Event::TenantAdmin,
         Event::ProxyStarted,
         Event::ProxyStopped,
@@ -88,6 +91,7 @@ impl Event {
             Event::GatewayStarted => "gateway.started",
             Event::GatewayStopped => "gateway.stopped",
             Event::AuditRepaired => "audit.repaired",
+            Event::AuditPruned => "audit.pruned",
             Event::TenantAdmin => "tenant.admin",
             Event::ProxyStarted => "proxy.started",
             Event::ProxyStopped => "proxy.stopped",

@@ -71,6 +71,15 @@ fn time_bounded_queries_agree_with_a_full_scan() {
             .map(|r| r.seq)
             .collect();
         assert_eq!(got, want, "since {since:?} until {until:?}");
+        // The raw lines `--json` prints (time-only filters: checked, not parsed).
+        let mut raw = records(dir.path(), Scope::AllTenants, filter.clone()).unwrap();
+        let mut raw_seqs = Vec::new();
+        while let Some(line) = raw.next_line() {
+            let line = line.unwrap();
+            let record = super::canonical::check_line(&line).unwrap();
+            raw_seqs.push(record.seq);
+        }
+        assert_eq!(raw_seqs, want, "raw lines since {since:?} until {until:?}");
         let newest: Vec<u64> = tail(dir.path(), &Scope::AllTenants, &filter, 7)
             .unwrap()
             .iter()
@@ -200,4 +209,99 @@ fn verify_in_parallel_reports_the_first_problem_in_chain_order() {
         serde_json::from_slice(&std::fs::read(dir.path().join("audit-000002.idx")).unwrap())
             .unwrap();
     assert_eq!(report.records, first_of_2.first_seq);
+}
+
+#[test]
+fn prune_removes_old_segments_and_the_rest_still_verifies_against_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let made = fixture(dir.path());
+    let everything = all(dir.path(), Filter::default());
+    let cp = |seq: u64| Checkpoint {
+        seq,
+        hash: everything[seq as usize - 1].hash.clone(),
+    };
+    // Segment 3's last record: everything up to it is older than `before`.
+    let third: SegmentIndex =
+        serde_json::from_slice(&std::fs::read(dir.path().join("audit-000003.idx")).unwrap())
+            .unwrap();
+    let fourth: SegmentIndex =
+        serde_json::from_slice(&std::fs::read(dir.path().join("audit-000004.idx")).unwrap())
+            .unwrap();
+    let before = fourth.first_ts;
+    let report = prune(dir.path(), before).unwrap();
+    assert_eq!(
+        (report.removed_segments, report.removed_records),
+        (3, third.last_seq)
+    );
+    let anchor = report.anchor.unwrap();
+    assert_eq!(
+        (anchor.first_segment, anchor.next_seq, anchor.prev.as_str()),
+        (4, third.last_seq + 1, third.last_hash.as_str())
+    );
+    assert!(!segment_path(dir.path(), 3).exists() && segment_path(dir.path(), 4).exists());
+    // Checkpoints from before the prune (older ones ignored, the anchor's own checked), and after.
+    let checkpoints = [cp(10), cp(third.last_seq), cp(fourth.last_seq), cp(3000)];
+    let report = verify_against(dir.path(), &checkpoints).unwrap();
+    assert!(report.intact, "{report:#?}");
+    assert_eq!(
+        report.records,
+        3000 - third.last_seq + 1,
+        "kept records and audit.pruned"
+    );
+    let kept = all(dir.path(), Filter::default());
+    assert_eq!(kept.first().unwrap().seq, third.last_seq + 1);
+    let last = kept.last().unwrap();
+    assert_eq!(last.entry.event, Event::AuditPruned);
+    assert_eq!(last.entry.detail.as_ref().unwrap()["removed_segments"], 3);
+    // Nothing more to prune before the same time; a second prune moves the anchor on.
+    assert_eq!(prune(dir.path(), before).unwrap().removed_segments, 0);
+    let report = prune(dir.path(), fourth.last_ts).unwrap();
+    assert_eq!(
+        report.removed_segments, 0,
+        "segment 4's last record is not older than that"
+    );
+    // An anchor whose `prev` disagrees with a checkpoint of that record is caught.
+    let forged = Anchor {
+        prev: "ab".repeat(32),
+        ..anchor.clone()
+    };
+    let path = dir.path().join("audit-anchor.json");
+    std::fs::write(&path, serde_json::to_vec(&forged).unwrap()).unwrap();
+    let broken = verify_against(dir.path(), &checkpoints)
+        .unwrap()
+        .first_broken
+        .unwrap();
+    assert!(
+        matches!(broken.problem, Problem::CheckpointMismatch { .. }),
+        "{broken:?}"
+    );
+    // ... and without that checkpoint, by the chain itself: the first kept record's `prev`.
+    let broken = verify(dir.path(), None).unwrap().first_broken.unwrap();
+    assert!(
+        matches!(broken.problem, Problem::BrokenLink { .. }),
+        "{broken:?}"
+    );
+    std::fs::write(&path, serde_json::to_vec(&anchor).unwrap()).unwrap();
+    // A crash after the anchor was written but before the old files were removed: they are
+    // ignored by verify and queries alike.
+    std::fs::write(segment_path(dir.path(), 2), b"left behind\n").unwrap();
+    assert!(verify_against(dir.path(), &checkpoints).unwrap().intact);
+    assert_eq!(all(dir.path(), Filter::default()).len(), kept.len());
+    assert_eq!(made.records, 3000);
+}
+
+#[test]
+fn prune_refuses_a_log_that_does_not_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    let path = segment_path(dir.path(), 2);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[50] ^= 1;
+    std::fs::write(&path, bytes).unwrap();
+    let error = prune(dir.path(), end()).unwrap_err();
+    assert!(
+        error.to_string().contains("destroy the evidence"),
+        "{error}"
+    );
+    assert!(segment_path(dir.path(), 1).exists());
 }

@@ -20,7 +20,7 @@ use std::sync::{Mutex, PoisonError};
 
 use serde::Serialize;
 
-use super::canonical::{GENESIS, LineProblem, check_line, peek_seq};
+use super::canonical::{GENESIS, LineProblem, check_line_head, peek_seq};
 use super::checkpoint::Checkpoint;
 use super::error::{AuditError, arc};
 use super::index::{self, SegmentIndex};
@@ -180,21 +180,49 @@ pub fn verify(dir: &Path, checkpoint: Option<&Checkpoint>) -> Result<VerifyRepor
 /// follow the previous segment's last. The first problem in chain order is reported.
 pub fn verify_against(dir: &Path, checkpoints: &[Checkpoint]) -> Result<VerifyReport, AuditError> {
     let files = snapshot(dir)?;
+    let anchor = super::prune::read_anchor(dir)?;
     let expected: BTreeMap<u64, &str> = checkpoints
         .iter()
         .map(|c| (c.seq, c.hash.as_str()))
         .collect();
     let results = check_segments(&files, &expected)?;
-    let mut walk = Link {
-        expected_seq: 1,
-        prev: GENESIS.to_owned(),
-        prev_ts: None,
-        records: 0,
-        last: None,
+    let mut walk = match &anchor {
+        None => Link {
+            expected_seq: 1,
+            prev: GENESIS.to_owned(),
+            prev_ts: None,
+            records: 0,
+            last: None,
+        },
+        Some(a) => Link {
+            expected_seq: a.next_seq,
+            prev: a.prev.clone(),
+            prev_ts: Some(a.prev_ts),
+            records: 0,
+            last: None,
+        },
     };
+    let first_number = anchor.as_ref().map_or(1, |a| a.first_segment);
     let mut last_file = (String::new(), 0);
+    // A checkpoint of the last pruned record must be the anchor's `prev`; older ones are gone.
+    if let Some(a) = &anchor
+        && let Some(hash) = expected.get(&(a.next_seq - 1))
+        && *hash != a.prev
+    {
+        let at = Broken {
+            file: super::prune::ANCHOR_FILE.to_owned(),
+            line: 1,
+            seq: Some(a.next_seq - 1),
+            problem: Problem::CheckpointMismatch {
+                seq: a.next_seq - 1,
+                checkpoint_hash: (*hash).to_owned(),
+                hash: a.prev.clone(),
+            },
+        };
+        return Ok(walk.report(files.len(), at));
+    }
     for (index, ((segment, len), result)) in files.iter().zip(results).enumerate() {
-        let expected_number = index as u64 + 1;
+        let expected_number = first_number + index as u64;
         let broken = |walk: Link, broken: Broken| Ok(walk.report(files.len(), broken));
         if segment.number != expected_number {
             return broken(
@@ -406,7 +434,7 @@ fn check_segment(
         }
         offset += n as u64;
         let line = &buf[..n - 1];
-        let record = match check_line(line) {
+        let record = match check_line_head(line) {
             Ok(record) => record,
             Err(LineProblem::Unparsable(message)) => {
                 check.broken = Some(at(peek_seq(line), Problem::Unparsable { message }));
@@ -530,20 +558,24 @@ pub(crate) fn snapshot(dir: &Path) -> Result<Vec<(Segment, u64)>, AuditError> {
     if let Some(lock) = &lock {
         let _ = lock.lock_shared();
     }
-    let listed = segment::list(dir).and_then(|segments| {
-        segments
-            .into_iter()
-            .map(|s| {
-                let len = std::fs::symlink_metadata(&s.path)
-                    .map_err(|source| AuditError::Read {
-                        path: s.path.clone(),
-                        source: arc(source),
-                    })?
-                    .len();
-                Ok((s, len))
-            })
-            .collect()
-    });
+    let first = super::prune::read_anchor(dir).map(|a| a.map_or(1, |a| a.first_segment));
+    let listed = first
+        .and_then(|first| Ok((first, segment::list(dir)?)))
+        .and_then(|(first, segments)| {
+            segments
+                .into_iter()
+                .filter(|s| s.number >= first)
+                .map(|s| {
+                    let len = std::fs::symlink_metadata(&s.path)
+                        .map_err(|source| AuditError::Read {
+                            path: s.path.clone(),
+                            source: arc(source),
+                        })?
+                        .len();
+                    Ok((s, len))
+                })
+                .collect()
+        });
     if let Some(lock) = &lock {
         let _ = lock.unlock();
     }

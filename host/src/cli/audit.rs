@@ -46,6 +46,17 @@ pub(crate) enum AuditCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Remove whole segments whose records are all older than `--before` (never the newest
+    /// segment), leaving an anchor so the rest still verifies, and record that in the log.
+    Prune {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// RFC 3339, a date, or an age like `90d`.
+        #[arg(long)]
+        before: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the newest matching records, newest first.
     Tail {
         #[arg(long)]
@@ -163,6 +174,29 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             key.as_deref(),
             json,
         ),
+        AuditCommand::Prune { dir, before, json } => {
+            let dir = resolve_dir(dir)?;
+            let before = Timestamp::parse_bound(&before, Timestamp::now())
+                .map_err(|e| anyhow::anyhow!("`--before`: {e}"))?;
+            let report = audit::prune(&dir, before)?;
+            if json {
+                out(serde_json::to_string_pretty(&report)?);
+            } else if report.removed_segments == 0 {
+                out(format!(
+                    "nothing to prune: no closed segment ends before {before}"
+                ));
+            } else {
+                let anchor = report.anchor.as_ref().expect("an anchor after pruning");
+                out(format!(
+                    "removed {} segments ({} records) older than {before}; the log now starts at seq {} in `{}`",
+                    report.removed_segments,
+                    report.removed_records,
+                    anchor.next_seq,
+                    format_args!("audit-{:06}.jsonl", anchor.first_segment)
+                ));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         AuditCommand::Key { dir } => {
             let dir = resolve_dir(dir)?;
             let key = audit::CheckpointKey::load(&dir).with_context(|| {
@@ -188,8 +222,24 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
         }
         AuditCommand::Query { dir, filter, json } => {
             let (scope, filter) = filter.resolve()?;
-            for record in audit::records(&resolve_dir(dir)?, scope, filter)? {
-                print_record(&record?, json);
+            let mut records = audit::records(&resolve_dir(dir)?, scope, filter)?;
+            if json {
+                // Each record's line as it is on disk (its canonical JSON), checked.
+                use std::io::Write as _;
+                let stdout = std::io::stdout();
+                let mut sink = std::io::BufWriter::new(stdout.lock());
+                while let Some(line) = records.next_line() {
+                    let mut line = line?;
+                    line.push(b'\n');
+                    if sink.write_all(&line).is_err() {
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                }
+                let _ = sink.flush();
+            } else {
+                for record in records {
+                    print_record(&record?, json);
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

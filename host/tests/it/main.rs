@@ -12,6 +12,7 @@ mod support;
 
 mod audit_checkpoints;
 mod audit_cli;
+mod audit_disk_full;
 mod audit_log;
 mod audit_verify;
 mod bench_gateway;
