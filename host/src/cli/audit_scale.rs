@@ -1,6 +1,7 @@
 //! `hpcgate audit bench --records N`: the costs of using a big log. Generates an N-record log
 //! (one day of a busy gateway at the default 1,000,000: about a record every 86 ms, call records
-//! of the stock chain's real decisions), then times the commands an admin runs on it, each in a
+//! of the stock chain's real decisions — the chain of the shipped default configuration), then
+//! times the commands an admin runs on it, each in a
 //! child process (so its peak RSS is its own): `audit tail -n 20`, `audit query --since 1h`,
 //! `audit verify`, `policy test --calls <dir>` with the stock chain.
 
@@ -37,14 +38,21 @@ pub(crate) fn run(parent: &Path, records: u64, runs: usize) -> anyhow::Result<Va
             )
         })?;
     let config = scratch.path().join("gateway.toml");
+    // The shipped defaults: the stock chain as a gateway runs it out of the box (`policy test`
+    // reads one file, without the defaults underneath).
     std::fs::write(
         &config,
         format!(
-            "state_dir = {}\n",
-            toml::Value::String(scratch.path().join("state").display().to_string())
+            "state_dir = {}\n{}",
+            toml::Value::String(scratch.path().join("state").display().to_string()),
+            crate::config::DEFAULT_CONFIG
         ),
     )?;
     let entries = stock_entries(&config)?;
+    anyhow::ensure!(
+        entries.iter().any(|e| !e.policies.is_empty()),
+        "the stock chain judged none of the bench calls"
+    );
     let dir = scratch.path().join("audit");
     let day = Duration::from_secs(86_400);
     let step = day / records.max(1) as u32;
@@ -60,6 +68,18 @@ pub(crate) fn run(parent: &Path, records: u64, runs: usize) -> anyhow::Result<Va
     let hour = count_lines(&exe, &["audit", "query", "--since", "1h", "--dir", &dir_s])?;
     let verify = measure(&["audit", "verify", "--dir", &dir_s])?;
     let test = measure(&["policy", "test", "--config", &config_s, "--calls", &dir_s])?;
+    let checked = Command::new(&exe)
+        .args([
+            "policy", "test", "--json", "--config", &config_s, "--calls", &dir_s,
+        ])
+        .output()?;
+    let checked: Value = serde_json::from_slice(&checked.stdout)
+        .context("`policy test --json` printed no report")?;
+    anyhow::ensure!(
+        checked["total"] == made.records && checked["mismatched"] == 0,
+        "`policy test` did not judge every record alike: {}",
+        checked
+    );
     anyhow::ensure!(
         tail.status == 0 && query.status == 0 && verify.status == 0,
         "a read command failed on the generated log (exit {}, {}, {})",

@@ -389,3 +389,94 @@ fn audit_key_and_verify_checkpoints_from_the_command_line() {
         "{stderr}"
     );
 }
+
+/// The real gateway over stdio exporting a checkpoint every second, SIGKILLed while it serves
+/// calls and restarted: the sink holds only whole checkpoints or a torn last line (ignored), the
+/// restarted gateway goes on exporting, and the log verifies against every checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_killed_while_exporting_checkpoints_leaves_a_sink_that_verifies() {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::TokioChildProcess;
+
+    let dir = tempfile::tempdir().unwrap();
+    let sink = dir.path().join("sink/checkpoints.jsonl");
+    std::fs::create_dir_all(sink.parent().unwrap()).unwrap();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = {:?}\n[audit]\ncheckpoint_every = \"1s\"\ncheckpoint_sink = {:?}\n",
+            dir.path().join("state").display().to_string(),
+            sink.display().to_string()
+        ),
+    )
+    .unwrap();
+    let start = || {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"));
+        command
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .env("HOME", dir.path().join("home"))
+            .env("USER", "checkpoint-tester")
+            .env(
+                "XDG_CACHE_HOME",
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("kill-recovery-cache"),
+            )
+            .env_remove("HPCGATE_CONFIG");
+        TokioChildProcess::new(command).unwrap()
+    };
+    let call = || {
+        let map = serde_json::Map::new();
+        CallToolRequestParams::new("list_instances").with_arguments(map)
+    };
+    let checkpoints = || {
+        std::fs::read_to_string(&sink)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+
+    let transport = start();
+    let pid = transport.id().unwrap();
+    let client = ().serve(transport).await.unwrap();
+    let started = std::time::Instant::now();
+    // Calls until three checkpoints were exported, then SIGKILL in the middle of the load.
+    while checkpoints() < 3 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no checkpoints exported"
+        );
+        client.peer().call_tool(call()).await.unwrap();
+    }
+    for _ in 0..20 {
+        client.peer().call_tool(call()).await.unwrap();
+    }
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    drop(client);
+    let before_restart = checkpoints();
+
+    let client = ().serve(start()).await.unwrap();
+    for _ in 0..20 {
+        client.peer().call_tool(call()).await.unwrap();
+    }
+    let waited = std::time::Instant::now();
+    while checkpoints() <= before_restart {
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "the restarted gateway exports"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let audit = dir.path().join("state/audit");
+    let key = parse_public_key(&CheckpointKey::load(&audit).unwrap().public_hex()).unwrap();
+    let set = read_checkpoints(&std::fs::read_to_string(&sink).unwrap(), Some(&key)).unwrap();
+    assert!(set.checkpoints.len() >= 4, "{set:?}");
+    let report = verify_against(&audit, &set.checkpoints).unwrap();
+    assert!(report.intact, "{report:#?}");
+    drop(client);
+}
