@@ -38,6 +38,15 @@ struct CaseLine {
     expect: Expect,
 }
 
+/// An audit record, as far as replaying it needs.
+#[derive(Debug, Deserialize)]
+struct AuditRecordLine {
+    #[serde(default)]
+    call: Option<Call>,
+    #[serde(default)]
+    decision: Option<FinalDecision>,
+}
+
 #[derive(Debug, Deserialize)]
 struct AuditLine {
     call: Call,
@@ -92,6 +101,29 @@ pub fn parse_case(raw: &str, line: usize) -> Result<Parsed, CaseError> {
         return Ok(Parsed::Blank);
     }
     let err = |message: String| CaseError { line, message };
+    if raw.starts_with(r#"{"seq":"#) {
+        // An audit record (written by the gateway): read `call` and `decision` straight into
+        // their types, skipping the rest, instead of building the whole line as a `Value`.
+        let record: AuditRecordLine =
+            serde_json::from_str(raw).map_err(|e| err(format!("invalid audit record: {e}")))?;
+        let Some(call) = record.call else {
+            return Ok(Parsed::Skipped);
+        };
+        let decision = record
+            .decision
+            .ok_or_else(|| err("an audit record with a `call` but no `decision`".into()))?;
+        return Ok(Parsed::Case(Case {
+            label: format!("line {line}"),
+            line,
+            call,
+            expect: Expect {
+                decision: decision.decision,
+                policy: decision.policy,
+                arguments: decision.arguments,
+                reason_contains: None,
+            },
+        }));
+    }
     let value: Value = serde_json::from_str(raw).map_err(|e| err(format!("not JSON: {e}")))?;
     let Some(object) = value.as_object() else {
         return Err(err("not a JSON object; each line holds one case".into()));

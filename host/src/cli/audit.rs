@@ -265,10 +265,11 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
                 ));
                 for row in report["commands"].as_array().into_iter().flatten() {
                     out(format!(
-                        "{:<42} {:>9.1} ms (≤ {} ms)  {:>7.1} MB RSS{}  {}",
+                        "{:<42} {:>9.1} ms (≤ {} ms, {:.1} s CPU)  {:>7.1} MB RSS{}  {}",
                         row["command"].as_str().unwrap_or("?"),
                         row["ms"].as_f64().unwrap_or(0.0),
                         row["target_ms"],
+                        row["cpu_s"].as_f64().unwrap_or(0.0),
                         row["rss_mb"].as_f64().unwrap_or(0.0),
                         row["target_rss_mb"]
                             .as_f64()

@@ -23,6 +23,8 @@ const CALLS: &str = include_str!("bench_calls.jsonl");
 /// One command's figures: the median wall time of `runs` runs and the largest peak RSS.
 struct Measured {
     ms: f64,
+    /// User + system CPU seconds of the median-time run (less sensitive to load than wall).
+    cpu_s: f64,
     rss_mb: f64,
     status: i32,
 }
@@ -94,7 +96,7 @@ pub(crate) fn run(parent: &Path, records: u64, runs: usize) -> anyhow::Result<Va
     );
     let row = |name: &str, m: &Measured, target_ms: f64, target_mb: Option<f64>| {
         json!({
-            "command": name, "ms": round(m.ms), "rss_mb": round(m.rss_mb),
+            "command": name, "ms": round(m.ms), "cpu_s": round(m.cpu_s), "rss_mb": round(m.rss_mb),
             "target_ms": target_ms, "target_rss_mb": target_mb,
             "pass": m.ms <= target_ms && target_mb.is_none_or(|t| m.rss_mb <= t),
         })
@@ -151,12 +153,12 @@ fn measure(exe: &Path, args: &[&str], runs: usize) -> anyhow::Result<Measured> {
         "`/usr/bin/time` (GNU time) is needed to measure peak RSS; install the `time` package"
     );
     let rss_file = tempfile::NamedTempFile::new()?;
-    let mut times = Vec::new();
+    let (mut times, mut cpu) = (Vec::new(), Vec::new());
     let (mut rss_kb, mut status) = (0u64, 0);
     for _ in 0..runs.max(1) {
         let started = Instant::now();
         let code = Command::new(time)
-            .args(["-f", "%M", "-o"])
+            .args(["-f", "%U %S %M", "-o"])
             .arg(rss_file.path())
             .arg(exe)
             .args(args)
@@ -169,17 +171,26 @@ fn measure(exe: &Path, args: &[&str], runs: usize) -> anyhow::Result<Measured> {
             .unwrap_or(128);
         times.push(started.elapsed().as_secs_f64() * 1000.0);
         let text = std::fs::read_to_string(rss_file.path())?;
-        let kb: u64 = text
+        let fields: Vec<f64> = text
             .lines()
             .last()
-            .and_then(|l| l.trim().parse().ok())
-            .with_context(|| format!("GNU time printed no peak RSS: {text:?}"))?;
-        rss_kb = rss_kb.max(kb);
+            .unwrap_or("")
+            .split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        let [user, system, kb] = fields[..] else {
+            anyhow::bail!("GNU time printed no CPU times and peak RSS: {text:?}");
+        };
+        rss_kb = rss_kb.max(kb as u64);
         status = status.max(code);
+        cpu.push(user + system);
     }
-    times.sort_by(f64::total_cmp);
+    let mut order: Vec<usize> = (0..times.len()).collect();
+    order.sort_by(|&a, &b| times[a].total_cmp(&times[b]));
+    let median = order[order.len() / 2];
     Ok(Measured {
-        ms: times[times.len() / 2],
+        ms: times[median],
+        cpu_s: cpu[median],
         rss_mb: rss_kb as f64 / 1024.0,
         status,
     })
