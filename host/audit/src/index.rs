@@ -61,12 +61,12 @@ pub(crate) fn write(segment: &Segment, index: &SegmentIndex) -> io::Result<()> {
     std::fs::rename(&temp, &target)
 }
 
+/// A segment's first and last `(seq, ts)`.
+pub(crate) type Ends = ((u64, Timestamp), (u64, Timestamp));
+
 /// The first and last `(seq, ts)` of the complete lines in `file[..len]`, read from its two
 /// ends; `None` for an empty segment or lines that do not start like records.
-pub(crate) fn range_of(
-    file: &File,
-    len: u64,
-) -> io::Result<Option<((u64, Timestamp), (u64, Timestamp))>> {
+pub(crate) fn range_of(file: &File, len: u64) -> io::Result<Option<Ends>> {
     if len == 0 {
         return Ok(None);
     }

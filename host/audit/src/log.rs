@@ -82,6 +82,9 @@ struct Queue {
     leading: bool,
 }
 
+/// The checkpoint exporter's shared state and its thread.
+type Exporter = (Arc<signed::Shared>, Mutex<Option<JoinHandle<()>>>);
+
 /// The open audit log. `Sync`: share it (e.g. in an `Arc`) between all request handlers.
 pub struct AuditLog {
     dir: PathBuf,
@@ -96,7 +99,7 @@ pub struct AuditLog {
     counters: Counters,
     observer: OnceLock<Arc<dyn BatchObserver>>,
     /// The checkpoint exporter, when `checkpoints` are configured.
-    exporter: Option<(Arc<signed::Shared>, Mutex<Option<JoinHandle<()>>>)>,
+    exporter: Option<Exporter>,
 }
 
 impl std::fmt::Debug for AuditLog {

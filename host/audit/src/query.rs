@@ -179,6 +179,9 @@ pub struct Records {
     done: bool,
 }
 
+/// A matching record (unless only its hash was checked) and its line.
+type Matched = (Option<Record>, Vec<u8>);
+
 /// The complete lines of one segment, read forward from an offset.
 struct Lines {
     segment: Segment,
@@ -245,7 +248,7 @@ impl Records {
         self.advance(full).map(|r| r.map(|(_, line)| line))
     }
 
-    fn advance(&mut self, full: bool) -> Option<Result<(Option<Record>, Vec<u8>), AuditError>> {
+    fn advance(&mut self, full: bool) -> Option<Result<Matched, AuditError>> {
         while !self.done {
             let Some(lines) = &mut self.current else {
                 match self.open_next() {
@@ -413,48 +416,6 @@ impl ReverseLines {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reverse(content: &[u8]) -> Vec<(u64, Vec<u8>)> {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, content).unwrap();
-        let mut lines = ReverseLines::new(File::open(&path).unwrap(), content.len() as u64);
-        let mut out = Vec::new();
-        while let Some(line) = lines.next_line().unwrap() {
-            out.push(line);
-        }
-        out
-    }
-
-    #[test]
-    fn reverse_lines_match_forward_lines_across_block_edges() {
-        for sizes in [
-            vec![],
-            vec![0],
-            vec![5, 0, 7],
-            vec![BLOCK - 1, 1, BLOCK, BLOCK + 1, 3],
-            vec![3 * BLOCK + 17, 2],
-        ] {
-            for torn in [&b""[..], b"torn", &vec![b'x'; BLOCK + 3]] {
-                let mut content = Vec::new();
-                let mut expected = Vec::new();
-                for (i, size) in sizes.iter().enumerate() {
-                    let line = vec![b'a' + (i % 26) as u8; *size];
-                    expected.push((content.len() as u64, line.clone()));
-                    content.extend_from_slice(&line);
-                    content.push(b'\n');
-                }
-                content.extend_from_slice(torn);
-                expected.reverse();
-                assert_eq!(reverse(&content), expected, "{sizes:?} torn {}", torn.len());
-            }
-        }
-    }
-}
-
 /// The complete lines of every segment of the log in `dir`, oldest first, as one stream (for
 /// `hpcgate policy test --calls <dir>`): a snapshot taken now, each segment opened when the
 /// one before it is done.
@@ -501,6 +462,48 @@ impl Read for Segments {
             };
             let file = segment::open_read(&segment.path).map_err(std::io::Error::other)?;
             self.current = Some(file.take(len));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reverse(content: &[u8]) -> Vec<(u64, Vec<u8>)> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, content).unwrap();
+        let mut lines = ReverseLines::new(File::open(&path).unwrap(), content.len() as u64);
+        let mut out = Vec::new();
+        while let Some(line) = lines.next_line().unwrap() {
+            out.push(line);
+        }
+        out
+    }
+
+    #[test]
+    fn reverse_lines_match_forward_lines_across_block_edges() {
+        for sizes in [
+            vec![],
+            vec![0],
+            vec![5, 0, 7],
+            vec![BLOCK - 1, 1, BLOCK, BLOCK + 1, 3],
+            vec![3 * BLOCK + 17, 2],
+        ] {
+            for torn in [&b""[..], b"torn", &vec![b'x'; BLOCK + 3]] {
+                let mut content = Vec::new();
+                let mut expected = Vec::new();
+                for (i, size) in sizes.iter().enumerate() {
+                    let line = vec![b'a' + (i % 26) as u8; *size];
+                    expected.push((content.len() as u64, line.clone()));
+                    content.extend_from_slice(&line);
+                    content.push(b'\n');
+                }
+                content.extend_from_slice(torn);
+                expected.reverse();
+                assert_eq!(reverse(&content), expected, "{sizes:?} torn {}", torn.len());
+            }
         }
     }
 }

@@ -284,10 +284,14 @@ pub(crate) fn start(
                     let line = serde_json::to_string(&signed).expect("a checkpoint serialises");
                     match options.sink.write(&line) {
                         Ok(()) => exported = Some(head.seq),
-                        Err(e) => eprintln!(
-                            "hpcgate: cannot write an audit checkpoint to {:?}: {e}; retrying in {:?}",
-                            options.sink, options.every
-                        ),
+                        Err(e) => {
+                            let _ = writeln!(
+                                io::stderr().lock(),
+                                "hpcgate: cannot write an audit checkpoint to {:?}: {e}; retrying in {:?}",
+                                options.sink,
+                                options.every
+                            );
+                        }
                     }
                 }
                 if stop {

@@ -77,7 +77,7 @@ pub fn parse_cases(text: &str) -> Result<(Vec<Case>, usize), CaseError> {
     let mut skipped = 0;
     for (index, raw) in text.lines().enumerate() {
         match parse_case(raw, index + 1)? {
-            Parsed::Case(case) => cases.push(case),
+            Parsed::Case(case) => cases.push(*case),
             Parsed::Skipped => skipped += 1,
             Parsed::Blank => {}
         }
@@ -88,7 +88,7 @@ pub fn parse_cases(text: &str) -> Result<(Vec<Case>, usize), CaseError> {
 /// What one line of a cases file or audit log holds.
 #[derive(Debug)]
 pub enum Parsed {
-    Case(Case),
+    Case(Box<Case>),
     /// An audit record without a `call`.
     Skipped,
     Blank,
@@ -112,7 +112,7 @@ pub fn parse_case(raw: &str, line: usize) -> Result<Parsed, CaseError> {
         let decision = record
             .decision
             .ok_or_else(|| err("an audit record with a `call` but no `decision`".into()))?;
-        return Ok(Parsed::Case(Case {
+        return Ok(Parsed::Case(Box::new(Case {
             label: format!("line {line}"),
             line,
             call,
@@ -122,7 +122,7 @@ pub fn parse_case(raw: &str, line: usize) -> Result<Parsed, CaseError> {
                 arguments: decision.arguments,
                 reason_contains: None,
             },
-        }));
+        })));
     }
     let value: Value = serde_json::from_str(raw).map_err(|e| err(format!("not JSON: {e}")))?;
     let Some(object) = value.as_object() else {
@@ -152,12 +152,12 @@ pub fn parse_case(raw: &str, line: usize) -> Result<Parsed, CaseError> {
         ));
     };
     let label = name.unwrap_or_else(|| format!("line {line}"));
-    Ok(Parsed::Case(Case {
+    Ok(Parsed::Case(Box::new(Case {
         label,
         line,
         call,
         expect,
-    }))
+    })))
 }
 
 /// A case whose decision differed from the expectation.
