@@ -41,15 +41,20 @@ pub(crate) fn run(parent: &Path, records: u64, runs: usize) -> anyhow::Result<Va
         })?;
     let config = scratch.path().join("gateway.toml");
     // The shipped defaults: the stock chain as a gateway runs it out of the box (`policy test`
-    // reads one file, without the defaults underneath).
-    std::fs::write(
-        &config,
-        format!(
-            "state_dir = {}\n{}",
-            toml::Value::String(scratch.path().join("state").display().to_string()),
-            crate::config::DEFAULT_CONFIG
-        ),
-    )?;
+    // reads one file, without the defaults underneath), with a generous policy deadline so
+    // that a loaded machine cannot turn a slow evaluation into a fault-deny on one side of the
+    // replay only.
+    let mut defaults: toml::Table = crate::config::DEFAULT_CONFIG
+        .parse()
+        .context("the default configuration parses")?;
+    defaults.insert(
+        "state_dir".into(),
+        toml::Value::String(scratch.path().join("state").display().to_string()),
+    );
+    if let Some(toml::Value::Table(engine)) = defaults.get_mut("policy_engine") {
+        engine.insert("deadline_ms".into(), toml::Value::Integer(10_000));
+    }
+    std::fs::write(&config, toml::to_string(&defaults)?)?;
     let entries = stock_entries(&config)?;
     anyhow::ensure!(
         entries.iter().any(|e| !e.policies.is_empty()),
