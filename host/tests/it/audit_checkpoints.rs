@@ -422,7 +422,7 @@ async fn a_gateway_killed_while_exporting_checkpoints_leaves_a_sink_that_verifie
             .env("USER", "checkpoint-tester")
             .env(
                 "XDG_CACHE_HOME",
-                Path::new(env!("CARGO_TARGET_TMPDIR")).join("kill-recovery-cache"),
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("checkpoint-kill-cache"),
             )
             .env_remove("HPCGATE_CONFIG");
         TokioChildProcess::new(command).unwrap()
