@@ -27,6 +27,8 @@ slurm=yes
 
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+# `hpcgate audit bench --records N` measures each command's peak RSS with GNU time
+[ -x /usr/bin/time ] || missing+=(time)
 if [ "$slurm" = yes ]; then
     { command -v sbatch >/dev/null 2>&1 && [ -x /usr/sbin/slurmctld ]; } || missing+=(slurm-wlm)
     [ -x /usr/sbin/munged ] || missing+=(munge)

@@ -8,9 +8,13 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::json;
 
-use super::error::AuditError;
+use super::canonical::{GENESIS, encode_body, encode_line};
+use super::error::{AuditError, arc};
+use super::index::{self, SegmentIndex};
 use super::log::{AuditLog, AuditOptions};
 use super::record::{Entry, Outcome};
+use super::segment::{self, Segment};
+use crate::time::Timestamp;
 use hpcgate_policy_sdk::Call;
 use hpcgate_policy_sdk::outcome::{
     ChainOutcome, DecisionKind, FinalDecision, PolicyDecision, Verdict,
@@ -108,4 +112,91 @@ fn sample_entry() -> Entry {
             ..Outcome::default()
         })
         .duration(std::time::Duration::from_micros(180))
+}
+
+/// What [`generate`] wrote.
+#[derive(Debug, Clone, Serialize)]
+pub struct Generated {
+    pub records: u64,
+    pub segments: u64,
+    pub bytes: u64,
+    pub first_ts: Timestamp,
+    pub last_ts: Timestamp,
+}
+
+/// Writes a log of `records` records into the empty directory `dir`, laid out exactly as the
+/// writer lays it out (segments rotated at `max_file_bytes`, an index beside each closed one),
+/// but with chosen timestamps: record `i` (from 0) at `last_ts - (records - 1 - i) * step`,
+/// so the log ends at `last_ts`. Records cycle through `entries`. No `fdatasync` per record
+/// (it is a fixture for read-side benchmarks and tests, not a durable log).
+pub fn generate(
+    dir: &Path,
+    records: u64,
+    last_ts: Timestamp,
+    step: std::time::Duration,
+    entries: &[Entry],
+    max_file_bytes: u64,
+) -> Result<Generated, AuditError> {
+    use std::io::Write as _;
+    assert!(!entries.is_empty(), "entries to cycle through");
+    segment::ensure_dir(dir)?;
+    let write_err = |e: std::io::Error| AuditError::Write(arc(e));
+    let bodies: Vec<Vec<u8>> = entries.iter().map(encode_body).collect();
+    let step_us = step.as_micros() as i64;
+    let start = last_ts.unix_micros() - step_us * (records.max(1) as i64 - 1);
+    let mut number = 1;
+    let mut current = Segment::new(dir, number);
+    let mut out =
+        std::io::BufWriter::with_capacity(1 << 20, segment::open_append(&current.path, true)?);
+    let (mut len, mut total, mut prev) = (0u64, 0u64, GENESIS.to_owned());
+    let mut first: Option<(u64, Timestamp)> = None;
+    let mut last = Timestamp::from_unix_micros(start);
+    for i in 0..records {
+        let seq = i + 1;
+        let ts = Timestamp::from_unix_micros(start + step_us * i as i64);
+        let (line, hash) = encode_line(seq, ts, &prev, &bodies[i as usize % bodies.len()]);
+        out.write_all(&line).map_err(write_err)?;
+        len += line.len() as u64;
+        total += line.len() as u64;
+        first.get_or_insert((seq, ts));
+        prev = hash;
+        last = ts;
+        if len >= max_file_bytes && seq < records {
+            out.flush().map_err(write_err)?;
+            let (first_seq, first_ts) = first.take().expect("a record was written");
+            index::write(
+                &current,
+                &SegmentIndex {
+                    bytes: len,
+                    first_seq,
+                    first_ts,
+                    last_seq: seq,
+                    last_ts: ts,
+                    last_hash: prev.clone(),
+                },
+            )
+            .map_err(write_err)?;
+            number += 1;
+            current = Segment::new(dir, number);
+            out = std::io::BufWriter::with_capacity(
+                1 << 20,
+                segment::open_append(&current.path, true)?,
+            );
+            len = 0;
+        }
+    }
+    out.flush().map_err(write_err)?;
+    segment::open_append(&dir.join(segment::LOCK_FILE), false)?;
+    Ok(Generated {
+        records,
+        segments: number,
+        bytes: total,
+        first_ts: Timestamp::from_unix_micros(start),
+        last_ts: last,
+    })
+}
+
+/// A realistic `call` record (what [`bench`] appends), for [`generate`].
+pub fn sample_call_entry() -> Entry {
+    sample_entry()
 }

@@ -62,12 +62,13 @@ pub enum AuditError {
         problem: String,
     },
     #[error(
-        "`{}` line {line} is not an audit record ({problem}); run `hpcgate audit verify`",
+        "`{}` {at} is not an audit record ({problem}); run `hpcgate audit verify`",
         path.display()
     )]
     Unreadable {
         path: PathBuf,
-        line: u64,
+        /// `line N`, or `the line at byte N` when read from the end or after a seek.
+        at: String,
         problem: String,
     },
     #[error(
@@ -88,6 +89,15 @@ pub enum AuditError {
     Poisoned,
     #[error("the audit log is closed, so the call is refused; the gateway is shutting down")]
     Closed,
+    #[error(
+        "cannot load or create the checkpoint signing key `{}`; check the audit directory's owner and permissions",
+        path.display()
+    )]
+    CheckpointKey {
+        path: PathBuf,
+        #[source]
+        source: Arc<io::Error>,
+    },
 }
 
 pub(crate) fn arc(error: io::Error) -> Arc<io::Error> {

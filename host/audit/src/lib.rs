@@ -48,11 +48,16 @@ mod checkpoint;
 mod error;
 #[cfg(test)]
 mod fault_tests;
+mod index;
 mod log;
+mod prune;
 mod query;
 mod record;
 mod redact;
+#[cfg(test)]
+mod scale_tests;
 mod segment;
+mod signed;
 mod tail;
 pub mod time;
 mod verify;
@@ -61,9 +66,15 @@ mod writer;
 pub use canonical::GENESIS;
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use error::AuditError;
+pub use index::SegmentIndex;
 pub use log::{AuditLog, AuditOptions, AuditStats, BatchObserver};
-pub use query::{Filter, Records, Scope, records, tail};
+pub use prune::{Anchor, PruneReport, prune};
+pub use query::{Filter, Records, Scope, records, replay_reader, tail};
 pub use record::{Entry, Event, Outcome, PolicyRecord, Receipt, Record, UnknownEvent};
 pub use redact::{ArgumentRule, RedactionRules};
+pub use signed::{
+    CheckpointKey, CheckpointOptions, CheckpointSet, CheckpointSetError, CheckpointSink, KEY_FILE,
+    SignedCheckpoint, parse_public_key, read_checkpoints,
+};
 pub use time::{TimeError, Timestamp};
-pub use verify::{Broken, Problem, VerifyReport, verify};
+pub use verify::{Broken, Problem, VerifyReport, verify, verify_against};

@@ -22,7 +22,9 @@ use super::error::AuditError;
 use super::query::{Filter, Records, Scope};
 use super::record::{Entry, Receipt, Record};
 use super::redact::RedactionRules;
+use super::signed::{self, CheckpointKey, CheckpointOptions};
 use super::writer::Writer;
+use std::thread::JoinHandle;
 
 /// Most records and bytes in one batch.
 const MAX_BATCH_RECORDS: usize = 4096;
@@ -34,6 +36,8 @@ pub struct AuditOptions {
     /// A file is rotated once it reaches this size (default 64 MiB).
     pub max_file_bytes: u64,
     pub redaction: RedactionRules,
+    /// Export signed checkpoints automatically (see [`CheckpointOptions`]).
+    pub checkpoints: Option<CheckpointOptions>,
 }
 
 impl Default for AuditOptions {
@@ -41,6 +45,7 @@ impl Default for AuditOptions {
         AuditOptions {
             max_file_bytes: 64 << 20,
             redaction: RedactionRules::default(),
+            checkpoints: None,
         }
     }
 }
@@ -77,6 +82,9 @@ struct Queue {
     leading: bool,
 }
 
+/// The checkpoint exporter's shared state and its thread.
+type Exporter = (Arc<signed::Shared>, Mutex<Option<JoinHandle<()>>>);
+
 /// The open audit log. `Sync`: share it (e.g. in an `Arc`) between all request handlers.
 pub struct AuditLog {
     dir: PathBuf,
@@ -90,6 +98,8 @@ pub struct AuditLog {
     repaired: Vec<Map<String, Value>>,
     counters: Counters,
     observer: OnceLock<Arc<dyn BatchObserver>>,
+    /// The checkpoint exporter, when `checkpoints` are configured.
+    exporter: Option<Exporter>,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -103,7 +113,21 @@ impl AuditLog {
     /// line truncated and recorded as `audit.repaired`.
     pub fn open(dir: impl AsRef<Path>, options: AuditOptions) -> Result<AuditLog, AuditError> {
         let dir = dir.as_ref().to_owned();
-        let (writer, repaired) = Writer::open(&dir, options.max_file_bytes)?;
+        let (mut writer, repaired) = Writer::open(&dir, options.max_file_bytes)?;
+        let exporter = match options.checkpoints {
+            None => None,
+            Some(checkpoints) => {
+                let fail = |source| AuditError::CheckpointKey {
+                    path: dir.join(signed::KEY_FILE),
+                    source: super::error::arc(source),
+                };
+                let key = CheckpointKey::load_or_create(&dir).map_err(fail)?;
+                let shared = Arc::new(signed::Shared::default());
+                shared.committed(&writer.head()?);
+                let thread = signed::start(shared.clone(), key, checkpoints).map_err(fail)?;
+                Some((shared, Mutex::new(Some(thread))))
+            }
+        };
         Ok(AuditLog {
             dir,
             redaction: options.redaction,
@@ -113,6 +137,7 @@ impl AuditLog {
             repaired,
             counters: Counters::default(),
             observer: OnceLock::new(),
+            exporter,
         })
     }
 
@@ -186,6 +211,9 @@ impl AuditLog {
         let started = std::time::Instant::now();
         batch.answer = self.lock_writer().commit(&slices);
         if let Ok(receipts) = &batch.answer {
+            if let (Some((exporter, _)), Some(last)) = (&self.exporter, receipts.last()) {
+                exporter.committed(last);
+            }
             self.counters.batches.fetch_add(1, Ordering::Relaxed);
             (self.counters.records).fetch_add(receipts.len() as u64, Ordering::Relaxed);
             if let Some(observer) = self.observer.get() {
@@ -248,6 +276,19 @@ impl AuditLog {
     #[cfg(test)]
     pub(crate) fn inject(&self, fault: super::writer::Inject) {
         self.lock_writer().inject = Some(fault);
+    }
+}
+
+impl Drop for AuditLog {
+    /// Stops the checkpoint exporter after it exported the last record.
+    fn drop(&mut self) {
+        if let Some((exporter, thread)) = &self.exporter {
+            exporter.stop();
+            let thread = thread.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if let Some(thread) = thread {
+                let _ = thread.join();
+            }
+        }
     }
 }
 

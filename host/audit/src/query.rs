@@ -5,16 +5,27 @@
 //! (gateway-wide records have no tenant and are never shown); only the admin CLI uses
 //! `Scope::AllTenants`. Reading checks each line against its own hash but not the chain
 //! (`verify` does); a last line still being written is skipped.
+//!
+//! Costs do not grow with the log: [`tail`] reads segments backwards from their end in blocks
+//! and stops once it has enough; [`records`] streams one line at a time, skips whole segments
+//! whose time range (from the segment's index, or its first and last lines) is outside
+//! `since`/`until`, seeks to `since` inside a segment by binary search, and stops at `until`.
+//! Both rely on `ts` never decreasing along the chain, which the writer guarantees and
+//! `verify` checks.
 
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Take};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use hpcgate_policy_sdk::glob::Glob;
 
-use super::canonical::check_line;
-use super::error::AuditError;
+use super::canonical::{check_hash, check_line, peek_seq_ts};
+use super::error::{AuditError, arc};
+use super::index;
 use super::record::{Event, Record};
-use super::segment::Segment;
-use super::verify::{read_prefix, snapshot};
+use super::segment::{self, Segment};
+use super::verify::snapshot;
 use crate::time::Timestamp;
 use hpcgate_policy_sdk::outcome::DecisionKind;
 
@@ -76,9 +87,33 @@ impl Filter {
             && self.since.is_none_or(|t| record.ts >= t)
             && self.until.is_none_or(|t| record.ts < t)
     }
+
+    /// Whether only `since` and `until` are set.
+    fn only_time(&self) -> bool {
+        self.instance.is_none()
+            && self.tool.is_none()
+            && self.decision.is_none()
+            && self.event.is_none()
+            && self.principal.is_none()
+    }
+
+    /// Whether records with `ts` in `[first, last]` may match the time bounds.
+    fn overlaps(&self, first: Timestamp, last: Timestamp) -> bool {
+        self.since.is_none_or(|t| last >= t) && self.until.is_none_or(|t| first < t)
+    }
 }
 
-/// The matching records, oldest first.
+/// The first and last `ts` of `segment[..len]`: from its index when the index is for this
+/// length, else from its first and last lines. `None` when neither gives one (read it all).
+fn time_range(segment: &Segment, file: &File, len: u64) -> Option<(Timestamp, Timestamp)> {
+    if let Some(index) = index::read(segment).filter(|i| i.bytes == len) {
+        return Some((index.first_ts, index.last_ts));
+    }
+    let ((_, first), (_, last)) = index::range_of(file, len).ok()??;
+    Some((first, last))
+}
+
+/// The matching records, oldest first, streamed.
 pub fn records(dir: &Path, scope: Scope, filter: Filter) -> Result<Records, AuditError> {
     let mut files = snapshot(dir)?;
     files.reverse();
@@ -87,10 +122,12 @@ pub fn records(dir: &Path, scope: Scope, filter: Filter) -> Result<Records, Audi
         current: None,
         scope,
         filter,
+        done: false,
     })
 }
 
-/// The `limit` newest matching records, newest first.
+/// The `limit` newest matching records, newest first. Reads only as much of the log, from its
+/// end, as it takes to find them (or to pass `since`).
 pub fn tail(
     dir: &Path,
     scope: &Scope,
@@ -98,15 +135,33 @@ pub fn tail(
     limit: usize,
 ) -> Result<Vec<Record>, AuditError> {
     let mut found = Vec::new();
+    if limit == 0 {
+        return Ok(found);
+    }
     for (segment, len) in snapshot(dir)?.into_iter().rev() {
-        let lines = FileLines::read(segment, len)?;
-        for (number, line) in lines.lines.iter().enumerate().rev() {
-            if found.len() >= limit {
+        let file = segment::open_read(&segment.path)?;
+        if let Some((first, last)) = time_range(&segment, &file, len) {
+            if filter.since.is_some_and(|t| last < t) {
                 return Ok(found);
             }
-            let record = lines.parse(number, line)?;
+            if !filter.overlaps(first, last) {
+                continue;
+            }
+        }
+        let mut lines = ReverseLines::new(file, len);
+        while let Some((offset, line)) = lines.next_line().map_err(|e| read_error(&segment, e))? {
+            if filter
+                .since
+                .is_some_and(|t| peek_seq_ts(&line).is_some_and(|(_, ts)| ts < t))
+            {
+                return Ok(found);
+            }
+            let record = parse(&segment, &line, || format!("the line at byte {offset}"))?;
             if scope.allows(&record) && filter.matches(&record) {
                 found.push(record);
+                if found.len() >= limit {
+                    return Ok(found);
+                }
             }
         }
     }
@@ -117,9 +172,24 @@ pub fn tail(
 pub struct Records {
     /// Files still to read, newest first (popped from the end).
     files: Vec<(Segment, u64)>,
-    current: Option<(FileLines, usize)>,
+    current: Option<Lines>,
     scope: Scope,
     filter: Filter,
+    /// `until` was passed: nothing later can match.
+    done: bool,
+}
+
+/// A matching record (unless only its hash was checked) and its line.
+type Matched = (Option<Record>, Vec<u8>);
+
+/// The complete lines of one segment, read forward from an offset.
+struct Lines {
+    segment: Segment,
+    reader: BufReader<Take<File>>,
+    /// 1-based number of the next line, when reading started at the top.
+    line: Option<u64>,
+    offset: u64,
+    buf: Vec<u8>,
 }
 
 impl std::fmt::Debug for Records {
@@ -130,59 +200,310 @@ impl std::fmt::Debug for Records {
     }
 }
 
+impl Records {
+    fn fail<T>(&mut self, error: AuditError) -> Option<Result<T, AuditError>> {
+        self.files.clear();
+        self.current = None;
+        self.done = true;
+        Some(Err(error))
+    }
+
+    /// Opens the next segment that may hold matches, positioned at `since`.
+    fn open_next(&mut self) -> Result<Option<Lines>, AuditError> {
+        while let Some((segment, len)) = self.files.pop() {
+            let mut file = segment::open_read(&segment.path)?;
+            let mut start = 0;
+            if let Some((first, last)) = time_range(&segment, &file, len) {
+                if self.filter.until.is_some_and(|t| first >= t) {
+                    return Ok(None);
+                }
+                if !self.filter.overlaps(first, last) {
+                    continue;
+                }
+                if let Some(since) = self.filter.since.filter(|&t| first < t) {
+                    start = index::seek_since(&file, len, since)
+                        .map_err(|e| read_error(&segment, e))?;
+                }
+            }
+            file.seek(SeekFrom::Start(start))
+                .map_err(|e| read_error(&segment, e))?;
+            return Ok(Some(Lines {
+                segment,
+                reader: BufReader::with_capacity(256 * 1024, file.take(len - start)),
+                line: (start == 0).then_some(1),
+                offset: start,
+                buf: Vec::new(),
+            }));
+        }
+        Ok(None)
+    }
+}
+
+impl Records {
+    /// The raw line (without `\n`) of the next matching record, checked against its hash:
+    /// what `--json` prints. When only `since`/`until` filter and the scope is all tenants,
+    /// the record is not parsed at all (its time is read from the line's start).
+    pub fn next_line(&mut self) -> Option<Result<Vec<u8>, AuditError>> {
+        let full = self.scope != Scope::AllTenants || !self.filter.only_time();
+        self.advance(full).map(|r| r.map(|(_, line)| line))
+    }
+
+    fn advance(&mut self, full: bool) -> Option<Result<Matched, AuditError>> {
+        while !self.done {
+            let Some(lines) = &mut self.current else {
+                match self.open_next() {
+                    Ok(Some(lines)) => self.current = Some(lines),
+                    Ok(None) => self.done = true,
+                    Err(e) => return self.fail(e),
+                }
+                continue;
+            };
+            lines.buf.clear();
+            let n = match lines.reader.read_until(b'\n', &mut lines.buf) {
+                Ok(n) => n,
+                Err(e) => {
+                    let error = read_error(&lines.segment, e);
+                    return self.fail(error);
+                }
+            };
+            if n == 0 || lines.buf.last() != Some(&b'\n') {
+                // The end, or a last line still being written.
+                self.current = None;
+                continue;
+            }
+            let at = match lines.line {
+                Some(line) => format!("line {line}"),
+                None => format!("the line at byte {}", lines.offset),
+            };
+            lines.line = lines.line.map(|l| l + 1);
+            lines.offset += n as u64;
+            let line = &lines.buf[..n - 1];
+            let peeked = peek_seq_ts(line).map(|(_, ts)| ts);
+            if let Some(until) = self.filter.until
+                && peeked.is_some_and(|ts| ts >= until)
+            {
+                self.done = true;
+                break;
+            }
+            if !full && let Some(ts) = peeked {
+                match check_hash(line) {
+                    Ok(()) if self.filter.since.is_none_or(|t| ts >= t) => {
+                        return Some(Ok((None, line.to_vec())));
+                    }
+                    Ok(()) => continue,
+                    Err(problem) => {
+                        let error = AuditError::Unreadable {
+                            path: lines.segment.path.clone(),
+                            at,
+                            problem: problem.to_string(),
+                        };
+                        return self.fail(error);
+                    }
+                }
+            }
+            match parse(&lines.segment, line, || at) {
+                Ok(r) if self.scope.allows(&r) && self.filter.matches(&r) => {
+                    let line = line.to_vec();
+                    return Some(Ok((Some(r), line)));
+                }
+                Ok(_) => {}
+                Err(e) => return self.fail(e),
+            }
+        }
+        None
+    }
+}
+
 impl Iterator for Records {
     type Item = Result<Record, AuditError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        self.advance(true)
+            .map(|r| r.map(|(record, _)| record.expect("parsed")))
+    }
+}
+
+fn parse(
+    segment: &Segment,
+    line: &[u8],
+    at: impl FnOnce() -> String,
+) -> Result<Record, AuditError> {
+    check_line(line).map_err(|problem| AuditError::Unreadable {
+        path: segment.path.clone(),
+        at: at(),
+        problem: problem.to_string(),
+    })
+}
+
+fn read_error(segment: &Segment, source: std::io::Error) -> AuditError {
+    AuditError::Read {
+        path: segment.path.clone(),
+        source: arc(source),
+    }
+}
+
+/// The complete lines of `file[..len]`, newest first, read backwards in blocks: memory is one
+/// block plus the longest line, whatever the file's size. A torn last line is skipped.
+pub(crate) struct ReverseLines {
+    file: File,
+    /// Bytes before this offset are still unread.
+    unread: u64,
+    /// Read but not yet returned: `pending[..]` ends at `unread + pending.len()`.
+    pending: Vec<u8>,
+    started: bool,
+}
+
+const BLOCK: usize = 64 * 1024;
+
+impl ReverseLines {
+    pub(crate) fn new(file: File, len: u64) -> ReverseLines {
+        ReverseLines {
+            file,
+            unread: len,
+            pending: Vec::new(),
+            started: false,
+        }
+    }
+
+    /// The next line back (without `\n`) and its offset.
+    pub(crate) fn next_line(&mut self) -> std::io::Result<Option<(u64, Vec<u8>)>> {
+        if !self.started {
+            self.started = true;
+            // Drop a torn last line: everything after the last `\n`.
+            loop {
+                if let Some(i) = self.pending.iter().rposition(|&b| b == b'\n') {
+                    self.pending.truncate(i + 1);
+                    break;
+                }
+                if self.unread == 0 {
+                    self.pending.clear();
+                    return Ok(None);
+                }
+                self.pending.clear();
+                self.read_block()?;
+            }
+        }
+        // `pending` ends with the `\n` of the line to return (or is empty).
         loop {
-            if let Some((lines, next)) = &mut self.current {
-                while let Some(line) = lines.lines.get(*next) {
-                    let number = *next;
-                    *next += 1;
-                    match lines.parse(number, line) {
-                        Ok(r) if self.scope.allows(&r) && self.filter.matches(&r) => {
-                            return Some(Ok(r));
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            self.files.clear();
-                            self.current = None;
-                            return Some(Err(e));
-                        }
-                    }
-                }
+            if self.pending.is_empty() && self.unread == 0 {
+                return Ok(None);
             }
-            let (segment, len) = self.files.pop()?;
-            match FileLines::read(segment, len) {
-                Ok(lines) => self.current = Some((lines, 0)),
-                Err(e) => {
-                    self.files.clear();
-                    return Some(Err(e));
-                }
+            let body_end = self.pending.len().saturating_sub(1);
+            if let Some(i) = self.pending[..body_end].iter().rposition(|&b| b == b'\n') {
+                let line = self.pending[i + 1..body_end].to_vec();
+                self.pending.truncate(i + 1);
+                return Ok(Some((self.unread + i as u64 + 1, line)));
             }
+            if self.unread == 0 {
+                let line = self.pending[..body_end].to_vec();
+                self.pending.clear();
+                return Ok(Some((0, line)));
+            }
+            self.read_block()?;
+        }
+    }
+
+    /// Prepends the block before `unread` to `pending`.
+    fn read_block(&mut self) -> std::io::Result<()> {
+        let start = self.unread.saturating_sub(BLOCK as u64);
+        let n = (self.unread - start) as usize;
+        let mut block = vec![0; n + self.pending.len()];
+        self.file.read_exact_at(&mut block[..n], start)?;
+        block[n..].copy_from_slice(&self.pending);
+        self.pending = block;
+        self.unread = start;
+        Ok(())
+    }
+}
+
+/// The complete lines of every segment of the log in `dir`, oldest first, as one stream (for
+/// `hpcgate policy test --calls <dir>`): a snapshot taken now, each segment opened when the
+/// one before it is done.
+pub fn replay_reader(dir: &Path) -> Result<impl BufRead + Send + use<>, AuditError> {
+    let mut files = snapshot(dir)?;
+    if files.is_empty() {
+        return Err(AuditError::Read {
+            path: dir.to_owned(),
+            source: arc(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no audit segments (`audit-NNNNNN.jsonl`) in this directory",
+            )),
+        });
+    }
+    files.reverse();
+    Ok(BufReader::with_capacity(
+        256 * 1024,
+        Segments {
+            files,
+            current: None,
+        },
+    ))
+}
+
+/// Segments read one after another.
+struct Segments {
+    /// Still to read, newest first (popped from the end).
+    files: Vec<(Segment, u64)>,
+    current: Option<Take<File>>,
+}
+
+impl Read for Segments {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if let Some(current) = &mut self.current {
+                let n = current.read(buf)?;
+                if n > 0 || buf.is_empty() {
+                    return Ok(n);
+                }
+                self.current = None;
+            }
+            let Some((segment, len)) = self.files.pop() else {
+                return Ok(0);
+            };
+            let file = segment::open_read(&segment.path).map_err(std::io::Error::other)?;
+            self.current = Some(file.take(len));
         }
     }
 }
 
-/// The complete lines of one file (a torn or in-progress last line left out).
-struct FileLines {
-    segment: Segment,
-    lines: Vec<Vec<u8>>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl FileLines {
-    fn read(segment: Segment, len: u64) -> Result<FileLines, AuditError> {
-        let bytes = read_prefix(&segment, len)?;
-        let mut lines: Vec<Vec<u8>> = bytes.split(|&b| b == b'\n').map(<[u8]>::to_vec).collect();
-        lines.pop();
-        Ok(FileLines { segment, lines })
+    fn reverse(content: &[u8]) -> Vec<(u64, Vec<u8>)> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, content).unwrap();
+        let mut lines = ReverseLines::new(File::open(&path).unwrap(), content.len() as u64);
+        let mut out = Vec::new();
+        while let Some(line) = lines.next_line().unwrap() {
+            out.push(line);
+        }
+        out
     }
 
-    fn parse(&self, index: usize, line: &[u8]) -> Result<Record, AuditError> {
-        check_line(line).map_err(|problem| AuditError::Unreadable {
-            path: self.segment.path.clone(),
-            line: index as u64 + 1,
-            problem: problem.to_string(),
-        })
+    #[test]
+    fn reverse_lines_match_forward_lines_across_block_edges() {
+        for sizes in [
+            vec![],
+            vec![0],
+            vec![5, 0, 7],
+            vec![BLOCK - 1, 1, BLOCK, BLOCK + 1, 3],
+            vec![3 * BLOCK + 17, 2],
+        ] {
+            for torn in [&b""[..], b"torn", &vec![b'x'; BLOCK + 3]] {
+                let mut content = Vec::new();
+                let mut expected = Vec::new();
+                for (i, size) in sizes.iter().enumerate() {
+                    let line = vec![b'a' + (i % 26) as u8; *size];
+                    expected.push((content.len() as u64, line.clone()));
+                    content.extend_from_slice(&line);
+                    content.push(b'\n');
+                }
+                content.extend_from_slice(torn);
+                expected.reverse();
+                assert_eq!(reverse(&content), expected, "{sizes:?} torn {}", torn.len());
+            }
+        }
     }
 }

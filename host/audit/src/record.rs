@@ -39,6 +39,8 @@ pub enum Event {
     GatewayStopped,
     /// `AuditLog::open` truncated a torn last line; `detail` says what was removed.
     AuditRepaired,
+    /// `hpcgate audit prune` removed old segments; `detail` says which and the new anchor.
+    AuditPruned,
     /// `hpcgate tenant add|token|list` ran; `detail.action` says which (never a token or hash).
     TenantAdmin,
     /// A proxied server started for a tenant's instance; `detail.proxy`, `detail.server`.
@@ -68,6 +70,7 @@ impl Event {
         Event::GatewayStarted,
         Event::GatewayStopped,
         Event::AuditRepaired,
+        Event::AuditPruned,
         Event::TenantAdmin,
         Event::ProxyStarted,
         Event::ProxyStopped,
@@ -91,6 +94,7 @@ impl Event {
             Event::GatewayStarted => "gateway.started",
             Event::GatewayStopped => "gateway.stopped",
             Event::AuditRepaired => "audit.repaired",
+            Event::AuditPruned => "audit.pruned",
             Event::TenantAdmin => "tenant.admin",
             Event::ProxyStarted => "proxy.started",
             Event::ProxyStopped => "proxy.stopped",

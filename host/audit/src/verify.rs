@@ -10,17 +10,22 @@
 //! Verification reads a snapshot: the file list and lengths are taken under a shared lock, so
 //! a batch being written at that moment is neither half-read nor blocked for long.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use serde::Serialize;
 
-use super::canonical::{GENESIS, LineProblem, check_line, peek_seq};
+use super::canonical::{GENESIS, LineProblem, check_line_head, peek_seq};
 use super::checkpoint::Checkpoint;
 use super::error::{AuditError, arc};
+use super::index::{self, SegmentIndex};
 use super::segment::{self, LOCK_FILE, Segment, file_name};
+use crate::time::Timestamp;
 
 /// The result of [`verify`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -85,6 +90,16 @@ pub enum Problem {
         checkpoint_hash: String,
         hash: String,
     },
+    /// A record's `ts` is earlier than the one before it (the writer never does that).
+    TimeWentBack {
+        previous: Timestamp,
+        ts: Timestamp,
+    },
+    /// The segment's index does not describe it (`actual` is what it holds).
+    IndexMismatch {
+        index: Box<SegmentIndex>,
+        actual: Option<Box<SegmentIndex>>,
+    },
 }
 
 impl fmt::Display for Problem {
@@ -128,6 +143,19 @@ impl fmt::Display for Problem {
                 f,
                 "rewritten: record {seq} has hash {hash} but the checkpoint says {checkpoint_hash}"
             ),
+            Problem::TimeWentBack { previous, ts } => write!(
+                f,
+                "time went backwards: `ts` {ts} is before the previous record's {previous} (the writer never does that)"
+            ),
+            Problem::IndexMismatch { index, actual } => write!(
+                f,
+                "the segment's index ({}) does not describe it ({}); delete the `.idx` file if the segment itself is trusted",
+                serde_json::to_string(index).unwrap_or_default(),
+                actual
+                    .as_ref()
+                    .map_or("no records".to_owned(), |a| serde_json::to_string(a)
+                        .unwrap_or_default())
+            ),
         }
     }
 }
@@ -135,20 +163,70 @@ impl fmt::Display for Problem {
 /// Verifies the log in `dir`, against `checkpoint` if given. `Err` only when a file cannot be
 /// read; everything wrong with the content is in the report.
 pub fn verify(dir: &Path, checkpoint: Option<&Checkpoint>) -> Result<VerifyReport, AuditError> {
+    verify_against(
+        dir,
+        checkpoint
+            .into_iter()
+            .cloned()
+            .collect::<Vec<_>>()
+            .as_slice(),
+    )
+}
+
+/// Verifies the log in `dir` against every checkpoint in `checkpoints` (any order).
+///
+/// Segments are hashed and checked on their own in parallel (one per core, each streamed, so
+/// memory is a few buffers per core), then linked in order: each segment's first record must
+/// follow the previous segment's last. The first problem in chain order is reported.
+pub fn verify_against(dir: &Path, checkpoints: &[Checkpoint]) -> Result<VerifyReport, AuditError> {
     let files = snapshot(dir)?;
-    let mut state = Walk {
-        expected_seq: 1,
-        prev: GENESIS.to_owned(),
-        records: 0,
-        last: None,
-        checkpoint,
+    let anchor = super::prune::read_anchor(dir)?;
+    let expected: BTreeMap<u64, &str> = checkpoints
+        .iter()
+        .map(|c| (c.seq, c.hash.as_str()))
+        .collect();
+    let results = check_segments(&files, &expected)?;
+    let mut walk = match &anchor {
+        None => Link {
+            expected_seq: 1,
+            prev: GENESIS.to_owned(),
+            prev_ts: None,
+            records: 0,
+            last: None,
+        },
+        Some(a) => Link {
+            expected_seq: a.next_seq,
+            prev: a.prev.clone(),
+            prev_ts: Some(a.prev_ts),
+            records: 0,
+            last: None,
+        },
     };
+    let first_number = anchor.as_ref().map_or(1, |a| a.first_segment);
     let mut last_file = (String::new(), 0);
-    for (index, (segment, len)) in files.iter().enumerate() {
-        let expected_number = index as u64 + 1;
+    // A checkpoint of the last pruned record must be the anchor's `prev`; older ones are gone.
+    if let Some(a) = &anchor
+        && let Some(hash) = expected.get(&(a.next_seq - 1))
+        && *hash != a.prev
+    {
+        let at = Broken {
+            file: super::prune::ANCHOR_FILE.to_owned(),
+            line: 1,
+            seq: Some(a.next_seq - 1),
+            problem: Problem::CheckpointMismatch {
+                seq: a.next_seq - 1,
+                checkpoint_hash: (*hash).to_owned(),
+                hash: a.prev.clone(),
+            },
+        };
+        return Ok(walk.report(files.len(), at));
+    }
+    for (index, ((segment, len), result)) in files.iter().zip(results).enumerate() {
+        let expected_number = first_number + index as u64;
+        let broken = |walk: Link, broken: Broken| Ok(walk.report(files.len(), broken));
         if segment.number != expected_number {
-            return Ok(state.broken(
-                files.len(),
+            return broken(
+                walk,
                 Broken {
                     file: segment.name(),
                     line: 1,
@@ -157,123 +235,102 @@ pub fn verify(dir: &Path, checkpoint: Option<&Checkpoint>) -> Result<VerifyRepor
                         name: file_name(expected_number),
                     },
                 },
-            ));
+            );
         }
-        let bytes = read_prefix(segment, *len)?;
-        let lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
-        let (complete, torn) = lines.split_at(lines.len() - 1);
-        for (i, line) in complete.iter().enumerate() {
-            let at = |seq, problem| Broken {
+        if let Some(first) = &result.first
+            && let Some(problem) = walk.link(segment, *len, first)?
+        {
+            let at = Broken {
                 file: segment.name(),
-                line: i as u64 + 1,
-                seq,
+                line: 1,
+                seq: Some(first.seq),
                 problem,
             };
-            if let Some(broken) = state.step(line, &complete[i + 1..], at) {
-                return Ok(state.broken(files.len(), broken));
-            }
+            return broken(walk, at);
         }
-        if !torn[0].is_empty() {
-            let broken = Broken {
-                file: segment.name(),
-                line: complete.len() as u64 + 1,
-                seq: peek_seq(torn[0]),
-                problem: Problem::TornLine {
-                    bytes: torn[0].len() as u64,
-                },
-            };
-            return Ok(state.broken(files.len(), broken));
+        walk.records += result.records;
+        if let Some(last) = &result.last {
+            walk.expected_seq = last.seq + 1;
+            walk.prev = last.hash.clone();
+            walk.prev_ts = Some(last.ts);
+            walk.last = Some(Checkpoint {
+                seq: last.seq,
+                hash: last.hash.clone(),
+            });
         }
-        last_file = (segment.name(), complete.len() as u64);
+        if let Some(at) = result.broken {
+            return broken(walk, at);
+        }
+        last_file = (segment.name(), result.lines);
     }
-    if let Some(cp) = checkpoint {
-        let last_seq = state.expected_seq - 1;
-        if cp.seq > last_seq {
-            let broken = Broken {
-                file: last_file.0,
-                line: last_file.1 + 1,
-                seq: Some(last_seq + 1),
-                problem: Problem::Truncated {
-                    checkpoint_seq: cp.seq,
-                    last_seq,
-                },
-            };
-            return Ok(state.broken(files.len(), broken));
-        }
+    let last_seq = walk.expected_seq - 1;
+    if let Some((&seq, _)) = expected.last_key_value()
+        && seq > last_seq
+    {
+        let at = Broken {
+            file: last_file.0.clone(),
+            line: last_file.1 + 1,
+            seq: Some(last_seq + 1),
+            problem: Problem::Truncated {
+                checkpoint_seq: seq,
+                last_seq,
+            },
+        };
+        return Ok(walk.report(files.len(), at));
     }
     Ok(VerifyReport {
         intact: true,
         files: files.len(),
-        records: state.records,
-        last: state.last,
+        records: walk.records,
+        last: walk.last,
         first_broken: None,
     })
 }
 
-struct Walk<'a> {
+/// The chain so far, while linking segments.
+struct Link {
     expected_seq: u64,
     prev: String,
+    prev_ts: Option<Timestamp>,
     records: u64,
     last: Option<Checkpoint>,
-    checkpoint: Option<&'a Checkpoint>,
 }
 
-impl Walk<'_> {
-    /// Checks one line; `rest` are the lines after it in the same file.
-    fn step(
-        &mut self,
-        line: &[u8],
-        rest: &[&[u8]],
-        at: impl Fn(Option<u64>, Problem) -> Broken,
-    ) -> Option<Broken> {
-        let record = match check_line(line) {
-            Ok(record) => record,
-            Err(LineProblem::Unparsable(message)) => {
-                return Some(at(peek_seq(line), Problem::Unparsable { message }));
-            }
-            Err(LineProblem::BadHash { recorded, computed }) => {
-                return Some(at(peek_seq(line), Problem::BadHash { recorded, computed }));
-            }
-        };
-        let (expected, found) = (self.expected_seq, record.seq);
+impl Link {
+    /// What is wrong with `first` (a segment's first record) following the chain so far.
+    fn link(
+        &self,
+        segment: &Segment,
+        len: u64,
+        first: &Seen,
+    ) -> Result<Option<Problem>, AuditError> {
+        let (expected, found) = (self.expected_seq, first.seq);
         if found != expected {
-            let later = rest.iter().any(|l| peek_seq(l) == Some(expected));
-            let problem = if found < expected || later {
+            let later = found > expected && seq_later_in(segment, len, expected)?;
+            return Ok(Some(if found < expected || later {
                 Problem::Reordered { expected, found }
             } else {
                 Problem::SeqGap { expected, found }
-            };
-            return Some(at(Some(found), problem));
+            }));
         }
-        if record.prev != self.prev {
-            let problem = Problem::BrokenLink {
-                prev: record.prev,
+        if first.prev != self.prev {
+            return Ok(Some(Problem::BrokenLink {
+                prev: first.prev.clone(),
                 expected: self.prev.clone(),
-            };
-            return Some(at(Some(found), problem));
+            }));
         }
-        if let Some(cp) = self.checkpoint
-            && cp.seq == found
-            && cp.hash != record.hash
+        if let Some(previous) = self.prev_ts
+            && first.ts < previous
         {
-            let problem = Problem::CheckpointMismatch {
-                seq: found,
-                checkpoint_hash: cp.hash.clone(),
-                hash: record.hash,
-            };
-            return Some(at(Some(found), problem));
+            return Ok(Some(Problem::TimeWentBack {
+                previous,
+                ts: first.ts,
+            }));
         }
-        self.expected_seq += 1;
-        self.records += 1;
-        self.prev = record.hash.clone();
-        self.last = Some(Checkpoint {
-            seq: found,
-            hash: record.hash,
-        });
-        None
+        Ok(None)
     }
 
-    fn broken(self, files: usize, broken: Broken) -> VerifyReport {
+    fn report(self, files: usize, broken: Broken) -> VerifyReport {
         VerifyReport {
             intact: false,
             files,
@@ -284,40 +341,243 @@ impl Walk<'_> {
     }
 }
 
+/// A record as far as linking needs it.
+#[derive(Debug, Clone)]
+struct Seen {
+    seq: u64,
+    ts: Timestamp,
+    prev: String,
+    hash: String,
+}
+
+/// One segment checked on its own.
+#[derive(Debug, Default)]
+struct SegmentCheck {
+    /// Its first record, if that line is a valid record.
+    first: Option<Seen>,
+    /// Its last record before any problem.
+    last: Option<Seen>,
+    /// Valid records before any problem.
+    records: u64,
+    /// Complete lines.
+    lines: u64,
+    broken: Option<Broken>,
+}
+
+/// Checks every segment, in parallel; the results are in the order of `files`.
+fn check_segments(
+    files: &[(Segment, u64)],
+    checkpoints: &BTreeMap<u64, &str>,
+) -> Result<Vec<SegmentCheck>, AuditError> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(files.len())
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let results: Vec<Mutex<Option<Result<SegmentCheck, AuditError>>>> =
+        files.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((segment, len)) = files.get(i) else {
+                        break;
+                    };
+                    let result = check_segment(segment, *len, checkpoints);
+                    *results[i].lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
+                }
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| {
+            r.into_inner()
+                .unwrap_or_else(PoisonError::into_inner)
+                .expect("every segment was checked")
+        })
+        .collect()
+}
+
+/// Checks a segment's lines against their own hashes and each other (not against the segment
+/// before it), streamed; then its index, if it has one.
+fn check_segment(
+    segment: &Segment,
+    len: u64,
+    checkpoints: &BTreeMap<u64, &str>,
+) -> Result<SegmentCheck, AuditError> {
+    let read = |source| AuditError::Read {
+        path: segment.path.clone(),
+        source: arc(source),
+    };
+    let file = segment::open_read(&segment.path)?;
+    let mut reader = BufReader::with_capacity(256 * 1024, file.take(len));
+    let mut check = SegmentCheck::default();
+    let mut buf = Vec::new();
+    let mut offset = 0u64;
+    loop {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf).map_err(read)?;
+        if n == 0 {
+            break;
+        }
+        let at = |seq, problem| Broken {
+            file: segment.name(),
+            line: check.lines + 1,
+            seq,
+            problem,
+        };
+        if buf.last() != Some(&b'\n') {
+            check.broken = Some(at(peek_seq(&buf), Problem::TornLine { bytes: n as u64 }));
+            break;
+        }
+        offset += n as u64;
+        let line = &buf[..n - 1];
+        let record = match check_line_head(line) {
+            Ok(record) => record,
+            Err(LineProblem::Unparsable(message)) => {
+                check.broken = Some(at(peek_seq(line), Problem::Unparsable { message }));
+                break;
+            }
+            Err(LineProblem::BadHash { recorded, computed }) => {
+                check.broken = Some(at(peek_seq(line), Problem::BadHash { recorded, computed }));
+                break;
+            }
+        };
+        let seen = Seen {
+            seq: record.seq,
+            ts: record.ts,
+            prev: record.prev,
+            hash: record.hash,
+        };
+        if let Some(last) = &check.last {
+            let (expected, found) = (last.seq + 1, seen.seq);
+            if found != expected {
+                let later = found > expected && seq_later_from(segment, offset, len, expected)?;
+                let problem = if found < expected || later {
+                    Problem::Reordered { expected, found }
+                } else {
+                    Problem::SeqGap { expected, found }
+                };
+                check.broken = Some(at(Some(found), problem));
+                break;
+            }
+            if seen.prev != last.hash {
+                let problem = Problem::BrokenLink {
+                    prev: seen.prev,
+                    expected: last.hash.clone(),
+                };
+                check.broken = Some(at(Some(found), problem));
+                break;
+            }
+            if seen.ts < last.ts {
+                let problem = Problem::TimeWentBack {
+                    previous: last.ts,
+                    ts: seen.ts,
+                };
+                check.broken = Some(at(Some(found), problem));
+                break;
+            }
+        }
+        if let Some(hash) = checkpoints.get(&seen.seq)
+            && *hash != seen.hash
+        {
+            let problem = Problem::CheckpointMismatch {
+                seq: seen.seq,
+                checkpoint_hash: (*hash).to_owned(),
+                hash: seen.hash,
+            };
+            check.broken = Some(at(Some(seen.seq), problem));
+            break;
+        }
+        check.lines += 1;
+        check.records += 1;
+        if check.first.is_none() {
+            check.first = Some(seen.clone());
+        }
+        check.last = Some(seen);
+    }
+    if check.broken.is_none()
+        && let Some(index) = index::read(segment)
+    {
+        let actual = match (&check.first, &check.last) {
+            (Some(first), Some(last)) => Some(SegmentIndex {
+                bytes: len,
+                first_seq: first.seq,
+                first_ts: first.ts,
+                last_seq: last.seq,
+                last_ts: last.ts,
+                last_hash: last.hash.clone(),
+            }),
+            _ => None,
+        };
+        if actual.as_ref() != Some(&index) {
+            check.broken = Some(Broken {
+                file: segment.name(),
+                line: 1,
+                seq: check.first.as_ref().map(|f| f.seq),
+                problem: Problem::IndexMismatch {
+                    index: Box::new(index),
+                    actual: actual.map(Box::new),
+                },
+            });
+        }
+    }
+    Ok(check)
+}
+
+/// Whether a line of `segment[..len]` has seq `wanted` (tells a reorder from a deletion).
+fn seq_later_in(segment: &Segment, len: u64, wanted: u64) -> Result<bool, AuditError> {
+    seq_later_from(segment, 0, len, wanted)
+}
+
+fn seq_later_from(segment: &Segment, from: u64, len: u64, wanted: u64) -> Result<bool, AuditError> {
+    let read = |source| AuditError::Read {
+        path: segment.path.clone(),
+        source: arc(source),
+    };
+    let mut file = segment::open_read(&segment.path)?;
+    file.seek(SeekFrom::Start(from)).map_err(read)?;
+    let mut reader = BufReader::new(file.take(len.saturating_sub(from)));
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        if reader.read_until(b'\n', &mut buf).map_err(read)? == 0 {
+            return Ok(false);
+        }
+        if peek_seq(&buf) == Some(wanted) {
+            return Ok(true);
+        }
+    }
+}
+
 /// The segments and their lengths, taken under a shared lock so no batch is half-written.
 pub(crate) fn snapshot(dir: &Path) -> Result<Vec<(Segment, u64)>, AuditError> {
     let lock = File::open(dir.join(LOCK_FILE)).ok();
     if let Some(lock) = &lock {
         let _ = lock.lock_shared();
     }
-    let listed = segment::list(dir).and_then(|segments| {
-        segments
-            .into_iter()
-            .map(|s| {
-                let len = std::fs::symlink_metadata(&s.path)
-                    .map_err(|source| AuditError::Read {
-                        path: s.path.clone(),
-                        source: arc(source),
-                    })?
-                    .len();
-                Ok((s, len))
-            })
-            .collect()
-    });
+    let first = super::prune::read_anchor(dir).map(|a| a.map_or(1, |a| a.first_segment));
+    let listed = first
+        .and_then(|first| Ok((first, segment::list(dir)?)))
+        .and_then(|(first, segments)| {
+            segments
+                .into_iter()
+                .filter(|s| s.number >= first)
+                .map(|s| {
+                    let len = std::fs::symlink_metadata(&s.path)
+                        .map_err(|source| AuditError::Read {
+                            path: s.path.clone(),
+                            source: arc(source),
+                        })?
+                        .len();
+                    Ok((s, len))
+                })
+                .collect()
+        });
     if let Some(lock) = &lock {
         let _ = lock.unlock();
     }
     listed
-}
-
-pub(crate) fn read_prefix(segment: &Segment, len: u64) -> Result<Vec<u8>, AuditError> {
-    let mut bytes = Vec::with_capacity(len as usize);
-    segment::open_read(&segment.path)?
-        .take(len)
-        .read_to_end(&mut bytes)
-        .map_err(|source| AuditError::Read {
-            path: segment.path.clone(),
-            source: arc(source),
-        })?;
-    Ok(bytes)
 }

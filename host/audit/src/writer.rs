@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 
 use super::canonical::{GENESIS, encode_body, encode_line};
 use super::error::{AuditError, arc};
+use super::index::{self, SegmentIndex};
 use super::record::{Entry, Event, Receipt};
 use super::segment::{self, LOCK_FILE, Segment};
 use super::tail::{read_tail, repair};
@@ -43,6 +44,10 @@ struct Position {
     file: File,
     len: u64,
     head: Receipt,
+    /// The head's `ts`: the next record's is never earlier (queries rely on it).
+    head_ts: Option<Timestamp>,
+    /// The segment's first record, for its index (`None` while it is empty or unknown).
+    first: Option<(u64, Timestamp)>,
 }
 
 pub(crate) struct Writer {
@@ -137,9 +142,18 @@ impl Writer {
             .iter()
             .map(Vec::as_slice)
             .chain(bodies.iter().copied());
+        let mut ts = self.at.head_ts;
+        let first = self.at.first;
         for (i, body) in all.enumerate() {
             seq += 1;
-            let (line, hash) = encode_line(seq, Timestamp::now(), &prev, body);
+            // `ts` never goes backwards, even when the clock does: segments' time ranges are
+            // then their first and last records', and queries can skip and seek by time.
+            let now = Timestamp::now().max(ts.unwrap_or(Timestamp::from_unix_micros(0)));
+            ts = Some(now);
+            if self.at.first.is_none() && self.at.len == 0 && i == 0 {
+                self.at.first = Some((seq, now));
+            }
+            let (line, hash) = encode_line(seq, now, &prev, body);
             buf.extend_from_slice(&line);
             if i >= pending.len() {
                 receipts.push(Receipt {
@@ -151,11 +165,13 @@ impl Writer {
         }
         if let Err(error) = self.write_and_sync(&buf) {
             self.pending = pending;
+            self.at.first = first;
             self.rollback();
             return Err(error);
         }
         self.at.len += buf.len() as u64;
         self.at.head = Receipt { seq, hash: prev };
+        self.at.head_ts = ts;
         if self.at.len >= self.max_file_bytes {
             // The batch is durable whatever happens here; a failed rotation is retried after
             // the next batch, and the chain does not depend on where files begin.
@@ -215,9 +231,24 @@ impl Writer {
         let next = Segment::new(&self.dir, self.at.segment.number + 1);
         let file = segment::open_append(&next.path, true)?;
         segment::sync_dir(&self.dir).map_err(|e| AuditError::Write(arc(e)))?;
+        if let (Some((first_seq, first_ts)), Some(last_ts)) = (self.at.first, self.at.head_ts) {
+            // A cache for queries, checked by `verify`: a failure here costs only speed.
+            let _ = index::write(
+                &self.at.segment,
+                &SegmentIndex {
+                    bytes: self.at.len,
+                    first_seq,
+                    first_ts,
+                    last_seq: self.at.head.seq,
+                    last_ts,
+                    last_hash: self.at.head.hash.clone(),
+                },
+            );
+        }
         self.at.segment = next;
         self.at.file = file;
         self.at.len = 0;
+        self.at.first = None;
         Ok(())
     }
 }
@@ -248,6 +279,8 @@ fn locate(dir: &Path) -> Result<(Position, Option<Map<String, Value>>), AuditErr
                 file,
                 len: 0,
                 head,
+                head_ts: None,
+                first: None,
             },
             None,
         ));
@@ -258,6 +291,10 @@ fn locate(dir: &Path) -> Result<(Position, Option<Map<String, Value>>), AuditErr
         Some((offset, bytes)) => Some(repair(&newest, &file, *offset, bytes)?),
         None => None,
     };
+    let first = index::peek_at(&file, 0, tail.complete_len)
+        .ok()
+        .flatten()
+        .filter(|_| tail.complete_len > 0);
     let mut last = tail.last;
     for older in segments.iter().rev().skip(1) {
         if last.is_some() {
@@ -273,6 +310,7 @@ fn locate(dir: &Path) -> Result<(Position, Option<Map<String, Value>>), AuditErr
         }
         last = tail.last;
     }
+    let head_ts = last.as_ref().map(|r| r.ts);
     let head = last.map_or_else(
         || Receipt {
             seq: 0,
@@ -289,6 +327,8 @@ fn locate(dir: &Path) -> Result<(Position, Option<Map<String, Value>>), AuditErr
             file,
             len: tail.complete_len,
             head,
+            head_ts,
+            first,
         },
         repaired,
     ))

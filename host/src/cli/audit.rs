@@ -15,13 +15,21 @@ use crate::policy::DecisionKind;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum AuditCommand {
-    /// Verify the hash chain (against a checkpoint, if given); exit 0 iff intact.
+    /// Verify the hash chain (against checkpoints, if given); exit 0 iff intact.
     Verify {
         #[arg(long)]
         dir: Option<PathBuf>,
         /// A checkpoint printed earlier by `hpcgate audit checkpoint`.
         #[arg(long)]
         checkpoint: Option<PathBuf>,
+        /// A checkpoint sink (`[audit] checkpoint_sink`, or lines of syslog): the log must
+        /// match every checkpoint in it, each signature must verify.
+        #[arg(long)]
+        checkpoints: Option<PathBuf>,
+        /// The gateway's public key (hex, or a file holding it) as printed by `hpcgate audit
+        /// key`: every checkpoint must be signed by it.
+        #[arg(long, requires = "checkpoints")]
+        key: Option<String>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -31,6 +39,23 @@ pub(crate) enum AuditCommand {
     Checkpoint {
         #[arg(long)]
         dir: Option<PathBuf>,
+    },
+    /// Print the public key that signs the automatic checkpoints (`[audit] checkpoint_every`);
+    /// keep it with the checkpoints, and pass it to `verify --key`.
+    Key {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Remove whole segments whose records are all older than `--before` (never the newest
+    /// segment), leaving an anchor so the rest still verifies, and record that in the log.
+    Prune {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// RFC 3339, a date, or an age like `90d`.
+        #[arg(long)]
+        before: String,
+        #[arg(long)]
+        json: bool,
     },
     /// Print the newest matching records, newest first.
     Tail {
@@ -53,9 +78,17 @@ pub(crate) enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Measure append throughput and latency with fsync (in fresh directories under `--dir`).
+    /// Measure append throughput and latency with fsync (in fresh directories under `--dir`);
+    /// with `--records N`, instead generate an N-record log and time tail, query, verify and
+    /// `policy test` on it.
     #[command(hide = true)]
     Bench {
+        /// Generate a log of this many records and time the read-side commands on it.
+        #[arg(long)]
+        records: Option<u64>,
+        /// Runs per command with `--records` (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
         /// Parent of the scratch logs; default the system temp directory.
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -131,8 +164,50 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
         AuditCommand::Verify {
             dir,
             checkpoint,
+            checkpoints,
+            key,
             json,
-        } => verify(&resolve_dir(dir)?, checkpoint.as_deref(), json),
+        } => verify(
+            &resolve_dir(dir)?,
+            checkpoint.as_deref(),
+            checkpoints.as_deref(),
+            key.as_deref(),
+            json,
+        ),
+        AuditCommand::Prune { dir, before, json } => {
+            let dir = resolve_dir(dir)?;
+            let before = Timestamp::parse_bound(&before, Timestamp::now())
+                .map_err(|e| anyhow::anyhow!("`--before`: {e}"))?;
+            let report = audit::prune(&dir, before)?;
+            if json {
+                out(serde_json::to_string_pretty(&report)?);
+            } else if report.removed_segments == 0 {
+                out(format!(
+                    "nothing to prune: no closed segment ends before {before}"
+                ));
+            } else {
+                let anchor = report.anchor.as_ref().expect("an anchor after pruning");
+                out(format!(
+                    "removed {} segments ({} records) older than {before}; the log now starts at seq {} in `{}`",
+                    report.removed_segments,
+                    report.removed_records,
+                    anchor.next_seq,
+                    format_args!("audit-{:06}.jsonl", anchor.first_segment)
+                ));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        AuditCommand::Key { dir } => {
+            let dir = resolve_dir(dir)?;
+            let key = audit::CheckpointKey::load(&dir).with_context(|| {
+                format!(
+                    "no checkpoint key in `{}`: the gateway creates it when it starts with `[audit] checkpoint_every` set",
+                    dir.display()
+                )
+            })?;
+            out(key.public_hex());
+            Ok(ExitCode::SUCCESS)
+        }
         AuditCommand::Checkpoint { dir } => checkpoint(&resolve_dir(dir)?),
         AuditCommand::Tail {
             dir,
@@ -147,8 +222,61 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
         }
         AuditCommand::Query { dir, filter, json } => {
             let (scope, filter) = filter.resolve()?;
-            for record in audit::records(&resolve_dir(dir)?, scope, filter)? {
-                print_record(&record?, json);
+            let mut records = audit::records(&resolve_dir(dir)?, scope, filter)?;
+            if json {
+                // Each record's line as it is on disk (its canonical JSON), checked.
+                use std::io::Write as _;
+                let stdout = std::io::stdout();
+                let mut sink = std::io::BufWriter::new(stdout.lock());
+                while let Some(line) = records.next_line() {
+                    let mut line = line?;
+                    line.push(b'\n');
+                    if sink.write_all(&line).is_err() {
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                }
+                let _ = sink.flush();
+            } else {
+                for record in records {
+                    print_record(&record?, json);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        AuditCommand::Bench {
+            records: Some(records),
+            runs,
+            dir,
+            json,
+            ..
+        } => {
+            let parent = dir.unwrap_or_else(std::env::temp_dir);
+            let report = super::audit_scale::run(&parent, records, runs)?;
+            if json {
+                out(serde_json::to_string_pretty(&report)?);
+            } else {
+                out(format!(
+                    "{} records in {} segments ({} MB), last hour {} records; load before: {}",
+                    report["records"],
+                    report["segments"],
+                    report["bytes"].as_u64().unwrap_or(0) >> 20,
+                    report["records_in_last_hour"],
+                    report["load_before"].as_str().unwrap_or("?")
+                ));
+                for row in report["commands"].as_array().into_iter().flatten() {
+                    out(format!(
+                        "{:<42} {:>9.1} ms (≤ {} ms, {:.1} s CPU)  {:>7.1} MB RSS{}  {}",
+                        row["command"].as_str().unwrap_or("?"),
+                        row["ms"].as_f64().unwrap_or(0.0),
+                        row["target_ms"],
+                        row["cpu_s"].as_f64().unwrap_or(0.0),
+                        row["rss_mb"].as_f64().unwrap_or(0.0),
+                        row["target_rss_mb"]
+                            .as_f64()
+                            .map_or(String::new(), |t| format!(" (≤ {t} MB)")),
+                        if row["pass"] == true { "pass" } else { "FAIL" }
+                    ));
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -157,6 +285,8 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             writers,
             appends,
             json,
+            records: None,
+            ..
         } => run_bench(dir, &writers, appends, json),
     }
 }
@@ -184,7 +314,13 @@ fn resolve_dir(dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-fn verify(dir: &Path, checkpoint: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
+fn verify(
+    dir: &Path,
+    checkpoint: Option<&Path>,
+    checkpoints: Option<&Path>,
+    key: Option<&str>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let checkpoint = checkpoint
         .map(|path| -> anyhow::Result<Checkpoint> {
             let text = std::fs::read_to_string(path)
@@ -192,11 +328,46 @@ fn verify(dir: &Path, checkpoint: Option<&Path>, json: bool) -> anyhow::Result<E
             Checkpoint::from_json(&text).with_context(|| format!("`{}`", path.display()))
         })
         .transpose()?;
-    let report = audit::verify(dir, checkpoint.as_ref())?;
+    let key = key
+        .map(|text| {
+            let text = match std::fs::read_to_string(text) {
+                Ok(contents) => contents,
+                Err(_) => text.to_owned(),
+            };
+            audit::parse_public_key(&text).map_err(|e| anyhow::anyhow!("`--key`: {e}"))
+        })
+        .transpose()?;
+    let mut all: Vec<Checkpoint> = checkpoint.iter().cloned().collect();
+    let mut notes = Vec::new();
+    if let Some(path) = checkpoints {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read checkpoints `{}`", path.display()))?;
+        let set = audit::read_checkpoints(&text, key.as_ref())
+            .with_context(|| format!("`{}` cannot be trusted", path.display()))?;
+        for (line, why) in &set.ignored {
+            notes.push(format!(
+                "note: `{}` line {line} ignored: {why}",
+                path.display()
+            ));
+        }
+        notes.push(format!(
+            "{} checkpoints from `{}` ({} signed{}, {} unsigned)",
+            set.checkpoints.len(),
+            path.display(),
+            set.signed,
+            set.key
+                .as_ref()
+                .map_or(String::new(), |k| format!(" by {k}")),
+            set.unsigned
+        ));
+        all.extend(set.checkpoints);
+    }
+    let report = audit::verify_against(dir, &all)?;
     if json {
         out(serde_json::to_string_pretty(&report)?);
     } else {
-        out(describe(dir, &report, checkpoint.as_ref()));
+        notes.iter().for_each(out);
+        out(describe(dir, &report, all.iter().max_by_key(|c| c.seq)));
     }
     Ok(if report.intact {
         ExitCode::SUCCESS

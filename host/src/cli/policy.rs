@@ -6,12 +6,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Subcommand;
-use serde_json::json;
 
 use super::{out, scaffold};
 use crate::config::Config;
 use crate::policy::bench::{BenchOptions, bench};
-use crate::policy::cases::{parse_cases, run_cases};
+use crate::policy::cases::{StreamSummary, parse_cases, run_stream};
 use crate::policy::{Chain, ChainPolicy, Mode, ModuleSource, PolicyEngine};
 
 #[derive(Debug, Subcommand)]
@@ -24,11 +23,14 @@ pub(crate) enum PolicyCommand {
         #[arg(long, default_value = "{}")]
         settings: String,
     },
-    /// Evaluate recorded calls (a cases file or an audit log) with a config's policies and
-    /// report every decision that differs; exit 0 iff none does.
+    /// Evaluate recorded calls (a cases file, an audit file or an audit directory) with a
+    /// config's policies and report every decision that differs; exit 0 iff none does.
+    /// Streams the input on every core; mismatches are reported in input order.
     Test {
         #[arg(long)]
         config: PathBuf,
+        /// A cases file, an audit segment, or an audit directory (its segments in order; lines
+        /// are then counted across them).
         #[arg(long)]
         calls: PathBuf,
         /// Print `{"total", "matched", "mismatched", "mismatches"}` as JSON.
@@ -159,35 +161,69 @@ fn load_chain_policies(config: &Path) -> anyhow::Result<Vec<ChainPolicy>> {
 }
 
 fn test(config: &Path, calls: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    use std::io::Write as _;
     let chain = Chain::new(load_chain_policies(config)?)?;
-    let text = std::fs::read_to_string(calls)
-        .with_context(|| format!("cannot read calls file `{}`", calls.display()))?;
-    let (cases, skipped) = parse_cases(&text).with_context(|| format!("`{}`", calls.display()))?;
-    let mismatches = run_cases(&chain, &cases);
-    let total = cases.len();
-    let matched = total - mismatches.len();
+    let input: Box<dyn std::io::BufRead + Send> = if calls.is_dir() {
+        Box::new(
+            crate::audit::replay_reader(calls)
+                .with_context(|| format!("cannot read the audit log in `{}`", calls.display()))?,
+        )
+    } else {
+        let file = std::fs::File::open(calls)
+            .with_context(|| format!("cannot read calls file `{}`", calls.display()))?;
+        Box::new(std::io::BufReader::with_capacity(256 * 1024, file))
+    };
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let stdout = std::io::stdout();
+    let mut sink = std::io::BufWriter::new(stdout.lock());
+    let mut first = true;
     if json {
-        out(
-            json!({ "total": total, "matched": matched, "mismatched": mismatches.len(), "mismatches": mismatches }),
+        let _ = write!(sink, "{{\"mismatches\": [");
+    }
+    let result = run_stream(&chain, input, workers, |m| {
+        let _ = if json {
+            let sep = if std::mem::take(&mut first) { "" } else { ", " };
+            write!(
+                sink,
+                "{sep}{}",
+                serde_json::to_string(&m).expect("a mismatch serialises")
+            )
+        } else {
+            writeln!(sink, "MISMATCH {} (line {}): {}", m.name, m.line, m.problem)
+        };
+    });
+    let summary = match result {
+        Ok(summary) => summary,
+        Err(e) => {
+            let _ = if json { writeln!(sink, "]}}") } else { Ok(()) };
+            let _ = sink.flush();
+            return Err(e).with_context(|| format!("`{}`", calls.display()));
+        }
+    };
+    let StreamSummary {
+        total,
+        skipped,
+        mismatched,
+    } = summary;
+    let matched = total - mismatched;
+    if json {
+        let _ = writeln!(
+            sink,
+            "], \"total\": {total}, \"matched\": {matched}, \"mismatched\": {mismatched}}}"
         );
     } else {
-        for m in &mismatches {
-            out(format!(
-                "MISMATCH {} (line {}): {}",
-                m.name, m.line, m.problem
-            ));
-        }
         let skipped = if skipped > 0 {
             format!(" ({skipped} lines without a call skipped)")
         } else {
             String::new()
         };
-        out(format!(
-            "{total} calls checked: {matched} matched, {} mismatched{skipped}",
-            mismatches.len()
-        ));
+        let _ = writeln!(
+            sink,
+            "{total} calls checked: {matched} matched, {mismatched} mismatched{skipped}"
+        );
     }
-    Ok(if mismatches.is_empty() {
+    sink.flush().context("cannot write the report")?;
+    Ok(if mismatched == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

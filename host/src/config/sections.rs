@@ -130,6 +130,10 @@ pub struct AuditConfig {
     pub redaction: Option<RedactionRules>,
     /// A log file is rotated once it reaches this size, bytes (default 64 MiB).
     pub max_file_bytes: Option<u64>,
+    /// Export a signed checkpoint this often (`30s`, `10m`, `1h`, `1d`); off when absent.
+    pub checkpoint_every: Option<String>,
+    /// Where checkpoints go: an absolute file path outside the state directory, or `syslog`.
+    pub checkpoint_sink: Option<String>,
 }
 
 /// `[host_commands.<key>]`: one command `host_exec` may run, by key.

@@ -18,7 +18,7 @@ use super::proxies::{ProxySettings, resolve_proxies};
 use super::raw::{Config, EngineConfig, PolicyConfig};
 use super::sections::ResultType;
 use super::tenants::{self, Tenant};
-use crate::audit::AuditOptions;
+use crate::audit::{AuditOptions, CheckpointOptions, CheckpointSink};
 use crate::policy::{Chain, ChainPolicy, EngineSettings, PolicyEngine};
 use crate::state::TenantName;
 
@@ -295,6 +295,7 @@ impl FixedSettings {
             None => env.default_state_dir().ok_or(ConfigError::NoHome)?,
         };
         let sandbox = resolve_sandbox(config, bad)?;
+        let checkpoints = resolve_checkpoints(config, &state_dir, bad)?;
         Ok(FixedSettings {
             audit_dir: state_dir.join("audit"),
             state_dir,
@@ -309,10 +310,100 @@ impl FixedSettings {
                     bad,
                 )?,
                 redaction: config.audit.redaction.clone().unwrap_or_default(),
+                checkpoints,
             },
             engine: config.engine_settings(),
             telemetry: super::telemetry::resolve_telemetry(&config.telemetry, bad)?,
         })
+    }
+}
+
+/// `[audit] checkpoint_every` and `checkpoint_sink`: both or neither; the sink outside the
+/// state directory (a checkpoint the gateway's user could rewrite proves nothing).
+fn resolve_checkpoints(
+    config: &Config,
+    state_dir: &Path,
+    bad: &Bad,
+) -> Result<Option<CheckpointOptions>, ConfigError> {
+    let (every, sink) = match (
+        &config.audit.checkpoint_every,
+        &config.audit.checkpoint_sink,
+    ) {
+        (None, None) => return Ok(None),
+        (Some(every), Some(sink)) => (every, sink),
+        (Some(_), None) => {
+            return Err(bad(
+                "audit.checkpoint_sink",
+                "`checkpoint_every` needs a `checkpoint_sink`: an absolute file path outside the state directory, or \"syslog\"".to_owned(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(bad(
+                "audit.checkpoint_every",
+                "`checkpoint_sink` needs a `checkpoint_every`, like \"10m\"".to_owned(),
+            ));
+        }
+    };
+    let every = parse_interval(every).ok_or_else(|| {
+        bad(
+            "audit.checkpoint_every",
+            format!("`{every}` is not an interval; write a positive number and a unit, like \"30s\", \"10m\", \"1h\" or \"1d\""),
+        )
+    })?;
+    let sink = if sink == "syslog" {
+        CheckpointSink::Syslog
+    } else {
+        let path = absolute("audit.checkpoint_sink", Path::new(sink), bad)?;
+        let (resolved, state) = (resolve_existing(&path), resolve_existing(state_dir));
+        if resolved.starts_with(&state) {
+            return Err(bad(
+                "audit.checkpoint_sink",
+                format!(
+                    "`{}` is inside the state directory `{}`, where whoever can rewrite the log can rewrite its checkpoints too; put it elsewhere (a file only an auditor can truncate, e.g. `chattr +a`), or use \"syslog\"",
+                    path.display(),
+                    state_dir.display()
+                ),
+            ));
+        }
+        CheckpointSink::File(path)
+    };
+    Ok(Some(CheckpointOptions { every, sink }))
+}
+
+/// `30s`, `10m`, `1h`, `1d`.
+fn parse_interval(text: &str) -> Option<Duration> {
+    let unit = match text.chars().last()? {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return None,
+    };
+    let digits = &text[..text.len() - 1];
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    n.checked_mul(unit)
+        .filter(|&s| s > 0)
+        .map(Duration::from_secs)
+}
+
+/// `path` with its longest existing ancestor resolved (symlinks, `..`), the rest appended.
+fn resolve_existing(path: &Path) -> PathBuf {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return path.to_owned(),
+        }
     }
 }
 

@@ -432,3 +432,92 @@ fn fixed_settings_name_exactly_what_differs() {
     let reloadable = settings(&[("x.toml", "[files]\nmax_read_bytes = 7\n")]).unwrap();
     assert_eq!(base.fixed, reloadable.fixed);
 }
+
+#[test]
+fn checkpoint_export_needs_an_interval_and_a_sink_outside_the_state_dir() {
+    let state = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let config = |audit: &str| {
+        format!(
+            "state_dir = \"{}\"\n[audit]\n{audit}\n",
+            state.path().display()
+        )
+    };
+    let ok = settings(&[(
+        "/etc/x.toml",
+        &config(&format!(
+            "checkpoint_every = \"10m\"\ncheckpoint_sink = \"{}/cps.jsonl\"",
+            outside.path().display()
+        )),
+    )])
+    .unwrap();
+    assert_eq!(
+        ok.fixed.audit.checkpoints,
+        Some(crate::audit::CheckpointOptions {
+            every: std::time::Duration::from_secs(600),
+            sink: crate::audit::CheckpointSink::File(outside.path().join("cps.jsonl")),
+        })
+    );
+    let syslog = settings(&[(
+        "/etc/x.toml",
+        &config("checkpoint_every = \"1h\"\ncheckpoint_sink = \"syslog\""),
+    )])
+    .unwrap();
+    assert_eq!(
+        syslog.fixed.audit.checkpoints.unwrap().sink,
+        crate::audit::CheckpointSink::Syslog
+    );
+    std::fs::create_dir(state.path().join("sub")).unwrap();
+    std::os::unix::fs::symlink(state.path().join("sub"), outside.path().join("link")).unwrap();
+    for (audit, key, says) in [
+        (
+            format!(
+                "checkpoint_every = \"10m\"\ncheckpoint_sink = \"{}/audit/cps\"",
+                state.path().display()
+            ),
+            "audit.checkpoint_sink",
+            "inside the state directory",
+        ),
+        (
+            format!(
+                "checkpoint_every = \"10m\"\ncheckpoint_sink = \"{}/link/cps\"",
+                outside.path().display()
+            ),
+            "audit.checkpoint_sink",
+            "inside the state directory",
+        ),
+        (
+            "checkpoint_every = \"10m\"".to_owned(),
+            "audit.checkpoint_sink",
+            "needs a `checkpoint_sink`",
+        ),
+        (
+            "checkpoint_sink = \"syslog\"".to_owned(),
+            "audit.checkpoint_every",
+            "needs a `checkpoint_every`",
+        ),
+        (
+            "checkpoint_every = \"10 minutes\"\ncheckpoint_sink = \"syslog\"".to_owned(),
+            "audit.checkpoint_every",
+            "not an interval",
+        ),
+        (
+            "checkpoint_every = \"0s\"\ncheckpoint_sink = \"syslog\"".to_owned(),
+            "audit.checkpoint_every",
+            "not an interval",
+        ),
+        (
+            "checkpoint_every = \"1m\"\ncheckpoint_sink = \"cps.jsonl\"".to_owned(),
+            "audit.checkpoint_sink",
+            "absolute path",
+        ),
+    ] {
+        let error = settings(&[("/etc/x.toml", &config(&audit))])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(key) && error.contains(says),
+            "{audit}: {error}"
+        );
+    }
+}

@@ -242,3 +242,111 @@ fn a_writer_killed_mid_append_leaves_a_log_that_opens_and_verifies() {
         assert!(receipt.seq > 1, "the killed writer had appended");
     }
 }
+
+/// `policy test --calls <audit dir>` streams every segment in order on every core: the
+/// mismatches come out in input order with their line numbers counted across segments, and a
+/// line that is not a case stops the run after the mismatches before it.
+#[test]
+fn an_audit_directory_replays_streamed_in_input_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit");
+    let scratch = tempfile::tempdir().unwrap();
+    let config = stock_config(scratch.path());
+    let chain = stock_chain(&config);
+    let text = std::fs::read_to_string(repo().join("tests/cases/stock.jsonl")).unwrap();
+    let (cases, _) = parse_cases(&text).unwrap();
+    let log = AuditLog::open(
+        &audit,
+        AuditOptions {
+            max_file_bytes: 200_000,
+            ..AuditOptions::default()
+        },
+    )
+    .unwrap();
+    let mut decisions = Vec::new();
+    for round in 0..60 {
+        log.append(Entry::new(Event::JobState).detail("round", round))
+            .unwrap();
+        for case in &cases {
+            let mut call = case.call.clone();
+            normalize_call(&mut call);
+            let outcome = chain.evaluate(&call);
+            decisions.push(outcome.decision.decision);
+            log.append(Entry::call(&call, &outcome)).unwrap();
+        }
+    }
+    drop(log);
+    let segments: Vec<PathBuf> = (1..)
+        .map(|n| audit.join(format!("audit-{n:06}.jsonl")))
+        .take_while(|p| p.exists())
+        .collect();
+    assert!(segments.len() >= 3, "the log rotated: {segments:?}");
+    // Flip recorded allows to deny on a few lines (global numbers), in two segments.
+    let mut flipped = Vec::new();
+    let mut line_base = 0;
+    for (i, segment) in segments.iter().enumerate() {
+        let mut lines: Vec<String> = std::fs::read_to_string(segment)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        if i == 1 || i == segments.len() - 1 {
+            // Two in each of the two segments.
+            let upto = if i == 1 { 2 } else { 4 };
+            for (n, line) in lines.iter_mut().enumerate() {
+                let allow = r#""decision":{"decision":"allow"}"#;
+                if line.contains(allow) && flipped.len() < upto {
+                    *line = line.replacen(allow, r#""decision":{"decision":"deny"}"#, 1);
+                    flipped.push(line_base + n + 1);
+                }
+            }
+        }
+        line_base += lines.len();
+        std::fs::write(segment, lines.join("\n") + "\n").unwrap();
+    }
+    assert_eq!(flipped.len(), 4, "{flipped:?}");
+    let run = || {
+        hpcgate(&[
+            "policy",
+            "test",
+            "--config",
+            config.to_str().unwrap(),
+            "--calls",
+            audit.to_str().unwrap(),
+            "--json",
+        ])
+    };
+    let output = run();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["total"], decisions.len(), "{report:#}");
+    assert_eq!(report["mismatched"], 4);
+    let lines: Vec<usize> = report["mismatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["line"].as_u64().unwrap() as usize)
+        .collect();
+    assert_eq!(lines, flipped, "in input order");
+    // A garbage line in the last segment: the mismatches before it, then its error.
+    let last = segments.last().unwrap();
+    let mut text = std::fs::read_to_string(last).unwrap();
+    text.push_str("{not json\n");
+    std::fs::write(last, text).unwrap();
+    let output = hpcgate(&[
+        "policy",
+        "test",
+        "--config",
+        config.to_str().unwrap(),
+        "--calls",
+        audit.to_str().unwrap(),
+    ]);
+    assert_ne!(output.status.code(), Some(0));
+    let reported = stdout(&output).matches("MISMATCH").count();
+    assert_eq!(reported, 4, "{}", stdout(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("line {}", line_base + 1)) && stderr.contains("not JSON"),
+        "{stderr}"
+    );
+}

@@ -10,7 +10,9 @@
 
 mod support;
 
+mod audit_checkpoints;
 mod audit_cli;
+mod audit_disk_full;
 mod audit_log;
 mod audit_verify;
 mod bench_gateway;

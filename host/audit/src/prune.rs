@@ -1,0 +1,193 @@
+//! Retention: `prune` removes whole old segments and leaves an anchor (`audit-anchor.json`):
+//! where the remaining chain starts (`first_segment`, `next_seq`) and the hash it links to
+//! (`prev`, the last removed record's). `verify` starts from the anchor instead of the genesis,
+//! so the remaining chain still verifies; checkpoints older than it cannot be checked any more
+//! (they are ignored), except one of the anchor's own record, which must match `prev`. The
+//! pruning itself is then recorded in the chain (`audit.pruned`), so it is never silent.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{AuditError, arc};
+use super::index;
+use super::log::{AuditLog, AuditOptions};
+use super::record::{Entry, Event};
+use super::segment::{self, LOCK_FILE};
+use super::tail::read_tail;
+use super::verify::verify;
+use crate::time::Timestamp;
+
+pub(crate) const ANCHOR_FILE: &str = "audit-anchor.json";
+
+/// Where the chain starts after a prune.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Anchor {
+    /// The oldest segment kept; older ones are gone (any left by a crash are ignored).
+    pub first_segment: u64,
+    /// The `seq` of the first record kept.
+    pub next_seq: u64,
+    /// The hash of the last record removed: the first kept record's `prev`.
+    pub prev: String,
+    /// The time of the last record removed.
+    pub prev_ts: Timestamp,
+}
+
+/// Reads the anchor of the log in `dir`, if it was pruned. An anchor that cannot be read is an
+/// error (guessing would make verify start from the wrong place).
+pub(crate) fn read_anchor(dir: &Path) -> Result<Option<Anchor>, AuditError> {
+    let path = dir.join(ANCHOR_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(AuditError::Read {
+                path,
+                source: arc(source),
+            });
+        }
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| AuditError::Unreadable {
+            path,
+            at: "the anchor".to_owned(),
+            problem: e.to_string(),
+        })
+}
+
+/// What [`prune`] did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PruneReport {
+    pub removed_segments: u64,
+    pub removed_records: u64,
+    /// The anchor now in force (unchanged when nothing was removed).
+    pub anchor: Option<Anchor>,
+}
+
+/// Removes the segments whose every record is older than `before` (never the newest one),
+/// after checking that the log verifies (pruning a broken log would destroy the evidence).
+pub fn prune(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
+    let report = verify(dir, None)?;
+    if let Some(broken) = &report.first_broken {
+        return Err(AuditError::Unreadable {
+            path: dir.join(&broken.file),
+            at: format!("line {}", broken.line),
+            problem: format!(
+                "{}; the log does not verify, and pruning it would destroy the evidence",
+                broken.problem
+            ),
+        });
+    }
+    let lock_path = dir.join(LOCK_FILE);
+    let lock = segment::open_append(&lock_path, false)?;
+    lock.lock().map_err(|source| AuditError::Lock {
+        path: lock_path.clone(),
+        source: arc(source),
+    })?;
+    let result = prune_locked(dir, before);
+    let _ = lock.unlock();
+    let report = result?;
+    if report.removed_segments > 0 {
+        let anchor = report.anchor.as_ref().expect("an anchor after removing");
+        // No rotation from here: a file this process created could belong to another user.
+        let log = AuditLog::open(
+            dir,
+            AuditOptions {
+                max_file_bytes: u64::MAX,
+                ..AuditOptions::default()
+            },
+        )?;
+        log.append(
+            Entry::new(Event::AuditPruned)
+                .detail("before", before.to_string())
+                .detail("removed_segments", report.removed_segments)
+                .detail("removed_records", report.removed_records)
+                .detail("first_segment", anchor.first_segment)
+                .detail("first_seq", anchor.next_seq)
+                .detail("prev", anchor.prev.clone()),
+        )?;
+    }
+    Ok(report)
+}
+
+fn prune_locked(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
+    let old = read_anchor(dir)?;
+    let first = old.as_ref().map_or(1, |a| a.first_segment);
+    let segments: Vec<_> = segment::list(dir)?
+        .into_iter()
+        .filter(|s| s.number >= first)
+        .collect();
+    let mut removable = Vec::new();
+    let mut last = None;
+    for segment in segments.iter().take(segments.len().saturating_sub(1)) {
+        let file = segment::open_read(&segment.path)?;
+        let len = file
+            .metadata()
+            .map_err(|source| AuditError::Read {
+                path: segment.path.clone(),
+                source: arc(source),
+            })?
+            .len();
+        let end = match index::read(segment).filter(|i| i.bytes == len) {
+            Some(i) => (i.last_seq, i.last_hash, i.last_ts),
+            None => match read_tail(segment, &file)?.last {
+                Some(r) => (r.seq, r.hash, r.ts),
+                None => break,
+            },
+        };
+        if end.2 >= before {
+            break;
+        }
+        removable.push(segment.clone());
+        last = Some(end);
+    }
+    let Some((last_seq, last_hash, last_ts)) = last else {
+        return Ok(PruneReport {
+            removed_segments: 0,
+            removed_records: 0,
+            anchor: old,
+        });
+    };
+    let anchor = Anchor {
+        first_segment: removable.last().expect("removable").number + 1,
+        next_seq: last_seq + 1,
+        prev: last_hash,
+        prev_ts: last_ts,
+    };
+    // The anchor first: a crash before the files are gone leaves them ignored, not a chain that
+    // starts in the wrong place.
+    write_anchor(dir, &anchor)?;
+    for segment in &removable {
+        let _ = std::fs::remove_file(index::path(segment));
+        std::fs::remove_file(&segment.path).map_err(|source| AuditError::Write(arc(source)))?;
+    }
+    segment::sync_dir(dir).map_err(|e| AuditError::Write(arc(e)))?;
+    let removed_before = old.as_ref().map_or(0, |a| a.next_seq - 1);
+    Ok(PruneReport {
+        removed_segments: removable.len() as u64,
+        removed_records: last_seq - removed_before,
+        anchor: Some(anchor),
+    })
+}
+
+fn write_anchor(dir: &Path, anchor: &Anchor) -> Result<(), AuditError> {
+    let fail = |source| AuditError::Write(arc(source));
+    let temp = dir.join(format!("{ANCHOR_FILE}.tmp"));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&temp)
+        .map_err(fail)?;
+    file.write_all(&serde_json::to_vec(anchor).expect("an anchor serialises"))
+        .map_err(fail)?;
+    file.sync_all().map_err(fail)?;
+    std::fs::rename(&temp, dir.join(ANCHOR_FILE)).map_err(fail)?;
+    segment::sync_dir(dir).map_err(fail)
+}
