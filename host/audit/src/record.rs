@@ -56,7 +56,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub const ALL: [Event; 19] = [
+    pub const ALL: [Event; 20] = [
         Event::Call,
         Event::InstanceCreated,
         Event::InstanceArchived,
