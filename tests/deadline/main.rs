@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use harness::{Spec, call, chain, engine};
+use harness::{Spec, call, chain, componentized, engine};
 
 #[test]
 fn an_endless_loop_is_denied_within_its_deadline() {
@@ -108,6 +108,57 @@ deny contains "never" if {
     eprintln!("time to deny a Rego loop with a 20 ms deadline: {elapsed:?}");
     assert!(
         elapsed[5] <= Duration::from_millis(25),
+        "median {:?} over deadline + 5 ms: {elapsed:?}",
+        elapsed[5]
+    );
+}
+
+/// Eleven `submit_job` calls through a chain of `spec` alone, each denied with `reason`; returns
+/// the sorted times.
+fn time_denials(spec: Spec, reason: &str) -> Vec<Duration> {
+    let chain = chain(vec![spec]);
+    let mut elapsed = Vec::new();
+    for _ in 0..11 {
+        let started = Instant::now();
+        let outcome = chain.evaluate(&call("submit_job", json!({"command": "make"})));
+        elapsed.push(started.elapsed());
+        assert_eq!(outcome.decision.reason.as_deref(), Some(reason));
+        // The engine keeps serving between the faults.
+        let next = chain.evaluate(&call("list_jobs", json!({})));
+        assert_eq!(next.decision.reason, None, "{next:?}");
+    }
+    elapsed.sort();
+    elapsed
+}
+
+#[test]
+fn a_javascript_while_true_is_denied_within_its_deadline() {
+    let module = componentized("js", "policies/hostile/js/hostile.js", false);
+    let spec = Spec::new("spin", module, json!({"behaviour": "spin"})).deadline_ms(20);
+    let elapsed = time_denials(
+        spec,
+        "policy `spin` timed out after 20 ms; the call is refused (policies fail closed)",
+    );
+    eprintln!("time to deny a JavaScript while (true) with a 20 ms deadline: {elapsed:?}");
+    assert!(
+        elapsed[5] <= Duration::from_millis(25),
+        "median {:?} over deadline + 5 ms: {elapsed:?}",
+        elapsed[5]
+    );
+}
+
+#[test]
+fn a_python_memory_hog_is_denied_within_its_deadline() {
+    let module = componentized("python", "policies/hostile/python/hostile.py", false);
+    let mut spec = Spec::new("hog", module, json!({"behaviour": "hog"})).deadline_ms(100);
+    spec.memory_mb = 64;
+    let elapsed = time_denials(
+        spec,
+        "policy `hog` exceeded its memory limit of 64 MiB; the call is refused (policies fail closed)",
+    );
+    eprintln!("time to deny a Python memory hog (64 MiB cap, 100 ms deadline): {elapsed:?}");
+    assert!(
+        elapsed[5] <= Duration::from_millis(105),
         "median {:?} over deadline + 5 ms: {elapsed:?}",
         elapsed[5]
     );
