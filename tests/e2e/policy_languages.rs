@@ -36,6 +36,10 @@ fn example_chain_with(config: &str, reuse: bool) -> Chain {
         config_file.policies[0].module = module.to_string();
     }
     config_file.policies[0].reuse_instance = reuse;
+    // Generous, as in the harness: these tests are about decisions, and a loaded CI machine
+    // (the Python tests beside them take whole cores) must not turn a slow fresh instance into
+    // a timeout. The deadline is the deadline tests' business (`tests/deadline`).
+    config_file.policies[0].deadline_ms = Some(2_000);
     let policies = config_file
         .chain_policies(engine(), &base)
         .unwrap_or_else(|e| panic!("{config}: {e}"));

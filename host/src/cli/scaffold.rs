@@ -137,11 +137,12 @@ pub(crate) fn new_policy(name: &str, dir: &Path, lang: Lang) -> anyhow::Result<P
 fn new_componentized(name: &str, root: &Path, lang: Lang) -> anyhow::Result<PathBuf> {
     let (sources, ignore, memory): (&[(&str, &str)], &str, &str) = match lang {
         Lang::Js => (&templates::JS, "/node_modules\n/policy.wasm\n", ""),
-        // componentize-py's interpreter needs more than the default 32 MiB.
+        // CPython needs more than the default 32 MiB, and more than the default 100 ms to
+        // prepare a fresh instance on a loaded machine (the deadline bounds that too).
         Lang::Python => (
             &templates::PYTHON,
             "/.venv\n/policy.wasm\n__pycache__/\n",
-            "memory_limit_mb = 64\n",
+            "memory_limit_mb = 64\ndeadline_ms = 500\n",
         ),
         Lang::Rust => unreachable!("Rust crates are made by new_policy"),
     };
