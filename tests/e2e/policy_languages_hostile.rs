@@ -162,10 +162,12 @@ fn a_python_memory_hog_hits_the_cap() {
 
 #[test]
 fn a_python_loop_times_out() {
-    let (reason, fault) = fault_of(python("spin", "spin").deadline_ms(50));
-    assert_eq!(fault, "timed out after 50 ms");
+    // The deadline bounds preparing a fresh instance too (about 15 ms for CPython, several
+    // times that on a loaded machine), so not as tight as for the others.
+    let (reason, fault) = fault_of(python("spin", "spin").deadline_ms(500));
+    assert_eq!(fault, "timed out after 500 ms");
     assert!(
-        reason.starts_with("policy `spin` timed out after 50 ms"),
+        reason.starts_with("policy `spin` timed out after 500 ms"),
         "{reason}"
     );
 }
