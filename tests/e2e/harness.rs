@@ -164,6 +164,8 @@ pub fn rss_kib() -> u64 {
 /// `scripts/setup.sh` installs in the target directory, as `hpcgate policy new` projects build.
 /// `keep_wasi` keeps the WASI imports the componentizer would otherwise stub out. Built once and
 /// kept under the target directory until the source, the script or the contract changes.
+// Test support runs the build script directly, as a developer would (argv only).
+#[allow(clippy::disallowed_methods)]
 pub fn componentized(lang: &str, source: &str, keep_wasi: bool) -> ModuleSource {
     static BUILDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
