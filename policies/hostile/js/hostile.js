@@ -1,7 +1,8 @@
 // A JavaScript policy that misbehaves on request (built by the e2e tests with
 // scripts/componentize.sh, as `hpcgate policy new --lang js` builds one). Its config's
-// `behaviour` picks what `evaluate` does with a `submit_job` call (any other call is allowed, so a
-// test can see the engine keep serving):
+// `behaviour` picks what `evaluate` does with a call of the tool named `on` (default
+// `submit_job`; any other call, and the list phase, is allowed, so a test can see the engine keep
+// serving):
 //
 // | `behaviour` | what it does                                                               |
 // |-------------|----------------------------------------------------------------------------|
@@ -15,13 +16,16 @@
 // A probe that cannot run (a trap where WASI was stubbed out) faults, which denies the call.
 
 let behaviour = "allow";
+let trigger = "submit_job";
 
 export function configure(settings) {
-  behaviour = JSON.parse(settings).behaviour ?? "allow";
+  const config = JSON.parse(settings);
+  behaviour = config.behaviour ?? "allow";
+  trigger = config.on ?? "submit_job";
 }
 
 export function evaluate(call) {
-  if (call.tool !== "submit_job") {
+  if (call.tool !== trigger || call.phase !== "call") {
     return { tag: "allow" };
   }
   switch (behaviour) {

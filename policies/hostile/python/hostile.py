@@ -1,7 +1,7 @@
 """A Python policy that misbehaves on request (built by the e2e tests with
 scripts/componentize.sh, as `hpcgate policy new --lang python` builds one). Its config's
-`behaviour` picks what `evaluate` does with a `submit_job` call (any other call is allowed, so a
-test can see the engine keep serving):
+`behaviour` picks what `evaluate` does with a call of the tool named `on` (default `submit_job`;
+any other call, and the list phase, is allowed, so a test can see the engine keep serving):
 
 | `behaviour` | what it does                                                        |
 |-------------|---------------------------------------------------------------------|
@@ -62,7 +62,8 @@ class WitWorld(wit_world.WitWorld):
 
     def evaluate(self, call: types.Call) -> types.Decision:
         behaviour = WitWorld.settings.get("behaviour", "allow")
-        if behaviour == "allow" or call.tool != "submit_job":
+        trigger = WitWorld.settings.get("on", "submit_job")
+        if behaviour == "allow" or call.tool != trigger or call.phase != types.Phase.CALL:
             return types.Decision_Allow()
         if behaviour == "spin":
             while True:
