@@ -156,7 +156,8 @@ fn a_javascript_while_true_is_denied_within_its_deadline() {
 #[test]
 fn a_python_memory_hog_is_denied_within_its_deadline() {
     let module = componentized("python", "policies/hostile/python/hostile.py", false);
-    // The deadline bounds preparing a fresh instance too (about 15 ms for CPython): 200 ms.
+    // The deadline bounds preparing a fresh instance too (about 15 ms for CPython in a
+    // debug build, more under load): 200 ms.
     let mut spec = Spec::new("hog", module, json!({"behaviour": "hog"})).deadline_ms(200);
     spec.memory_mb = 64;
     let _alone = exclusive();

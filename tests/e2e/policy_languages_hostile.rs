@@ -162,8 +162,8 @@ fn a_python_memory_hog_hits_the_cap() {
 
 #[test]
 fn a_python_loop_times_out() {
-    // The deadline bounds preparing a fresh instance too (about 15 ms for CPython, several
-    // times that on a loaded machine), so not as tight as for the others.
+    // The deadline bounds preparing a fresh instance too (about 15 ms for CPython in a debug
+    // build, several times that on a loaded machine), so not as tight as for the others.
     let (reason, fault) = fault_of(python("spin", "spin").deadline_ms(500));
     assert_eq!(fault, "timed out after 500 ms");
     assert!(
