@@ -17,6 +17,10 @@
 #   needs Node 22, Debian's may be older), pinned, in target/conformance, and its
 #   0.2.0-alpha.12 (the 2026-07-28 revision) in target/conformance-next, for
 #   scripts/conformance.sh (none with --no-slurm)
+#   JS and Python policies: jco (npm, pinned with its dependencies by scripts/policy-js's lock
+#   file) in target/policy-js, componentize-py (PyPI, pinned) in target/policy-py, which
+#   scripts/componentize.sh and the tests build JavaScript and Python policies with (not with
+#   --no-slurm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -122,6 +126,28 @@ if [ "$slurm" = yes ]; then
         npm install --prefix "${conformance}-next" --no-audit --no-fund --silent \
             "@modelcontextprotocol/conformance@$next_version" >/dev/null \
             || { log "npm install of the conformance suite ($next_version) failed"; exit 1; }
+    fi
+fi
+# The componentizers of JavaScript and Python policies (scripts/componentize.sh, the scaffolds of
+# `hpcgate policy new --lang js|python`), in the target directory (the tests look for them there).
+if [ "$slurm" = yes ]; then
+    policy_js="${CARGO_TARGET_DIR:-target}/policy-js"
+    if ! cmp -s scripts/policy-js/package-lock.json "$policy_js/package-lock.json" \
+        || [ ! -x "$policy_js/node_modules/.bin/jco" ]; then
+        command -v npm >/dev/null 2>&1 || { log "npm is required: apt-get install nodejs npm"; exit 1; }
+        log "installing jco (scripts/policy-js/package-lock.json) into $policy_js"
+        mkdir -p "$policy_js"
+        cp scripts/policy-js/package.json scripts/policy-js/package-lock.json "$policy_js/"
+        npm ci --prefix "$policy_js" --no-audit --no-fund --silent >/dev/null \
+            || { log "npm ci of jco failed"; exit 1; }
+    fi
+    policy_py="${CARGO_TARGET_DIR:-target}/policy-py"
+    cpy_version="0.25.1"
+    if ! "$policy_py/bin/componentize-py" --version 2>/dev/null | grep -qx "componentize-py $cpy_version"; then
+        log "installing componentize-py $cpy_version into $policy_py"
+        python3 -m venv "$policy_py" || { log "python3 -m venv failed: apt-get install python3-venv"; exit 1; }
+        "$policy_py/bin/pip" install -q "componentize-py==$cpy_version" \
+            || { log "pip install componentize-py==$cpy_version failed"; exit 1; }
     fi
 fi
 log "ready"

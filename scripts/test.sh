@@ -14,6 +14,9 @@ fi
 scripts/setup.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# JavaScript and Python policies are built inside the tests (with the componentizers setup.sh
+# installs): the scaffolds of `policy new --lang js|python` (host/tests/it/cli.rs) and the
+# examples and hostile guests (tests/e2e), their components kept in the target directory.
 # A snapshot that differs fails; nothing is written or accepted (`cargo insta review` does that).
 INSTA_UPDATE=no cargo test --workspace --locked --no-fail-fast
 # stock:cedar is a workspace of its own (`policies/stock/cedar/Cargo.toml` says why); its native

@@ -158,3 +158,56 @@ pub fn rss_kib() -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmRSS in /proc/self/status")
 }
+
+/// A JavaScript or Python policy (`lang` is `js` or `python`), built from `source` (relative to
+/// the repository root) by `scripts/componentize.sh` with the pinned componentizers
+/// `scripts/setup.sh` installs in the target directory, as `hpcgate policy new` projects build.
+/// `keep_wasi` keeps the WASI imports the componentizer would otherwise stub out. Built once and
+/// kept under the target directory until the source, the script or the contract changes.
+// Test support runs the build script directly, as a developer would (argv only).
+#[allow(clippy::disallowed_methods)]
+pub fn componentized(lang: &str, source: &str, keep_wasi: bool) -> ModuleSource {
+    static BUILDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let target = tmp.parent().expect("CARGO_TARGET_TMPDIR is <target>/tmp");
+    let inputs = [
+        repo.join(source),
+        repo.join("scripts/componentize.sh"),
+        repo.join("wit/policy.wit"),
+    ];
+    let stem = std::path::Path::new(source)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .expect("a source file name");
+    let suffix = if keep_wasi { "-wasi" } else { "" };
+    let out = tmp
+        .join("componentized")
+        .join(format!("{lang}-{stem}{suffix}.wasm"));
+    let _one_at_a_time = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
+    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let fresh = modified(&out).is_some_and(|built| {
+        inputs
+            .iter()
+            .all(|i| modified(i).is_some_and(|changed| changed <= built))
+    });
+    if !fresh {
+        std::fs::create_dir_all(out.parent().unwrap()).expect("create the output dir");
+        let partial = out.with_extension("partial.wasm");
+        let mut command = std::process::Command::new(repo.join("scripts/componentize.sh"));
+        command
+            .args([lang, inputs[0].to_str().unwrap(), partial.to_str().unwrap()])
+            .env("CARGO_TARGET_DIR", target);
+        if keep_wasi {
+            command.arg("--keep-wasi");
+        }
+        let output = command.output().expect("run scripts/componentize.sh");
+        assert!(
+            output.status.success(),
+            "scripts/componentize.sh {lang} {source} failed (scripts/setup.sh installs the componentizers): {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        std::fs::rename(&partial, &out).expect("move the component into place");
+    }
+    ModuleSource::Path(out)
+}

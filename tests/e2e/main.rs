@@ -7,6 +7,7 @@ mod policy_chain;
 mod policy_hostile;
 mod policy_languages;
 mod policy_languages_hostile;
+mod policy_languages_purity;
 mod policy_reuse;
 mod policy_wasi;
 mod usage_quota;

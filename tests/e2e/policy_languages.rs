@@ -1,7 +1,7 @@
-//! The example rules of `examples/policies/` in Rust, Rego and Cedar, loaded from their
-//! configs as `hpcgate policy test` loads them: each passes the one shared cases file, and the
-//! three agree on every call of a larger generated set (replay parity: a recorded log replayed
-//! through the Rego or the Cedar version decides as the Rust version does).
+//! The example rules of `examples/policies/` in Rust, Rego, Cedar, JavaScript and Python,
+//! loaded from their configs as `hpcgate policy test` loads them: each passes the one shared
+//! cases file, and the five agree on every call of a larger generated set (replay parity: a
+//! recorded log replayed through any of them decides as the Rust version does).
 
 use std::path::PathBuf;
 
@@ -10,14 +10,15 @@ use hpcgate::policy::cases::{parse_cases, run_cases};
 use hpcgate::policy::{Call, Chain, DecisionKind, Phase};
 use serde_json::{Value, json};
 
-use crate::harness::{engine, guest};
+use crate::harness::{componentized, engine, guest};
 
 fn examples() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/policies")
 }
 
 /// The chain of `examples/policies/<config>`; the Rust config's module is the guest this test
-/// binary's build script built from `rules-rust/`.
+/// binary's build script built from `rules-rust/`, the JavaScript and Python configs' are built
+/// from `rules.js` and `rules.py` by `scripts/componentize.sh`.
 fn example_chain(config: &str) -> Chain {
     example_chain_with(config, false)
 }
@@ -25,17 +26,33 @@ fn example_chain(config: &str) -> Chain {
 /// As [`example_chain`], with `reuse_instance` set as given.
 fn example_chain_with(config: &str, reuse: bool) -> Chain {
     let (mut config_file, base) = Config::load(&examples().join(config)).expect("example config");
-    if config == "rust.toml" {
-        config_file.policies[0].module = guest("example-rules").to_string();
+    let module = match config {
+        "rust.toml" => Some(guest("example-rules")),
+        "js.toml" => Some(componentized("js", "examples/policies/rules.js", false)),
+        "python.toml" => Some(componentized("python", "examples/policies/rules.py", false)),
+        _ => None,
+    };
+    if let Some(module) = module {
+        config_file.policies[0].module = module.to_string();
     }
     config_file.policies[0].reuse_instance = reuse;
+    // Generous, as in the harness: these tests are about decisions, and a loaded CI machine
+    // (the Python tests beside them take whole cores) must not turn a slow fresh instance into
+    // a timeout. The deadline is the deadline tests' business (`tests/deadline`).
+    config_file.policies[0].deadline_ms = Some(2_000);
     let policies = config_file
         .chain_policies(engine(), &base)
         .unwrap_or_else(|e| panic!("{config}: {e}"));
     Chain::new(policies).unwrap_or_else(|e| panic!("{config}: {e}"))
 }
 
-const LANGUAGES: [&str; 3] = ["rust.toml", "rego.toml", "cedar.toml"];
+const LANGUAGES: [&str; 5] = [
+    "rust.toml",
+    "rego.toml",
+    "cedar.toml",
+    "js.toml",
+    "python.toml",
+];
 
 #[test]
 fn every_language_passes_the_shared_cases() {
@@ -114,7 +131,7 @@ fn call(tenant: &str, tool: &str, read_only: bool, arguments: Value) -> Call {
 }
 
 #[test]
-fn rego_and_cedar_decide_as_the_rust_policy_on_replay() {
+fn every_language_decides_as_the_rust_policy_on_replay() {
     let chains: Vec<(&str, Chain)> = LANGUAGES.iter().map(|c| (*c, example_chain(c))).collect();
     let calls = generated_calls();
     let mut denied = 0;
@@ -143,9 +160,9 @@ fn rego_and_cedar_decide_as_the_rust_policy_on_replay() {
 }
 
 #[test]
-fn reused_rego_and_cedar_instances_decide_as_fresh_ones() {
+fn reused_instances_decide_as_fresh_ones() {
     let calls = generated_calls();
-    for config in ["rego.toml", "cedar.toml"] {
+    for config in ["rego.toml", "cedar.toml", "js.toml", "python.toml"] {
         let (fresh, reused) = (example_chain(config), example_chain_with(config, true));
         // Twice over: the second pass runs on instances that already judged every call.
         for call in calls.iter().chain(&calls) {

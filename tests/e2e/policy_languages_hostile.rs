@@ -1,12 +1,13 @@
-//! Hostile Rego and Cedar policies: a loop of billions of iterations, a comprehension that
-//! fills memory, mutual recursion, huge `data`, a Cedar policy set of 10,000 rules. Each is
+//! Hostile Rego, Cedar, JavaScript and Python policies: a loop of billions of iterations, a
+//! comprehension that fills memory, mutual recursion, huge `data`, a Cedar policy set of 10,000
+//! rules, a JavaScript `while (true)` and allocation loop, a Python loop and memory hog. Each is
 //! refused at load or denied as a fault naming the policy, and the engine keeps serving. (The
-//! wall-clock bound of the loop, deadline + 5 ms, is measured in `tests/deadline`.)
+//! wall-clock bound, deadline + 5 ms, is measured in `tests/deadline`.)
 
 use hpcgate::policy::DecisionKind;
 use serde_json::{Value, json};
 
-use crate::harness::{Spec, call, chain, chain_error};
+use crate::harness::{Spec, call, chain, chain_error, componentized};
 
 fn rego(name: &'static str, policy: &str, data: Value) -> Spec {
     Spec::stock(
@@ -111,5 +112,62 @@ fn a_cedar_policy_set_of_ten_thousand_rules_loads_or_is_refused_and_never_allows
         error.starts_with("policy `many` exceeded its memory limit")
             || error.starts_with("policy `many` timed out"),
         "{error}"
+    );
+}
+
+/// The hostile JavaScript guest (`policies/hostile/js`), doing `behaviour` when it evaluates.
+pub fn js(name: &'static str, behaviour: &str) -> Spec {
+    let module = componentized("js", "policies/hostile/js/hostile.js", false);
+    Spec::new(name, module, json!({"behaviour": behaviour}))
+}
+
+/// The hostile Python guest (`policies/hostile/python`), with the memory a CPython needs.
+pub fn python(name: &'static str, behaviour: &str) -> Spec {
+    let module = componentized("python", "policies/hostile/python/hostile.py", false);
+    let mut spec = Spec::new(name, module, json!({"behaviour": behaviour}));
+    spec.memory_mb = 64;
+    spec
+}
+
+#[test]
+fn a_javascript_while_true_times_out() {
+    let (reason, fault) = fault_of(js("spin", "spin").deadline_ms(50));
+    assert_eq!(fault, "timed out after 50 ms");
+    assert!(
+        reason.starts_with("policy `spin` timed out after 50 ms"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn javascript_that_allocates_forever_is_stopped() {
+    // QuickJS runs out of its own heap or hits the cap; either way a fault, never an allow.
+    let (reason, fault) = fault_of(js("grow", "grow"));
+    assert!(
+        fault == "exceeded its memory limit of 16 MiB" || fault.starts_with("trapped"),
+        "{fault}"
+    );
+    assert!(reason.starts_with("policy `grow` "), "{reason}");
+}
+
+#[test]
+fn a_python_memory_hog_hits_the_cap() {
+    let (reason, fault) = fault_of(python("hog", "hog"));
+    assert_eq!(fault, "exceeded its memory limit of 64 MiB");
+    assert!(
+        reason.starts_with("policy `hog` exceeded its memory limit of 64 MiB"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_python_loop_times_out() {
+    // The deadline bounds preparing a fresh instance too (about 15 ms for CPython in a debug
+    // build, several times that on a loaded machine), so not as tight as for the others.
+    let (reason, fault) = fault_of(python("spin", "spin").deadline_ms(500));
+    assert_eq!(fault, "timed out after 500 ms");
+    assert!(
+        reason.starts_with("policy `spin` timed out after 500 ms"),
+        "{reason}"
     );
 }

@@ -74,9 +74,14 @@ pub enum LoadError {
     #[error(
         "`{source_name}` imports `{import}`, which hpcgate does not provide: a policy may import \
          the `hpcgate:policy` world and WASI's cli, io, clocks, random and filesystem (given no \
-         files, network, time or entropy), nothing else; remove the use of `{import}`"
+         files, network, time or entropy), nothing else; remove the use of `{import}`{hint}"
     )]
-    ForeignImport { source_name: String, import: String },
+    ForeignImport {
+        source_name: String,
+        import: String,
+        /// For a WASI import: how to build a JavaScript or Python policy without it.
+        hint: &'static str,
+    },
     #[error(
         "`{source_name}` was built against `{import}`, but this gateway serves {CONTRACT}: \
          rebuild the policy with the current `hpcgate-policy-sdk` (or `wit/policy.wit`)"
@@ -136,6 +141,10 @@ impl PolicyModule {
         let component = match cache.and_then(|c| c.get(&engine.engine, &hex)) {
             Some(component) => component,
             None => {
+                // Refused imports are refused before the compilation they would waste.
+                for name in top_level_imports(&bytes).unwrap_or_default() {
+                    classify_import(&name, &source_name)?;
+                }
                 let component = compile(engine, &bytes, &source_name)?;
                 if let Some(cache) = cache {
                     cache.put(&hex, &component);
@@ -208,6 +217,13 @@ fn compile(engine: &PolicyEngine, bytes: &[u8], source_name: &str) -> Result<Com
     })
 }
 
+/// Componentizers add WASI imports of their own (`wasi:sockets` from componentize-py,
+/// `wasi:http` from jco's SpiderMonkey backend): their options that stub WASI out drop them.
+const STUB_WASI_HINT: &str = "; a JavaScript or Python componentizer adds it: build with \
+    `componentize-py componentize --stub-wasi` or `jco componentize --backend quickjs \
+    --backend-qjs-disable-async --backend-qjs-stub-wasi` (as `hpcgate policy new --lang js|python` \
+    projects do)";
+
 /// Refuses imports outside the `hpcgate:policy` world and the WASI interfaces hpcgate links;
 /// returns whether the component imports WASI.
 fn check_imports(
@@ -217,21 +233,60 @@ fn check_imports(
 ) -> Result<bool, LoadError> {
     let mut imports_wasi = false;
     for (name, _) in component.component_type().imports(&engine.engine) {
-        if wasi::PROVIDED.iter().any(|p| name.starts_with(p)) {
-            imports_wasi = true;
-        } else if ALLOWED_IMPORTS.iter().any(|p| name.starts_with(p)) {
-            continue;
-        } else if name.starts_with("hpcgate:policy/") {
-            return Err(LoadError::OtherContract {
-                source_name: source_name.to_owned(),
-                import: name.to_owned(),
-            });
-        } else {
-            return Err(LoadError::ForeignImport {
-                source_name: source_name.to_owned(),
-                import: name.to_owned(),
-            });
-        }
+        imports_wasi |= classify_import(name, source_name)?;
     }
     Ok(imports_wasi)
+}
+
+/// Whether an import is one of the WASI interfaces hpcgate links (`true`) or of the policy
+/// world (`false`); an error for anything else.
+fn classify_import(name: &str, source_name: &str) -> Result<bool, LoadError> {
+    if wasi::PROVIDED.iter().any(|p| name.starts_with(p)) {
+        Ok(true)
+    } else if ALLOWED_IMPORTS.iter().any(|p| name.starts_with(p)) {
+        Ok(false)
+    } else if name.starts_with("hpcgate:policy/") {
+        Err(LoadError::OtherContract {
+            source_name: source_name.to_owned(),
+            import: name.to_owned(),
+        })
+    } else {
+        Err(LoadError::ForeignImport {
+            source_name: source_name.to_owned(),
+            import: name.to_owned(),
+            hint: if name.starts_with("wasi:") {
+                STUB_WASI_HINT
+            } else {
+                ""
+            },
+        })
+    }
+}
+
+/// The names a component imports at its top level, read without compiling it. `None` when the
+/// bytes are not a component wasmparser reads (the compilation then says why); a core module
+/// has none (it is checked once wrapped and compiled).
+fn top_level_imports(bytes: &[u8]) -> Option<Vec<String>> {
+    use wasmtime::wasmparser::{ComponentTypeRef, Parser, Payload};
+    let mut depth = 0usize;
+    let mut names = Vec::new();
+    for payload in Parser::new(0).parse_all(bytes) {
+        match payload.ok()? {
+            // Every module or component, nested ones too, starts with its version and ends.
+            Payload::Version { .. } => depth += 1,
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentImportSection(reader) if depth == 1 => {
+                for import in reader {
+                    let import = import.ok()?;
+                    // A type import (`use types.{call}` in a world) names a type, not a
+                    // capability; the compiled component's imports leave them out too.
+                    if !matches!(import.ty, ComponentTypeRef::Type(_)) {
+                        names.push(import.name.name.to_owned());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(names)
 }

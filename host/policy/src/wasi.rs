@@ -15,6 +15,16 @@
 //! - at most [`MAX_RESOURCES`] live resources (streams, pollables) and [`MAX_RANDOM_BYTES`] per
 //!   request for random bytes, so a guest cannot grow host memory outside its memory cap.
 //!
+//! JavaScript and Python policies (`hpcgate policy new --lang js|python`,
+//! `scripts/componentize.sh`) are built with their componentizer's option that stubs WASI out
+//! (jco's QuickJS backend with `--backend-qjs-stub-wasi`, `componentize-py --stub-wasi`): every
+//! WASI import becomes a trap inside the component, which then imports only the hpcgate world.
+//! That is defence in depth and a smaller component, not the guarantee: the host cannot know how
+//! a `.wasm` was built, so this context is what holds for any component that does import WASI
+//! (a JS build without the stubs gets clocks at zero and no files), and one that imports more
+//! (componentize-py without `--stub-wasi` imports `wasi:sockets`, jco's SpiderMonkey backend
+//! `wasi:http`) is refused at load, before it is compiled, naming the option (`module.rs`).
+//!
 //! The linked functions are wasmtime-wasi's synchronous ones, which block on a Tokio runtime
 //! for their I/O: they may run on any thread except one that drives an async runtime (see
 //! [`Chain::imports_wasi`](super::Chain::imports_wasi)).

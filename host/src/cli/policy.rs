@@ -56,13 +56,18 @@ pub(crate) enum PolicyCommand {
         #[arg(long, default_value_t = 20_000)]
         iterations: usize,
     },
-    /// Scaffold a Rust policy crate that builds to a component and passes its own test.
+    /// Scaffold a policy (a Rust crate, or a JavaScript or Python project built by its
+    /// componentizer) that builds to a component and passes its own test.
     New {
-        /// Crate name (lowercase letters, digits and `-`).
+        /// Policy name (lowercase letters, digits and `-`).
         name: String,
-        /// Directory to create the crate in.
+        /// Directory to create the project in.
         #[arg(long, default_value = ".")]
         dir: PathBuf,
+        /// The policy's language: JavaScript is built with jco (npm), Python with
+        /// componentize-py (PyPI).
+        #[arg(long, value_enum, default_value_t = scaffold::Lang::Rust)]
+        lang: scaffold::Lang,
     },
 }
 
@@ -97,9 +102,23 @@ pub(crate) fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
                 },
             )
         }
-        PolicyCommand::New { name, dir } => {
-            let path = scaffold::new_policy(&name, &dir)?;
+        PolicyCommand::New { name, dir, lang } => {
+            let path = scaffold::new_policy(&name, &dir, lang)?;
             out(format!("created `{}`", path.display()));
+            let install = match lang {
+                scaffold::Lang::Js => "npm install",
+                scaffold::Lang::Python => {
+                    "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt"
+                }
+                scaffold::Lang::Rust => "",
+            };
+            if lang != scaffold::Lang::Rust {
+                out(format!(
+                    "next: cd {} && {install} && ./test.sh (builds policy.wasm, checks it and runs cases.jsonl)",
+                    path.display()
+                ));
+                return Ok(ExitCode::SUCCESS);
+            }
             out(format!(
                 "next: cd {} && cargo test && cargo build --release --target wasm32-unknown-unknown \
                  && hpcgate policy check target/wasm32-unknown-unknown/release/{}.wasm",

@@ -1,13 +1,51 @@
-//! `hpcgate policy new <name>`: a self-contained Rust policy crate.
+//! `hpcgate policy new <name> [--lang rust|js|python]`: a self-contained policy project.
 //!
-//! The crate vendors the policy SDK and the WIT contract (embedded in this binary), so it builds
-//! anywhere, inside this workspace or outside it, with nothing but crates.io. `cargo test` runs
-//! its logic natively; `cargo build --release --target wasm32-unknown-unknown` produces a core
-//! module carrying its component type, which `hpcgate` loads directly.
+//! Rust: the crate vendors the policy SDK and the WIT contract (embedded in this binary), so it
+//! builds anywhere, inside this workspace or outside it, with nothing but crates.io. `cargo test`
+//! runs its logic natively; `cargo build --release --target wasm32-unknown-unknown` produces a
+//! core module carrying its component type, which `hpcgate` loads directly.
+//!
+//! JavaScript and Python (templates in `scaffold/`): the source, the WIT contract, `build.sh`
+//! (jco's componentizer from npm, `componentize-py` from PyPI, both with every WASI import
+//! replaced by a trap, so the component imports the hpcgate world and nothing else) and
+//! `test.sh` (build, `hpcgate policy check`, `hpcgate policy test` over the project's own
+//! `cases.jsonl` with its `policy.toml`).
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use clap::ValueEnum;
+
+/// The language of a scaffolded policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Lang {
+    Rust,
+    Js,
+    Python,
+}
+
+/// The JavaScript and Python templates; `NAME` stands for the policy's name.
+mod templates {
+    pub(super) const JS: [(&str, &str); 4] = [
+        ("policy.js", include_str!("scaffold/js/policy.js")),
+        ("build.sh", include_str!("scaffold/js/build.sh")),
+        ("package.json", include_str!("scaffold/js/package.json")),
+        ("README.md", include_str!("scaffold/js/README.md")),
+    ];
+    pub(super) const PYTHON: [(&str, &str); 4] = [
+        ("app.py", include_str!("scaffold/python/app.py")),
+        ("build.sh", include_str!("scaffold/python/build.sh")),
+        (
+            "requirements.txt",
+            include_str!("scaffold/python/requirements.txt"),
+        ),
+        ("README.md", include_str!("scaffold/python/README.md")),
+    ];
+    pub(super) const TEST: &str = include_str!("scaffold/test.sh");
+    pub(super) const CASES: &str = include_str!("scaffold/cases.jsonl");
+    pub(super) const CONFIG: &str = include_str!("scaffold/policy.toml");
+}
 
 const SDK_FILES: [(&str, &str); 10] = [
     ("lib.rs", include_str!("../../../policies/sdk/src/lib.rs")),
@@ -36,7 +74,7 @@ const SDK_FILES: [(&str, &str); 10] = [
 const WIT: &str = include_str!("../../../wit/policy.wit");
 
 /// Creates `<dir>/<name>` and returns its path. Refuses to touch an existing directory.
-pub(crate) fn new_policy(name: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn new_policy(name: &str, dir: &Path, lang: Lang) -> anyhow::Result<PathBuf> {
     let valid = !name.is_empty()
         && name.len() <= 64
         && name.starts_with(|c: char| c.is_ascii_lowercase())
@@ -53,6 +91,9 @@ pub(crate) fn new_policy(name: &str, dir: &Path) -> anyhow::Result<PathBuf> {
         "`{}` already exists; pick another name or directory",
         root.display()
     );
+    if lang != Lang::Rust {
+        return new_componentized(name, &root, lang);
+    }
     let crate_ident = name.replace('-', "_");
     let type_name: String = name
         .split('-')
@@ -89,6 +130,45 @@ pub(crate) fn new_policy(name: &str, dir: &Path) -> anyhow::Result<PathBuf> {
             .with_context(|| format!("cannot write `{}`", path.display()))?;
     }
     Ok(root)
+}
+
+/// A JavaScript or Python project: the template with `NAME` replaced, the contract, the shared
+/// test script, cases and config.
+fn new_componentized(name: &str, root: &Path, lang: Lang) -> anyhow::Result<PathBuf> {
+    let (sources, ignore, memory): (&[(&str, &str)], &str, &str) = match lang {
+        Lang::Js => (&templates::JS, "/node_modules\n/policy.wasm\n", ""),
+        // CPython needs more than the default 32 MiB, and more than the default 100 ms to
+        // prepare a fresh instance on a loaded machine (the deadline bounds that too).
+        Lang::Python => (
+            &templates::PYTHON,
+            "/.venv\n/policy.wasm\n__pycache__/\n",
+            "memory_limit_mb = 64\ndeadline_ms = 500\n",
+        ),
+        Lang::Rust => unreachable!("Rust crates are made by new_policy"),
+    };
+    let config = templates::CONFIG.replace("MEMORY\n", memory);
+    let files = sources
+        .iter()
+        .map(|(path, text)| (*path, text.replace("NAME", name)))
+        .chain([
+            ("test.sh", templates::TEST.to_owned()),
+            ("cases.jsonl", templates::CASES.replace("NAME", name)),
+            ("policy.toml", config.replace("NAME", name)),
+            ("wit/policy.wit", WIT.to_owned()),
+            (".gitignore", ignore.to_owned()),
+        ]);
+    for (path, text) in files {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().expect("files live in a directory"))
+            .with_context(|| format!("cannot create `{}`", path.display()))?;
+        std::fs::write(&path, text)
+            .with_context(|| format!("cannot write `{}`", path.display()))?;
+        if path.extension().is_some_and(|e| e == "sh") {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+                .with_context(|| format!("cannot make `{}` executable", path.display()))?;
+        }
+    }
+    Ok(root.to_path_buf())
 }
 
 fn cargo_toml(name: &str) -> String {

@@ -409,3 +409,129 @@ fn new_scaffolds_a_policy_that_tests_builds_and_loads() {
     ]);
     assert_eq!(bad.status.code(), Some(2));
 }
+
+/// Scaffolds a JavaScript or Python policy, then runs its own `./test.sh` (build with the
+/// pinned componentizer `scripts/setup.sh` installed, `policy check`, `policy test` over its
+/// cases) as its README says; returns the project directory (kept by `dir`).
+fn scaffold_and_test(lang: &str, dir: &Path) -> PathBuf {
+    let output = hpcgate(&[
+        "policy",
+        "new",
+        "no-rm",
+        "--lang",
+        lang,
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(stdout(&output).contains("./test.sh"), "{}", stdout(&output));
+    let root = dir.join("no-rm");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR is <target>/tmp")
+        .to_path_buf();
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cache");
+    let output = Command::new(root.join("test.sh"))
+        .env("HPCGATE", env!("CARGO_BIN_EXE_hpcgate"))
+        .env("JCO", target.join("policy-js/node_modules/.bin/jco"))
+        .env(
+            "COMPONENTIZE_PY",
+            target.join("policy-py/bin/componentize-py"),
+        )
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .expect("run the scaffold's test.sh");
+    assert!(
+        output.status.success(),
+        "{lang} scaffold: ./test.sh failed (scripts/setup.sh installs the componentizers):\n{}\n{}",
+        stdout(&output),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = stdout(&output);
+    assert!(
+        report.contains("imports only the hpcgate world"),
+        "{report}"
+    );
+    assert!(
+        report.contains("4 calls checked: 4 matched, 0 mismatched"),
+        "{report}"
+    );
+    root
+}
+
+/// The scaffold's test fails when the policy decides otherwise than its cases say: a test that
+/// can fail.
+fn break_and_retest(root: &Path, file: &str, from: &str, to: &str) {
+    let path = root.join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains(from), "{file} has no `{from}`");
+    std::fs::write(&path, text.replace(from, to)).unwrap();
+    let output = Command::new(root.join("test.sh"))
+        .env("HPCGATE", env!("CARGO_BIN_EXE_hpcgate"))
+        .env(
+            "JCO",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("../policy-js/node_modules/.bin/jco"),
+        )
+        .env(
+            "XDG_CACHE_HOME",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-cache"),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stdout(&output).contains("1 mismatched"),
+        "{}",
+        stdout(&output)
+    );
+}
+
+#[test]
+fn new_scaffolds_a_javascript_policy_that_builds_passes_its_cases_and_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = scaffold_and_test("js", dir.path());
+    for file in [
+        "policy.js",
+        "package.json",
+        "README.md",
+        "wit/policy.wit",
+        "cases.jsonl",
+    ] {
+        assert!(root.join(file).is_file(), "{file}");
+    }
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(readme.contains("./test.sh") && readme.contains("./build.sh"));
+    break_and_retest(
+        &root,
+        "policy.js",
+        "command.includes(f)",
+        "command.includes(f + \"!\")",
+    );
+}
+
+#[test]
+fn new_scaffolds_a_python_policy_that_builds_passes_its_cases_and_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = scaffold_and_test("python", dir.path());
+    for file in ["app.py", "requirements.txt", "README.md", "wit/policy.wit"] {
+        assert!(root.join(file).is_file(), "{file}");
+    }
+    let config = std::fs::read_to_string(root.join("policy.toml")).unwrap();
+    assert!(config.contains("memory_limit_mb = 64"), "{config}");
+}
+
+#[test]
+fn new_refuses_an_unknown_language() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = hpcgate(&[
+        "policy",
+        "new",
+        "x",
+        "--lang",
+        "cobol",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(!dir.path().join("x").exists());
+}

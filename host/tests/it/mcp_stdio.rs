@@ -361,3 +361,107 @@ async fn a_wasi_policy_judges_brief_calls_over_stdio() {
     assert!(replay["total"].as_u64().unwrap() >= 4, "{replay:#}");
     assert!(replayed.status.success());
 }
+
+/// A JavaScript or Python hostile guest (`policies/hostile/{js,python}`), built by
+/// `scripts/componentize.sh` with the componentizers `scripts/setup.sh` installs, kept under the
+/// target directory until its source changes.
+fn componentized(lang: &str, source: &str) -> std::path::PathBuf {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let out = tmp.join(format!("componentized-it/{lang}.wasm"));
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let inputs = [repo.join(source), repo.join("scripts/componentize.sh")];
+    let fresh = modified(&out).is_some_and(|built| {
+        inputs
+            .iter()
+            .all(|i| modified(i).is_some_and(|c| c <= built))
+    });
+    if !fresh {
+        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+        let partial = out.with_extension("partial.wasm");
+        let built = std::process::Command::new(repo.join("scripts/componentize.sh"))
+            .arg(lang)
+            .arg(&inputs[0])
+            .arg(&partial)
+            .env("CARGO_TARGET_DIR", tmp.parent().unwrap())
+            .output()
+            .unwrap();
+        assert!(
+            built.status.success(),
+            "scripts/componentize.sh {lang} failed (scripts/setup.sh installs the componentizers): {}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        std::fs::rename(&partial, &out).unwrap();
+    }
+    out
+}
+
+/// A JavaScript `while (true)` and a Python memory hog judge tools of a gateway serving over
+/// stdio: each call they judge is denied as a fault naming the policy, and the gateway serves
+/// the next call (the time to deny, deadline + 5 ms, is measured in `tests/deadline`).
+#[tokio::test]
+async fn javascript_and_python_hostile_policies_fault_while_the_gateway_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let js = componentized("js", "policies/hostile/js/hostile.js");
+    let python = componentized("python", "policies/hostile/python/hostile.py");
+    let extra = format!(
+        "\n[[policies]]\nname = \"spin\"\nmodule = {:?}\ntools = [\"stat_path\"]\ndeadline_ms = 20\n\
+         [policies.config]\nbehaviour = \"spin\"\non = \"stat_path\"\n\
+         \n[[policies]]\nname = \"hog\"\nmodule = {:?}\ntools = [\"list_directory\"]\n\
+         memory_limit_mb = 64\ndeadline_ms = 500\n\
+         [policies.config]\nbehaviour = \"hog\"\non = \"list_directory\"\n",
+        js.display().to_string(),
+        python.display().to_string()
+    );
+    let command = gateway_command_with(dir.path(), &extra);
+    let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
+    let names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    for tool in ["stat_path", "list_directory", "write_file"] {
+        assert!(names.contains(&tool.to_owned()), "{tool}: {names:?}");
+    }
+    let call = |tool: &'static str, arguments: Value| {
+        let client = &client;
+        async move {
+            client
+                .call_tool(CallToolRequestParams::new(tool).with_arguments(args(arguments)))
+                .await
+                .unwrap()
+        }
+    };
+    let created = call("create_instance", json!({"instance_id": "w1"})).await;
+    assert_eq!(created.is_error, Some(false));
+    for round in 0..3 {
+        let stat = call("stat_path", json!({"instance_id": "w1", "path": "."})).await;
+        assert_eq!(stat.is_error, Some(true));
+        let text = serde_json::to_string(&stat.content).unwrap();
+        assert!(
+            text.contains("policy `spin` timed out after 20 ms"),
+            "{text}"
+        );
+        let list = call("list_directory", json!({"instance_id": "w1", "path": "."})).await;
+        assert_eq!(list.is_error, Some(true));
+        let text = serde_json::to_string(&list.content).unwrap();
+        assert!(
+            text.contains("policy `hog` exceeded its memory limit of 64 MiB"),
+            "{text}"
+        );
+        // The gateway goes on serving what the faulting policies do not judge.
+        let path = format!("note-{round}.txt");
+        let written = call(
+            "write_file",
+            json!({"instance_id": "w1", "path": path, "content": "still serving"}),
+        )
+        .await;
+        assert_eq!(written.is_error, Some(false), "{written:?}");
+        let read = call("read_file", json!({"instance_id": "w1", "path": path})).await;
+        assert_eq!(read.is_error, Some(false), "{read:?}");
+        assert_eq!(read.structured_content.unwrap()["content"], "still serving");
+    }
+    client.cancel().await.unwrap();
+}
