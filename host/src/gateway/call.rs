@@ -17,107 +17,16 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 
-use super::{Caller, Gateway, Snapshot, Transfer};
+use super::{Caller, Gateway, Request, Snapshot, Transfer};
 use crate::audit::{Entry, Event, Outcome, Receipt};
 use crate::code_mode::JobScope;
 use crate::policy::normalize::normalize_call;
 use crate::policy::{Call, ChainOutcome, DecisionKind, FinalDecision, Phase, Via};
 use crate::proxy::ProxiedTool;
 use crate::state::{InstanceId, JobId, TaskRecord};
-use crate::telemetry::{CallSpan, TraceParent};
+use crate::telemetry::CallSpan;
 use crate::tools::{Context, Output, Progress, Tool, ToolError};
 use crate::usage::Measured;
-
-/// A call as a transport received it.
-pub struct Request<'a> {
-    pub caller: Caller,
-    pub via: Via,
-    /// The exposed tool name (`submit_job`, `fs__read_text_file`).
-    pub tool: String,
-    pub arguments: Map<String, Value>,
-    /// Called while a tool waits (jobs); MCP turns it into progress notifications.
-    pub progress: &'a (dyn Fn(Progress) + Sync),
-    /// A streamed body lent by the door (WebDAV), for `write_file` or `read_file`.
-    pub transfer: Option<&'a Transfer>,
-    /// The job whose code sent the call (`via = job`): its door's identity and limits.
-    pub job: Option<Arc<JobScope>>,
-    /// The caller's trace (MCP `_meta.traceparent`): the call's span continues it.
-    pub trace: Option<TraceParent>,
-    /// The client takes an MCP task in lieu of the result: a job call whose job outlives its
-    /// wait comes back with [`CallResult::task`].
-    pub accepts_task: bool,
-    /// The call only looks (a task's `tasks/get`: `poll_job` without a wait): its decision
-    /// is recorded with its outcome in one batch, as a read-only call's is. The policies
-    /// still see the tool as it is.
-    pub observes: bool,
-}
-
-impl Request<'static> {
-    /// A call without progress reports.
-    pub fn new(caller: Caller, via: Via, tool: &str, arguments: Map<String, Value>) -> Self {
-        Request {
-            caller,
-            via,
-            tool: tool.to_owned(),
-            arguments,
-            progress: &no_progress,
-            transfer: None,
-            job: None,
-            trace: None,
-            accepts_task: false,
-            observes: false,
-        }
-    }
-}
-
-impl<'a> Request<'a> {
-    /// The same call, reporting progress to `progress`.
-    pub fn with_progress<'b>(self, progress: &'b (dyn Fn(Progress) + Sync)) -> Request<'b>
-    where
-        'a: 'b,
-    {
-        Request {
-            caller: self.caller,
-            via: self.via,
-            tool: self.tool,
-            arguments: self.arguments,
-            progress,
-            transfer: self.transfer,
-            job: self.job,
-            trace: self.trace,
-            accepts_task: self.accepts_task,
-            observes: self.observes,
-        }
-    }
-
-    /// The same call, with a streamed body lent by the door.
-    pub fn with_transfer(self, transfer: &'a Transfer) -> Request<'a> {
-        Request {
-            transfer: Some(transfer),
-            ..self
-        }
-    }
-
-    /// The same call, sent by the code of the job behind `job`'s door (none: not a job).
-    pub fn for_job(self, job: Option<Arc<JobScope>>) -> Self {
-        Request { job, ..self }
-    }
-
-    /// The same call, continuing the caller's trace.
-    pub fn in_trace(self, trace: Option<TraceParent>) -> Self {
-        Request { trace, ..self }
-    }
-
-    /// The same call, from a client that takes an MCP task in lieu of a job's result.
-    pub fn accepting_task(self, accepts_task: bool) -> Self {
-        Request {
-            accepts_task,
-            ..self
-        }
-    }
-}
-
-fn no_progress(_: Progress) {}
 
 /// What goes back to the caller: structured content, the text an agent acts on, and whether
 /// the call failed.

@@ -6,10 +6,12 @@
 //! them at its start, so a reload never changes a call half-way.
 
 mod call;
+mod request;
 mod tasks;
 mod transfer;
 
-pub use call::{CallResult, Request};
+pub use call::CallResult;
+pub use request::Request;
 pub use tasks::{TaskCall, TaskError};
 pub use transfer::{Transfer, Upload};
 
