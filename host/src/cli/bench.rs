@@ -495,8 +495,10 @@ async fn stat(client: &Client, instance: &str) -> anyhow::Result<()> {
     .await
 }
 
-pub(super) async fn call(
-    client: &Client,
+/// Calls `tool` through any rmcp client session (plain, or one that declares extensions);
+/// an error result is an error.
+pub(super) async fn call<S: rmcp::Service<RoleClient>>(
+    client: &RunningService<RoleClient, S>,
     tool: &'static str,
     arguments: Value,
 ) -> anyhow::Result<()> {

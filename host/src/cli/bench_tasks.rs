@@ -24,7 +24,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 
-use super::bench::{Endpoint, Scratch, print_report, stop};
+use super::bench::{Endpoint, Scratch, call, print_report, stop};
 use super::bench_figures::{check_us, percentiles, round, rss_kb};
 
 /// `tasks/get` p50 target, µs.
@@ -168,23 +168,6 @@ async fn get(client: &Client, task: &str) -> anyhow::Result<()> {
     let got = client.get_task(GetTaskParams::new(task)).await?;
     if got.task.status().is_terminal() {
         bail!("task `{task}` ended: {:?}", got.task.task.status_message);
-    }
-    Ok(())
-}
-
-async fn call(client: &Client, tool: &'static str, arguments: Value) -> anyhow::Result<()> {
-    let Value::Object(arguments) = arguments else {
-        bail!("arguments must be an object");
-    };
-    let result = client
-        .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
-        .await
-        .with_context(|| format!("`{tool}` failed on the wire"))?;
-    if result.is_error == Some(true) {
-        bail!(
-            "`{tool}` was refused: {}",
-            serde_json::to_string(&result.content)?
-        );
     }
     Ok(())
 }
