@@ -230,19 +230,31 @@ mod tests {
             .args(["-c", "sleep 5 & wait"])
             .spawn()
             .expect("sh");
+        // Only this test's own tree is compared: the other tests of this binary start and end
+        // children of the same process meanwhile.
         let me = std::process::id() as i32;
+        let sh = child.id() as i32;
         let until = std::time::Instant::now() + Duration::from_secs(5);
-        let mut found = descendants(me);
-        while found.len() < 2 && std::time::Instant::now() < until {
+        let mut found = descendants(sh);
+        while found.is_empty() && std::time::Instant::now() < until {
             std::thread::sleep(Duration::from_millis(5));
-            found = descendants(me);
+            found = descendants(sh);
         }
-        let scanned = descendants_by_scan(me);
+        let scanned = descendants_by_scan(sh);
+        let mine = descendants(me);
         let _ = child.kill();
         let _ = child.wait();
-        assert!(found.iter().any(|(p, _)| *p == child.id() as i32));
-        assert!(found.len() >= 2, "sh and its sleep: {found:?}");
-        assert!(scanned.len() >= found.len());
+        assert!(
+            mine.iter().any(|(p, _)| *p == sh),
+            "sh under the test: {mine:?}"
+        );
+        assert!(!found.is_empty(), "sh's sleep: {found:?}");
+        let pids = |list: &[(i32, _)]| list.iter().map(|(p, _)| *p).collect::<Vec<_>>();
+        let scanned = pids(&scanned);
+        assert!(
+            pids(&found).iter().all(|p| scanned.contains(p)),
+            "{found:?} ⊄ {scanned:?}"
+        );
     }
 
     #[test]
