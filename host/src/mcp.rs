@@ -199,15 +199,19 @@ impl ServerHandler for McpServer {
     ) -> Result<ListToolsResult, McpError> {
         self.gateway.metrics().request("tools/list");
         let via = self.via();
-        let (specs, proxied) = self
+        let (specs, proxied, result_type) = self
             .blocking(self.caller(&context)?, false, move |gateway, caller| {
                 gateway.proxies().settle(LIST_WAITS_FOR_DISCOVERY);
-                gateway.list(&gateway.snapshot(), &caller, via)
+                let live = gateway.snapshot();
+                let (specs, proxied) = gateway.list(&live, &caller, via);
+                (specs, proxied, live.result_type())
             })
             .await?;
+        // A proxied tool is listed as its server listed it (with its own outputSchema or none).
         let proxied = proxied.into_iter().map(|p| p.tool.clone());
+        let builtin = specs.into_iter().map(|spec| mcp_tool(spec, result_type));
         Ok(ListToolsResult::with_all_items(
-            specs.into_iter().map(mcp_tool).chain(proxied).collect(),
+            builtin.chain(proxied).collect(),
         ))
     }
 
@@ -432,12 +436,26 @@ fn mcp_result(live: &Snapshot, result: CallResult) -> CallToolResult {
     response
 }
 
-fn mcp_tool(spec: &ToolSpec) -> Tool {
-    let schema = match &spec.input_schema {
+/// A builtin tool as `tools/list` shows it. Its `outputSchema` only when results carry
+/// structured content (`result_type` other than `text`): MCP requires structured content from a
+/// tool that declares one.
+fn mcp_tool(spec: &ToolSpec, result_type: ResultType) -> Tool {
+    let object = |schema: &serde_json::Value| match schema {
         serde_json::Value::Object(map) => map.clone(),
         _ => serde_json::Map::new(),
     };
-    Tool::new(spec.name, spec.description, Arc::new(schema)).annotate(
+    let tool = Tool::new(
+        spec.name,
+        spec.description,
+        Arc::new(object(&spec.input_schema)),
+    );
+    let tool = match result_type {
+        ResultType::Text => tool,
+        ResultType::Both | ResultType::Structured => {
+            tool.with_raw_output_schema(Arc::new(object(&spec.output_schema)))
+        }
+    };
+    tool.annotate(
         ToolAnnotations::new()
             .read_only(spec.read_only)
             .destructive(spec.destructive)
