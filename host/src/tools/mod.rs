@@ -438,6 +438,14 @@ mod tests {
             assert_eq!(spec.output_schema["type"], "object", "{}", spec.name);
             let text = spec.output_schema.to_string();
             assert!(!text.contains("\"$ref\""), "{}: {text}", spec.name);
+            // Only standard formats: validators warn about others.
+            for format in ["uint", "int32", "int64", "double"] {
+                assert!(
+                    !text.contains(&format!("\"{format}")),
+                    "{}: {text}",
+                    spec.name
+                );
+            }
         }
     }
 }

@@ -33,10 +33,33 @@ pub(super) fn output_schema<T: JsonSchema>() -> Value {
             .with(|s| s.inline_subschemas = true),
     );
     let mut schema = generator.into_root_schema_for::<T>().to_value();
+    drop_number_formats(&mut schema);
     if let Value::Object(root) = &mut schema {
         root.entry("type").or_insert_with(|| "object".into());
     }
     schema
+}
+
+/// Removes the `format` of numbers: schemars names their Rust width there (`uint64`, `int32`,
+/// `double`), which is no JSON Schema format, and validators that check formats (the
+/// TypeScript SDK's) warn about each one they do not know. `minimum: 0` still says unsigned.
+fn drop_number_formats(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            let numeric = |t: &Value| t == "integer" || t == "number";
+            let is_number = match map.get("type") {
+                Some(Value::Array(types)) => types.iter().any(numeric),
+                Some(one) => numeric(one),
+                None => false,
+            };
+            if is_number {
+                map.remove("format");
+            }
+            map.values_mut().for_each(drop_number_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_number_formats),
+        _ => {}
+    }
 }
 
 /// The schema of a [`Timestamp`]: RFC 3339, UTC, microseconds.

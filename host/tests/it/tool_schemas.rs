@@ -184,9 +184,11 @@ fn closed(schema: &Value) -> Value {
     }
 }
 
-/// Errors of `instance` against `schema` (2020-12), or `None` if it conforms.
+/// Errors of `instance` against `schema` (2020-12, formats asserted as the TypeScript SDK does),
+/// or `None` if it conforms.
 fn violations(schema: &Value, instance: &Value) -> Option<String> {
     let mut compiler = boon::Compiler::new();
+    compiler.enable_format_assertions();
     let mut schemas = boon::Schemas::new();
     compiler
         .add_resource("urn:hpcgate:output", schema.clone())
@@ -203,14 +205,23 @@ fn violations(schema: &Value, instance: &Value) -> Option<String> {
 #[test]
 fn the_validator_refuses_what_does_not_conform() {
     // The check below must be able to fail: a missing field, a wrong type, an undeclared
-    // field (closed), a wrong enum value.
+    // field (closed), a wrong enum value, a time that is none.
     let schema = json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object",
-        "properties": {"n": {"type": "integer"}, "kind": {"type": "string", "enum": ["file"]}},
+        "properties": {
+            "n": {"type": "integer"},
+            "kind": {"type": "string", "enum": ["file"]},
+            "at": {"type": "string", "format": "date-time"},
+        },
         "required": ["n"],
     });
-    assert_eq!(violations(&schema, &json!({"n": 1, "kind": "file"})), None);
+    let at = hpcgate::state::Timestamp::now().to_string();
+    assert_eq!(
+        violations(&schema, &json!({"n": 1, "kind": "file", "at": at})),
+        None
+    );
+    assert!(violations(&schema, &json!({"n": 1, "at": "yesterday"})).is_some());
     assert!(violations(&schema, &json!({"kind": "file"})).is_some());
     assert!(violations(&schema, &json!({"n": "1"})).is_some());
     assert!(violations(&schema, &json!({"n": 1, "kind": "dir"})).is_some());
