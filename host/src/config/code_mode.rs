@@ -96,3 +96,42 @@ pub(super) fn resolve_url(
     }
     Ok(Some(url.clone()))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, Environment, Origins, Settings};
+
+    fn resolve(text: &str) -> Result<Settings, String> {
+        let config = Config::parse(text, "t.toml").map_err(|e| e.to_string())?;
+        let env = Environment {
+            home: Some("/home/u".into()),
+            ..Environment::default()
+        };
+        Settings::resolve(&config, &env, &Origins::single("t.toml")).map_err(|e| e.to_string())
+    }
+
+    const TENANT: &str = "[tenants.chem]\nunix_uids = [1000]\n";
+
+    #[test]
+    fn the_url_is_an_http_endpoint_and_needs_tenants() {
+        let ok = resolve(&format!(
+            "{TENANT}[code_mode]\nurl = \"http://login1:8000/mcp\"\n"
+        ))
+        .unwrap();
+        let url = ok.fixed.code_mode_url.as_deref();
+        assert_eq!(url, Some("http://login1:8000/mcp"));
+        assert_eq!(resolve(TENANT).unwrap().fixed.code_mode_url, None);
+        for (url, expected) in [
+            ("ftp://login1/mcp", "not an http:// or https:// URL"),
+            ("http:///mcp", "no user, query, fragment or spaces"),
+            ("http://u:p@login1/mcp", "no user, query, fragment or spaces"),
+            ("http://login1/mcp?x=1", "no user, query, fragment or spaces"),
+            ("http://login1/m cp", "no user, query, fragment or spaces"),
+        ] {
+            let e = resolve(&format!("{TENANT}[code_mode]\nurl = \"{url}\"\n")).unwrap_err();
+            assert!(e.contains("code_mode.url") && e.contains(expected), "{url}: {e}");
+        }
+        let single = resolve("[code_mode]\nurl = \"http://127.0.0.1:8000/mcp\"\n").unwrap_err();
+        assert!(single.contains("needs `[tenants]`"), "{single}");
+    }
+}

@@ -377,6 +377,72 @@ async fn a_slurm_jobs_script_calls_tools_with_its_token_across_a_restart_and_not
     }
 }
 
+/// Ended by `cancel_job` rather than by itself: the token stops at once, and its hash and file
+/// are gone.
+#[tokio::test]
+async fn a_cancelled_slurm_jobs_token_stops_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let agent_token = generate_token().unwrap();
+    let config = served::config(
+        dir.path(),
+        &format!(
+            "[tenants.chem]\ntokens = [{{ label = \"alice\", sha256 = \"{}\" }}]\n\
+             [slurm]\nenabled = true\nslurm_conf = {:?}\n\
+             [code_mode]\nurl = \"http://127.0.0.1:{port}/mcp\"\n",
+            hex::encode(hash_token(&agent_token)),
+            slurm::slurm_conf().display().to_string(),
+        ),
+    );
+    let served = serve(dir.path(), &config, port).await;
+    let agent = client(&served, &agent_token).await;
+    ok(&agent, "create_instance", json!({"instance_id": "run1"})).await;
+    let submitted = ok(
+        &agent,
+        "submit_job",
+        json!({"instance_id": "run1", "mode": "slurm", "tools": true, "timeout": 0,
+               "command": "sleep 300", "resources": {"cpus": 1, "memory_mb": 128}}),
+    )
+    .await;
+    let job_id = submitted["job"]["job_id"].as_str().unwrap().to_owned();
+    let state = dir.path().join("state");
+    let token_file = state.join(format!("run/{job_id}/token"));
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the token file is the job user's only");
+    let stored = std::fs::read_to_string(state.join(format!("job-tokens/{job_id}.json"))).unwrap();
+    assert!(!stored.contains(&token), "only the hash is stored: {stored}");
+    let bearer = format!("Bearer {token}");
+    let (status, body) = initialize(&served, "/mcp", &bearer).await;
+    assert_eq!(status, 200, "{body}");
+    let mut job = ok(
+        &agent,
+        "cancel_job",
+        json!({"instance_id": "run1", "job_id": job_id}),
+    )
+    .await["job"]
+        .clone();
+    if job["final"] != true {
+        job = ok(
+            &agent,
+            "poll_job",
+            json!({"instance_id": "run1", "job_id": job_id, "timeout": 60}),
+        )
+        .await["job"]
+            .clone();
+    }
+    assert_eq!(job["status"], "cancelled", "{job}");
+    let (status, body) = initialize(&served, "/mcp", &bearer).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("has ended"), "{body}");
+    assert!(!token_file.exists());
+    assert!(!state.join(format!("job-tokens/{job_id}.json")).exists());
+    agent.cancel().await.unwrap();
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+}
+
 #[tokio::test]
 async fn a_slurm_job_with_tools_needs_the_url() {
     let dir = tempfile::tempdir().unwrap();
