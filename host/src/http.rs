@@ -14,7 +14,9 @@
 //! on a Unix socket, the peer's `SO_PEERCRED`: a refusal is a 401 with `WWW-Authenticate` or a
 //! 403, before any MCP handling. Single-tenant (no `[tenants]`) listens only on loopback or a
 //! Unix socket, every caller being `stdio_tenant`; with tenants, TCP callers need a bearer token
-//! or JWT, and Unix-socket peers are mapped by uid (`unix_uids`).
+//! or JWT, and Unix-socket peers are mapped by uid (`unix_uids`). A Slurm job's token (code
+//! mode, [`crate::code_mode::remote`]) is recognised at the streamable MCP path only, where it
+//! attaches the job's fixed door beside its caller; every other route refuses it.
 //!
 //! Who may reach the socket at all: it is created 0600 (only the gateway's own uid), which is
 //! right single-tenant and when `unix_uids` names no uid but the gateway's. When some tenant

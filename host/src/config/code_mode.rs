@@ -85,7 +85,9 @@ pub(super) fn resolve_url(
     if authority.is_empty() || !url.chars().all(clean) {
         return Err(bad(
             key,
-            format!("`{url}` must be `http(s)://host[:port]/path` with no user, query, fragment or spaces"),
+            format!(
+                "`{url}` must be `http(s)://host[:port]/path` with no user, query, fragment or spaces"
+            ),
         ));
     }
     if single_tenant {
@@ -124,12 +126,21 @@ mod tests {
         for (url, expected) in [
             ("ftp://login1/mcp", "not an http:// or https:// URL"),
             ("http:///mcp", "no user, query, fragment or spaces"),
-            ("http://u:p@login1/mcp", "no user, query, fragment or spaces"),
-            ("http://login1/mcp?x=1", "no user, query, fragment or spaces"),
+            (
+                "http://u:p@login1/mcp",
+                "no user, query, fragment or spaces",
+            ),
+            (
+                "http://login1/mcp?x=1",
+                "no user, query, fragment or spaces",
+            ),
             ("http://login1/m cp", "no user, query, fragment or spaces"),
         ] {
             let e = resolve(&format!("{TENANT}[code_mode]\nurl = \"{url}\"\n")).unwrap_err();
-            assert!(e.contains("code_mode.url") && e.contains(expected), "{url}: {e}");
+            assert!(
+                e.contains("code_mode.url") && e.contains(expected),
+                "{url}: {e}"
+            );
         }
         let single = resolve("[code_mode]\nurl = \"http://127.0.0.1:8000/mcp\"\n").unwrap_err();
         assert!(single.contains("needs `[tenants]`"), "{single}");

@@ -228,9 +228,9 @@ impl Gateway {
         if refreshed.changed {
             // A failed append leaves this change unaudited, as a failed poll would; the
             // record itself is already durable.
-            let _ = self
-                .audit
-                .append(crate::jobs::state_event(&refreshed.record).who(tenant.as_ref(), "hpcgate"));
+            let _ = self.audit.append(
+                crate::jobs::state_event(&refreshed.record).who(tenant.as_ref(), "hpcgate"),
+            );
         }
         Some(refreshed.record)
     }

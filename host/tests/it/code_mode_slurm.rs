@@ -188,7 +188,8 @@ async fn a_slurm_jobs_script_calls_tools_with_its_token_across_a_restart_and_not
         )
         .await;
         if !failed {
-            phase1 = Some(serde_json::from_str::<Value>(read["content"].as_str().unwrap()).unwrap());
+            phase1 =
+                Some(serde_json::from_str::<Value>(read["content"].as_str().unwrap()).unwrap());
             break;
         }
         let (_, job) = call(
@@ -258,22 +259,39 @@ async fn a_slurm_jobs_script_calls_tools_with_its_token_across_a_restart_and_not
     let other_job = kept.replacen(&job_id, "j-aaaaaaaaaaaaaaaa", 1);
     for (what, authorization) in [
         ("a token with one digit changed", format!("Bearer {forged}")),
-        ("the secret under another job's id", format!("Bearer {other_job}")),
-        ("a truncated token", format!("Bearer {}", &kept[..kept.len() - 1])),
+        (
+            "the secret under another job's id",
+            format!("Bearer {other_job}"),
+        ),
+        (
+            "a truncated token",
+            format!("Bearer {}", &kept[..kept.len() - 1]),
+        ),
     ] {
         let (status, body) = initialize(&served, "/mcp", &authorization).await;
         assert_eq!(status, 401, "{what}: {body}");
     }
     let (status, body) = initialize(&served, "/mcp", &bearer).await;
-    assert_eq!(status, 200, "the kept token works while the job runs: {body}");
-    for path in ["/metrics", "/dav/", "/dav/instances/run1/workspace/data/in.txt", "/healthz"] {
+    assert_eq!(
+        status, 200,
+        "the kept token works while the job runs: {body}"
+    );
+    for path in [
+        "/metrics",
+        "/dav/",
+        "/dav/instances/run1/workspace/data/in.txt",
+        "/healthz",
+    ] {
         let (status, body) = get(&served, path, &bearer).await;
         assert_eq!(status, 403, "{path} with a job token: {body}");
     }
     use base64::Engine as _;
     let basic = base64::engine::general_purpose::STANDARD.encode(format!("job:{kept}"));
     let (status, body) = get(&served, "/dav/", &format!("Basic {basic}")).await;
-    assert_eq!(status, 401, "WebDAV with the job token as a password: {body}");
+    assert_eq!(
+        status, 401,
+        "WebDAV with the job token as a password: {body}"
+    );
     // The job's token from outside the job is still only the job: its own instance only.
     let replayed = client(&served, &kept).await;
     let (is_error, refused) = call(
@@ -293,7 +311,10 @@ async fn a_slurm_jobs_script_calls_tools_with_its_token_across_a_restart_and_not
         json!({"command": "true", "mode": "slurm"}),
     )
     .await;
-    assert!(is_error && refused.to_string().contains("allow_submit"), "{refused}");
+    assert!(
+        is_error && refused.to_string().contains("allow_submit"),
+        "{refused}"
+    );
     replayed.cancel().await.unwrap();
     agent.cancel().await.unwrap();
 
@@ -327,7 +348,10 @@ async fn a_slurm_jobs_script_calls_tools_with_its_token_across_a_restart_and_not
     // After the job: the kept token opens nothing, and nothing of it is left.
     let (status, body) = initialize(&served, "/mcp", &bearer).await;
     assert_eq!(status, 401, "the token after its job ended: {body}");
-    assert!(body.contains("has ended") || body.contains("not valid"), "{body}");
+    assert!(
+        body.contains("has ended") || body.contains("not valid"),
+        "{body}"
+    );
     let state = dir.path().join("state");
     assert!(!state.join(format!("job-tokens/{job_id}.json")).exists());
     assert!(!state.join(format!("run/{job_id}")).exists());
@@ -412,7 +436,10 @@ async fn a_cancelled_slurm_jobs_token_stops_working() {
     let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the token file is the job user's only");
     let stored = std::fs::read_to_string(state.join(format!("job-tokens/{job_id}.json"))).unwrap();
-    assert!(!stored.contains(&token), "only the hash is stored: {stored}");
+    assert!(
+        !stored.contains(&token),
+        "only the hash is stored: {stored}"
+    );
     let bearer = format!("Bearer {token}");
     let (status, body) = initialize(&served, "/mcp", &bearer).await;
     assert_eq!(status, 200, "{body}");
@@ -468,7 +495,8 @@ async fn a_slurm_job_with_tools_needs_the_url() {
     assert!(is_error, "{refused}");
     let refused = refused.as_str().unwrap();
     assert!(
-        refused.contains("`tools = true` on a Slurm job needs") && refused.contains("[code_mode] url"),
+        refused.contains("`tools = true` on a Slurm job needs")
+            && refused.contains("[code_mode] url"),
         "{refused}"
     );
     let jobs = ok(&agent, "list_jobs", json!({"instance_id": "run1"})).await;
