@@ -22,8 +22,8 @@ use crate::support::served::{self, INITIALIZE, Served, exchange};
 use crate::support::slurm;
 
 /// The job's script: keeps a copy of its token (the attack replays it after the job ended),
-/// calls three tools, tries another instance, then waits for `go` (written by the test after
-/// the gateway restarted) and calls once more.
+/// calls three tools from Python and one with `hpcgate-call`, tries another instance, then
+/// waits for `go` (written by the test after the gateway restarted) and calls once more.
 const SCRIPT: &str = r#"
 import json, os, shutil, time
 import hpcgate_tools as t
@@ -38,6 +38,10 @@ out = {
 out["names"] = sorted(e["name"] for e in t.list_directory(path="data")["entries"])
 out["content"] = t.read_file(path="data/in.txt")["content"]
 t.write_file(path="summary.txt", content="read: " + out["content"])
+import subprocess
+cli = subprocess.run(["hpcgate-call", "stat_path", '{"path": "summary.txt"}'],
+                     capture_output=True, text=True)
+out["cli"] = json.loads(cli.stdout) if cli.returncode == 0 else cli.stderr
 try:
     t.read_file(path="data/in.txt", instance_id="run2")
     out["forged"] = "allowed"
@@ -211,6 +215,11 @@ async fn a_slurm_jobs_script_calls_tools_with_its_token_across_a_restart_and_not
     );
     assert_eq!(phase1["token_in_env"], false, "{phase1}");
     assert_eq!(phase1["token_in_argv"], false, "{phase1}");
+    assert!(
+        phase1["cli"].to_string().contains("\"size\":8"),
+        "hpcgate-call over HTTP: {}",
+        phase1["cli"]
+    );
     let forged = phase1["forged"].as_str().unwrap();
     assert!(forged.contains("its own instance `run1`"), "{forged}");
     let summary = ok(
@@ -369,7 +378,13 @@ async fn a_slurm_jobs_script_calls_tools_with_its_token_across_a_restart_and_not
         .collect();
     assert_eq!(
         tools,
-        ["list_directory", "read_file", "write_file", "read_file"],
+        [
+            "list_directory",
+            "read_file",
+            "write_file",
+            "stat_path",
+            "read_file"
+        ],
         "the calls the pipeline judged (the last one after the restart): {inner:#?}"
     );
     let principal = format!("job:{job_id}");
