@@ -485,6 +485,58 @@ async fn a_cancelled_slurm_jobs_token_stops_working() {
     assert!(status.success(), "{stderr}");
 }
 
+/// Ended by itself while nobody polls: the gateway's watcher sees the end in Slurm, records it
+/// (audited as the gateway's observation) and deletes the token's hash and file.
+#[tokio::test]
+async fn an_unpolled_slurm_jobs_end_revokes_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let agent_token = generate_token().unwrap();
+    let config = served::config(
+        dir.path(),
+        &format!(
+            "[tenants.chem]\ntokens = [{{ label = \"alice\", sha256 = \"{}\" }}]\n\
+             [slurm]\nenabled = true\nslurm_conf = {:?}\n\
+             [code_mode]\nurl = \"http://127.0.0.1:{port}/mcp\"\n",
+            hex::encode(hash_token(&agent_token)),
+            slurm::slurm_conf().display().to_string(),
+        ),
+    );
+    let served = serve(dir.path(), &config, port).await;
+    let agent = client(&served, &agent_token).await;
+    ok(&agent, "create_instance", json!({"instance_id": "run1"})).await;
+    let submitted = ok(
+        &agent,
+        "submit_job",
+        json!({"instance_id": "run1", "mode": "slurm", "tools": true, "timeout": 0,
+               "command": "true", "resources": {"cpus": 1, "memory_mb": 128}}),
+    )
+    .await;
+    let job_id = submitted["job"]["job_id"].as_str().unwrap().to_owned();
+    let stored = dir.path().join(format!("state/job-tokens/{job_id}.json"));
+    assert!(stored.exists(), "the hash is stored while the job runs");
+    let mut waited = 0;
+    while stored.exists() {
+        assert!(waited < 600, "the watcher never saw the job's end");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    assert!(!dir.path().join(format!("state/run/{job_id}")).exists());
+    agent.cancel().await.unwrap();
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+    let records = audit_records(dir.path());
+    let observed = records.iter().find(|r| {
+        r["principal"] == "hpcgate"
+            && r["outcome"]["job_id"] == job_id.as_str()
+            && r["outcome"]["state"] == "completed"
+    });
+    assert!(
+        observed.is_some(),
+        "the watcher's observation of the end is audited: {records:#?}"
+    );
+}
+
 #[tokio::test]
 async fn a_slurm_job_with_tools_needs_the_url() {
     let dir = tempfile::tempdir().unwrap();
