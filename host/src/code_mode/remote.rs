@@ -68,9 +68,9 @@ impl CodeMode {
     }
 
     /// Mints `job_id`'s token, stores its hash durably, writes the token file and adds to
-    /// `spec` what the job needs to call: the token directory at [`super::SANDBOX_DIR`], the support
-    /// files, the environment and the node's network. Call [`CodeMode::watch_remote`] once
-    /// Slurm took the job, [`CodeMode::revoke`] if it did not.
+    /// `spec` what the job needs to call: the token directory at [`super::SANDBOX_DIR`], the
+    /// support files, the environment and the node's network. Call
+    /// [`CodeMode::watch_remote`] once Slurm took the job, [`CodeMode::revoke`] if it did not.
     pub fn open_remote(
         &self,
         tenant: &TenantName,
