@@ -20,6 +20,7 @@ mod cli;
 mod cli_instance;
 mod code_mode;
 mod code_mode_attacks;
+mod code_mode_slurm;
 mod config_cli;
 mod dav;
 mod dav_attacks;
