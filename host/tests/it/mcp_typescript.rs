@@ -69,7 +69,8 @@ async fn output(mut command: tokio::process::Command) -> Output {
         .expect("run the client")
 }
 
-/// A gateway over streamable HTTP whose only tenant, `chem`, authenticates with `token`.
+/// A gateway over streamable HTTP whose only tenant, `chem`, authenticates with the bearer
+/// token returned beside it.
 async fn http_gateway(dir: &Path) -> (Served, String) {
     let token = generate_token().unwrap();
     let config = served::config(
