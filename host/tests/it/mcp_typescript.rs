@@ -194,6 +194,17 @@ fn assert_report(report: &Value, instance: &str, content: &str) {
             .contains(&"timeout".to_owned())
     );
 
+    let refused: Vec<String> = ["created", "written", "stat", "read", "denied", "job"]
+        .iter()
+        .filter_map(|call| {
+            let error = report[call]["clientError"].as_str()?;
+            Some(format!("{call}: {error}"))
+        })
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "the client refused what the gateway answered: {refused:#?}"
+    );
     for call in ["created", "written", "stat", "read", "job"] {
         assert_eq!(report[call]["isError"], false, "{call}: {report}");
     }
@@ -342,6 +353,9 @@ async fn inspect(home: &Path, server: &[String], instance: &str) {
         &[id, "path=hello.txt", "content=hello inspector"],
     )
     .await);
+    let stat = ok(call("stat_path", &[id, "path=hello.txt"]).await);
+    assert_eq!(stat["structuredContent"]["kind"], "file", "{stat}");
+    assert_eq!(stat["structuredContent"]["size"], "hello inspector".len());
     let read = ok(call("read_file", &[id, "path=hello.txt"]).await);
     assert_eq!(read["structuredContent"]["content"], "hello inspector");
     // The Inspector shows a tool's text: the job's output must be in it, not only in the

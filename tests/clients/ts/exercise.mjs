@@ -11,6 +11,7 @@ const SHOWN = ['create_instance', 'stat_path', 'write_file', 'read_file', 'submi
  * and its structured content.
  */
 function seen(result) {
+  if (result.clientError !== undefined) return { clientError: result.clientError };
   const text = (result.content ?? [])
     .filter((block) => block.type === 'text')
     .map((block) => block.text)
@@ -23,7 +24,17 @@ function seen(result) {
  * two generations' `callTool` differ in their parameters); `instance` names the instance to use
  * and `content` what to write into it.
  */
-export async function exercise({ listTools, call }, instance, content) {
+export async function exercise({ listTools, call: sdkCall }, instance, content) {
+  // A result the SDK itself refuses (its checks of a result against the tool's outputSchema
+  // throw) is recorded as `clientError`, and the exercise goes on, so one report names every
+  // call a client rejects.
+  const call = async (name, args, onprogress) => {
+    try {
+      return await sdkCall(name, args, onprogress);
+    } catch (error) {
+      return { clientError: String(error?.message ?? error) };
+    }
+  };
   const tools = (await listTools()).tools;
   const shown = {};
   for (const tool of tools.filter((t) => SHOWN.includes(t.name))) {
