@@ -41,6 +41,7 @@ mod mcp_slurm;
 mod mcp_sse;
 mod mcp_stdio;
 mod mcp_tasks;
+mod mcp_typescript;
 mod metrics;
 mod oauth;
 mod package;
