@@ -17,6 +17,9 @@
 #   needs Node 22, Debian's may be older), pinned, in target/conformance, and its
 #   0.2.0-alpha.12 (the 2026-07-28 revision) in target/conformance-next, for
 #   scripts/conformance.sh (none with --no-slurm)
+#   npm: the official TypeScript MCP clients (@modelcontextprotocol/sdk 1.x,
+#   @modelcontextprotocol/client 2.x, the MCP Inspector CLI) and Node 22, pinned with their
+#   dependencies by tests/clients/ts's lock file, in target/ts-clients (not with --no-slurm)
 #   JS and Python policies: jco (npm, pinned with its dependencies by scripts/policy-js's lock
 #   file) in target/policy-js, componentize-py (PyPI, pinned) in target/policy-py, which
 #   scripts/componentize.sh and the tests build JavaScript and Python policies with (not with
@@ -126,6 +129,23 @@ if [ "$slurm" = yes ]; then
         npm install --prefix "${conformance}-next" --no-audit --no-fund --silent \
             "@modelcontextprotocol/conformance@$next_version" >/dev/null \
             || { log "npm install of the conformance suite ($next_version) failed"; exit 1; }
+    fi
+fi
+# The official TypeScript MCP clients (the SDK 1.x, the SDK 2.x client, the MCP Inspector CLI)
+# and the Node 22 the Inspector needs, pinned with their dependencies by tests/clients/ts's lock
+# file, in the target directory (host/tests/it/mcp_typescript.rs looks for them there).
+if [ "$slurm" = yes ]; then
+    ts_clients="${CARGO_TARGET_DIR:-target}/ts-clients"
+    if ! cmp -s tests/clients/ts/package-lock.json "$ts_clients/package-lock.json" \
+        || [ ! -x "$ts_clients/node_modules/.bin/mcp-inspector" ] \
+        || ! "$ts_clients/node_modules/.bin/node" --version >/dev/null 2>&1; then
+        command -v npm >/dev/null 2>&1 || { log "npm is required: apt-get install nodejs npm"; exit 1; }
+        log "installing the TypeScript MCP clients (tests/clients/ts/package-lock.json) into $ts_clients"
+        mkdir -p "$ts_clients"
+        cp tests/clients/ts/package.json tests/clients/ts/package-lock.json "$ts_clients/"
+        # a failed install must not look current to the next run
+        npm ci --prefix "$ts_clients" --no-audit --no-fund --silent >/dev/null \
+            || { rm -f "$ts_clients/package-lock.json"; log "npm ci of the TypeScript MCP clients failed"; exit 1; }
     fi
 fi
 # The componentizers of JavaScript and Python policies (scripts/componentize.sh, the scaffolds of

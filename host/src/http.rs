@@ -14,7 +14,9 @@
 //! on a Unix socket, the peer's `SO_PEERCRED`: a refusal is a 401 with `WWW-Authenticate` or a
 //! 403, before any MCP handling. Single-tenant (no `[tenants]`) listens only on loopback or a
 //! Unix socket, every caller being `stdio_tenant`; with tenants, TCP callers need a bearer token
-//! or JWT, and Unix-socket peers are mapped by uid (`unix_uids`).
+//! or JWT, and Unix-socket peers are mapped by uid (`unix_uids`). A Slurm job's token (code
+//! mode, [`crate::code_mode::remote`]) is recognised at the streamable MCP path only, where it
+//! attaches the job's fixed door beside its caller; every other route refuses it.
 //!
 //! Who may reach the socket at all: it is created 0600 (only the gateway's own uid), which is
 //! right single-tenant and when `unix_uids` names no uid but the gateway's. When some tenant
@@ -154,6 +156,7 @@ pub async fn serve(
                 gateway.clone(),
                 mcp_routes(gateway, config, flavor, Some(hosts)),
                 Access::Tcp,
+                flavor,
             );
             axum::serve(
                 listener,
@@ -183,6 +186,7 @@ pub async fn serve(
                 gateway.clone(),
                 mcp_routes(gateway, config, flavor, None),
                 Access::Socket,
+                flavor,
             );
             axum::serve(
                 listener,
@@ -203,6 +207,9 @@ fn mcp_routes(
     flavor: Flavor<'_>,
     hosts: Option<Vec<String>>,
 ) -> Router {
+    // A job's token (code mode, Slurm jobs) opens only the streamable MCP path: the SSE
+    // transport's sessions and WebDAV would carry its caller without the job's limits.
+    let jobs = matches!(flavor, Flavor::Streamable(_));
     let mcp = match flavor {
         Flavor::Streamable(path) => {
             let server = McpServer::per_request(gateway.clone());
@@ -213,9 +220,11 @@ fn mcp_routes(
     // WebDAV: the same authentication, with Basic accepted outside it (see `crate::dav`); the
     // handler answers 404 while `[dav] enabled` is false, so a reload can turn it on.
     let dav = crate::dav::with_basic(
-        crate::dav::routes(gateway.clone()).layer(from_fn_with_state(gateway.clone(), identify)),
+        crate::dav::routes(gateway.clone())
+            .layer(from_fn_with_state((gateway.clone(), false), identify)),
     );
-    mcp.layer(from_fn_with_state(gateway, identify)).merge(dav)
+    mcp.layer(from_fn_with_state((gateway, jobs), identify))
+        .merge(dav)
 }
 
 /// rmcp's streamable HTTP service as every hpcgate listener runs it: stateless, JSON responses.
@@ -239,15 +248,46 @@ pub(crate) fn mcp_service(
 /// `[http] allowed_origins`), `/healthz`, which reveals only that the gateway is up and its
 /// version, to anyone who can reach the listener, and `/metrics` (see [`crate::metrics`] for
 /// who may scrape).
-fn app(gateway: Arc<Gateway>, identified_mcp: Router, access: Access) -> Router {
+fn app(
+    gateway: Arc<Gateway>,
+    identified_mcp: Router,
+    access: Access,
+    flavor: Flavor<'_>,
+) -> Router {
     let metadata = Router::new()
         .route(WELL_KNOWN, get(resource_metadata))
         .route(&format!("{WELL_KNOWN}/{{*rest}}"), get(resource_metadata))
         .with_state(gateway.clone());
+    let job_path: Option<Arc<str>> = match flavor {
+        Flavor::Streamable(path) => Some(Arc::from(path)),
+        Flavor::Sse => None,
+    };
     identified_mcp
         .route("/healthz", get(healthz))
         .merge(metadata)
         .merge(crate::metrics::router(gateway, access))
+        .layer(from_fn_with_state(job_path, confine_job_tokens))
+}
+
+/// A job's token (code mode) is for MCP at `path` only: `/metrics` (which loopback peers may
+/// scrape without a token), WebDAV and the rest refuse a request that presents one.
+async fn confine_job_tokens(
+    State(path): State<Option<Arc<str>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let presents_job_token = (request.headers().get(header::AUTHORIZATION))
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::auth::job_token::job_token_of)
+        .is_some();
+    if presents_job_token && path.as_deref() != Some(request.uri().path()) {
+        return (
+            StatusCode::FORBIDDEN,
+            "refused: a job's token is accepted only for MCP requests at the gateway's MCP path",
+        )
+            .into_response();
+    }
+    next.run(request).await
 }
 
 /// RFC 9728 protected-resource metadata (`[auth.oauth]`), unauthenticated like the document
@@ -271,9 +311,12 @@ async fn healthz() -> impl IntoResponse {
     }))
 }
 
-/// Authenticates one request and attaches its [`Caller`], or answers 401/403.
+/// Authenticates one request and attaches its [`Caller`], or answers 401/403. Where `jobs`
+/// (streamable MCP), a job's token (code mode) is taken to code mode instead, and the job's
+/// door ([`crate::code_mode::JobScope`]) is attached beside its caller; elsewhere the
+/// authenticator refuses it.
 async fn identify(
-    State(gateway): State<Arc<Gateway>>,
+    State((gateway, jobs)): State<(Arc<Gateway>, bool)>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -296,15 +339,29 @@ async fn identify(
                 .get(name)
                 .map(|v: &HeaderValue| v.to_str().unwrap_or("\u{fffd}"))
         };
-        gateway.authenticate_or_reject(&AuthRequest {
-            authorization: header(header::AUTHORIZATION),
+        let authorization = header(header::AUTHORIZATION);
+        let auth = AuthRequest {
+            authorization,
             origin: header(header::ORIGIN),
             peer: unix.flatten(),
-        })
+        };
+        match authorization.and_then(crate::auth::job_token::job_token_of) {
+            // The `Origin` rule holds for a job as for anyone.
+            Some(token) if jobs => gateway
+                .check_origin(&auth)
+                .and_then(|()| gateway.authenticate_job(token))
+                .map(|(caller, job)| (caller, Some(job))),
+            _ => gateway
+                .authenticate_or_reject(&auth)
+                .map(|caller| (caller, None)),
+        }
     };
     match decided {
-        Ok(caller) => {
+        Ok((caller, job)) => {
             request.extensions_mut().insert(caller);
+            if let Some(job) = job {
+                request.extensions_mut().insert(job);
+            }
             next.run(request).await
         }
         Err(rejection) => {

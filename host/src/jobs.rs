@@ -119,8 +119,10 @@ impl Jobs {
         Ok(spec)
     }
 
-    /// Records and starts a job; with `tools`, a local job whose code can call tools through
-    /// its own door (opened before the job starts, closed when it ends). The returned record
+    /// Records and starts a job; with `tools`, a job whose code can call tools through its
+    /// own door (opened before the job starts, closed when it ends): a socket for a local job,
+    /// a job-scoped token for the gateway's HTTP listener for a Slurm job (`[code_mode] url`,
+    /// else refused before anything is recorded). The returned record
     /// is final (`start_failed`) if the executor refused it; an error means nothing was started.
     pub fn submit(
         &self,
@@ -129,10 +131,11 @@ impl Jobs {
         new: NewJob,
         tools: Option<&CodeMode>,
     ) -> Result<Refreshed, JobError> {
-        if tools.is_some() && new.mode != JobMode::Local {
-            return Err(JobError(
-                "`tools = true` is only available to local jobs for now; submit with mode `local`, or without `tools`".to_owned(),
-            ));
+        if let Some(code_mode) = tools
+            && new.mode == JobMode::Slurm
+            && code_mode.url().is_none()
+        {
+            return Err(JobError(crate::code_mode::remote::no_url()));
         }
         if new.mode == JobMode::Slurm && self.slurm.is_none() {
             return Err(JobError(
@@ -147,11 +150,15 @@ impl Jobs {
         let mut spec = self.instance_spec(state, tenant, &new)?;
         let record = state.new_job(tenant, new)?;
         let dir = state.job_dir_ambient(tenant, &record.job_id)?;
-        let door = match tools {
-            Some(code_mode) => code_mode
+        // Local: a socket of its own; Slurm: a token for the gateway's HTTP listener.
+        let door = match (tools, record.mode) {
+            (Some(code_mode), JobMode::Local) => code_mode
                 .open(tenant, &record.job_id, &record.instance, &mut spec)
                 .map(|()| Some(code_mode)),
-            None => Ok(None),
+            (Some(code_mode), JobMode::Slurm) => code_mode
+                .open_remote(tenant, &record.job_id, &record.instance, &mut spec)
+                .map(|()| Some(code_mode)),
+            (None, _) => Ok(None),
         };
         let clock = Instant::now();
         let started = match (door, record.mode) {
@@ -174,7 +181,16 @@ impl Jobs {
                     }
                 }
             }
-            (Ok(_), JobMode::Slurm) => self.submit_slurm(&dir, spec, &record),
+            (Ok(door), JobMode::Slurm) => {
+                let submitted = self.submit_slurm(&dir, spec, &record);
+                if let Some(code_mode) = door {
+                    match submitted {
+                        Ok(_) => code_mode.watch_remote(&record.job_id),
+                        Err(_) => code_mode.revoke(&record.job_id),
+                    }
+                }
+                submitted
+            }
         };
         let refreshed = match started {
             Ok((handle, observation)) => {

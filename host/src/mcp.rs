@@ -92,13 +92,11 @@ impl McpServer {
         }
     }
 
-    /// How this server's calls came in.
-    fn via(&self) -> Via {
-        if self.job.is_some() {
-            Via::Job
-        } else {
-            Via::Mcp
-        }
+    /// The job whose code sent this request, and so how it came in: this server's own door,
+    /// else the one the HTTP transport attached for a job's token.
+    fn job(&self, context: &RequestContext<RoleServer>) -> (Via, Option<Arc<JobScope>>) {
+        let job = (self.job.clone()).or_else(|| request_job(&context.extensions));
+        (if job.is_some() { Via::Job } else { Via::Mcp }, job)
     }
 
     /// Who sent this request: the session's caller, else the one the transport attached.
@@ -198,7 +196,7 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         self.gateway.metrics().request("tools/list");
-        let via = self.via();
+        let (via, _) = self.job(&context);
         let (specs, proxied, result_type) = self
             .blocking(self.caller(&context)?, false, move |gateway, caller| {
                 gateway.proxies().settle(LIST_WAITS_FOR_DISCOVERY);
@@ -305,7 +303,7 @@ impl ServerHandler for McpServer {
         let live = self.gateway.snapshot();
         let brief = live.runs_inline(&name);
         let snapshot = live.clone();
-        let (via, job) = (self.via(), self.job.clone());
+        let (via, job) = self.job(&context);
         let result = self
             .blocking(caller, brief, move |gateway, caller| {
                 let report = |p: Progress| {
@@ -339,7 +337,7 @@ impl ServerHandler for McpServer {
         self.gateway.metrics().request("tasks/get");
         let live = self.gateway.snapshot();
         let snapshot = live.clone();
-        let (via, job) = (self.via(), self.job.clone());
+        let (via, job) = self.job(&context);
         let task_id = request.task_id;
         let polled = self
             .blocking(self.caller(&context)?, false, move |gateway, caller| {
@@ -357,7 +355,7 @@ impl ServerHandler for McpServer {
     ) -> Result<(), McpError> {
         self.gateway.metrics().request("tasks/cancel");
         let live = self.gateway.snapshot();
-        let (via, job) = (self.via(), self.job.clone());
+        let (via, job) = self.job(&context);
         let cancelled = self
             .blocking(self.caller(&context)?, false, move |gateway, caller| {
                 let call = Request::new(caller, via, "cancel_job", Default::default());
@@ -387,7 +385,7 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.gateway.metrics().request("tasks/update");
-        let (via, job) = (self.via(), self.job.clone());
+        let (via, job) = self.job(&context);
         let found = self
             .blocking(self.caller(&context)?, false, move |gateway, caller| {
                 let call = Request::new(caller, via, "poll_job", Default::default()).for_job(job);
@@ -467,6 +465,15 @@ fn mcp_tool(spec: &ToolSpec, result_type: ResultType) -> Tool {
 fn trace_parent(meta: &rmcp::model::JsonObject) -> Option<TraceParent> {
     let parent = meta.get("traceparent")?.as_str()?;
     TraceParent::parse(parent, meta.get("tracestate").and_then(|s| s.as_str()))
+}
+
+/// The job door a transport attached to this MCP request (a job's token, see
+/// [`crate::code_mode::remote`]), if any.
+fn request_job(extensions: &rmcp::model::Extensions) -> Option<Arc<JobScope>> {
+    extensions
+        .get::<::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Arc<JobScope>>())
+        .cloned()
 }
 
 /// The caller a transport attached to this MCP request (`http.rs` puts it in the request's extensions, which rmcp hands on), if any.

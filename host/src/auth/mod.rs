@@ -25,10 +25,12 @@
 //! Nothing is cached: a token removed from the config fails as soon as the transport builds a
 //! new authenticator from the reloaded settings (build it on every reload; it is cheap).
 //! [`RateLimiter`] holds the token buckets; [`bearer`] makes and hashes tokens for
-//! `hpcgate tenant token`.
+//! `hpcgate tenant token`; [`job_token`] makes and checks the job-scoped tokens of Slurm jobs
+//! with tools, which this authenticator never accepts (code mode does, for MCP only).
 
 pub mod bearer;
 mod error;
+pub mod job_token;
 mod jwt;
 mod oauth;
 mod origin;
@@ -131,13 +133,7 @@ impl Authenticator {
 
     /// Who is calling; see the module doc for the order of the checks.
     pub fn authenticate(&self, request: &AuthRequest) -> Result<Caller, AuthError> {
-        if let Some(origin) = request.origin
-            && !self.origins.allows(origin)
-        {
-            return Err(AuthError::OriginDenied {
-                origin: printable(origin),
-            });
-        }
+        self.check_origin(request)?;
         if let Some(tenant) = &self.single {
             return match request.peer {
                 Some(peer) if peer.uid != self.own_uid && peer.uid != 0 => {
@@ -149,6 +145,11 @@ impl Authenticator {
         }
         if let Some(header) = request.authorization {
             let token = bearer::bearer_token(header).map_err(AuthError::invalid)?;
+            if token.starts_with(job_token::JOB_TOKEN_PREFIX) {
+                return Err(AuthError::invalid(
+                    "a job's token is accepted only for MCP requests at the gateway's MCP path",
+                ));
+            }
             // Always scan the whole table first, so a JWT costs the same lookup as any token.
             if let Some((tenant, label)) = self.tokens.find(token) {
                 return Ok(caller(tenant.clone(), format!("token:{label}")));
@@ -168,6 +169,17 @@ impl Authenticator {
             };
         }
         Err(AuthError::MissingCredentials)
+    }
+
+    /// Step 1 alone: an `Origin`, if present, must be loopback or on `[http] allowed_origins`
+    /// (a job's token is checked by code mode, after this).
+    pub fn check_origin(&self, request: &AuthRequest) -> Result<(), AuthError> {
+        match request.origin {
+            Some(origin) if !self.origins.allows(origin) => Err(AuthError::OriginDenied {
+                origin: printable(origin),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// The HTTP answer to `error`: with `[auth.oauth]`, every Bearer challenge names the

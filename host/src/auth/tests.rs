@@ -266,3 +266,20 @@ fn the_local_caller_is_the_stdio_tenant_or_the_tenant_of_our_own_uid() {
 
 mod jwt;
 mod oauth;
+
+#[test]
+fn a_job_token_is_never_a_tenant_caller_here() {
+    // Code mode takes job tokens on the MCP path; anywhere the authenticator sees one (WebDAV's
+    // Basic password, the SSE transport), it is refused, even a well-formed one whose hash
+    // happened to be configured as a tenant token.
+    let job = crate::state::JobId::parse("j-aaaaaaaaaaaaaaaa").unwrap();
+    let (token, hash) = job_token::mint(&job).unwrap();
+    let configured = format!(
+        "[tenants.chem]\ntokens = [{{ label = \"odd\", sha256 = \"{}\" }}]\n",
+        hex::encode(hash)
+    );
+    let a = auth(&configured);
+    let header = bearer(&token);
+    let refused = reason(a.authenticate(&with_header(&header)));
+    assert!(refused.contains("only for MCP requests"), "{refused}");
+}

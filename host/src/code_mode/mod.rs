@@ -20,8 +20,13 @@
 //!
 //! The doors are served on a small runtime of their own, so code mode works whichever
 //! transport the gateway serves (stdio too).
+//!
+//! A Slurm job runs on another machine, so its door is the gateway's own HTTP listener
+//! (`[code_mode] url`) and a job-scoped bearer token stands in for the socket ([`remote`]);
+//! the identity and limits are the same [`JobScope`].
 
 mod door;
+pub mod remote;
 mod serve;
 
 use std::collections::HashMap;
@@ -66,6 +71,12 @@ pub struct CodeMode {
     doors: Arc<Mutex<HashMap<JobId, Door>>>,
     /// Uids a door serves (`SO_PEERCRED`): those the sandboxes run as, the gateway's own here.
     peers: Arc<[u32]>,
+    /// `[code_mode] url`: where Slurm jobs with tools reach the gateway.
+    url: Option<String>,
+    /// The tokens of running Slurm jobs with tools, by job ([`remote`]).
+    remote: Arc<Mutex<HashMap<JobId, remote::Remote>>>,
+    /// `<state_dir>/job-tokens`: the stored hashes of those tokens.
+    tokens: PathBuf,
 }
 
 struct Door {
@@ -75,10 +86,14 @@ struct Door {
 }
 
 impl CodeMode {
-    /// No door is open and nothing is written until a job with tools starts.
-    pub fn new(state_dir: &Path) -> CodeMode {
+    /// No door is open and nothing is written until a job with tools starts; `url` is
+    /// `[code_mode] url`, for Slurm jobs.
+    pub fn new(state_dir: &Path, url: Option<String>) -> CodeMode {
         CodeMode {
             base: state_dir.join("run"),
+            url,
+            remote: Arc::new(Mutex::new(HashMap::new())),
+            tokens: state_dir.join(remote::TOKENS_DIR),
             gateway: OnceLock::new(),
             runtime: OnceLock::new(),
             support: OnceLock::new(),
@@ -104,29 +119,7 @@ impl CodeMode {
     ) -> Result<(), String> {
         let support = self.support()?;
         let dir = self.open_door(tenant, job_id, instance)?;
-        // Read-only: connecting to a socket writes nothing, and the job's code can neither
-        // replace the socket nor store files outside its quotas; the gateway (re)creates the
-        // socket host-side, and the bind shows it.
-        spec.extra_ro_binds.push(Bind {
-            source: dir,
-            target: PathBuf::from(SANDBOX_DIR),
-        });
-        spec.extra_ro_binds.push(Bind {
-            source: support,
-            target: PathBuf::from(SUPPORT_MOUNT),
-        });
-        let path = spec
-            .env
-            .set
-            .iter()
-            .find(|(name, _)| name == "PATH")
-            .map_or_else(|| "/usr/bin:/bin".to_owned(), |(_, v)| v.clone());
-        spec.env.set.retain(|(name, _)| name != "PATH");
-        spec.env.set.extend([
-            ("PATH".to_owned(), format!("{SUPPORT_MOUNT}/bin:{path}")),
-            ("PYTHONPATH".to_owned(), SUPPORT_MOUNT.to_owned()),
-            ("HPCGATE_TOOLS".to_owned(), SANDBOX_SOCKET.to_owned()),
-        ]);
+        equip(spec, dir, support, [("HPCGATE_TOOLS", SANDBOX_SOCKET)]);
         Ok(())
     }
 
@@ -163,6 +156,7 @@ impl CodeMode {
     /// there (the sandbox keeps its bind of the directory; the socket is made again in it),
     /// and removes the directories of jobs that are no longer running.
     pub fn reopen(&self, state: &State) {
+        self.reopen_remote(state);
         let Ok(entries) = std::fs::read_dir(&self.base) else {
             return;
         };
@@ -179,6 +173,10 @@ impl CodeMode {
             let Some(job_id) = name.to_str().and_then(|n| JobId::parse(n).ok()) else {
                 continue;
             };
+            if self.has_token(&job_id) {
+                // A running Slurm job's token directory.
+                continue;
+            }
             let reopened = running.get(&job_id).is_some_and(|record| {
                 let job_dir = state.job_dir_ambient(&record.tenant, &record.job_id);
                 let opened = self.open_door(&record.tenant, &job_id, &record.instance);
@@ -285,11 +283,49 @@ impl Drop for CodeMode {
             door.scope.close();
             door.stop.cancel();
         }
+        // The stored tokens stay: the next start serves the running Slurm jobs again.
+        for (_, remote) in lock(&self.remote).drain() {
+            remote.scope.close();
+        }
         // Never block in drop: the gateway may be dropped on an async thread.
         if let Some(Ok(runtime)) = self.runtime.take() {
             runtime.shutdown_background();
         }
     }
+}
+
+/// Adds to a job's sandbox what its code needs to call tools: `dir` (its socket's or token's
+/// directory) read-only at [`SANDBOX_DIR`], the support files at [`SUPPORT_MOUNT`], their
+/// places on `PATH` and `PYTHONPATH`, and `env`.
+fn equip<'a>(
+    spec: &mut SandboxSpec,
+    dir: PathBuf,
+    support: PathBuf,
+    env: impl IntoIterator<Item = (&'a str, &'a str)>,
+) {
+    // Read-only: connecting to a socket or reading a token writes nothing, and the job's code
+    // can neither replace them nor store files outside its quotas; the gateway (re)creates
+    // them host-side, and the bind shows it.
+    spec.extra_ro_binds.push(Bind {
+        source: dir,
+        target: PathBuf::from(SANDBOX_DIR),
+    });
+    spec.extra_ro_binds.push(Bind {
+        source: support,
+        target: PathBuf::from(SUPPORT_MOUNT),
+    });
+    let path = spec
+        .env
+        .set
+        .iter()
+        .find(|(name, _)| name == "PATH")
+        .map_or_else(|| "/usr/bin:/bin".to_owned(), |(_, v)| v.clone());
+    spec.env.set.retain(|(name, _)| name != "PATH");
+    spec.env.set.extend([
+        ("PATH".to_owned(), format!("{SUPPORT_MOUNT}/bin:{path}")),
+        ("PYTHONPATH".to_owned(), SUPPORT_MOUNT.to_owned()),
+    ]);
+    (spec.env.set).extend(env.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
 }
 
 fn close_door(doors: &Mutex<HashMap<JobId, Door>>, job_id: &JobId) {

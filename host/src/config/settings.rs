@@ -149,6 +149,8 @@ pub struct FixedSettings {
     pub proxied_mcps: BTreeMap<String, ProxySettings>,
     /// `[telemetry]`; `None`: no traces.
     pub telemetry: Option<super::telemetry::TelemetrySettings>,
+    /// `[code_mode] url`: where Slurm jobs with tools reach the gateway; `None`: they cannot.
+    pub code_mode_url: Option<String>,
 }
 
 impl FixedSettings {
@@ -164,6 +166,7 @@ impl FixedSettings {
             engine,
             proxied_mcps,
             telemetry,
+            code_mode_url,
         } = self;
         [
             ("state_dir", *state_dir != other.state_dir),
@@ -174,6 +177,7 @@ impl FixedSettings {
             ("engine", *engine != other.engine),
             ("proxied_mcps", *proxied_mcps != other.proxied_mcps),
             ("telemetry", *telemetry != other.telemetry),
+            ("code_mode.url", *code_mode_url != other.code_mode_url),
         ]
         .into_iter()
         .filter_map(|(name, differs)| differs.then_some(name))
@@ -314,6 +318,11 @@ impl FixedSettings {
             },
             engine: config.engine_settings(),
             telemetry: super::telemetry::resolve_telemetry(&config.telemetry, bad)?,
+            code_mode_url: super::code_mode::resolve_url(
+                &config.code_mode,
+                config.tenants.is_empty(),
+                bad,
+            )?,
         })
     }
 }

@@ -29,7 +29,7 @@ use crate::jobs::Jobs;
 use crate::metrics::{Gauges, Metrics};
 use crate::policy::{Chain, Phase, PolicyEngine, Via};
 use crate::proxy::{ProxiedTool, ProxyManager};
-use crate::state::State;
+use crate::state::{InstanceId, JobId, JobRecord, State, TenantName};
 use crate::telemetry::Telemetry;
 use crate::tools::{Tool, ToolSpec};
 use call::Target;
@@ -131,6 +131,7 @@ impl Gateway {
         let chain = settings.build_chain(&engine)?;
         let state = State::open(&settings.fixed.state_dir)?;
         let settings_state_dir = settings.fixed.state_dir.clone();
+        let code_mode_url = settings.fixed.code_mode_url.clone();
         let audit = Arc::new(AuditLog::open(
             &settings.fixed.audit_dir,
             settings.fixed.audit.clone(),
@@ -167,7 +168,7 @@ impl Gateway {
             engine,
             metrics,
             telemetry,
-            code_mode: CodeMode::new(&settings_state_dir),
+            code_mode: CodeMode::new(&settings_state_dir, code_mode_url),
         };
         if let Some(age) = gateway.snapshot().settings.job_retention {
             for tenant in gateway.state.tenants()? {
@@ -198,6 +199,63 @@ impl Gateway {
     /// The doors of jobs with tools.
     pub fn code_mode(&self) -> &CodeMode {
         &self.code_mode
+    }
+
+    /// Job `job_id` of the tenant's `instance` as recorded now (code mode checks a job
+    /// token's job on every request), if there is one.
+    pub(crate) fn job_record(
+        &self,
+        tenant: &TenantName,
+        instance: &InstanceId,
+        job_id: &JobId,
+    ) -> Option<JobRecord> {
+        self.state.job(tenant, instance, job_id).ok()
+    }
+
+    /// Asks the executor about job `job_id` and records what changed, audited as the
+    /// gateway's own observation (as at start); code mode's watcher of Slurm jobs with tools.
+    /// `None` when the job is not there (any more).
+    pub(crate) fn observe_job(
+        &self,
+        tenant: &TenantName,
+        instance: &InstanceId,
+        job_id: &JobId,
+    ) -> Option<JobRecord> {
+        let record = self.state.job(tenant, instance, job_id).ok()?;
+        let Ok(refreshed) = self.jobs.refresh(&self.state, record.clone()) else {
+            return Some(record);
+        };
+        if refreshed.changed {
+            // A failed append leaves this change unaudited, as a failed poll would; the
+            // record itself is already durable.
+            let _ = self.audit.append(
+                crate::jobs::state_event(&refreshed.record).who(tenant.as_ref(), "hpcgate"),
+            );
+        }
+        Some(refreshed.record)
+    }
+
+    /// The `Origin` check of [`Self::authenticate`] alone, with its HTTP answer.
+    pub fn check_origin(&self, request: &AuthRequest) -> Result<(), crate::auth::Rejection> {
+        let snapshot = self.snapshot();
+        (snapshot.auth)
+            .check_origin(request)
+            .map_err(|e| snapshot.auth.rejection(&e))
+    }
+
+    /// The caller and door of a job token presented over HTTP ([`crate::code_mode::remote`]),
+    /// or the 401 answer.
+    pub fn authenticate_job(
+        &self,
+        token: &str,
+    ) -> Result<(Caller, Arc<crate::code_mode::JobScope>), crate::auth::Rejection> {
+        match self.code_mode.authenticate(token) {
+            Ok(scope) => Ok((scope.caller(), scope)),
+            Err(reason) => {
+                let snapshot = self.snapshot();
+                Err(snapshot.auth.rejection(&AuthError::invalid(reason)))
+            }
+        }
     }
 
     /// The settings and policies in force now. A request takes one snapshot at its start and

@@ -85,7 +85,8 @@ struct Submit {
     /// Resources for the job; site policy may lower or refuse them.
     resources: Option<ResourceArgs>,
     /// Let the job's code call hpcgate tools (`import hpcgate_tools`, `hpcgate-call`), each
-    /// call checked by policy and audited as this job (default false; local jobs only).
+    /// call checked by policy and audited as this job (default false; a Slurm job needs the
+    /// admin's `[code_mode] url`).
     tools: Option<bool>,
 }
 

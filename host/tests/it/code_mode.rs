@@ -190,7 +190,10 @@ async fn run_python_lists_reads_and_writes_through_the_pipeline_as_the_job() {
     assert_eq!(results[5]["structured"]["content"], summary);
     assert_eq!(results[6]["is_error"], true, "{}", results[6]);
     let slurm = results[6]["text"].as_str().unwrap();
-    assert!(slurm.contains("only available to local jobs"), "{slurm}");
+    assert!(
+        slurm.contains("`tools = true` on a Slurm job needs") && slurm.contains("[code_mode] url"),
+        "no `[code_mode] url`: a Slurm job with tools is refused, saying what to set: {slurm}"
+    );
 
     // The audit log: each inner call as the job, via = job, with its id and instance.
     let job_id = job["job_id"].as_str().unwrap();

@@ -4,13 +4,15 @@
     t.list_directory(path=".")          # -> the tool's structured result, as Python values
     t.read_file(path="data.csv")["content"]
 
-Every call goes to the gateway through the job's own socket ($HPCGATE_TOOLS), where it is
-judged by the site's policies and recorded in the audit log like an agent's call, as this
-job (`via = "job"`). `instance_id` is this job's instance; leave it out. A refused or failed
+Every call goes to the gateway through the job's own socket ($HPCGATE_TOOLS) or, in a Slurm
+job, to the gateway's HTTP listener ($HPCGATE_TOOLS_URL) with the job's own token (read from
+$HPCGATE_TOOLS_TOKEN_FILE, sent only in the Authorization header). There it is judged by the
+site's policies and recorded in the audit log like an agent's call, as this job
+(`via = "job"`). `instance_id` is this job's instance; leave it out. A refused or failed
 call raises `ToolError` with the gateway's message (naming the policy and its reason).
 
-Pure standard library: MCP (JSON-RPC over streamable HTTP) over a Unix socket with
-http.client.
+Pure standard library: MCP (JSON-RPC over streamable HTTP) with http.client, over a Unix
+socket or TCP (TLS for an https:// URL).
 """
 
 import http.client
@@ -21,11 +23,14 @@ import keyword
 import os
 import socket
 import sys
+import urllib.parse
 
 __all__ = ["ToolError", "call", "tools"]
 
 PROTOCOL_VERSION = "2025-06-18"
 SOCKET = os.environ.get("HPCGATE_TOOLS", "/run/hpcgate/tools.sock")
+URL = os.environ.get("HPCGATE_TOOLS_URL")
+TOKEN_FILE = os.environ.get("HPCGATE_TOOLS_TOKEN_FILE", "/run/hpcgate/token")
 _ids = itertools.count(1)
 _conn = None
 
@@ -50,28 +55,48 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock.connect(self._path)
 
 
+def _door():
+    """How this job reaches the gateway: (connection factory, path, extra headers, name)."""
+    if not URL:
+        return (lambda: _UnixConnection(SOCKET)), "/mcp", {}, f"the tools socket `{SOCKET}`"
+    url = urllib.parse.urlsplit(URL)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ToolError("hpcgate", f"HPCGATE_TOOLS_URL `{URL}` is not an http(s) URL")
+    try:
+        with open(TOKEN_FILE, encoding="ascii") as f:
+            token = f.read().strip()
+    except OSError as e:
+        raise ToolError("hpcgate", f"cannot read the job's token `{TOKEN_FILE}` ({e.strerror}); "
+                        "it exists only while this job runs") from None
+    kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+    return ((lambda: kind(url.hostname, url.port)), url.path or "/",
+            {"Authorization": f"Bearer {token}"}, f"the gateway at `{URL}`")
+
+
 def _post(message):
     """One JSON-RPC message; the decoded response, or None for a notification."""
     global _conn
+    connect, path, extra, name = _door()
     body = json.dumps(message).encode()
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
         "MCP-Protocol-Version": PROTOCOL_VERSION,
+        **extra,
     }
     for attempt in (0, 1):
         if _conn is None:
-            _conn = _UnixConnection(SOCKET)
+            _conn = connect()
         try:
-            _conn.request("POST", "/mcp", body, headers)
+            _conn.request("POST", path, body, headers)
             response = _conn.getresponse()
             data = response.read()
             break
-        except (ConnectionError, http.client.HTTPException, FileNotFoundError) as e:
+        except (OSError, http.client.HTTPException) as e:
             _conn.close()
             _conn = None
             if attempt:
-                raise ToolError("hpcgate", f"the tools socket `{SOCKET}` does not answer ({e}); "
+                raise ToolError("hpcgate", f"{name} does not answer ({e}); "
                                 "it serves only while this job runs") from None
     if response.status == 202 or not data:
         return None
