@@ -418,16 +418,19 @@ fn mcp_result(live: &Snapshot, result: CallResult) -> CallToolResult {
             }
         }
     }
+    if result.is_error {
+        // The message as text, whatever `result_type` says, and no structured content: an
+        // error's `{"error": …}` is no tool's result type, and a client that checks every
+        // structured content against the tool's outputSchema (the TypeScript SDK 1.x does,
+        // errors included) would refuse the result instead of showing the error.
+        return CallToolResult::error(vec![ContentBlock::text(result.text)]);
+    }
     let result_type = live.result_type();
     let content = match result_type {
         ResultType::Both | ResultType::Text => vec![ContentBlock::text(result.text)],
         ResultType::Structured => Vec::new(),
     };
-    let mut response = if result.is_error {
-        CallToolResult::error(content)
-    } else {
-        CallToolResult::success(content)
-    };
+    let mut response = CallToolResult::success(content);
     if result_type != ResultType::Text {
         response.structured_content = Some(result.structured);
     }

@@ -5,7 +5,8 @@
 //! same schema closed (no property it does not declare); and the official Python SDK over
 //! streamable HTTP, which validates every result against the schema itself. The tools covered
 //! must be exactly the builtin tools listed, so a new tool without a schema or a call here
-//! fails. Proxied tools keep what their server advertised.
+//! fails. Error results carry their message as text and no structured content. Proxied tools
+//! keep what their server advertised.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -282,6 +283,17 @@ async fn every_builtin_result_conforms_to_its_output_schema() {
         covered.insert(tool);
         results.push(structured);
     }
+    // An error says why in its text and carries no structured content (which no tool's schema
+    // describes, and which the TypeScript SDK 1.x would check against it all the same).
+    let missing = json!({"instance_id": "nope"}).as_object().unwrap().clone();
+    let refused = client
+        .call_tool(CallToolRequestParams::new("describe_instance").with_arguments(missing))
+        .await
+        .unwrap();
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    assert_eq!(refused.structured_content, None, "{refused:?}");
+    let text = refused.content[0].as_text().unwrap().text.clone();
+    assert!(text.contains("nope"), "{text}");
     client.cancel().await.unwrap();
 
     // The calls reached the shapes they were written for.
