@@ -197,15 +197,19 @@ impl ServerHandler for McpServer {
     ) -> Result<ListToolsResult, McpError> {
         self.gateway.metrics().request("tools/list");
         let (via, _) = self.job(&context);
-        let (specs, proxied) = self
+        let (specs, proxied, result_type) = self
             .blocking(self.caller(&context)?, false, move |gateway, caller| {
                 gateway.proxies().settle(LIST_WAITS_FOR_DISCOVERY);
-                gateway.list(&gateway.snapshot(), &caller, via)
+                let live = gateway.snapshot();
+                let (specs, proxied) = gateway.list(&live, &caller, via);
+                (specs, proxied, live.result_type())
             })
             .await?;
+        // A proxied tool is listed as its server listed it (with its own outputSchema or none).
         let proxied = proxied.into_iter().map(|p| p.tool.clone());
+        let builtin = specs.into_iter().map(|spec| mcp_tool(spec, result_type));
         Ok(ListToolsResult::with_all_items(
-            specs.into_iter().map(mcp_tool).chain(proxied).collect(),
+            builtin.chain(proxied).collect(),
         ))
     }
 
@@ -414,28 +418,45 @@ fn mcp_result(live: &Snapshot, result: CallResult) -> CallToolResult {
             }
         }
     }
+    if result.is_error {
+        // The message as text, whatever `result_type` says, and no structured content: an
+        // error's `{"error": …}` is no tool's result type, and a client that checks every
+        // structured content against the tool's outputSchema (the TypeScript SDK 1.x does,
+        // errors included) would refuse the result instead of showing the error.
+        return CallToolResult::error(vec![ContentBlock::text(result.text)]);
+    }
     let result_type = live.result_type();
     let content = match result_type {
         ResultType::Both | ResultType::Text => vec![ContentBlock::text(result.text)],
         ResultType::Structured => Vec::new(),
     };
-    let mut response = if result.is_error {
-        CallToolResult::error(content)
-    } else {
-        CallToolResult::success(content)
-    };
+    let mut response = CallToolResult::success(content);
     if result_type != ResultType::Text {
         response.structured_content = Some(result.structured);
     }
     response
 }
 
-fn mcp_tool(spec: &ToolSpec) -> Tool {
-    let schema = match &spec.input_schema {
+/// A builtin tool as `tools/list` shows it. Its `outputSchema` only when results carry
+/// structured content (`result_type` other than `text`): MCP requires structured content from a
+/// tool that declares one.
+fn mcp_tool(spec: &ToolSpec, result_type: ResultType) -> Tool {
+    let object = |schema: &serde_json::Value| match schema {
         serde_json::Value::Object(map) => map.clone(),
         _ => serde_json::Map::new(),
     };
-    Tool::new(spec.name, spec.description, Arc::new(schema)).annotate(
+    let tool = Tool::new(
+        spec.name,
+        spec.description,
+        Arc::new(object(&spec.input_schema)),
+    );
+    let tool = match result_type {
+        ResultType::Text => tool,
+        ResultType::Both | ResultType::Structured => {
+            tool.with_raw_output_schema(Arc::new(object(&spec.output_schema)))
+        }
+    };
+    tool.annotate(
         ToolAnnotations::new()
             .read_only(spec.read_only)
             .destructive(spec.destructive)

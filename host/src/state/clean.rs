@@ -1,5 +1,5 @@
-//! `clean`: delete archived instances archived before a cutoff, with their job records; and
-//! the sweep of leftovers from crashed operations.
+//! `clean`: delete archived instances archived before a cutoff, with their job records and
+//! the MCP tasks that followed those jobs; and the sweep of leftovers from crashed operations.
 //!
 //! Deleting a tree is not atomic, so an instance is first renamed to
 //! `archived/.trash-<id>-<random>` (gone from every listing at once) and then removed; a
@@ -22,6 +22,7 @@ use super::layout::{Location, NEW_PREFIX, TRASH_PREFIX, TenantPaths};
 use super::lock::TenantLock;
 use super::query::instance_ids;
 use super::running;
+use super::tasks::sweep_orphan_tasks;
 use crate::time::Timestamp;
 
 impl State {
@@ -69,6 +70,7 @@ impl State {
             discard_tree(&paths.instance(Location::Archived, &id), id.as_str())?;
             removed.push(id);
         }
+        sweep_orphan_tasks(&paths, tenant)?;
         Ok(removed)
     }
 

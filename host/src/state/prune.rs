@@ -1,6 +1,6 @@
 //! `prune_jobs`: retention for job records. Removes finished jobs (record and, for local
-//! jobs, the executor's job directory with the output) that finished before a cutoff.
-//! Unfinished jobs are never pruned, whatever their age.
+//! jobs, the executor's job directory with the output) that finished before a cutoff, then the
+//! MCP tasks that followed them. Unfinished jobs are never pruned, whatever their age.
 
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use super::fsops::discard_tree;
 use super::id::{JobId, TenantName};
 use super::jobs::all_records;
 use super::lock::TenantLock;
+use super::tasks::sweep_orphan_tasks;
 use crate::time::Timestamp;
 
 impl State {
@@ -40,6 +41,7 @@ impl State {
             discard_tree(&paths.job(&record.job_id), record.job_id.as_str())?;
             removed.push(record.job_id);
         }
+        sweep_orphan_tasks(&paths, tenant)?;
         removed.sort();
         Ok(removed)
     }

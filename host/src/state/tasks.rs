@@ -8,12 +8,16 @@
 //! tenant's id is "not found", exactly like an id nobody issued. A malformed id is not found
 //! either (never an error that echoes it or tells it apart).
 
+use std::fs;
+use std::io;
+
 use serde::{Deserialize, Serialize};
 
 use super::State;
 use super::error::StateError;
-use super::fsops::{ensure_dir_private, read_json, write_json_atomic};
+use super::fsops::{ensure_dir_private, is_real_dir, read_json, sync_dir, write_json_atomic};
 use super::id::{InstanceId, JobId, TenantName};
+use super::layout::TenantPaths;
 use super::random::random_base32;
 use crate::time::Timestamp;
 
@@ -126,6 +130,54 @@ impl State {
         };
         Ok(record.filter(|r| r.task_id == id && &r.tenant == tenant))
     }
+}
+
+/// Removes the tenant's tasks whose job is gone (pruned, or deleted with its archived instance
+/// by `clean`): such a task can never resolve again. Called with the tenant lock held, after
+/// the jobs were removed; a crash between the two leaves tasks that the next prune or clean
+/// removes (until then `tasks/get` finds their job missing and answers "not found"). Only
+/// task files are looked at, not one being written (`.<id>.json.tmp`); an unreadable one is
+/// left for an administrator, as `clean` leaves unreadable instance metadata. Returns how many
+/// were removed.
+pub(crate) fn sweep_orphan_tasks(
+    paths: &TenantPaths,
+    tenant: &TenantName,
+) -> Result<usize, StateError> {
+    let dir = paths.tasks();
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(StateError::io("sweep tasks")(e)),
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry.map_err(StateError::io("sweep tasks"))?;
+        let name = entry.file_name();
+        let Some(id) = (name.to_str())
+            .and_then(|n| n.strip_suffix(".json"))
+            .and_then(TaskId::parse)
+        else {
+            continue;
+        };
+        let Ok(Some(task)) = read_json::<TaskRecord>(&entry.path()) else {
+            continue;
+        };
+        if task.task_id != id || &task.tenant != tenant {
+            continue;
+        }
+        if is_real_dir(&paths.job(&task.job_id)).map_err(StateError::io("sweep tasks"))? {
+            continue;
+        }
+        match fs::remove_file(entry.path()) {
+            Ok(()) => removed += 1,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StateError::io("sweep tasks")(e)),
+        }
+    }
+    if removed > 0 {
+        sync_dir(&dir).map_err(StateError::io("sweep tasks"))?;
+    }
+    Ok(removed)
 }
 
 #[cfg(test)]

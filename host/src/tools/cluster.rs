@@ -4,9 +4,12 @@
 
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use super::{Context, Output, ToolError, ToolSpec, parse, schema, tool_family};
+use super::results::{
+    ClusterStatus, HostCommandInfo, HostCommands, HostExecResult, HostRan, YourJobs,
+};
+use super::{Context, Output, ToolError, ToolSpec, output_schema, parse, schema, tool_family};
 use crate::audit::{Entry, Event, Outcome};
 use hpcgate_executors::host;
 
@@ -33,7 +36,13 @@ struct HostExec {
 }
 
 pub(super) fn spec(tool: ClusterTool) -> ToolSpec {
-    let spec = |description, input_schema| ToolSpec::new(tool.name(), description, input_schema);
+    let spec = |description, input_schema| {
+        let output_schema = match tool {
+            ClusterTool::ClusterStatus => output_schema::<ClusterStatus>(),
+            ClusterTool::HostExec => output_schema::<HostExecResult>(),
+        };
+        ToolSpec::new(tool.name(), description, input_schema, output_schema)
+    };
     match tool {
         ClusterTool::ClusterStatus => spec(
             "Cluster load: Slurm partitions with idle/allocated CPUs and GPUs and the queue depth, and your running jobs.",
@@ -65,10 +74,7 @@ fn cluster_status(cx: &Context<'_>, _: Status) -> Result<Output, ToolError> {
         .filter(|r| r.mode == crate::state::JobMode::Local)
         .count();
     let (slurm, line) = match cx.jobs.slurm() {
-        None => (
-            Value::Null,
-            "Slurm is not enabled; local jobs only".to_owned(),
-        ),
+        None => (None, "Slurm is not enabled; local jobs only".to_owned()),
         Some(runner) => match runner.cluster_status() {
             Ok(status) => {
                 let idle: u32 = status.partitions.iter().map(|p| p.cpus.idle).sum();
@@ -79,7 +85,7 @@ fn cluster_status(cx: &Context<'_>, _: Status) -> Result<Output, ToolError> {
                     status.running_jobs,
                     status.pending_jobs
                 );
-                (json!(status), line)
+                (Some(status.into()), line)
             }
             Err(e) => {
                 return Err(ToolError(format!(
@@ -88,34 +94,35 @@ fn cluster_status(cx: &Context<'_>, _: Status) -> Result<Output, ToolError> {
             }
         },
     };
-    Ok(Output {
-        structured: json!({
-            "slurm": slurm,
-            "yours": { "unfinished_jobs": mine.len(), "unfinished_local_jobs": local },
-        }),
-        summary: format!("{line}; you have {} unfinished job(s)", mine.len()),
-        outcome: Outcome::default(),
-    })
+    let result = ClusterStatus {
+        slurm,
+        yours: YourJobs {
+            unfinished_jobs: mine.len(),
+            unfinished_local_jobs: local,
+        },
+    };
+    let summary = format!("{line}; you have {} unfinished job(s)", mine.len());
+    Ok(Output::new(&result, summary, Outcome::default()))
 }
 
 fn host_exec(cx: &Context<'_>, args: HostExec) -> Result<Output, ToolError> {
     let Some(key) = args.command else {
-        let commands: Map<String, Value> = cx
+        let commands = cx
             .host_commands
             .iter()
-            .map(|(k, c)| (k.clone(), json!({ "description": c.description })))
+            .map(|(k, c)| {
+                let description = c.description.clone();
+                (k.clone(), HostCommandInfo { description })
+            })
             .collect();
-        let summary = if commands.is_empty() {
+        let result = HostExecResult::Commands(HostCommands { commands });
+        let summary = if cx.host_commands.is_empty() {
             "no host commands are configured".to_owned()
         } else {
-            let keys: Vec<&str> = commands.keys().map(String::as_str).collect();
+            let keys: Vec<&str> = cx.host_commands.keys().map(String::as_str).collect();
             format!("host commands: {}", keys.join(", "))
         };
-        return Ok(Output {
-            structured: json!({ "commands": commands }),
-            summary,
-            outcome: Outcome::default(),
-        });
+        return Ok(Output::new(&result, summary, Outcome::default()));
     };
     let Some(command) = cx.host_commands.get(&key) else {
         let keys: Vec<&str> = cx.host_commands.keys().map(String::as_str).collect();
@@ -156,17 +163,15 @@ fn host_exec(cx: &Context<'_>, args: HostExec) -> Result<Output, ToolError> {
         (false, None) => "killed by a signal".to_owned(),
     };
     let elapsed = (ran.elapsed.as_secs_f64() * 100.0).round() / 100.0;
-    Ok(Output {
-        summary: format!("host:{key} {status} in {elapsed} s"),
-        structured: json!({
-            "command": key,
-            "exit_code": ran.exit_code,
-            "timed_out": ran.timed_out,
-            "elapsed_s": elapsed,
-            "stdout": ran.stdout,
-            "stderr": ran.stderr,
-            "stdout_truncated": ran.stdout_bytes as usize > MAX_HOST_OUTPUT,
-        }),
-        outcome,
-    })
+    let summary = format!("host:{key} {status} in {elapsed} s");
+    let result = HostExecResult::Ran(HostRan {
+        command: key,
+        exit_code: ran.exit_code,
+        timed_out: ran.timed_out,
+        elapsed_s: elapsed,
+        stdout: ran.stdout,
+        stderr: ran.stderr,
+        stdout_truncated: ran.stdout_bytes as usize > MAX_HOST_OUTPUT,
+    });
+    Ok(Output::new(&result, summary, outcome))
 }

@@ -5,9 +5,14 @@
 
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use super::{Area, Context, Output, ToolError, ToolSpec, parse, schema, tool_family};
+use super::results::{
+    Copied, Deleted, Found, Listing, MadeDirectory, Moved, Opened, PathStat, ReadResult, Written,
+};
+use super::{
+    Area, Context, Output, ToolError, ToolSpec, output_schema, parse, schema, tool_family,
+};
 use crate::audit::Outcome;
 use hpcgate_executors::files::{
     self as exec, CopyRequest, DeleteRequest, Encoding, InstanceRoots, ListRequest,
@@ -178,7 +183,20 @@ fn workspace() -> String {
 }
 
 pub(super) fn spec(tool: FileTool) -> ToolSpec {
-    let spec = |description, input_schema| ToolSpec::new(tool.name(), description, input_schema);
+    let spec = |description, input_schema| {
+        let output_schema = match tool {
+            FileTool::ReadFile => output_schema::<ReadResult>(),
+            FileTool::WriteFile => output_schema::<Written>(),
+            FileTool::ListDirectory => output_schema::<Listing>(),
+            FileTool::StatPath => output_schema::<PathStat>(),
+            FileTool::MakeDirectory => output_schema::<MadeDirectory>(),
+            FileTool::MovePath => output_schema::<Moved>(),
+            FileTool::CopyPath => output_schema::<Copied>(),
+            FileTool::DeletePath => output_schema::<Deleted>(),
+            FileTool::SearchFiles => output_schema::<Found>(),
+        };
+        ToolSpec::new(tool.name(), description, input_schema, output_schema)
+    };
     match tool {
         FileTool::ReadFile => spec("Read a file of an instance (utf8 text or base64), from an offset; says whether the end was reached.", schema::<Read>()).read_only(),
         FileTool::WriteFile => spec("Write a file of an instance atomically (or append).", schema::<Write>()).destructive(),
@@ -231,20 +249,23 @@ fn read_file(cx: &Context<'_>, args: Read) -> Result<Output, ToolError> {
     let read = exec::read_file(&roots(cx)?, cx.files, &request)?;
     let content = exec::encode(&read.path, &read.data, args.encoding.into())?;
     let bytes = read.data.len() as u64;
-    Ok(Output {
-        summary: format!(
-            "read {bytes} of {} bytes from `{}`",
-            read.total_size, read.path
-        ),
-        structured: json!({
-            "path": read.path, "content": content, "offset": read.offset,
-            "bytes": bytes, "total_size": read.total_size, "eof": read.eof,
-        }),
-        outcome: Outcome {
-            bytes: Some(bytes),
-            ..Outcome::default()
-        },
-    })
+    let summary = format!(
+        "read {bytes} of {} bytes from `{}`",
+        read.total_size, read.path
+    );
+    let result = ReadResult {
+        path: read.path,
+        content,
+        offset: read.offset,
+        bytes,
+        total_size: read.total_size,
+        eof: read.eof,
+    };
+    let outcome = Outcome {
+        bytes: Some(bytes),
+        ..Outcome::default()
+    };
+    Ok(Output::new(&result, summary, outcome))
 }
 
 /// `read_file` for a door that streams (a WebDAV GET): the file is opened beneath the root and
@@ -261,14 +282,18 @@ fn open_for_download(
         .unwrap_or(size)
         .min(size.saturating_sub(args.offset));
     transfer.deliver(opened);
-    Ok(Output {
-        summary: format!("opened `{path}` ({size} bytes) to send {bytes} bytes"),
-        structured: json!({ "path": path, "total_size": size, "offset": args.offset, "bytes": bytes }),
-        outcome: Outcome {
-            bytes: Some(bytes),
-            ..Outcome::default()
-        },
-    })
+    let summary = format!("opened `{path}` ({size} bytes) to send {bytes} bytes");
+    let result = Opened {
+        path,
+        total_size: size,
+        offset: args.offset,
+        bytes,
+    };
+    let outcome = Outcome {
+        bytes: Some(bytes),
+        ..Outcome::default()
+    };
+    Ok(Output::new(&result, summary, outcome))
 }
 
 fn write_file(cx: &Context<'_>, args: Write) -> Result<Output, ToolError> {
@@ -302,7 +327,7 @@ fn write_file(cx: &Context<'_>, args: Write) -> Result<Output, ToolError> {
         create_dirs: args.create_dirs,
     };
     let written = exec::write_file(&roots(cx)?, cx.files, &request)?;
-    Ok(written_output(&written))
+    Ok(written_output(written))
 }
 
 /// `write_file` from a streamed body: refused before reading when the announced size is over
@@ -338,21 +363,19 @@ fn write_upload(
         }
         other => other?,
     };
-    Ok(written_output(&written))
+    Ok(written_output(written))
 }
 
-fn written_output(written: &exec::WriteResult) -> Output {
-    Output {
-        summary: format!(
-            "wrote {} bytes to `{}`",
-            written.bytes_written, written.path
-        ),
-        outcome: Outcome {
-            bytes: Some(written.bytes_written),
-            ..Outcome::default()
-        },
-        structured: serde_json::to_value(written).unwrap_or(Value::Null),
-    }
+fn written_output(written: exec::WriteResult) -> Output {
+    let summary = format!(
+        "wrote {} bytes to `{}`",
+        written.bytes_written, written.path
+    );
+    let outcome = Outcome {
+        bytes: Some(written.bytes_written),
+        ..Outcome::default()
+    };
+    Output::new(&Written::from(written), summary, outcome)
 }
 
 fn list_directory(cx: &Context<'_>, args: List) -> Result<Output, ToolError> {
@@ -363,15 +386,12 @@ fn list_directory(cx: &Context<'_>, args: List) -> Result<Output, ToolError> {
     };
     let listed = exec::list_directory(&roots(cx)?, cx.files, &request)?;
     let more = if listed.truncated { " (truncated)" } else { "" };
-    Ok(Output {
-        summary: format!(
-            "{} entries in `{}`{more}",
-            listed.entries.len(),
-            listed.path
-        ),
-        structured: serde_json::to_value(&listed).unwrap_or(Value::Null),
-        outcome: Outcome::default(),
-    })
+    let summary = format!(
+        "{} entries in `{}`{more}",
+        listed.entries.len(),
+        listed.path
+    );
+    Ok(output(Listing::from(listed), summary))
 }
 
 fn stat_path(cx: &Context<'_>, args: Stat) -> Result<Output, ToolError> {
@@ -380,7 +400,7 @@ fn stat_path(cx: &Context<'_>, args: Stat) -> Result<Output, ToolError> {
         "`{}`: {:?}, {} bytes",
         stat.path, stat.facts.kind, stat.facts.size
     );
-    Ok(output(&stat, summary))
+    Ok(output(PathStat::from(stat), summary))
 }
 
 fn make_directory(cx: &Context<'_>, args: MakeDirectory) -> Result<Output, ToolError> {
@@ -395,7 +415,7 @@ fn make_directory(cx: &Context<'_>, args: MakeDirectory) -> Result<Output, ToolE
         "already there:"
     };
     let summary = format!("{verb} `{}`", made.path);
-    Ok(output(&made, summary))
+    Ok(output(MadeDirectory::from(made), summary))
 }
 
 fn move_path(cx: &Context<'_>, args: Move) -> Result<Output, ToolError> {
@@ -406,7 +426,7 @@ fn move_path(cx: &Context<'_>, args: Move) -> Result<Output, ToolError> {
     };
     let moved = exec::move_path(&roots(cx)?, &request)?;
     let summary = format!("moved `{}` to `{}`", moved.from, moved.to);
-    Ok(output(&moved, summary))
+    Ok(output(Moved::from(moved), summary))
 }
 
 fn copy_path(cx: &Context<'_>, args: Copy) -> Result<Output, ToolError> {
@@ -430,14 +450,11 @@ fn copy_path(cx: &Context<'_>, args: Copy) -> Result<Output, ToolError> {
         "copied `{}` to `{}` ({} files, {} bytes)",
         copied.from, copied.to, copied.files, copied.bytes
     );
-    Ok(Output {
-        structured: serde_json::to_value(&copied).unwrap_or(Value::Null),
-        summary,
-        outcome: Outcome {
-            bytes: Some(copied.bytes),
-            ..Outcome::default()
-        },
-    })
+    let outcome = Outcome {
+        bytes: Some(copied.bytes),
+        ..Outcome::default()
+    };
+    Ok(Output::new(&Copied::from(copied), summary, outcome))
 }
 
 /// Which quota area a sandbox-view path falls in.
@@ -456,7 +473,7 @@ fn delete_path(cx: &Context<'_>, args: Delete) -> Result<Output, ToolError> {
     };
     let deleted = exec::delete_path(&roots(cx)?, cx.files, &request)?;
     let summary = format!("deleted `{}`", deleted.path);
-    Ok(output(&deleted, summary))
+    Ok(output(Deleted::from(deleted), summary))
 }
 
 fn search_files(cx: &Context<'_>, args: Search) -> Result<Output, ToolError> {
@@ -468,13 +485,9 @@ fn search_files(cx: &Context<'_>, args: Search) -> Result<Output, ToolError> {
     let found = exec::search_files(&roots(cx)?, cx.files, &request)?;
     let more = if found.truncated { " (truncated)" } else { "" };
     let summary = format!("{} matches in `{}`{more}", found.matches.len(), found.path);
-    Ok(output(&found, summary))
+    Ok(output(Found::from(found), summary))
 }
 
-fn output(result: &impl serde::Serialize, summary: String) -> Output {
-    Output {
-        structured: serde_json::to_value(result).unwrap_or(Value::Null),
-        summary,
-        outcome: Outcome::default(),
-    }
+fn output(result: impl serde::Serialize, summary: String) -> Output {
+    Output::new(&result, summary, Outcome::default())
 }

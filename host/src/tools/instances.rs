@@ -4,9 +4,10 @@
 
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use super::{Context, Output, ToolError, ToolSpec, parse, schema, tool_family};
+use super::results::{InstanceList, InstanceResult, InstanceView};
+use super::{Context, Output, ToolError, ToolSpec, output_schema, parse, schema, tool_family};
 use crate::audit::{Entry, Event, Outcome};
 use crate::state::{Instance, NewInstance, Page, PageRequest};
 
@@ -59,7 +60,18 @@ struct Update {
 }
 
 pub(super) fn spec(tool: InstanceTool) -> ToolSpec {
-    let spec = |description, input_schema| ToolSpec::new(tool.name(), description, input_schema);
+    let spec = |description, input_schema| {
+        let output_schema = match tool {
+            InstanceTool::ListInstances | InstanceTool::ListArchivedInstances => {
+                output_schema::<InstanceList>()
+            }
+            InstanceTool::CreateInstance
+            | InstanceTool::DescribeInstance
+            | InstanceTool::UpdateInstance
+            | InstanceTool::ArchiveInstance => output_schema::<InstanceResult>(),
+        };
+        ToolSpec::new(tool.name(), description, input_schema, output_schema)
+    };
     match tool {
         InstanceTool::CreateInstance => spec(
             "Create a sandbox instance: a private /workspace and /output where jobs run and files live. Start here.",
@@ -104,7 +116,7 @@ pub(super) fn run(
                     "archived instances",
                 )
             };
-            Ok(listing(&page, noun))
+            Ok(listing(page, noun))
         }
         InstanceTool::DescribeInstance => describe_instance(cx, parse(tool.name(), arguments)?),
         InstanceTool::UpdateInstance => update_instance(cx, parse(tool.name(), arguments)?),
@@ -120,15 +132,14 @@ fn create_instance(cx: &Context<'_>, args: Create) -> Result<Output, ToolError> 
     };
     let instance = cx.state.create(cx.tenant, new)?;
     cx.record(Entry::new(Event::InstanceCreated).instance(instance.id.as_str()));
-    Ok(one(
-        &instance,
-        format!("created instance `{}`", instance.id),
-    ))
+    let summary = format!("created instance `{}`", instance.id);
+    Ok(one(instance, summary))
 }
 
 fn describe_instance(cx: &Context<'_>, _: ById) -> Result<Output, ToolError> {
     let instance = cx.state.describe(cx.tenant, cx.instance()?)?;
-    Ok(one(&instance, format!("instance `{}`", instance.id)))
+    let summary = format!("instance `{}`", instance.id);
+    Ok(one(instance, summary))
 }
 
 fn update_instance(cx: &Context<'_>, args: Update) -> Result<Output, ToolError> {
@@ -136,10 +147,8 @@ fn update_instance(cx: &Context<'_>, args: Update) -> Result<Output, ToolError> 
     let description = Some(Some(args.description).filter(|d| !d.is_empty()));
     let instance = cx.state.update(cx.tenant, id, description)?;
     cx.record(Entry::new(Event::InstanceUpdated).instance(instance.id.as_str()));
-    Ok(one(
-        &instance,
-        format!("updated instance `{}`", instance.id),
-    ))
+    let summary = format!("updated instance `{}`", instance.id);
+    Ok(one(instance, summary))
 }
 
 fn archive_instance(cx: &Context<'_>, _: ById) -> Result<Output, ToolError> {
@@ -152,24 +161,23 @@ fn archive_instance(cx: &Context<'_>, _: ById) -> Result<Output, ToolError> {
     cx.record(Entry::new(Event::InstanceArchived).instance(instance.id.as_str()));
     // Archived: its proxied servers stop (each stop audited by the proxy manager).
     cx.proxies.stop_instance(cx.tenant, id.as_str());
-    Ok(one(
-        &instance,
-        format!("archived instance `{}`", instance.id),
-    ))
+    let summary = format!("archived instance `{}`", instance.id);
+    Ok(one(instance, summary))
 }
 
-fn one(instance: &Instance, summary: String) -> Output {
-    Output {
-        structured: json!({ "instance": instance }),
-        summary,
-        outcome: Outcome::default(),
-    }
+fn one(instance: Instance, summary: String) -> Output {
+    let result = InstanceResult {
+        instance: instance.into(),
+    };
+    Output::new(&result, summary, Outcome::default())
 }
 
-fn listing(page: &Page<Instance>, noun: &str) -> Output {
-    Output {
-        structured: json!({ "instances": page.items, "total": page.total, "offset": page.offset }),
-        summary: page.summary(noun),
-        outcome: Outcome::default(),
-    }
+fn listing(page: Page<Instance>, noun: &str) -> Output {
+    let summary = page.summary(noun);
+    let result = InstanceList {
+        instances: page.items.into_iter().map(InstanceView::from).collect(),
+        total: page.total,
+        offset: page.offset,
+    };
+    Output::new(&result, summary, Outcome::default())
 }

@@ -12,9 +12,12 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use super::{Context, Output, Progress, ToolError, ToolSpec, parse, schema, tool_family};
+use super::results::{Job, JobList, JobResult};
+use super::{
+    Context, Output, Progress, ToolError, ToolSpec, output_schema, parse, schema, tool_family,
+};
 use crate::audit::{Entry, Event, Outcome};
 use crate::jobs::{job_outcome, phase_name, state_event};
 use crate::state::{JobId, JobMode, JobRecord, NewJob, PageRequest, Resources};
@@ -149,7 +152,15 @@ struct Cancel {
 }
 
 pub(super) fn spec(tool: JobTool) -> ToolSpec {
-    let spec = |description, input_schema| ToolSpec::new(tool.name(), description, input_schema);
+    let spec = |description, input_schema| {
+        let output_schema = match tool {
+            JobTool::ListJobs => output_schema::<JobList>(),
+            JobTool::SubmitJob | JobTool::RunPython | JobTool::PollJob | JobTool::CancelJob => {
+                output_schema::<JobResult>()
+            }
+        };
+        ToolSpec::new(tool.name(), description, input_schema, output_schema)
+    };
     match tool {
         JobTool::SubmitJob => spec(
             "Run a command in an instance: locally in a sandbox or as a Slurm batch job. Waits up to `timeout` seconds and returns the state with the last lines of output; poll_job continues.",
@@ -318,16 +329,16 @@ fn list_jobs(cx: &Context<'_>, args: List) -> Result<Output, ToolError> {
         }
         *record = refreshed.record;
     }
-    let jobs: Vec<Value> = page.items.iter().map(|r| job_json(r, None)).collect();
     let mut summary = page.summary("jobs");
     for r in &page.items {
         summary.push_str(&format!("\n{}", one_line(r)));
     }
-    Ok(Output {
-        structured: json!({ "jobs": jobs, "total": page.total, "offset": page.offset }),
-        summary,
-        outcome: Outcome::default(),
-    })
+    let result = JobList {
+        jobs: page.items.iter().map(Job::new).collect(),
+        total: page.total,
+        offset: page.offset,
+    };
+    Ok(Output::new(&result, summary, Outcome::default()))
 }
 
 fn cancel_job(cx: &Context<'_>, args: Cancel) -> Result<Output, ToolError> {
@@ -403,15 +414,17 @@ fn finish(
         cancelled_at_end = true;
     }
     let (stdout, stderr) = cx.jobs.tails(cx.state, &record, wait.tail);
-    let mut structured = job_json(&record, Some((stdout, stderr)));
-    if cancelled_at_end {
-        structured["cancelled_at_end_of_wait"] = Value::Bool(true);
-    }
-    Ok(Output {
-        summary: format!("{verb}: {}", one_line(&record)),
-        structured: json!({ "job": structured }),
-        outcome: job_outcome(&record),
-    })
+    let job = Job {
+        stdout_tail: Some(stdout),
+        stderr_tail: Some(stderr),
+        cancelled_at_end_of_wait: cancelled_at_end,
+        ..Job::new(&record)
+    };
+    Ok(Output::new(
+        &JobResult { job },
+        format!("{verb}: {}", one_line(&record)),
+        job_outcome(&record),
+    ))
 }
 
 /// The call's instance's job `job_id`.
@@ -425,38 +438,6 @@ fn mode_name(mode: JobMode) -> &'static str {
         JobMode::Local => "local",
         JobMode::Slurm => "slurm",
     }
-}
-
-/// A job as agents see it: no host paths, no Slurm id.
-fn job_json(record: &JobRecord, tails: Option<(String, String)>) -> Value {
-    let duration_s = record.started_at.map(|started| {
-        let end = record
-            .finished_at
-            .unwrap_or_else(crate::time::Timestamp::now);
-        (started.until(end).as_secs_f64() * 100.0).round() / 100.0
-    });
-    let mut job = json!({
-        "job_id": record.job_id,
-        "instance_id": record.instance,
-        "mode": mode_name(record.mode),
-        "status": phase_name(record),
-        "final": record.is_final(),
-        "exit_code": record.status.exit_code,
-        "signal": record.status.signal,
-        "reason": record.status.reason,
-        "message": record.status.message,
-        "command": record.command,
-        "resources": record.resources,
-        "submitted_at": record.submitted_at,
-        "started_at": record.started_at,
-        "finished_at": record.finished_at,
-        "duration_s": duration_s,
-    });
-    if let Some((stdout, stderr)) = tails {
-        job["stdout_tail"] = Value::String(stdout);
-        job["stderr_tail"] = Value::String(stderr);
-    }
-    job
 }
 
 /// `job `id` [local] completed (exit 0) — make test`.

@@ -9,6 +9,7 @@ mod cluster;
 mod files;
 mod instances;
 mod jobs;
+pub mod results;
 pub mod text;
 
 use std::cell::RefCell;
@@ -80,9 +81,22 @@ pub struct Progress {
 /// The transports' text block is the summary followed by the structured content ([`text`]).
 #[derive(Debug, Clone)]
 pub struct Output {
+    /// A value of the tool's result type ([`results`]), whose schema is its `outputSchema`.
     pub structured: Value,
     pub summary: String,
     pub outcome: Outcome,
+}
+
+impl Output {
+    /// The result `result` (a type of [`results`]) with its summary.
+    fn new(result: &impl serde::Serialize, summary: String, outcome: Outcome) -> Output {
+        Output {
+            // Result types are plain records with string keys: serialising cannot fail.
+            structured: serde_json::to_value(result).unwrap_or(Value::Null),
+            summary,
+            outcome,
+        }
+    }
 }
 
 /// Why a tool did not run or failed. The message is shown to the agent: it says what was
@@ -121,6 +135,8 @@ pub struct ToolSpec {
     pub description: &'static str,
     /// JSON schema of the arguments.
     pub input_schema: Value,
+    /// JSON schema of the structured content of a successful result (an object).
+    pub output_schema: Value,
     pub read_only: bool,
     pub destructive: bool,
     pub idempotent: bool,
@@ -128,12 +144,19 @@ pub struct ToolSpec {
 
 impl ToolSpec {
     /// A tool that changes something, is not idempotent and destroys nothing; the builder
-    /// methods below say otherwise.
-    fn new(name: &'static str, description: &'static str, input_schema: Value) -> ToolSpec {
+    /// methods below say otherwise. Both schemas are required: a tool cannot come without
+    /// the type of its result.
+    fn new(
+        name: &'static str,
+        description: &'static str,
+        input_schema: Value,
+        output_schema: Value,
+    ) -> ToolSpec {
         ToolSpec {
             name,
             description,
             input_schema,
+            output_schema,
             read_only: false,
             destructive: false,
             idempotent: false,
@@ -372,6 +395,8 @@ fn schema<T: schemars::JsonSchema>() -> Value {
     serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
 }
 
+use results::output_schema;
+
 #[cfg(test)]
 mod tests {
     use super::Tool;
@@ -408,6 +433,19 @@ mod tests {
                 "{}",
                 spec.name
             );
+            // MCP: the root of an outputSchema is an object. Inlined: clients that resolve no
+            // `$ref` can read it whole.
+            assert_eq!(spec.output_schema["type"], "object", "{}", spec.name);
+            let text = spec.output_schema.to_string();
+            assert!(!text.contains("\"$ref\""), "{}: {text}", spec.name);
+            // Only standard formats: validators warn about others.
+            for format in ["uint", "int32", "int64", "double"] {
+                assert!(
+                    !text.contains(&format!("\"{format}")),
+                    "{}: {text}",
+                    spec.name
+                );
+            }
         }
     }
 }

@@ -101,6 +101,79 @@ fn tasks_take_the_pipeline_and_a_policy_can_refuse_their_cancel() {
     assert_eq!(cancels, 1);
 }
 
+/// A task whose job is pruned (retention) or deleted with its archived instance (`clean`) goes
+/// with it: its file is removed and `tasks/get` answers "not found", like an id never issued. A
+/// task whose job still exists is kept. A task left behind by a crash between the two removals
+/// is "not found" too (never an internal error), and the next sweep removes it.
+#[test]
+fn tasks_go_with_their_pruned_or_cleaned_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = open(dir.path(), "");
+    let chem = caller("chem");
+    let tenant = hpcgate::state::TenantName::parse("chem").unwrap();
+    for id in ["keep", "gone"] {
+        ok(gw.call(&chem, "create_instance", args(json!({"instance_id": id}))));
+    }
+    let task_on = |instance: &str, command: &str| {
+        let arguments = args(json!({"instance_id": instance, "command": command, "timeout": 0}));
+        let request =
+            Request::new(chem.clone(), Via::Mcp, "submit_job", arguments).accepting_task(true);
+        let result = gw.dispatch(&gw.snapshot(), request);
+        result
+            .task
+            .expect("a task for a running job")
+            .task_id
+            .to_string()
+    };
+    let request = || Request::new(chem.clone(), Via::Mcp, "poll_job", Map::new());
+    let poll = |id: &str| gw.poll_task(&gw.snapshot(), request(), id);
+    let wait_final = |id: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while ok(poll(id).unwrap().result)["job"]["final"] != true {
+            assert!(Instant::now() < deadline, "the job of {id} never ended");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let pruned = task_on("keep", "sleep 1");
+    let cleaned = task_on("gone", "sleep 1");
+    let running = task_on("keep", "sleep 60");
+    wait_final(&pruned);
+    wait_final(&cleaned);
+    let tasks_dir = dir.path().join("state/tenants/chem/tasks");
+    let file = |id: &str| tasks_dir.join(format!("{id}.json"));
+    let gone = |id: &str| !file(id).exists() && matches!(poll(id), Err(TaskError::NotFound));
+
+    // `clean` deletes the archived instance with its jobs, and the task of its job.
+    ok(gw.call(
+        &chem,
+        "archive_instance",
+        args(json!({"instance_id": "gone"})),
+    ));
+    let state = hpcgate::state::State::open(dir.path().join("state")).unwrap();
+    assert_eq!(state.clean(&tenant, 0).unwrap().len(), 1);
+    assert!(gone(&cleaned), "the cleaned instance's task is gone");
+    assert!(file(&pruned).exists() && poll(&pruned).is_ok());
+
+    // Pruning removes finished jobs and their tasks; a running job and its task stay. The
+    // pruned task's file is kept aside and put back, as a crash before the sweep would leave it.
+    let kept_aside = std::fs::read(file(&pruned)).unwrap();
+    let now = hpcgate::state::Timestamp::now();
+    assert_eq!(state.prune_jobs_before(&tenant, now).unwrap().len(), 1);
+    assert!(gone(&pruned), "the pruned job's task is gone");
+    assert!(poll(&running).is_ok(), "a running job's task stays");
+    std::fs::write(file(&pruned), kept_aside).unwrap();
+    assert!(
+        matches!(poll(&pruned), Err(TaskError::NotFound)),
+        "a task whose job is gone is not found"
+    );
+    state.prune_jobs_before(&tenant, now).unwrap();
+    assert!(gone(&pruned), "the next sweep removes a leftover task");
+    assert!(file(&running).exists());
+
+    let cancelled = gw.cancel_task(&gw.snapshot(), request(), &running).unwrap();
+    ok(cancelled.result);
+}
+
 fn audit_records(dir: &std::path::Path) -> Vec<Value> {
     crate::support::served::audit_text(&dir.join("state/audit"))
         .lines()

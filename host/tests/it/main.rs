@@ -59,4 +59,5 @@ mod state_tenancy;
 mod systemd;
 mod telemetry;
 mod tenant_cli;
+mod tool_schemas;
 mod uds_tenancy;
