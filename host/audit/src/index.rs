@@ -1,5 +1,5 @@
 //! The per-segment index: a small JSON file `audit-NNNNNN.idx` beside each closed segment,
-//! written by the writer when it rotates, holding the segment's length, its first and last
+//! written by the writer when it rotates, holding the segment's (plain, uncompressed) length, its first and last
 //! record (`seq`, `ts`) and its last hash. Queries use it to skip whole segments by time;
 //! `verify` checks it against the segment, so an index that hides records is reported.
 //!
@@ -32,9 +32,11 @@ pub struct SegmentIndex {
     pub last_hash: String,
 }
 
-/// Where `segment`'s index lives.
+/// Where `segment`'s index lives (the same for its plain and compressed forms).
 pub(crate) fn path(segment: &Segment) -> PathBuf {
-    segment.path.with_extension("idx")
+    segment
+        .dir()
+        .join(format!("audit-{:06}.idx", segment.number))
 }
 
 /// Reads `segment`'s index; `None` when there is none or it is not an index.
