@@ -357,13 +357,27 @@ impl Drop for Compressor {
     }
 }
 
+/// How long the compressor waits for another one (a second gateway on the directory, `hpcgate
+/// audit compress`) before it looks again: that one may have listed the segments before the
+/// rotation that woke this one.
+const BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn run(dir: &Path, shared: &Shared) {
+    let mut busy = false;
     loop {
         {
             let mut pending = shared
                 .pending
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
+            if busy && !*pending && !shared.stop.load(Ordering::Relaxed) {
+                pending = shared
+                    .wake
+                    .wait_timeout(pending, BUSY_RETRY)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+                *pending = true;
+            }
             while !*pending && !shared.stop.load(Ordering::Relaxed) {
                 pending = shared
                     .wake
@@ -375,8 +389,7 @@ fn run(dir: &Path, shared: &Shared) {
             }
             *pending = false;
         }
-        // Another compressor (a second gateway, `hpcgate audit compress`) at work takes the
-        // newly closed segment too, or the next rotation does.
+        busy = false;
         match compress_with(dir, &shared.stop, false) {
             Ok(Some(report)) => {
                 for skipped in report.skipped {
@@ -386,7 +399,7 @@ fn run(dir: &Path, shared: &Shared) {
                     );
                 }
             }
-            Ok(None) => {}
+            Ok(None) => busy = true,
             Err(e) => {
                 let _ = writeln!(
                     io::stderr().lock(),

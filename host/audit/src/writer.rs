@@ -188,10 +188,11 @@ impl Writer {
     /// Whether another process appended or rotated since our last batch.
     fn changed(&self) -> bool {
         let len = self.at.file.metadata().map(|m| m.len()).ok();
+        let next = self.at.segment.number + 1;
+        // The next segment may be closed and compressed already.
         len != Some(self.at.len)
-            || Segment::new(&self.dir, self.at.segment.number + 1)
-                .path
-                .exists()
+            || Segment::new(&self.dir, next).path.exists()
+            || Segment::compressed(&self.dir, next).path.exists()
     }
 
     fn write_and_sync(&mut self, buf: &[u8]) -> Result<(), AuditError> {
