@@ -1,8 +1,11 @@
-//! Compressed closed segments: `audit-NNNNNN.jsonl.zst` is one zstd frame (its plain size in
-//! the header, a content checksum at the end) holding exactly the bytes of the plain segment.
-//! Hashes, the chain, checkpoints and the `.idx` index (whose `bytes` is the plain length) are
-//! therefore the same whether a segment is compressed or not: readers decompress as they
-//! stream, and an edited or truncated compressed file fails to decompress or to hash.
+//! Compressed closed segments: `audit-NNNNNN.jsonl.zst` holds exactly the bytes of the plain
+//! segment as a sequence of zstd frames of about 1 MiB of whole lines each (each with its
+//! plain size in its header and a content checksum at its end). Hashes, the chain,
+//! checkpoints and the `.idx` index (whose `bytes` is the plain length) are therefore the same
+//! whether a segment is compressed or not: readers decompress as they stream, and an edited or
+//! truncated compressed file fails to decompress or to hash. The frames let a query enter a
+//! compressed segment near `since` ([`seek_since`]: binary search over the frames' first
+//! records) instead of decompressing it from its start.
 //!
 //! Only closed segments are compressed (never the newest, which writers append to), by a
 //! background thread that rotation wakes (`[audit] compress = "zstd"`; the call that rotated
@@ -25,18 +28,24 @@ use std::thread::JoinHandle;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::canonical::check_line;
+use super::canonical::{check_line, peek_seq_ts};
 use super::error::{AuditError, arc};
 use super::index::{self, SegmentIndex};
 use super::record::Record;
 use super::segment::{self, Segment};
 use super::tail::read_tail;
+use crate::time::Timestamp;
+use zstd::zstd_safe::CParameter;
 
 /// Serialises compressors (and `prune`) on one directory.
 pub(crate) const LOCK_FILE: &str = "audit-compress.lock";
 
 /// zstd's default level: about 8× smaller audit segments here at a few hundred MB/s per core.
 const LEVEL: i32 = 3;
+
+/// Plain bytes per frame, in whole lines (a longer line is a frame of its own). Small in tests,
+/// so that they cross frames.
+const FRAME_BYTES: usize = if cfg!(test) { 8 << 10 } else { 1 << 20 };
 
 const CHUNK: usize = 256 * 1024;
 
@@ -52,19 +61,51 @@ pub struct CompressReport {
     pub skipped: Vec<String>,
 }
 
-/// The plain size a compressed segment's frame header declares, if any.
-pub(crate) fn content_size(file: &File) -> io::Result<Option<u64>> {
-    // A zstd frame header is at most 18 bytes.
-    let mut header = Vec::with_capacity(18);
-    file.take(18).read_to_end(&mut header)?;
-    Ok(zstd::zstd_safe::get_frame_content_size(&header)
-        .ok()
-        .flatten())
-}
-
-/// The plain bytes of a compressed segment, streamed.
+/// The plain bytes of a compressed segment, streamed (across its frames).
 pub(crate) fn decoder(file: File) -> io::Result<impl Read + Send + use<>> {
     zstd::stream::read::Decoder::new(file)
+}
+
+/// Where to start reading `file` (a compressed segment) for the records at or after `since`:
+/// `(compressed offset, plain offset)` of the last frame whose first record is before `since`
+/// (every later record is in it or after it). `None` when the frames cannot be walked (a file
+/// not written by this compressor, or damaged): then read it from the start, which reports
+/// any damage. Costs one read of the compressed file and a few frame starts decompressed.
+pub(crate) fn seek_since(file: &File, since: Timestamp) -> Option<(u64, u64)> {
+    let mut data = Vec::new();
+    (&*file).read_to_end(&mut data).ok()?;
+    let mut frames = Vec::new();
+    let (mut at, mut plain) = (0usize, 0u64);
+    while at < data.len() {
+        let rest = &data[at..];
+        let size = zstd::zstd_safe::find_frame_compressed_size(rest).ok()?;
+        let content = zstd::zstd_safe::get_frame_content_size(rest).ok()??;
+        frames.push((at, plain));
+        (at, plain) = (at + size, plain + content);
+    }
+    let first_ts = |&(at, _): &(usize, u64)| -> Option<Timestamp> {
+        let mut head = [0u8; 96];
+        let mut decoder = zstd::stream::read::Decoder::with_buffer(&data[at..]).ok()?;
+        let mut n = 0;
+        while n < head.len() {
+            match decoder.read(&mut head[n..]).ok()? {
+                0 => break,
+                read => n += read,
+            }
+        }
+        peek_seq_ts(&head[..n]).map(|(_, ts)| ts)
+    };
+    let (mut lo, mut hi) = (0, frames.len());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if first_ts(&frames[mid])? < since {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    let (at, plain) = frames[lo.saturating_sub(1).min(frames.len().checked_sub(1)?)];
+    Some((at as u64, plain))
 }
 
 /// Compresses every closed segment of the log in `dir` that is still plain (all but the
@@ -188,46 +229,11 @@ fn compress_segment(segment: &Segment, stop: &AtomicBool) -> Result<Compressed, 
     ensure_index(segment, &plain, len, &tail);
     let target = Segment::compressed(&dir, segment.number).path;
     let temp = temp_path(segment);
-    let write = |source| AuditError::Write(arc(source));
-    let out = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&temp)
-        .map_err(write)?;
     // Removes the temporary file on every early return.
     let mut guard = TempFile(Some(temp.clone()));
-    let mut encoder = zstd::stream::write::Encoder::new(io::BufWriter::new(out), LEVEL)
-        .and_then(|mut e| {
-            e.include_checksum(true)?;
-            e.include_contentsize(true)?;
-            e.set_pledged_src_size(Some(len))?;
-            Ok(e)
-        })
-        .map_err(write)?;
-    let mut source = (&plain).take(len);
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0; CHUNK];
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            return Ok(Compressed::Stopped);
-        }
-        let n = source.read(&mut buf).map_err(read)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        encoder.write_all(&buf[..n]).map_err(write)?;
-    }
-    let written = hasher.finalize();
-    let out = encoder
-        .finish()
-        .and_then(|w| w.into_inner().map_err(io::IntoInnerError::into_error))
-        .map_err(write)?;
-    out.sync_all().map_err(write)?;
-    let compressed = out.metadata().map_err(write)?.len();
-    drop(out);
+    let Some((written, compressed)) = encode(segment, &plain, len, &temp, stop)? else {
+        return Ok(Compressed::Stopped);
+    };
     // Read it back before the plain file goes.
     let (back_len, back_hash) = hash_plain(&temp).map_err(|source| AuditError::Read {
         path: temp.clone(),
@@ -240,6 +246,7 @@ fn compress_segment(segment: &Segment, stop: &AtomicBool) -> Result<Compressed, 
             segment.name()
         )))));
     }
+    let write = |source| AuditError::Write(arc(source));
     std::fs::rename(&temp, &target).map_err(write)?;
     guard.0 = None;
     segment::sync_dir(&dir).map_err(write)?;
@@ -251,8 +258,68 @@ fn compress_segment(segment: &Segment, stop: &AtomicBool) -> Result<Compressed, 
     })
 }
 
+/// Compresses `plain[..len]` into `temp` (created here) and syncs it; returns the SHA-256 of
+/// the bytes compressed and the compressed size, or `None` when `stop` was set.
+fn encode(
+    segment: &Segment,
+    plain: &File,
+    len: u64,
+    temp: &Path,
+    stop: &AtomicBool,
+) -> Result<Option<(Digest32, u64)>, AuditError> {
+    let read = |source| AuditError::Read {
+        path: segment.path.clone(),
+        source: arc(source),
+    };
+    let write = |source| AuditError::Write(arc(source));
+    let out = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(temp)
+        .map_err(write)?;
+    let mut compressor = zstd::bulk::Compressor::new(LEVEL)
+        .and_then(|mut c| {
+            c.set_parameter(CParameter::ChecksumFlag(true))?;
+            c.set_parameter(CParameter::ContentSizeFlag(true))?;
+            Ok(c)
+        })
+        .map_err(write)?;
+    let mut source = BufReader::with_capacity(CHUNK, plain.take(len));
+    let mut sink = io::BufWriter::with_capacity(CHUNK, out);
+    let mut hasher = Sha256::new();
+    let mut frame = Vec::with_capacity(FRAME_BYTES + 4096);
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        frame.clear();
+        while frame.len() < FRAME_BYTES {
+            if source.read_until(b'\n', &mut frame).map_err(read)? == 0 {
+                break;
+            }
+        }
+        if frame.is_empty() {
+            break;
+        }
+        hasher.update(&frame);
+        let compressed = compressor.compress(&frame).map_err(write)?;
+        sink.write_all(&compressed).map_err(write)?;
+    }
+    let out = sink
+        .into_inner()
+        .map_err(io::IntoInnerError::into_error)
+        .map_err(write)?;
+    out.sync_all().map_err(write)?;
+    let compressed = out.metadata().map_err(write)?.len();
+    Ok(Some((hasher.finalize(), compressed)))
+}
+
+type Digest32 = sha2::digest::Output<Sha256>;
+
 /// The length and SHA-256 of a compressed file's plain bytes.
-fn hash_plain(path: &Path) -> io::Result<(u64, sha2::digest::Output<Sha256>)> {
+fn hash_plain(path: &Path) -> io::Result<(u64, Digest32)> {
     let mut decoder = decoder(segment::open_read(path).map_err(io::Error::other)?)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0; CHUNK];

@@ -253,3 +253,50 @@ fn prune_removes_compressed_segments_and_what_remains_verifies() {
     assert!(verified.intact, "{verified:#?}");
     assert!(made.records > verified.records);
 }
+
+#[test]
+fn a_query_enters_a_compressed_segment_at_the_frame_where_since_falls() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fixture(d);
+    compress_closed(d).unwrap();
+    // Segment 3's records, and a time past the middle of them.
+    let index: SegmentIndex =
+        serde_json::from_slice(&std::fs::read(d.join("audit-000003.idx")).unwrap()).unwrap();
+    let offset = (index.last_seq - index.first_seq) * 3 / 4;
+    // One second apart.
+    let since =
+        Timestamp::from_unix_micros(index.first_ts.unix_micros() + offset as i64 * 1_000_000);
+    let filter = Filter {
+        since: Some(since),
+        ..Filter::default()
+    };
+    let want: Vec<u64> = records(d, Scope::AllTenants, filter.clone())
+        .unwrap()
+        .map(|r| r.unwrap().seq)
+        .collect();
+    assert_eq!(want[0], index.first_seq + offset);
+    // Damage segment 3's first frame: a query from `since` does not read it, a full one does.
+    let path = zst(d, 3);
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() > 4096, "several frames");
+    for b in &mut bytes[20..200] {
+        *b = b'#';
+    }
+    std::fs::write(&path, bytes).unwrap();
+    let got: Vec<u64> = records(d, Scope::AllTenants, filter)
+        .unwrap()
+        .map(|r| r.unwrap().seq)
+        .collect();
+    assert_eq!(got, want);
+    let error = records(d, Scope::AllTenants, Filter::default())
+        .unwrap()
+        .find_map(Result::err)
+        .unwrap();
+    assert!(
+        error.to_string().contains("audit-000003.jsonl.zst"),
+        "{error}"
+    );
+    let broken = verify(d, None).unwrap().first_broken.unwrap();
+    assert_eq!(broken.file, "audit-000003.jsonl.zst");
+}

@@ -47,6 +47,13 @@ pub(crate) fn read(segment: &Segment) -> Option<SegmentIndex> {
     serde_json::from_slice(&bytes).ok()
 }
 
+/// `segment`'s index if it describes `segment[..len]`; a compressed segment (closed, read to
+/// its end) takes its index as it is, which `compress` checked when it compressed it and
+/// `verify` checks against what it holds.
+pub(crate) fn read_for(segment: &Segment, len: u64) -> Option<SegmentIndex> {
+    read(segment).filter(|i| segment.compressed || i.bytes == len)
+}
+
 /// Writes `segment`'s index (temp file, then rename; 0600). Not synced: it can be rebuilt.
 pub(crate) fn write(segment: &Segment, index: &SegmentIndex) -> io::Result<()> {
     let target = path(segment);

@@ -128,7 +128,7 @@ fn prune_locked(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError
     let mut last = None;
     for segment in segments.iter().take(segments.len().saturating_sub(1)) {
         let len = segment::plain_len(segment)?;
-        let end = match index::read(segment).filter(|i| i.bytes == len) {
+        let end = match index::read_for(segment, len) {
             Some(i) => (i.last_seq, i.last_hash, i.last_ts),
             None => {
                 let last = if segment.compressed {

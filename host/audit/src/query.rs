@@ -110,7 +110,7 @@ impl Filter {
 /// length, else from the first and last lines of a plain segment. `None` when neither gives
 /// one (read it all).
 fn time_range(segment: &Segment, len: u64) -> Option<(Timestamp, Timestamp)> {
-    if let Some(index) = index::read(segment).filter(|i| i.bytes == len) {
+    if let Some(index) = index::read_for(segment, len) {
         return Some((index.first_ts, index.last_ts));
     }
     let file = open_plain(segment)?;
@@ -293,7 +293,7 @@ impl Records {
     /// Opens the next segment that may hold matches, positioned at `since`.
     fn open_next(&mut self) -> Result<Option<Lines>, AuditError> {
         while let Some((segment, len)) = self.files.pop() {
-            let mut start = 0;
+            let (mut start, mut stream) = (0, None);
             if let Some((first, last)) = time_range(&segment, len) {
                 if self.filter.until.is_some_and(|t| first >= t) {
                     return Ok(None);
@@ -301,16 +301,25 @@ impl Records {
                 if !self.filter.overlaps(first, last) {
                     continue;
                 }
-                // A plain segment is entered at `since`; a compressed one is read from its
-                // start, and the lines before `since` are passed over as they stream by.
-                if let Some(since) = self.filter.since.filter(|&t| first < t)
-                    && let Some(file) = open_plain(&segment)
-                {
-                    start = index::seek_since(&file, len, since)
-                        .map_err(|e| read_error(&segment, e))?;
+                // A plain segment is entered at `since`, a compressed one at the frame where
+                // `since` falls; the lines before `since` are passed over as they stream by.
+                if let Some(since) = self.filter.since.filter(|&t| first < t) {
+                    if let Some(file) = open_plain(&segment) {
+                        start = index::seek_since(&file, len, since)
+                            .map_err(|e| read_error(&segment, e))?;
+                    } else if segment.compressed
+                        && let Ok(file) = segment::open_read(&segment.path)
+                        && let Some((at, plain)) = crate::compress::seek_since(&file, since)
+                    {
+                        start = plain;
+                        stream = Some(segment::open_compressed_at(&segment, at)?);
+                    }
                 }
             }
-            let stream = segment::open_stream(&segment, start, len)?;
+            let stream = match stream {
+                Some(stream) => stream,
+                None => segment::open_stream(&segment, start, len)?,
+            };
             return Ok(Some(Lines {
                 segment,
                 reader: BufReader::with_capacity(256 * 1024, stream),

@@ -125,20 +125,18 @@ pub(crate) fn list(dir: &Path) -> Result<Vec<Segment>, AuditError> {
     Ok(segments)
 }
 
-/// The length of `segment`'s plain bytes: the file's length, or for a compressed segment the
-/// size its frame header declares (`u64::MAX`, read to the end, if it declares none).
+/// The length of `segment`'s plain bytes to read: the file's length, or for a compressed
+/// segment (closed, so it does not grow) `u64::MAX`, to its end.
 pub(crate) fn plain_len(segment: &Segment) -> Result<u64, AuditError> {
-    let read = |source| AuditError::Read {
-        path: segment.path.clone(),
-        source: arc(source),
-    };
     if segment.compressed {
-        let file = open_read(&segment.path)?;
-        return Ok(compress::content_size(&file)
-            .map_err(read)?
-            .unwrap_or(u64::MAX));
+        return Ok(u64::MAX);
     }
-    Ok(fs::symlink_metadata(&segment.path).map_err(read)?.len())
+    fs::symlink_metadata(&segment.path)
+        .map(|m| m.len())
+        .map_err(|source| AuditError::Read {
+            path: segment.path.clone(),
+            source: arc(source),
+        })
 }
 
 /// `segment`'s plain bytes `[from, len)` as a stream, decompressed if need be. A plain segment
@@ -171,6 +169,20 @@ pub(crate) fn open_stream(
     let mut decoder = compress::decoder(file).map_err(read)?;
     io::copy(&mut (&mut decoder).take(from), &mut io::sink()).map_err(read)?;
     Ok(Box::new(decoder.take(rest)))
+}
+
+/// A compressed segment's plain bytes from the frame that starts at `offset` in the file.
+pub(crate) fn open_compressed_at(
+    segment: &Segment,
+    offset: u64,
+) -> Result<Box<dyn Read + Send>, AuditError> {
+    let read = |source| AuditError::Read {
+        path: segment.path.clone(),
+        source: arc(source),
+    };
+    let mut file = open_read(&segment.path)?;
+    file.seek(SeekFrom::Start(offset)).map_err(read)?;
+    Ok(Box::new(compress::decoder(file).map_err(read)?))
 }
 
 /// Creates `dir` (0700) if needed; refuses a symlink or a non-directory; tightens a directory
