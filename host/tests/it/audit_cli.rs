@@ -411,7 +411,7 @@ fn a_compressed_log_answers_every_command_as_before_and_still_prunes() {
     let before = run_all();
     for ((code, out), args) in before.iter().zip(&commands) {
         assert_eq!(*code, Some(0), "{args:?}: {out}");
-        assert!(out.lines().count() > 2, "{args:?}: {out}");
+        assert!(out.trim().len() > 20, "{args:?} printed nothing: {out}");
     }
     let compressed = |n: u64| audit.join(format!("audit-{n:06}.jsonl.zst"));
     let plain = |n: u64| audit.join(format!("audit-{n:06}.jsonl"));
