@@ -1,5 +1,5 @@
 //! The per-segment index: a small JSON file `audit-NNNNNN.idx` beside each closed segment,
-//! written by the writer when it rotates, holding the segment's length, its first and last
+//! written by the writer when it rotates, holding the segment's (plain, uncompressed) length, its first and last
 //! record (`seq`, `ts`) and its last hash. Queries use it to skip whole segments by time;
 //! `verify` checks it against the segment, so an index that hides records is reported.
 //!
@@ -32,9 +32,11 @@ pub struct SegmentIndex {
     pub last_hash: String,
 }
 
-/// Where `segment`'s index lives.
+/// Where `segment`'s index lives (the same for its plain and compressed forms).
 pub(crate) fn path(segment: &Segment) -> PathBuf {
-    segment.path.with_extension("idx")
+    segment
+        .dir()
+        .join(format!("audit-{:06}.idx", segment.number))
 }
 
 /// Reads `segment`'s index; `None` when there is none or it is not an index.
@@ -43,6 +45,13 @@ pub(crate) fn read(segment: &Segment) -> Option<SegmentIndex> {
     let mut bytes = Vec::with_capacity(512);
     io::Read::read_to_end(&mut io::Read::take(file, 4096), &mut bytes).ok()?;
     serde_json::from_slice(&bytes).ok()
+}
+
+/// `segment`'s index if it describes `segment[..len]`; a compressed segment (closed, read to
+/// its end) takes its index as it is, which `compress` checked when it compressed it and
+/// `verify` checks against what it holds.
+pub(crate) fn read_for(segment: &Segment, len: u64) -> Option<SegmentIndex> {
+    read(segment).filter(|i| segment.compressed || i.bytes == len)
 }
 
 /// Writes `segment`'s index (temp file, then rename; 0600). Not synced: it can be rebuilt.

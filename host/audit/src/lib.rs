@@ -7,6 +7,9 @@
 //!   `fdatasync` per batch). Any `Err` means the record is not in the log: refuse the call.
 //! - Files `audit-000001.jsonl`, `audit-000002.jsonl`, ... rotate at a size limit; the chain
 //!   runs across them (`seq` continues, `prev` links to the previous file's last record).
+//!   Closed files may be compressed (`audit-000001.jsonl.zst`, [`compress_closed`], or a
+//!   background thread with [`AuditOptions::compress`]): the same bytes, so every reader and
+//!   `verify` treat them alike.
 //! - Several processes may append to one directory: each batch is written under an exclusive
 //!   `flock` on `audit.lock`, after catching up with what the others wrote, so they share one
 //!   gap-free chain and never interleave records. (`flock` must work on the file system; on a
@@ -45,6 +48,9 @@
 pub mod bench;
 pub mod canonical;
 mod checkpoint;
+mod compress;
+#[cfg(test)]
+mod compress_tests;
 mod error;
 #[cfg(test)]
 mod fault_tests;
@@ -65,6 +71,7 @@ mod writer;
 
 pub use canonical::GENESIS;
 pub use checkpoint::{Checkpoint, CheckpointError};
+pub use compress::{CompressReport, compress_closed};
 pub use error::AuditError;
 pub use index::SegmentIndex;
 pub use log::{AuditLog, AuditOptions, AuditStats, BatchObserver};

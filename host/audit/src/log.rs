@@ -18,6 +18,7 @@ use serde_json::{Map, Value};
 
 use super::canonical::encode_body;
 use super::checkpoint::Checkpoint;
+use super::compress::Compressor;
 use super::error::AuditError;
 use super::query::{Filter, Records, Scope};
 use super::record::{Entry, Receipt, Record};
@@ -38,6 +39,8 @@ pub struct AuditOptions {
     pub redaction: RedactionRules,
     /// Export signed checkpoints automatically (see [`CheckpointOptions`]).
     pub checkpoints: Option<CheckpointOptions>,
+    /// Compress closed segments (zstd) in a background thread, woken at each rotation.
+    pub compress: bool,
 }
 
 impl Default for AuditOptions {
@@ -46,6 +49,7 @@ impl Default for AuditOptions {
             max_file_bytes: 64 << 20,
             redaction: RedactionRules::default(),
             checkpoints: None,
+            compress: false,
         }
     }
 }
@@ -100,6 +104,8 @@ pub struct AuditLog {
     observer: OnceLock<Arc<dyn BatchObserver>>,
     /// The checkpoint exporter, when `checkpoints` are configured.
     exporter: Option<Exporter>,
+    /// The background compressor of closed segments, when `compress` is set.
+    compressor: Option<Compressor>,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -128,7 +134,17 @@ impl AuditLog {
                 Some((shared, Mutex::new(Some(thread))))
             }
         };
+        let compressor = if options.compress {
+            let started = Compressor::start(&dir).map_err(|source| AuditError::Open {
+                path: dir.clone(),
+                source: super::error::arc(source),
+            })?;
+            Some(started)
+        } else {
+            None
+        };
         Ok(AuditLog {
+            compressor,
             dir,
             redaction: options.redaction,
             queue: Mutex::new(Queue::default()),
@@ -209,7 +225,14 @@ impl AuditLog {
         };
         let slices: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
         let started = std::time::Instant::now();
-        batch.answer = self.lock_writer().commit(&slices);
+        let mut writer = self.lock_writer();
+        let segment = writer.segment_number();
+        batch.answer = writer.commit(&slices);
+        let rotated = writer.segment_number() != segment;
+        drop(writer);
+        if let (true, Some(compressor)) = (rotated, &self.compressor) {
+            compressor.rotated();
+        }
         if let Ok(receipts) = &batch.answer {
             if let (Some((exporter, _)), Some(last)) = (&self.exporter, receipts.last()) {
                 exporter.committed(last);

@@ -15,7 +15,7 @@ use super::error::{AuditError, arc};
 use super::index;
 use super::log::{AuditLog, AuditOptions};
 use super::record::{Entry, Event};
-use super::segment::{self, LOCK_FILE};
+use super::segment::{self, LOCK_FILE, Segment};
 use super::tail::read_tail;
 use super::verify::verify;
 use crate::time::Timestamp;
@@ -82,6 +82,8 @@ pub fn prune(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
             ),
         });
     }
+    // No compression under way: it would bring back a compressed copy of a removed segment.
+    let compressing = super::compress::lock(dir, true)?.expect("a waiting lock is taken");
     let lock_path = dir.join(LOCK_FILE);
     let lock = segment::open_append(&lock_path, false)?;
     lock.lock().map_err(|source| AuditError::Lock {
@@ -90,6 +92,7 @@ pub fn prune(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
     })?;
     let result = prune_locked(dir, before);
     let _ = lock.unlock();
+    let _ = compressing.unlock();
     let report = result?;
     if report.removed_segments > 0 {
         let anchor = report.anchor.as_ref().expect("an anchor after removing");
@@ -124,20 +127,20 @@ fn prune_locked(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError
     let mut removable = Vec::new();
     let mut last = None;
     for segment in segments.iter().take(segments.len().saturating_sub(1)) {
-        let file = segment::open_read(&segment.path)?;
-        let len = file
-            .metadata()
-            .map_err(|source| AuditError::Read {
-                path: segment.path.clone(),
-                source: arc(source),
-            })?
-            .len();
-        let end = match index::read(segment).filter(|i| i.bytes == len) {
+        let len = segment::plain_len(segment)?;
+        let end = match index::read_for(segment, len) {
             Some(i) => (i.last_seq, i.last_hash, i.last_ts),
-            None => match read_tail(segment, &file)?.last {
-                Some(r) => (r.seq, r.hash, r.ts),
-                None => break,
-            },
+            None => {
+                let last = if segment.compressed {
+                    super::compress::last_record(segment)?
+                } else {
+                    read_tail(segment, &segment::open_read(&segment.path)?)?.last
+                };
+                match last {
+                    Some(r) => (r.seq, r.hash, r.ts),
+                    None => break,
+                }
+            }
         };
         if end.2 >= before {
             break;
@@ -163,6 +166,13 @@ fn prune_locked(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError
     write_anchor(dir, &anchor)?;
     for segment in &removable {
         let _ = std::fs::remove_file(index::path(segment));
+        // Both forms: a compression interrupted between its rename and its removal leaves two.
+        let other = if segment.compressed {
+            Segment::new(dir, segment.number)
+        } else {
+            Segment::compressed(dir, segment.number)
+        };
+        let _ = std::fs::remove_file(&other.path);
         std::fs::remove_file(&segment.path).map_err(|source| AuditError::Write(arc(source)))?;
     }
     segment::sync_dir(dir).map_err(|e| AuditError::Write(arc(e)))?;

@@ -11,10 +11,13 @@
 //! whose time range (from the segment's index, or its first and last lines) is outside
 //! `since`/`until`, seeks to `since` inside a segment by binary search, and stops at `until`.
 //! Both rely on `ts` never decreasing along the chain, which the writer guarantees and
-//! `verify` checks.
+//! `verify` checks. A compressed segment cannot be read backwards or seeked into: it is
+//! skipped by its index like any other, and otherwise streamed forward (for `tail`, keeping
+//! only the newest matches).
 
+use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Take};
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -104,13 +107,24 @@ impl Filter {
 }
 
 /// The first and last `ts` of `segment[..len]`: from its index when the index is for this
-/// length, else from its first and last lines. `None` when neither gives one (read it all).
-fn time_range(segment: &Segment, file: &File, len: u64) -> Option<(Timestamp, Timestamp)> {
-    if let Some(index) = index::read(segment).filter(|i| i.bytes == len) {
+/// length, else from the first and last lines of a plain segment. `None` when neither gives
+/// one (read it all).
+fn time_range(segment: &Segment, len: u64) -> Option<(Timestamp, Timestamp)> {
+    if let Some(index) = index::read_for(segment, len) {
         return Some((index.first_ts, index.last_ts));
     }
-    let ((_, first), (_, last)) = index::range_of(file, len).ok()??;
+    let file = open_plain(segment)?;
+    let ((_, first), (_, last)) = index::range_of(&file, len).ok()??;
     Some((first, last))
+}
+
+/// A plain segment's file for reading at offsets; `None` when it is compressed (or was
+/// compressed since it was listed, or cannot be opened: the stream that follows reports why).
+fn open_plain(segment: &Segment) -> Option<File> {
+    if segment.compressed {
+        return None;
+    }
+    segment::open_read(&segment.path).ok()
 }
 
 /// The matching records, oldest first, streamed.
@@ -139,8 +153,7 @@ pub fn tail(
         return Ok(found);
     }
     for (segment, len) in snapshot(dir)?.into_iter().rev() {
-        let file = segment::open_read(&segment.path)?;
-        if let Some((first, last)) = time_range(&segment, &file, len) {
+        if let Some((first, last)) = time_range(&segment, len) {
             if filter.since.is_some_and(|t| last < t) {
                 return Ok(found);
             }
@@ -148,6 +161,15 @@ pub fn tail(
                 continue;
             }
         }
+        let Some(file) = open_plain(&segment) else {
+            let (newest, passed_since) =
+                tail_forward(&segment, len, scope, filter, limit - found.len())?;
+            found.extend(newest);
+            if found.len() >= limit || passed_since {
+                return Ok(found);
+            }
+            continue;
+        };
         let mut lines = ReverseLines::new(file, len);
         while let Some((offset, line)) = lines.next_line().map_err(|e| read_error(&segment, e))? {
             if filter
@@ -168,6 +190,66 @@ pub fn tail(
     Ok(found)
 }
 
+/// The newest `want` matching records of `segment[..len]`, newest first, and whether a record
+/// before `since` was seen: read forward (a compressed segment cannot be read backwards),
+/// keeping only the newest matches. With only time filters over all tenants, only the kept
+/// lines are parsed.
+fn tail_forward(
+    segment: &Segment,
+    len: u64,
+    scope: &Scope,
+    filter: &Filter,
+    want: usize,
+) -> Result<(Vec<Record>, bool), AuditError> {
+    let raw = *scope == Scope::AllTenants && filter.only_time();
+    let mut reader = BufReader::with_capacity(256 * 1024, segment::open_stream(segment, 0, len)?);
+    let mut kept: VecDeque<(u64, Vec<u8>, Option<Record>)> = VecDeque::new();
+    let (mut buf, mut number, mut passed_since) = (Vec::new(), 0u64, false);
+    loop {
+        buf.clear();
+        let n = reader
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| read_error(segment, e))?;
+        if n == 0 || buf.last() != Some(&b'\n') {
+            break;
+        }
+        number += 1;
+        let line = &buf[..n - 1];
+        let ts = peek_seq_ts(line).map(|(_, ts)| ts);
+        if filter.since.is_some_and(|t| ts.is_some_and(|ts| ts < t)) {
+            passed_since = true;
+            continue;
+        }
+        if filter.until.is_some_and(|t| ts.is_some_and(|ts| ts >= t)) {
+            break;
+        }
+        let record = if raw {
+            None
+        } else {
+            let record = parse(segment, line, || format!("line {number}"))?;
+            if !(scope.allows(&record) && filter.matches(&record)) {
+                continue;
+            }
+            Some(record)
+        };
+        if kept.len() == want {
+            kept.pop_front();
+        }
+        kept.push_back((number, if raw { line.to_vec() } else { Vec::new() }, record));
+    }
+    let mut newest = Vec::with_capacity(kept.len());
+    for (number, line, record) in kept.into_iter().rev() {
+        let record = match record {
+            Some(record) => record,
+            None => parse(segment, &line, || format!("line {number}"))?,
+        };
+        if filter.matches(&record) {
+            newest.push(record);
+        }
+    }
+    Ok((newest, passed_since))
+}
+
 /// Iterator over matching records; an unreadable file or line ends it with an `Err`.
 pub struct Records {
     /// Files still to read, newest first (popped from the end).
@@ -185,7 +267,7 @@ type Matched = (Option<Record>, Vec<u8>);
 /// The complete lines of one segment, read forward from an offset.
 struct Lines {
     segment: Segment,
-    reader: BufReader<Take<File>>,
+    reader: BufReader<Box<dyn Read + Send>>,
     /// 1-based number of the next line, when reading started at the top.
     line: Option<u64>,
     offset: u64,
@@ -211,25 +293,36 @@ impl Records {
     /// Opens the next segment that may hold matches, positioned at `since`.
     fn open_next(&mut self) -> Result<Option<Lines>, AuditError> {
         while let Some((segment, len)) = self.files.pop() {
-            let mut file = segment::open_read(&segment.path)?;
-            let mut start = 0;
-            if let Some((first, last)) = time_range(&segment, &file, len) {
+            let (mut start, mut stream) = (0, None);
+            if let Some((first, last)) = time_range(&segment, len) {
                 if self.filter.until.is_some_and(|t| first >= t) {
                     return Ok(None);
                 }
                 if !self.filter.overlaps(first, last) {
                     continue;
                 }
+                // A plain segment is entered at `since`, a compressed one at the frame where
+                // `since` falls; the lines before `since` are passed over as they stream by.
                 if let Some(since) = self.filter.since.filter(|&t| first < t) {
-                    start = index::seek_since(&file, len, since)
-                        .map_err(|e| read_error(&segment, e))?;
+                    if let Some(file) = open_plain(&segment) {
+                        start = index::seek_since(&file, len, since)
+                            .map_err(|e| read_error(&segment, e))?;
+                    } else if segment.compressed
+                        && let Ok(file) = segment::open_read(&segment.path)
+                        && let Some((at, plain)) = crate::compress::seek_since(&file, since)
+                    {
+                        start = plain;
+                        stream = Some(segment::open_compressed_at(&segment, at)?);
+                    }
                 }
             }
-            file.seek(SeekFrom::Start(start))
-                .map_err(|e| read_error(&segment, e))?;
+            let stream = match stream {
+                Some(stream) => stream,
+                None => segment::open_stream(&segment, start, len)?,
+            };
             return Ok(Some(Lines {
                 segment,
-                reader: BufReader::with_capacity(256 * 1024, file.take(len - start)),
+                reader: BufReader::with_capacity(256 * 1024, stream),
                 line: (start == 0).then_some(1),
                 offset: start,
                 buf: Vec::new(),
@@ -284,6 +377,12 @@ impl Records {
             {
                 self.done = true;
                 break;
+            }
+            if let Some(since) = self.filter.since
+                && peeked.is_some_and(|ts| ts < since)
+            {
+                // Before `since` (a compressed segment is read from its start): not parsed.
+                continue;
             }
             if !full && let Some(ts) = peeked {
                 match check_hash(line) {
@@ -444,7 +543,7 @@ pub fn replay_reader(dir: &Path) -> Result<impl BufRead + Send + use<>, AuditErr
 struct Segments {
     /// Still to read, newest first (popped from the end).
     files: Vec<(Segment, u64)>,
-    current: Option<Take<File>>,
+    current: Option<Box<dyn Read + Send>>,
 }
 
 impl Read for Segments {
@@ -460,8 +559,8 @@ impl Read for Segments {
             let Some((segment, len)) = self.files.pop() else {
                 return Ok(0);
             };
-            let file = segment::open_read(&segment.path).map_err(std::io::Error::other)?;
-            self.current = Some(file.take(len));
+            let stream = segment::open_stream(&segment, 0, len).map_err(std::io::Error::other)?;
+            self.current = Some(stream);
         }
     }
 }

@@ -1,11 +1,17 @@
 //! The files of the log: `audit-000001.jsonl`, `audit-000002.jsonl`, ... in one private
 //! directory (0700), each 0600, opened with `O_APPEND` and `O_NOFOLLOW`, plus the lock file
-//! `audit.lock` that serialises writers across processes.
+//! `audit.lock` that serialises writers across processes. A closed segment may be compressed
+//! (`audit-000001.jsonl.zst`, see `compress`): while both forms of a segment exist (a
+//! compression under way or interrupted) the plain one is the segment and the other is
+//! ignored; [`open_stream`] reads either as the plain bytes.
 
+use std::collections::BTreeMap;
 use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use super::compress;
 use super::error::{AuditError, arc};
 
 pub(crate) const LOCK_FILE: &str = "audit.lock";
@@ -15,35 +21,73 @@ pub(crate) fn file_name(number: u64) -> String {
     format!("audit-{number:06}.jsonl")
 }
 
-fn parse_file_name(name: &str) -> Option<u64> {
+/// The name of segment `number` compressed.
+pub(crate) fn compressed_name(number: u64) -> String {
+    format!("audit-{number:06}.jsonl.zst")
+}
+
+/// The number of a segment file and whether it is the compressed form.
+fn parse_file_name(name: &str) -> Option<(u64, bool)> {
+    let (name, compressed) = match name.strip_suffix(".zst") {
+        Some(plain) => (plain, true),
+        None => (name, false),
+    };
     let digits = name.strip_prefix("audit-")?.strip_suffix(".jsonl")?;
     if digits.len() < 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok()
+    Some((digits.parse().ok()?, compressed))
 }
 
 /// One segment file.
 #[derive(Debug, Clone)]
 pub(crate) struct Segment {
     pub number: u64,
+    /// The file: `audit-NNNNNN.jsonl`, or `audit-NNNNNN.jsonl.zst` when `compressed`.
     pub path: PathBuf,
+    pub compressed: bool,
 }
 
 impl Segment {
+    /// The plain (uncompressed) segment `number`.
     pub fn new(dir: &Path, number: u64) -> Segment {
         Segment {
             number,
             path: dir.join(file_name(number)),
+            compressed: false,
         }
     }
 
+    /// The compressed segment `number`.
+    pub fn compressed(dir: &Path, number: u64) -> Segment {
+        Segment {
+            number,
+            path: dir.join(compressed_name(number)),
+            compressed: true,
+        }
+    }
+
+    /// The file's name inside the directory.
     pub fn name(&self) -> String {
-        file_name(self.number)
+        if self.compressed {
+            compressed_name(self.number)
+        } else {
+            file_name(self.number)
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
     }
 }
 
-/// The segments in `dir`, oldest first. A missing directory has none.
+/// The segments in `dir`, oldest first, each in its plain form where that exists. A missing
+/// directory has none.
+///
+/// A compression renames the compressed file in before it removes the plain one, so one of
+/// them always exists; but a directory listing taken meanwhile may see neither. A number
+/// missing between the first and the last is therefore looked up by name (the plain file
+/// first, since the compressed one exists before the plain one goes).
 pub(crate) fn list(dir: &Path) -> Result<Vec<Segment>, AuditError> {
     let read = |source| AuditError::Read {
         path: dir.to_owned(),
@@ -54,15 +98,91 @@ pub(crate) fn list(dir: &Path) -> Result<Vec<Segment>, AuditError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(read(e)),
     };
-    let mut segments = Vec::new();
+    let mut found: BTreeMap<u64, bool> = BTreeMap::new();
     for entry in entries {
         let entry = entry.map_err(read)?;
-        if let Some(number) = entry.file_name().to_str().and_then(parse_file_name) {
-            segments.push(Segment::new(dir, number));
+        if let Some((number, compressed)) = entry.file_name().to_str().and_then(parse_file_name) {
+            let only_compressed = found.get(&number).copied().unwrap_or(true) && compressed;
+            found.insert(number, only_compressed);
         }
     }
-    segments.sort_by_key(|s| s.number);
+    let (Some(&first), Some(&last)) = (found.keys().next(), found.keys().next_back()) else {
+        return Ok(Vec::new());
+    };
+    let mut segments = Vec::with_capacity(found.len());
+    for number in first..=last {
+        let segment = match found.get(&number) {
+            Some(false) => Segment::new(dir, number),
+            Some(true) => Segment::compressed(dir, number),
+            None if Segment::new(dir, number).path.exists() => Segment::new(dir, number),
+            None if Segment::compressed(dir, number).path.exists() => {
+                Segment::compressed(dir, number)
+            }
+            None => continue,
+        };
+        segments.push(segment);
+    }
     Ok(segments)
+}
+
+/// The length of `segment`'s plain bytes to read: the file's length, or for a compressed
+/// segment (closed, so it does not grow) `u64::MAX`, to its end.
+pub(crate) fn plain_len(segment: &Segment) -> Result<u64, AuditError> {
+    if segment.compressed {
+        return Ok(u64::MAX);
+    }
+    fs::symlink_metadata(&segment.path)
+        .map(|m| m.len())
+        .map_err(|source| AuditError::Read {
+            path: segment.path.clone(),
+            source: arc(source),
+        })
+}
+
+/// `segment`'s plain bytes `[from, len)` as a stream, decompressed if need be. A plain segment
+/// that is gone (compressed since it was listed) is read from its compressed form.
+pub(crate) fn open_stream(
+    segment: &Segment,
+    from: u64,
+    len: u64,
+) -> Result<Box<dyn Read + Send>, AuditError> {
+    let read = |source| AuditError::Read {
+        path: segment.path.clone(),
+        source: arc(source),
+    };
+    let mut compressed = segment.compressed;
+    let file = match open_read(&segment.path) {
+        Err(AuditError::Read { source, .. })
+            if !compressed && source.kind() == io::ErrorKind::NotFound =>
+        {
+            compressed = true;
+            open_read(&Segment::compressed(segment.dir(), segment.number).path)?
+        }
+        other => other?,
+    };
+    let rest = len.saturating_sub(from);
+    if !compressed {
+        let mut file = file;
+        file.seek(SeekFrom::Start(from)).map_err(read)?;
+        return Ok(Box::new(file.take(rest)));
+    }
+    let mut decoder = compress::decoder(file).map_err(read)?;
+    io::copy(&mut (&mut decoder).take(from), &mut io::sink()).map_err(read)?;
+    Ok(Box::new(decoder.take(rest)))
+}
+
+/// A compressed segment's plain bytes from the frame that starts at `offset` in the file.
+pub(crate) fn open_compressed_at(
+    segment: &Segment,
+    offset: u64,
+) -> Result<Box<dyn Read + Send>, AuditError> {
+    let read = |source| AuditError::Read {
+        path: segment.path.clone(),
+        source: arc(source),
+    };
+    let mut file = open_read(&segment.path)?;
+    file.seek(SeekFrom::Start(offset)).map_err(read)?;
+    Ok(Box::new(compress::decoder(file).map_err(read)?))
 }
 
 /// Creates `dir` (0700) if needed; refuses a symlink or a non-directory; tightens a directory
@@ -150,8 +270,10 @@ mod tests {
     fn names_sort_by_number() {
         assert_eq!(file_name(7), "audit-000007.jsonl");
         assert_eq!(file_name(1_234_567), "audit-1234567.jsonl");
-        assert_eq!(parse_file_name("audit-000007.jsonl"), Some(7));
+        assert_eq!(parse_file_name("audit-000007.jsonl"), Some((7, false)));
+        assert_eq!(parse_file_name("audit-000007.jsonl.zst"), Some((7, true)));
         assert_eq!(parse_file_name("audit-7.jsonl"), None);
         assert_eq!(parse_file_name("audit-000007.jsonl.bak"), None);
+        assert_eq!(parse_file_name("audit-000007.jsonl.zst.tmp"), None);
     }
 }

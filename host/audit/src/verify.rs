@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -100,6 +100,10 @@ pub enum Problem {
         index: Box<SegmentIndex>,
         actual: Option<Box<SegmentIndex>>,
     },
+    /// A compressed segment does not decompress (edited or truncated) after the lines before.
+    Compression {
+        message: String,
+    },
 }
 
 impl fmt::Display for Problem {
@@ -146,6 +150,10 @@ impl fmt::Display for Problem {
             Problem::TimeWentBack { previous, ts } => write!(
                 f,
                 "time went backwards: `ts` {ts} is before the previous record's {previous} (the writer never does that)"
+            ),
+            Problem::Compression { message } => write!(
+                f,
+                "the compressed segment does not decompress after this point ({message}): it was edited or truncated"
             ),
             Problem::IndexMismatch { index, actual } => write!(
                 f,
@@ -411,23 +419,33 @@ fn check_segment(
         path: segment.path.clone(),
         source: arc(source),
     };
-    let file = segment::open_read(&segment.path)?;
-    let mut reader = BufReader::with_capacity(256 * 1024, file.take(len));
+    // A compressed segment is read to its end, whatever its header declares.
+    let len = if segment.compressed { u64::MAX } else { len };
+    let stream = segment::open_stream(segment, 0, len)?;
+    let mut reader = BufReader::with_capacity(256 * 1024, stream);
     let mut check = SegmentCheck::default();
     let mut buf = Vec::new();
     let mut offset = 0u64;
     loop {
         buf.clear();
-        let n = reader.read_until(b'\n', &mut buf).map_err(read)?;
-        if n == 0 {
-            break;
-        }
         let at = |seq, problem| Broken {
             file: segment.name(),
             line: check.lines + 1,
             seq,
             problem,
         };
+        let n = match reader.read_until(b'\n', &mut buf) {
+            Ok(n) => n,
+            Err(e) if segment.compressed => {
+                let message = e.to_string();
+                check.broken = Some(at(None, Problem::Compression { message }));
+                break;
+            }
+            Err(e) => return Err(read(e)),
+        };
+        if n == 0 {
+            break;
+        }
         if buf.last() != Some(&b'\n') {
             check.broken = Some(at(peek_seq(&buf), Problem::TornLine { bytes: n as u64 }));
             break;
@@ -503,7 +521,7 @@ fn check_segment(
     {
         let actual = match (&check.first, &check.last) {
             (Some(first), Some(last)) => Some(SegmentIndex {
-                bytes: len,
+                bytes: offset,
                 first_seq: first.seq,
                 first_ts: first.ts,
                 last_seq: last.seq,
@@ -537,9 +555,7 @@ fn seq_later_from(segment: &Segment, from: u64, len: u64, wanted: u64) -> Result
         path: segment.path.clone(),
         source: arc(source),
     };
-    let mut file = segment::open_read(&segment.path)?;
-    file.seek(SeekFrom::Start(from)).map_err(read)?;
-    let mut reader = BufReader::new(file.take(len.saturating_sub(from)));
+    let mut reader = BufReader::new(segment::open_stream(segment, from, len)?);
     let mut buf = Vec::new();
     loop {
         buf.clear();
@@ -566,12 +582,7 @@ pub(crate) fn snapshot(dir: &Path) -> Result<Vec<(Segment, u64)>, AuditError> {
                 .into_iter()
                 .filter(|s| s.number >= first)
                 .map(|s| {
-                    let len = std::fs::symlink_metadata(&s.path)
-                        .map_err(|source| AuditError::Read {
-                            path: s.path.clone(),
-                            source: arc(source),
-                        })?
-                        .len();
+                    let len = segment::plain_len(&s)?;
                     Ok((s, len))
                 })
                 .collect()

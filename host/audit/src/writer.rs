@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 use super::canonical::{GENESIS, encode_body, encode_line};
 use super::error::{AuditError, arc};
 use super::index::{self, SegmentIndex};
-use super::record::{Entry, Event, Receipt};
+use super::record::{Entry, Event, Receipt, Record};
 use super::segment::{self, LOCK_FILE, Segment};
 use super::tail::{read_tail, repair};
 use crate::time::Timestamp;
@@ -99,6 +99,11 @@ impl Writer {
         let _ = writer.lock.unlock();
         written?;
         Ok((writer, repaired.into_iter().collect()))
+    }
+
+    /// The number of the segment the next batch goes to.
+    pub fn segment_number(&self) -> u64 {
+        self.at.segment.number
     }
 
     /// The last durable record (after catching up with other processes).
@@ -183,10 +188,11 @@ impl Writer {
     /// Whether another process appended or rotated since our last batch.
     fn changed(&self) -> bool {
         let len = self.at.file.metadata().map(|m| m.len()).ok();
+        let next = self.at.segment.number + 1;
+        // The next segment may be closed and compressed already.
         len != Some(self.at.len)
-            || Segment::new(&self.dir, self.at.segment.number + 1)
-                .path
-                .exists()
+            || Segment::new(&self.dir, next).path.exists()
+            || Segment::compressed(&self.dir, next).path.exists()
     }
 
     fn write_and_sync(&mut self, buf: &[u8]) -> Result<(), AuditError> {
@@ -253,6 +259,42 @@ impl Writer {
     }
 }
 
+/// The chain's head after `last` (the genesis when there is none).
+fn head_of(last: Option<Record>) -> (Receipt, Option<Timestamp>) {
+    match last {
+        Some(r) => (
+            Receipt {
+                seq: r.seq,
+                hash: r.hash,
+            },
+            Some(r.ts),
+        ),
+        None => (
+            Receipt {
+                seq: 0,
+                hash: GENESIS.to_owned(),
+            },
+            None,
+        ),
+    }
+}
+
+/// The last record of a closed segment, which must not end in a torn line.
+fn last_of(closed: &Segment) -> Result<Option<Record>, AuditError> {
+    if closed.compressed {
+        return super::compress::last_record(closed);
+    }
+    let tail = read_tail(closed, &segment::open_read(&closed.path)?)?;
+    if tail.torn.is_some() {
+        return Err(AuditError::DamagedTail {
+            path: closed.path.clone(),
+            line: 0,
+            problem: "a rotated file ends in a torn line".to_owned(),
+        });
+    }
+    Ok(tail.last)
+}
+
 fn repair_body(detail: &Map<String, Value>) -> Vec<u8> {
     let mut entry = Entry::new(Event::AuditRepaired);
     entry.detail = Some(detail.clone());
@@ -262,24 +304,28 @@ fn repair_body(detail: &Map<String, Value>) -> Vec<u8> {
 /// Finds the newest segment and the chain's head, truncating a torn last line.
 fn locate(dir: &Path) -> Result<(Position, Option<Map<String, Value>>), AuditError> {
     let segments = segment::list(dir)?;
-    let Some(newest) = segments.last().cloned() else {
-        let segment = Segment::new(dir, 1);
+    // Only closed segments are compressed: when the newest is (the plain one after it is
+    // gone), the log goes on in a new one.
+    let newest = segments.last().filter(|s| !s.compressed).cloned();
+    let Some(newest) = newest else {
+        let segment = Segment::new(dir, segments.last().map_or(1, |s| s.number + 1));
         let file = segment::open_append(&segment.path, false)?;
         segment::sync_dir(dir).map_err(|source| AuditError::Open {
             path: dir.to_owned(),
             source: arc(source),
         })?;
-        let head = Receipt {
-            seq: 0,
-            hash: GENESIS.to_owned(),
+        let last = match segments.last() {
+            Some(closed) => last_of(closed)?,
+            None => None,
         };
+        let (head, head_ts) = head_of(last);
         return Ok((
             Position {
                 segment,
                 file,
                 len: 0,
                 head,
-                head_ts: None,
+                head_ts,
                 first: None,
             },
             None,
@@ -300,27 +346,9 @@ fn locate(dir: &Path) -> Result<(Position, Option<Map<String, Value>>), AuditErr
         if last.is_some() {
             break;
         }
-        let tail = read_tail(older, &segment::open_read(&older.path)?)?;
-        if tail.torn.is_some() {
-            return Err(AuditError::DamagedTail {
-                path: older.path.clone(),
-                line: 0,
-                problem: "a rotated file ends in a torn line".to_owned(),
-            });
-        }
-        last = tail.last;
+        last = last_of(older)?;
     }
-    let head_ts = last.as_ref().map(|r| r.ts);
-    let head = last.map_or_else(
-        || Receipt {
-            seq: 0,
-            hash: GENESIS.to_owned(),
-        },
-        |r| Receipt {
-            seq: r.seq,
-            hash: r.hash,
-        },
-    );
+    let (head, head_ts) = head_of(last);
     Ok((
         Position {
             segment: newest,

@@ -1,4 +1,4 @@
-//! `hpcgate audit verify|checkpoint|tail|query`: admin commands over the audit directory
+//! `hpcgate audit verify|checkpoint|key|prune|compress|tail|query`: admin commands over the audit directory
 //! (default `$HPCGATE_STATE_DIR/audit`, else `~/.local/share/hpcgate/audit`).
 
 use std::path::{Path, PathBuf};
@@ -57,6 +57,14 @@ pub(crate) enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Compress the closed segments (all but the newest) with zstd now, as `[audit] compress =
+    /// "zstd"` does after each rotation; every audit command reads them as before.
+    Compress {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the newest matching records, newest first.
     Tail {
         #[arg(long)]
@@ -80,7 +88,8 @@ pub(crate) enum AuditCommand {
     },
     /// Measure append throughput and latency with fsync (in fresh directories under `--dir`);
     /// with `--records N`, instead generate an N-record log and time tail, query, verify and
-    /// `policy test` on it.
+    /// `policy test` on it (and with `--compress`, again once its closed segments are
+    /// compressed).
     #[command(hide = true)]
     Bench {
         /// Generate a log of this many records and time the read-side commands on it.
@@ -89,6 +98,9 @@ pub(crate) enum AuditCommand {
         /// Runs per command with `--records` (the median is reported).
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// With `--records`: then compress the closed segments and time the commands again.
+        #[arg(long, requires = "records")]
+        compress: bool,
         /// Parent of the scratch logs; default the system temp directory.
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -197,6 +209,7 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        AuditCommand::Compress { dir, json } => compress(&resolve_dir(dir)?, json),
         AuditCommand::Key { dir } => {
             let dir = resolve_dir(dir)?;
             let key = audit::CheckpointKey::load(&dir).with_context(|| {
@@ -248,35 +261,36 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             runs,
             dir,
             json,
+            compress,
             ..
         } => {
             let parent = dir.unwrap_or_else(std::env::temp_dir);
-            let report = super::audit_scale::run(&parent, records, runs)?;
+            let report = super::audit_scale::run(&parent, records, runs, compress)?;
             if json {
                 out(serde_json::to_string_pretty(&report)?);
-            } else {
+                return Ok(ExitCode::SUCCESS);
+            }
+            out(format!(
+                "{} records in {} segments ({} MB), last hour {} records; load before: {}",
+                report["records"],
+                report["segments"],
+                report["bytes"].as_u64().unwrap_or(0) >> 20,
+                report["records_in_last_hour"],
+                report["load_before"].as_str().unwrap_or("?")
+            ));
+            print_scale_rows(&report["commands"]);
+            let compressed = &report["compressed"];
+            if !compressed.is_null() {
                 out(format!(
-                    "{} records in {} segments ({} MB), last hour {} records; load before: {}",
-                    report["records"],
-                    report["segments"],
-                    report["bytes"].as_u64().unwrap_or(0) >> 20,
-                    report["records_in_last_hour"],
-                    report["load_before"].as_str().unwrap_or("?")
+                    "compressed {} closed segments in {} s: {} MB into {} MB; last hour {} records; load before: {}",
+                    compressed["segments"],
+                    compressed["compress_s"],
+                    compressed["plain_bytes"].as_u64().unwrap_or(0) >> 20,
+                    compressed["compressed_bytes"].as_u64().unwrap_or(0) >> 20,
+                    compressed["records_in_last_hour"],
+                    compressed["load_before"].as_str().unwrap_or("?")
                 ));
-                for row in report["commands"].as_array().into_iter().flatten() {
-                    out(format!(
-                        "{:<42} {:>9.1} ms (≤ {} ms, {:.1} s CPU)  {:>7.1} MB RSS{}  {}",
-                        row["command"].as_str().unwrap_or("?"),
-                        row["ms"].as_f64().unwrap_or(0.0),
-                        row["target_ms"],
-                        row["cpu_s"].as_f64().unwrap_or(0.0),
-                        row["rss_mb"].as_f64().unwrap_or(0.0),
-                        row["target_rss_mb"]
-                            .as_f64()
-                            .map_or(String::new(), |t| format!(" (≤ {t} MB)")),
-                        if row["pass"] == true { "pass" } else { "FAIL" }
-                    ));
-                }
+                print_scale_rows(&compressed["commands"]);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -288,6 +302,50 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             records: None,
             ..
         } => run_bench(dir, &writers, appends, json),
+    }
+}
+
+fn compress(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let report = audit::compress_closed(dir)?;
+    if json {
+        out(serde_json::to_string_pretty(&report)?);
+    } else if report.segments == 0 {
+        out("nothing to compress: every closed segment is compressed already".to_owned());
+    } else {
+        out(format!(
+            "compressed {} closed segments: {:.1} MB into {:.1} MB",
+            report.segments,
+            report.plain_bytes as f64 / 1e6,
+            report.compressed_bytes as f64 / 1e6
+        ));
+    }
+    if report.skipped.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !json {
+        for skipped in &report.skipped {
+            out(format!("left plain: {skipped}"));
+        }
+        out("run `hpcgate audit verify` to see what is wrong with them".to_owned());
+    }
+    Ok(ExitCode::from(1))
+}
+
+/// The rows of `audit bench --records`.
+fn print_scale_rows(rows: &serde_json::Value) {
+    for row in rows.as_array().into_iter().flatten() {
+        out(format!(
+            "{:<42} {:>9.1} ms (≤ {} ms, {:.1} s CPU)  {:>7.1} MB RSS{}  {}",
+            row["command"].as_str().unwrap_or("?"),
+            row["ms"].as_f64().unwrap_or(0.0),
+            row["target_ms"],
+            row["cpu_s"].as_f64().unwrap_or(0.0),
+            row["rss_mb"].as_f64().unwrap_or(0.0),
+            row["target_rss_mb"]
+                .as_f64()
+                .map_or(String::new(), |t| format!(" (≤ {t} MB)")),
+            if row["pass"] == true { "pass" } else { "FAIL" }
+        ));
     }
 }
 

@@ -3,7 +3,8 @@
 //! of the stock chain's real decisions — the chain of the shipped default configuration), then
 //! times the commands an admin runs on it, each in a
 //! child process (so its peak RSS is its own): `audit tail -n 20`, `audit query --since 1h`,
-//! `audit verify`, `policy test --calls <dir>` with the stock chain.
+//! `audit verify`, `policy test --calls <dir>` with the stock chain. With `--compress`, then
+//! compresses the closed segments (`audit compress`) and times the same commands again.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -29,7 +30,12 @@ struct Measured {
     status: i32,
 }
 
-pub(crate) fn run(parent: &Path, records: u64, runs: usize) -> anyhow::Result<Value> {
+pub(crate) fn run(
+    parent: &Path,
+    records: u64,
+    runs: usize,
+    compress: bool,
+) -> anyhow::Result<Value> {
     let scratch = tempfile::Builder::new()
         .prefix("hpcgate-audit-scale-")
         .tempdir_in(parent)
@@ -66,16 +72,76 @@ pub(crate) fn run(parent: &Path, records: u64, runs: usize) -> anyhow::Result<Va
     let started = Instant::now();
     let made = generate(&dir, records, Timestamp::now(), step, &entries, 64 << 20)?;
     let generate_s = started.elapsed().as_secs_f64();
+    let exe = std::env::current_exe().context("cannot find the hpcgate executable")?;
+    let hour = count_lines(
+        &exe,
+        &[
+            "audit",
+            "query",
+            "--since",
+            "1h",
+            "--dir",
+            &dir.display().to_string(),
+        ],
+    )?;
+    let load_before = load_average();
+    let commands = time_commands(&exe, &dir, &config, runs, made.records)?;
+    let compressed = if compress {
+        let started = Instant::now();
+        let report = crate::audit::compress_closed(&dir)?;
+        let compress_s = started.elapsed().as_secs_f64();
+        anyhow::ensure!(
+            report.skipped.is_empty(),
+            "segments left uncompressed: {:?}",
+            report.skipped
+        );
+        Some(json!({
+            "segments": report.segments,
+            "plain_bytes": report.plain_bytes,
+            "compressed_bytes": report.compressed_bytes,
+            "compress_s": round(compress_s),
+            "records_in_last_hour": count_lines(
+                &exe,
+                &["audit", "query", "--since", "1h", "--dir", &dir.display().to_string()],
+            )?,
+            "load_before": load_average(),
+            "commands": time_commands(&exe, &dir, &config, runs, made.records)?,
+        }))
+    } else {
+        None
+    };
+    Ok(json!({
+        "records": made.records,
+        "segments": made.segments,
+        "bytes": made.bytes,
+        "span": format!("{} .. {}", made.first_ts, made.last_ts),
+        "records_in_last_hour": hour,
+        "generate_s": round(generate_s),
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "load_before": load_before,
+        "runs": runs,
+        "commands": commands,
+        "compressed": compressed,
+    }))
+}
+
+/// Times tail, query, verify and `policy test` on the log in `dir` (checking that they
+/// succeed and that `policy test` judges all `records` alike); one row each.
+fn time_commands(
+    exe: &Path,
+    dir: &Path,
+    config: &Path,
+    runs: usize,
+    records: u64,
+) -> anyhow::Result<Vec<Value>> {
     let dir_s = dir.display().to_string();
     let config_s = config.display().to_string();
-    let exe = std::env::current_exe().context("cannot find the hpcgate executable")?;
-    let measure = |args: &[&str]| measure(&exe, args, runs);
+    let measure = |args: &[&str]| measure(exe, args, runs);
     let tail = measure(&["audit", "tail", "-n", "20", "--dir", &dir_s])?;
     let query = measure(&["audit", "query", "--since", "1h", "--json", "--dir", &dir_s])?;
-    let hour = count_lines(&exe, &["audit", "query", "--since", "1h", "--dir", &dir_s])?;
     let verify = measure(&["audit", "verify", "--dir", &dir_s])?;
     let test = measure(&["policy", "test", "--config", &config_s, "--calls", &dir_s])?;
-    let checked = command(&exe)
+    let checked = command(exe)
         .args([
             "policy", "test", "--json", "--config", &config_s, "--calls", &dir_s,
         ])
@@ -83,7 +149,7 @@ pub(crate) fn run(parent: &Path, records: u64, runs: usize) -> anyhow::Result<Va
     let checked: Value = serde_json::from_slice(&checked.stdout)
         .context("`policy test --json` printed no report")?;
     anyhow::ensure!(
-        checked["total"] == made.records && checked["mismatched"] == 0,
+        checked["total"] == records && checked["mismatched"] == 0,
         "`policy test` did not judge every record alike: {}",
         checked
     );
@@ -106,23 +172,17 @@ pub(crate) fn run(parent: &Path, records: u64, runs: usize) -> anyhow::Result<Va
             "pass": m.ms <= target_ms && target_mb.is_none_or(|t| m.rss_mb <= t),
         })
     };
-    Ok(json!({
-        "records": made.records,
-        "segments": made.segments,
-        "bytes": made.bytes,
-        "span": format!("{} .. {}", made.first_ts, made.last_ts),
-        "records_in_last_hour": hour,
-        "generate_s": round(generate_s),
-        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
-        "load_before": load_average(),
-        "runs": runs,
-        "commands": [
-            row("audit tail -n 20", &tail, 50.0, Some(30.0)),
-            row("audit query --since 1h --json", &query, 200.0, None),
-            row("audit verify", &verify, 5_000.0, None),
-            row("policy test --calls <dir> (stock chain)", &test, 10_000.0, Some(150.0)),
-        ],
-    }))
+    Ok(vec![
+        row("audit tail -n 20", &tail, 50.0, Some(30.0)),
+        row("audit query --since 1h --json", &query, 200.0, None),
+        row("audit verify", &verify, 5_000.0, None),
+        row(
+            "policy test --calls <dir> (stock chain)",
+            &test,
+            10_000.0,
+            Some(150.0),
+        ),
+    ])
 }
 
 /// Call records of the bench mix with the decisions the stock chain makes for them.

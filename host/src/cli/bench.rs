@@ -58,6 +58,11 @@ pub(crate) struct GatewayArgs {
     /// Run the gateways with `[metrics] enabled = false`, to compare against metrics on.
     #[arg(long)]
     no_metrics: bool,
+    /// Run the gateways exporting a signed audit checkpoint every second (`[audit]
+    /// checkpoint_every = "1s"`, a sink file in the scratch directory per gateway), to compare
+    /// against checkpoints off.
+    #[arg(long)]
+    checkpoints: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -102,6 +107,9 @@ pub(super) fn print_report(report: &Value, json: bool) -> anyhow::Result<ExitCod
             check["target"].as_str().unwrap_or_default(),
         ));
     }
+    if let Some(exported) = report.get("checkpoints_exported") {
+        out(format!("signed audit checkpoints exported: {exported}"));
+    }
     if let Some(floors) = report.get("floors") {
         out(format!(
             "floors here: stdio MCP ping p50 {} µs; 1 KiB append + fdatasync p50 {} µs",
@@ -118,12 +126,16 @@ async fn bench(args: &GatewayArgs) -> anyhow::Result<Value> {
         .context("cannot create a temporary directory for the benchmark")?;
     let dir = Scratch(Some(dir), args.keep);
     let config = dir.path().join("gateway.toml");
+    let sinks = [
+        dir.path().join("checkpoints.jsonl"),
+        dir.path().join("checkpoints-tenants.jsonl"),
+    ];
     std::fs::write(
         &config,
         format!(
             "state_dir = {}\n{}",
             toml::Value::String(dir.path().join("state").display().to_string()),
-            metrics_table(args)
+            extra_tables(args, &sinks[0])
         ),
     )?;
     let mut report = Map::new();
@@ -137,7 +149,7 @@ async fn bench(args: &GatewayArgs) -> anyhow::Result<Value> {
             runs.push(tenants_config(
                 dir.path(),
                 args.tenants,
-                metrics_table(args),
+                &extra_tables(args, &sinks[1]),
             )?);
         }
         let mut figures = bench_http(dir.path(), runs, args).await?.into_iter();
@@ -186,6 +198,19 @@ async fn bench(args: &GatewayArgs) -> anyhow::Result<Value> {
             }),
         );
         report.insert("stdio".into(), figures.to_json());
+    }
+    if args.checkpoints {
+        // Proof that they were on: the checkpoints the gateways exported (all stopped now).
+        let exported: usize = sinks
+            .iter()
+            .filter_map(|sink| std::fs::read_to_string(sink).ok())
+            .map(|text| text.lines().count())
+            .sum();
+        anyhow::ensure!(
+            exported > 0,
+            "`--checkpoints`: the gateways exported no checkpoint"
+        );
+        report.insert("checkpoints_exported".into(), json!(exported));
     }
     report.insert("checks".into(), Value::Array(checks));
     Ok(Value::Object(report))
@@ -403,13 +428,20 @@ fn tenants_config(dir: &Path, n: usize, extra: &str) -> anyhow::Result<(PathBuf,
     Ok((config, tokens))
 }
 
-/// The `[metrics]` table of the gateways' configs: none (metrics on, the default), or off.
-fn metrics_table(args: &GatewayArgs) -> &'static str {
+/// The `[metrics]` and `[audit]` tables of a gateway's config: none (metrics on, checkpoints
+/// off: the defaults), metrics off, checkpoints to `sink` every second.
+fn extra_tables(args: &GatewayArgs, sink: &Path) -> String {
+    let mut tables = String::new();
     if args.no_metrics {
-        "[metrics]\nenabled = false\n"
-    } else {
-        ""
+        tables.push_str("[metrics]\nenabled = false\n");
     }
+    if args.checkpoints {
+        tables.push_str(&format!(
+            "[audit]\ncheckpoint_every = \"1s\"\ncheckpoint_sink = {}\n",
+            toml::Value::String(sink.display().to_string())
+        ));
+    }
+    tables
 }
 
 /// `hpcgate run` (this executable) on `config` alone: a private HOME so no user config layers

@@ -134,6 +134,8 @@ pub struct AuditConfig {
     pub checkpoint_every: Option<String>,
     /// Where checkpoints go: an absolute file path outside the state directory, or `syslog`.
     pub checkpoint_sink: Option<String>,
+    /// `"zstd"`: compress closed segments in the background; `"none"` (the default): keep them.
+    pub compress: Option<String>,
 }
 
 /// `[host_commands.<key>]`: one command `host_exec` may run, by key.

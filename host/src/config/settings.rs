@@ -315,6 +315,7 @@ impl FixedSettings {
                 )?,
                 redaction: config.audit.redaction.clone().unwrap_or_default(),
                 checkpoints,
+                compress: resolve_compress(config, bad)?,
             },
             engine: config.engine_settings(),
             telemetry: super::telemetry::resolve_telemetry(&config.telemetry, bad)?,
@@ -324,6 +325,20 @@ impl FixedSettings {
                 bad,
             )?,
         })
+    }
+}
+
+/// `[audit] compress`: `"zstd"` or `"none"` (the default).
+fn resolve_compress(config: &Config, bad: &Bad) -> Result<bool, ConfigError> {
+    match config.audit.compress.as_deref() {
+        None | Some("none") => Ok(false),
+        Some("zstd") => Ok(true),
+        Some(other) => Err(bad(
+            "audit.compress",
+            format!(
+                "`{other}` is not a compression; write \"zstd\" (compress closed segments) or \"none\""
+            ),
+        )),
     }
 }
 

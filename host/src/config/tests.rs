@@ -521,3 +521,29 @@ fn checkpoint_export_needs_an_interval_and_a_sink_outside_the_state_dir() {
         );
     }
 }
+
+#[test]
+fn closed_segments_are_compressed_only_when_asked() {
+    let state = tempfile::tempdir().unwrap();
+    let config = |audit: &str| {
+        format!(
+            "state_dir = \"{}\"\n[audit]\n{audit}\n",
+            state.path().display()
+        )
+    };
+    for (audit, compress) in [
+        ("", false),
+        ("compress = \"none\"", false),
+        ("compress = \"zstd\"", true),
+    ] {
+        let s = settings(&[("/etc/x.toml", &config(audit))]).unwrap();
+        assert_eq!(s.fixed.audit.compress, compress, "{audit}");
+    }
+    let error = settings(&[("/etc/x.toml", &config("compress = \"gzip\""))])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("audit.compress") && error.contains("`gzip` is not a compression"),
+        "{error}"
+    );
+}

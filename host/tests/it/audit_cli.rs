@@ -1,13 +1,14 @@
 //! `hpcgate audit …` and `hpcgate policy test` on a real audit directory, run as an admin runs
 //! them: the real binary, real files. Also: an audit file replays as a policy test input, and a
-//! gateway killed with SIGKILL mid-append leaves a log that opens (repairing) and verifies.
+//! gateway killed with SIGKILL mid-append leaves a log that opens (repairing) and verifies, and
+//! a log compressed by `audit compress` answers every command as before.
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use hpcgate::audit::{AuditLog, AuditOptions, Entry, Event, Record, verify};
+use hpcgate::audit::{AuditLog, AuditOptions, Entry, Event, Filter, Record, Scope, verify};
 use hpcgate::config::Config;
 use hpcgate::policy::cases::parse_cases;
 use hpcgate::policy::normalize::normalize_call;
@@ -349,4 +350,96 @@ fn an_audit_directory_replays_streamed_in_input_order() {
         stderr.contains(&format!("line {}", line_base + 1)) && stderr.contains("not JSON"),
         "{stderr}"
     );
+}
+
+/// `hpcgate audit compress` compresses the closed segments, and `tail`, `query` (skipping and
+/// filtering by time), `verify` and `policy test --calls` answer exactly as before; the
+/// compressed log still prunes and verifies.
+#[test]
+fn a_compressed_log_answers_every_command_as_before_and_still_prunes() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit");
+    let scratch = tempfile::tempdir().unwrap();
+    let config = stock_config(scratch.path());
+    let chain = stock_chain(&config);
+    let text = std::fs::read_to_string(repo().join("tests/cases/stock.jsonl")).unwrap();
+    let (cases, _) = parse_cases(&text).unwrap();
+    let log = AuditLog::open(
+        &audit,
+        AuditOptions {
+            max_file_bytes: 100_000,
+            ..AuditOptions::default()
+        },
+    )
+    .unwrap();
+    for round in 0..30 {
+        log.append(Entry::new(Event::JobState).detail("round", round))
+            .unwrap();
+        for case in &cases {
+            let mut call = case.call.clone();
+            normalize_call(&mut call);
+            log.append(Entry::call(&call, &chain.evaluate(&call)))
+                .unwrap();
+        }
+    }
+    drop(log);
+    let all: Vec<Record> = hpcgate::audit::records(&audit, Scope::AllTenants, Filter::default())
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let middle = all[all.len() / 2].ts.to_string();
+    let (a, c) = (audit.to_str().unwrap(), config.to_str().unwrap());
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["audit", "tail", "-n", "25", "--json", "--dir", a],
+        vec!["audit", "tail", "-n", "5", "--tenant", "chem", "--dir", a],
+        vec!["audit", "query", "--since", &middle, "--json", "--dir", a],
+        vec![
+            "audit", "query", "--until", &middle, "--tool", "s*", "--dir", a,
+        ],
+        vec!["audit", "verify", "--json", "--dir", a],
+        vec!["policy", "test", "--json", "--config", c, "--calls", a],
+    ];
+    let run_all = || -> Vec<(Option<i32>, String)> {
+        commands
+            .iter()
+            .map(|args| {
+                let output = hpcgate(args);
+                (output.status.code(), stdout(&output))
+            })
+            .collect()
+    };
+    let before = run_all();
+    for ((code, out), args) in before.iter().zip(&commands) {
+        assert_eq!(*code, Some(0), "{args:?}: {out}");
+        assert!(out.trim().len() > 20, "{args:?} printed nothing: {out}");
+    }
+    let compressed = |n: u64| audit.join(format!("audit-{n:06}.jsonl.zst"));
+    let plain = |n: u64| audit.join(format!("audit-{n:06}.jsonl"));
+    let output = hpcgate(&["audit", "compress", "--dir", a]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(stdout(&output).starts_with("compressed "), "{output:?}");
+    let segments = (1..)
+        .take_while(|&n| plain(n).exists() || compressed(n).exists())
+        .count() as u64;
+    assert!(segments >= 5, "the log rotated: {segments}");
+    for n in 1..segments {
+        assert!(compressed(n).exists() && !plain(n).exists(), "segment {n}");
+    }
+    assert!(plain(segments).exists(), "the open segment stays plain");
+    assert_eq!(
+        run_all(),
+        before,
+        "the same answers from compressed segments"
+    );
+    let again = hpcgate(&["audit", "compress", "--dir", a]);
+    assert!(
+        stdout(&again).starts_with("nothing to compress"),
+        "{again:?}"
+    );
+    let output = hpcgate(&["audit", "prune", "--before", &middle, "--dir", a]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(stdout(&output).starts_with("removed "), "{output:?}");
+    assert!(!compressed(1).exists() && !plain(1).exists());
+    let report = verify(&audit, None).unwrap();
+    assert!(report.intact, "{report:#?}");
 }
