@@ -177,10 +177,11 @@ impl Cedar {
         let mut call = Call::new("warm_up", serde_json::json!({"path": "", "n": 0}));
         call.usage.insert("instances".to_owned(), 0);
         if let Ok((request, entities)) = request(&self.types, &call) {
-            std::hint::black_box(
-                self.authorizer
-                    .is_authorized(&request, &self.policies, &entities),
-            );
+            std::hint::black_box(self.authorizer.is_authorized(
+                &request,
+                &self.policies,
+                &entities,
+            ));
         }
     }
 
