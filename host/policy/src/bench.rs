@@ -5,13 +5,19 @@
 //! production, and each sample is the time the caller waits for the decision. *Throughput* is
 //! measured flat out from one caller: every evaluation still gets a fresh instance, so it
 //! includes preparing and dropping instances (on the background threads, on the other core).
+//!
+//! Then, for each policy, where a fresh instance's time goes, all on the calling thread with
+//! nothing else preparing: instantiation, `configure`, the first evaluation, a second evaluation
+//! on the same instance (what `reuse_instance` pays), and dropping the instance. The latency run
+//! also counts the calls that found no prepared instance and prepared their own.
 
 use std::time::{Duration, Instant};
 
 use hpcgate_policy_sdk::Call;
 use serde::Serialize;
 
-use super::chain::{Chain, ChainError, ChainPolicy};
+use super::chain::{Chain, ChainError, ChainPolicy, to_wit};
+use super::instance::{Instance, Limits};
 use super::normalize::normalize_call;
 
 /// How to run the benchmark.
@@ -41,6 +47,21 @@ pub struct PolicyBench {
     pub p50_us: f64,
     pub p99_us: f64,
     pub evals_per_s: f64,
+    /// Latency samples that found no prepared instance and prepared their own.
+    pub inline_prepares: usize,
+    /// Where a fresh instance's time goes (medians, µs); `None` if the policy faulted.
+    pub phases: Option<Phases>,
+}
+
+/// Medians of each step of a fresh instance's life, µs, measured on one thread.
+#[derive(Debug, Clone, Serialize)]
+pub struct Phases {
+    pub instantiate_us: f64,
+    pub configure_us: f64,
+    pub first_evaluate_us: f64,
+    /// A second evaluation on the same instance: what a reused instance pays.
+    pub next_evaluate_us: f64,
+    pub drop_us: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -75,14 +96,19 @@ pub fn bench(
     let mut report = Vec::with_capacity(policies.len());
     for policy in &policies {
         let name = policy.name.clone();
+        let phases = phases(policy, &calls, options.iterations.clamp(1, 500));
         let chain = Chain::new(vec![policy.clone()])?;
+        let misses = chain.inline_prepares();
         let (p50_us, p99_us) = latency(&chain, &calls, options);
+        let inline_prepares = chain.inline_prepares() - misses;
         let evals_per_s = throughput(&chain, &calls, options);
         report.push(PolicyBench {
             name,
             p50_us,
             p99_us,
             evals_per_s,
+            inline_prepares,
+            phases,
         });
     }
     let chain = Chain::new(policies)?;
@@ -118,6 +144,48 @@ fn latency(chain: &Chain, calls: &[Call], options: &BenchOptions) -> (f64, f64) 
     }
     samples.sort_unstable();
     (percentile_us(&samples, 0.50), percentile_us(&samples, 0.99))
+}
+
+/// Times each step of `rounds` fresh instances' lives; `None` if one faulted.
+fn phases(policy: &ChainPolicy, calls: &[Call], rounds: usize) -> Option<Phases> {
+    let limits = Limits {
+        deadline: policy.deadline,
+        memory_bytes: policy
+            .memory_bytes
+            .min(policy.module.inner.engine.settings.max_memory_bytes),
+    };
+    let mut steps: [Vec<Duration>; 5] = Default::default();
+    for i in 0..rounds {
+        let call = &calls[i % calls.len()];
+        let wit = to_wit(call, &call.arguments);
+        let mut started = Instant::now();
+        let mut lap = |step: usize| {
+            let now = Instant::now();
+            steps[step].push(now - started);
+            started = now;
+        };
+        let mut instance = Instance::instantiate(&policy.module, &limits).ok()?;
+        lap(0);
+        instance.configure(&policy.settings, &limits).ok()?;
+        lap(1);
+        instance.evaluate(&wit, &limits).0.ok()?;
+        lap(2);
+        instance.evaluate(&wit, &limits).0.ok()?;
+        lap(3);
+        drop(instance);
+        lap(4);
+    }
+    let [instantiate, configure, first, next, dropped] = steps.map(|mut step| {
+        step.sort_unstable();
+        percentile_us(&step, 0.5)
+    });
+    Some(Phases {
+        instantiate_us: instantiate,
+        configure_us: configure,
+        first_evaluate_us: first,
+        next_evaluate_us: next,
+        drop_us: dropped,
+    })
 }
 
 fn throughput(chain: &Chain, calls: &[Call], options: &BenchOptions) -> f64 {

@@ -155,6 +155,11 @@ impl Chain {
         self.imports_wasi
     }
 
+    /// How many evaluations so far found no prepared instance and prepared their own.
+    pub(crate) fn inline_prepares(&self) -> usize {
+        self.links.iter().map(|l| l.pool.inline_prepares()).sum()
+    }
+
     /// Judges one call.
     pub fn evaluate(&self, call: &Call) -> ChainOutcome {
         let listing = call.phase == Phase::List;
@@ -240,7 +245,7 @@ fn json_text(arguments: &Map<String, Value>) -> String {
     serde_json::to_string(arguments).expect("a JSON map always serialises")
 }
 
-fn to_wit(call: &Call, arguments: &Map<String, Value>) -> WitCall {
+pub(crate) fn to_wit(call: &Call, arguments: &Map<String, Value>) -> WitCall {
     WitCall {
         phase: match call.phase {
             Phase::List => WitPhase::List,

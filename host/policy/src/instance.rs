@@ -142,6 +142,14 @@ impl Instance {
         settings: &str,
         limits: &Limits,
     ) -> Result<Instance, Fault> {
+        let mut instance = Instance::instantiate(module, limits)?;
+        instance.configure(settings, limits)?;
+        Ok(instance)
+    }
+
+    /// Instantiates `module` under the limits; the instance must be configured before it
+    /// evaluates ([`Instance::prepare`] does both; the benchmark times them apart).
+    pub(crate) fn instantiate(module: &PolicyModule, limits: &Limits) -> Result<Instance, Fault> {
         let inner = &module.inner;
         let state = GuestState {
             memory_cap: limits.memory_bytes,
@@ -156,14 +164,21 @@ impl Instance {
         let policy = inner.pre.instantiate(&mut store).map_err(|e| {
             classify(&e, &store, limits).unwrap_or_else(|| Fault::Instantiate(format!("{e:#}")))
         })?;
-        match policy.call_configure(&mut store, settings) {
-            Ok(Ok(())) => Ok(Instance {
-                store,
-                policy,
-                ticker: inner.engine.ticker.clone(),
-            }),
+        Ok(Instance {
+            store,
+            policy,
+            ticker: inner.engine.ticker.clone(),
+        })
+    }
+
+    /// Calls `configure(settings)` under the limits.
+    pub(crate) fn configure(&mut self, settings: &str, limits: &Limits) -> Result<(), Fault> {
+        let _ticking = self.ticker.guest_run();
+        self.store.set_epoch_deadline(limits.deadline_ticks());
+        match self.policy.call_configure(&mut self.store, settings) {
+            Ok(Ok(())) => Ok(()),
             Ok(Err(message)) => Err(Fault::Configure(truncate(&message, MAX_REASON))),
-            Err(e) => Err(classify(&e, &store, limits).unwrap_or_else(|| host_fault(&e))),
+            Err(e) => Err(classify(&e, &self.store, limits).unwrap_or_else(|| host_fault(&e))),
         }
     }
 

@@ -54,6 +54,8 @@ pub(crate) struct InstancePool {
     maintainer: Arc<Maintainer>,
     /// With `reuse`: each tenant's kept instances, and how many one tenant may keep.
     reused: Option<(Mutex<Kept>, usize)>,
+    /// Evaluations that found no prepared instance (for the benchmark).
+    inline_prepares: AtomicUsize,
 }
 
 /// A reusing pool's kept instances, by tenant (most recently used last).
@@ -87,6 +89,7 @@ impl InstancePool {
             shared,
             maintainer,
             reused: reuse.then(|| (Mutex::new(Kept::default()), depth)),
+            inline_prepares: AtomicUsize::new(0),
         })
     }
 
@@ -118,10 +121,15 @@ impl InstancePool {
 
     /// A ready instance, or one prepared here if the pool is empty.
     fn fresh(&self) -> Result<Instance, Fault> {
-        self.shared
-            .take
-            .try_recv()
-            .or_else(|_| self.shared.prepare())
+        self.shared.take.try_recv().or_else(|_| {
+            self.inline_prepares.fetch_add(1, Ordering::Relaxed);
+            self.shared.prepare()
+        })
+    }
+
+    /// How many evaluations found no prepared instance and prepared their own.
+    pub(crate) fn inline_prepares(&self) -> usize {
+        self.inline_prepares.load(Ordering::Relaxed)
     }
 
     /// Keeps a used instance for `tenant`'s next call if the tenant and the engine have room,

@@ -296,6 +296,32 @@ fn run_bench(
             "{:<24} {:>10.2} {:>10.2} {:>14.0}",
             "(whole chain)", c.p50_us, c.p99_us, c.decisions_per_s
         ));
+        out(String::new());
+        out("a fresh instance, step by step (medians, µs, one thread):".to_owned());
+        out(format!(
+            "{:<24} {:>11} {:>10} {:>10} {:>10} {:>8} {:>8}",
+            "policy", "instantiate", "configure", "1st eval", "2nd eval", "drop", "inline"
+        ));
+        for p in &report.policies {
+            let Some(s) = &p.phases else {
+                out(format!("{:<24} (faulted)", p.name));
+                continue;
+            };
+            out(format!(
+                "{:<24} {:>11.2} {:>10.2} {:>10.2} {:>10.2} {:>8.2} {:>8}",
+                p.name,
+                s.instantiate_us,
+                s.configure_us,
+                s.first_evaluate_us,
+                s.next_evaluate_us,
+                s.drop_us,
+                p.inline_prepares
+            ));
+        }
+        out(
+            "(inline: latency samples that found no prepared instance and prepared their own)"
+                .to_owned(),
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

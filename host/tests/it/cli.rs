@@ -273,7 +273,7 @@ fn test_explains_bad_input() {
 }
 
 #[test]
-fn bench_reports_latency_and_throughput_per_policy_and_chain() {
+fn bench_reports_latency_throughput_and_a_fresh_instance_step_by_step() {
     let output = hpcgate(&[
         "policy",
         "bench",
@@ -300,6 +300,17 @@ fn bench_reports_latency_and_throughput_per_policy_and_chain() {
                 && p["p99_us"].as_f64().unwrap() >= p["p50_us"].as_f64().unwrap()
         );
         assert!(p["evals_per_s"].as_f64().unwrap() > 0.0);
+        // A fresh instance step by step, and how many samples prepared their own.
+        for step in [
+            "instantiate_us",
+            "configure_us",
+            "first_evaluate_us",
+            "next_evaluate_us",
+            "drop_us",
+        ] {
+            assert!(p["phases"][step].as_f64().unwrap() > 0.0, "{step}: {p}");
+        }
+        assert!(p["inline_prepares"].as_u64().unwrap() <= 200, "{p}");
     }
     assert!(report["chain"]["decisions_per_s"].as_f64().unwrap() > 0.0);
 }
