@@ -106,8 +106,7 @@ fn server_lives_are_audited() {
     // failure can land after the stop record, so those are not counted here.)
     let log = std::fs::read_to_string(dir.path().join("state/audit/audit-000001.jsonl")).unwrap();
     let last = (log.lines())
-        .filter(|l| !l.contains("\"proxy.discovery_failed\""))
-        .last()
+        .rfind(|l| !l.contains("\"proxy.discovery_failed\""))
         .unwrap();
     assert!(last.contains("\"gateway.stopped\""), "{last}");
     let report = verify(&dir.path().join("state/audit"), None).unwrap();
