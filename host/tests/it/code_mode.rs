@@ -22,7 +22,19 @@ fn python() -> PathBuf {
 
 /// Runs `calls` through the Python SDK against `served`; each call's result.
 pub(crate) async fn drive(served: &Served, calls: &Value) -> Vec<Value> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/calls_client.py");
+    drive_script(served, "calls_client.py", calls).await
+}
+
+/// Runs `tests/python/<script>` (a Python SDK client) against `served` with `calls` on its
+/// stdin; what it prints.
+pub(crate) async fn drive_script<T: serde::de::DeserializeOwned>(
+    served: &Served,
+    script: &str,
+    calls: &Value,
+) -> T {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/python")
+        .join(script);
     let mut child = tokio::process::Command::new(python())
         .arg(script)
         .arg(&served.address)

@@ -9,7 +9,6 @@
 //! keep what their server advertised.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
@@ -328,7 +327,8 @@ async fn the_python_sdk_validates_every_builtin_result() {
     let dir = tempfile::tempdir().unwrap();
     let config = served::config(dir.path(), CONFIG);
     let served = Served::http(dir.path(), &config).await;
-    let report = drive_python(&served, &json!(calls(false))).await;
+    let report: Value =
+        crate::code_mode::drive_script(&served, "schemas_client.py", &json!(calls(false))).await;
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{status:?}: {stderr}");
 
@@ -352,39 +352,6 @@ async fn the_python_sdk_validates_every_builtin_result() {
         validated.insert(tool);
     }
     assert_eq!(validated, every, "every tool was called and validated");
-}
-
-/// Runs `calls` through `tests/python/schemas_client.py` against `served`: its report.
-async fn drive_python(served: &Served, calls: &Value) -> Value {
-    use tokio::io::AsyncWriteExt as _;
-    let python = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .unwrap()
-        .join("python-mcp/bin/python");
-    assert!(
-        python.exists(),
-        "the Python MCP SDK is missing at `{}`: run scripts/setup.sh",
-        python.display()
-    );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/schemas_client.py");
-    let mut child = tokio::process::Command::new(python)
-        .arg(script)
-        .arg(&served.address)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(calls.to_string().as_bytes()).await.unwrap();
-    drop(stdin);
-    let output = child.wait_with_output().await.unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 /// With `[mcp] result_type = "text"` results carry no structured content, so no tool may
