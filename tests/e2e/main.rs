@@ -9,5 +9,6 @@ mod policy_languages;
 mod policy_languages_hostile;
 mod policy_languages_purity;
 mod policy_reuse;
+mod policy_snapshot;
 mod policy_wasi;
 mod usage_quota;

@@ -19,12 +19,12 @@ fn examples() -> PathBuf {
 /// The chain of `examples/policies/<config>`; the Rust config's module is the guest this test
 /// binary's build script built from `rules-rust/`, the JavaScript and Python configs' are built
 /// from `rules.js` and `rules.py` by `scripts/componentize.sh`.
-fn example_chain(config: &str) -> Chain {
+pub(crate) fn example_chain(config: &str) -> Chain {
     example_chain_with(config, false)
 }
 
 /// As [`example_chain`], with `reuse_instance` set as given.
-fn example_chain_with(config: &str, reuse: bool) -> Chain {
+pub(crate) fn example_chain_with(config: &str, reuse: bool) -> Chain {
     let (mut config_file, base) = Config::load(&examples().join(config)).expect("example config");
     let module = match config {
         "rust.toml" => Some(guest("example-rules")),
@@ -67,7 +67,7 @@ fn every_language_passes_the_shared_cases() {
 }
 
 /// Calls across the rules' edges: tenants × tools × paths × commands × GPU counts × phases.
-fn generated_calls() -> Vec<Call> {
+pub(crate) fn generated_calls() -> Vec<Call> {
     let mut calls = Vec::new();
     let paths = [
         "/workspace/inputs",

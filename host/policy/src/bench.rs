@@ -18,7 +18,12 @@ use serde::Serialize;
 
 use super::chain::{Chain, ChainError, ChainPolicy, to_wit};
 use super::instance::{Instance, Limits};
+use super::module::PolicyModule;
 use super::normalize::normalize_call;
+use super::pool::SnapshotState;
+
+/// How long a latency run waits for configured snapshots to be built before it starts.
+const SETTLE: Duration = Duration::from_secs(60);
 
 /// How to run the benchmark.
 #[derive(Debug, Clone)]
@@ -29,6 +34,9 @@ pub struct BenchOptions {
     pub rate: f64,
     /// Evaluations in each throughput run.
     pub iterations: usize,
+    /// Whether policies with a slow `configure` get a configured snapshot (as they do in a
+    /// gateway); without, every fresh instance is configured.
+    pub snapshots: bool,
 }
 
 impl Default for BenchOptions {
@@ -37,6 +45,7 @@ impl Default for BenchOptions {
             samples: 5_000,
             rate: 2_000.0,
             iterations: 20_000,
+            snapshots: true,
         }
     }
 }
@@ -51,6 +60,11 @@ pub struct PolicyBench {
     pub inline_prepares: usize,
     /// Where a fresh instance's time goes (medians, µs); `None` if the policy faulted.
     pub phases: Option<Phases>,
+    /// Whether fresh instances start from a configured snapshot (`ready`), are configured
+    /// each (`not needed`), or why the snapshot failed.
+    pub snapshot: String,
+    /// The same for an instance of the configured snapshot (no `configure`), when there is one.
+    pub snapshot_phases: Option<Phases>,
 }
 
 /// Medians of each step of a fresh instance's life, µs, measured on one thread.
@@ -96,8 +110,24 @@ pub fn bench(
     let mut report = Vec::with_capacity(policies.len());
     for policy in &policies {
         let name = policy.name.clone();
-        let phases = phases(policy, &calls, options.iterations.clamp(1, 500));
-        let chain = Chain::new(vec![policy.clone()])?;
+        let rounds = options.iterations.clamp(1, 500);
+        let fresh = phases(
+            policy,
+            &policy.module,
+            Some(&policy.settings),
+            &calls,
+            rounds,
+        );
+        let chain = Chain::build(vec![policy.clone()], options.snapshots)?;
+        chain.settle(SETTLE);
+        let snapshot_phases = (chain.configured_modules().pop().flatten())
+            .and_then(|module| phases(policy, &module, None, &calls, rounds));
+        let snapshot = match chain.snapshots().remove(0).1 {
+            SnapshotState::NotNeeded => "not needed".to_owned(),
+            SnapshotState::Building => "still building".to_owned(),
+            SnapshotState::Ready => "ready".to_owned(),
+            SnapshotState::Failed(why) => format!("failed: {why}"),
+        };
         let misses = chain.inline_prepares();
         let (p50_us, p99_us) = latency(&chain, &calls, options);
         let inline_prepares = chain.inline_prepares() - misses;
@@ -108,10 +138,13 @@ pub fn bench(
             p99_us,
             evals_per_s,
             inline_prepares,
-            phases,
+            phases: fresh,
+            snapshot,
+            snapshot_phases,
         });
     }
-    let chain = Chain::new(policies)?;
+    let chain = Chain::build(policies, options.snapshots)?;
+    chain.settle(SETTLE);
     let (p50_us, p99_us) = latency(&chain, &calls, options);
     let decisions_per_s = throughput(&chain, &calls, options);
     Ok(BenchReport {
@@ -146,13 +179,20 @@ fn latency(chain: &Chain, calls: &[Call], options: &BenchOptions) -> (f64, f64) 
     (percentile_us(&samples, 0.50), percentile_us(&samples, 0.99))
 }
 
-/// Times each step of `rounds` fresh instances' lives; `None` if one faulted.
-fn phases(policy: &ChainPolicy, calls: &[Call], rounds: usize) -> Option<Phases> {
+/// Times each step of `rounds` fresh instances' lives; `None` if one faulted. With `settings`
+/// each instance is configured; without, `module` is a configured snapshot.
+fn phases(
+    policy: &ChainPolicy,
+    module: &PolicyModule,
+    settings: Option<&str>,
+    calls: &[Call],
+    rounds: usize,
+) -> Option<Phases> {
     let limits = Limits {
         deadline: policy.deadline,
         memory_bytes: policy
             .memory_bytes
-            .min(policy.module.inner.engine.settings.max_memory_bytes),
+            .min(module.inner.engine.settings.max_memory_bytes),
     };
     let mut steps: [Vec<Duration>; 5] = Default::default();
     for i in 0..rounds {
@@ -164,9 +204,11 @@ fn phases(policy: &ChainPolicy, calls: &[Call], rounds: usize) -> Option<Phases>
             steps[step].push(now - started);
             started = now;
         };
-        let mut instance = Instance::instantiate(&policy.module, &limits).ok()?;
+        let mut instance = Instance::instantiate(module, &limits).ok()?;
         lap(0);
-        instance.configure(&policy.settings, &limits).ok()?;
+        if let Some(settings) = settings {
+            instance.configure(settings, &limits).ok()?;
+        }
         lap(1);
         instance.evaluate(&wit, &limits).0.ok()?;
         lap(2);

@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 use super::bindings::{Counter, WitCall, WitPhase, WitVia};
 use super::instance::{Fault, Limits};
 use super::module::PolicyModule;
-use super::pool::InstancePool;
+use super::pool::{InstancePool, SnapshotState};
 
 /// Whether a policy's decisions are enforced or only recorded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,6 +95,12 @@ impl Chain {
     /// Configures every policy once (a settings error names the policy) and starts preparing
     /// their instances.
     pub fn new(policies: Vec<ChainPolicy>) -> Result<Chain, ChainError> {
+        Chain::build(policies, true)
+    }
+
+    /// As [`Chain::new`]; without `snapshots` every instance is configured (the benchmark's
+    /// comparison).
+    pub(crate) fn build(policies: Vec<ChainPolicy>, snapshots: bool) -> Result<Chain, ChainError> {
         let imports_wasi = policies.iter().any(|p| p.module.imports_wasi());
         let mut links: Vec<Link> = Vec::with_capacity(policies.len());
         for p in policies {
@@ -117,17 +123,18 @@ impl Chain {
                 memory_bytes,
             };
             let digest = p.module.digest().to_owned();
-            let pool = InstancePool::new(p.module, p.settings, limits, p.prepared, p.reuse)
-                .map_err(|fault| match fault {
-                    Fault::Configure(message) => ChainError::Configure {
-                        policy: p.name.clone(),
-                        message,
-                    },
-                    fault => ChainError::Fault {
-                        policy: p.name.clone(),
-                        fault,
-                    },
-                })?;
+            let pool =
+                InstancePool::new(p.module, p.settings, limits, p.prepared, p.reuse, snapshots)
+                    .map_err(|fault| match fault {
+                        Fault::Configure(message) => ChainError::Configure {
+                            policy: p.name.clone(),
+                            message,
+                        },
+                        fault => ChainError::Fault {
+                            policy: p.name.clone(),
+                            fault,
+                        },
+                    })?;
             links.push(Link {
                 name: p.name,
                 mode: p.mode,
@@ -153,6 +160,30 @@ impl Chain {
     /// drives an async runtime: evaluate such a chain on a plain or blocking thread.
     pub fn imports_wasi(&self) -> bool {
         self.imports_wasi
+    }
+
+    /// Where each policy's fresh instances come from, in order.
+    pub fn snapshots(&self) -> Vec<(&str, SnapshotState)> {
+        (self.links.iter())
+            .map(|l| (l.name.as_str(), l.pool.snapshot_state()))
+            .collect()
+    }
+
+    /// Each policy's configured snapshot, when it has one ready (for the benchmark).
+    pub(crate) fn configured_modules(&self) -> Vec<Option<PolicyModule>> {
+        (self.links.iter())
+            .map(|l| l.pool.configured_module())
+            .collect()
+    }
+
+    /// Waits up to `limit` for the configured snapshots being built.
+    pub fn settle(&self, limit: Duration) {
+        let until = Instant::now() + limit;
+        while Instant::now() < until
+            && (self.links.iter()).any(|l| l.pool.snapshot_state() == SnapshotState::Building)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// How many evaluations so far found no prepared instance and prepared their own.

@@ -47,7 +47,7 @@ pub fn default_cache_dir() -> Option<PathBuf> {
 pub struct PolicyEngine {
     pub(crate) engine: Engine,
     pub(crate) settings: Arc<EngineSettings>,
-    cache: Option<CompileCache>,
+    pub(crate) cache: Option<CompileCache>,
     /// Tops up instance pools and drops used instances, off the call path.
     pub(crate) maintainer: Arc<Maintainer>,
     /// Advances the epoch while guest code may run.

@@ -29,7 +29,7 @@ pub(crate) struct Limits {
 }
 
 impl Limits {
-    fn deadline_ticks(&self) -> u64 {
+    pub(crate) fn deadline_ticks(&self) -> u64 {
         // The deadline fires when the epoch has advanced this many times; the next tick may be
         // a moment away, so one more tick makes a deadline of N ms fire between N and N + 1 ms.
         (self.deadline.as_millis() / EPOCH_TICK.as_millis()) as u64 + 1
@@ -46,6 +46,21 @@ pub(crate) struct GuestState {
 }
 
 impl GuestState {
+    /// A store for one instance of `module` under `limits`' memory cap (the caller sets the
+    /// deadline once the ticker runs).
+    pub(crate) fn store(module: &PolicyModule, limits: &Limits) -> Store<GuestState> {
+        let inner = &module.inner;
+        let state = GuestState {
+            memory_cap: limits.memory_bytes,
+            memory_cap_hit: false,
+            logs: Vec::new(),
+            wasi: inner.imports_wasi.then(|| Box::new(WasiState::new())),
+        };
+        let mut store = Store::new(&inner.engine.engine, state);
+        store.limiter(|state| state);
+        store
+    }
+
     pub(crate) fn wasi(&mut self) -> &mut WasiState {
         self.wasi.get_or_insert_with(|| Box::new(WasiState::new()))
     }
@@ -151,14 +166,7 @@ impl Instance {
     /// evaluates ([`Instance::prepare`] does both; the benchmark times them apart).
     pub(crate) fn instantiate(module: &PolicyModule, limits: &Limits) -> Result<Instance, Fault> {
         let inner = &module.inner;
-        let state = GuestState {
-            memory_cap: limits.memory_bytes,
-            memory_cap_hit: false,
-            logs: Vec::new(),
-            wasi: inner.imports_wasi.then(|| Box::new(WasiState::new())),
-        };
-        let mut store = Store::new(&inner.engine.engine, state);
-        store.limiter(|state| state);
+        let mut store = GuestState::store(module, limits);
         let _ticking = inner.engine.ticker.guest_run();
         store.set_epoch_deadline(limits.deadline_ticks());
         let policy = inner.pre.instantiate(&mut store).map_err(|e| {

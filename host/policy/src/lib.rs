@@ -21,6 +21,7 @@ mod instance;
 mod module;
 pub mod normalize;
 mod pool;
+mod snapshot;
 pub mod stock;
 mod ticker;
 mod wasi;
@@ -33,3 +34,4 @@ pub use hpcgate_policy_sdk::outcome::{
 pub use hpcgate_policy_sdk::{Call, Phase, Via};
 pub use instance::Fault;
 pub use module::{LoadError, ModuleSource, PolicyModule};
+pub use pool::SnapshotState;

@@ -153,23 +153,7 @@ impl PolicyModule {
             }
         };
         let imports_wasi = check_imports(engine, &component, &source_name)?;
-        let mut linker = Linker::<GuestState>::new(&engine.engine);
-        Policy::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
-            .and_then(|()| match imports_wasi {
-                true => wasi::add_to_linker(&mut linker),
-                false => Ok(()),
-            })
-            .map_err(|e| LoadError::Invalid {
-                source_name: source_name.clone(),
-                detail: format!("{e:#}"),
-            })?;
-        let pre = linker
-            .instantiate_pre(&component)
-            .and_then(PolicyPre::new)
-            .map_err(|e| LoadError::WrongWorld {
-                source_name: source_name.clone(),
-                detail: format!("{e:#}"),
-            })?;
+        let pre = link(engine, &component, imports_wasi, &source_name)?;
         Ok(PolicyModule {
             inner: Arc::new(ModuleInner {
                 engine: engine.clone(),
@@ -180,6 +164,70 @@ impl PolicyModule {
             }),
         })
     }
+
+    /// The component this module was compiled from, read again from its source (and checked
+    /// against the digest it was loaded with).
+    pub(crate) fn component_bytes(&self) -> Result<Vec<u8>, String> {
+        let bytes = read(&self.inner.source).map_err(|e| e.to_string())?;
+        if format!("sha256:{}", hex::encode(Sha256::digest(&bytes))) != self.inner.digest {
+            return Err(format!(
+                "`{}` changed since it was loaded",
+                self.inner.source
+            ));
+        }
+        Ok(match bytes.starts_with(&CORE_MODULE) {
+            true => hpcgate_policy_build::componentize(&bytes)?,
+            false => bytes,
+        })
+    }
+
+    /// This module (its source, digest and imports) with another compiled component of the
+    /// same world: a configured snapshot of it.
+    pub(crate) fn with_component(&self, component: &Component) -> Result<PolicyModule, String> {
+        let inner = &self.inner;
+        let pre = link(
+            &inner.engine,
+            component,
+            inner.imports_wasi,
+            &inner.source.to_string(),
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(PolicyModule {
+            inner: Arc::new(ModuleInner {
+                engine: inner.engine.clone(),
+                source: inner.source.clone(),
+                digest: inner.digest.clone(),
+                pre,
+                imports_wasi: inner.imports_wasi,
+            }),
+        })
+    }
+}
+
+/// Links the `hpcgate:policy` world (and WASI when the component imports it) for `component`.
+fn link(
+    engine: &PolicyEngine,
+    component: &Component,
+    imports_wasi: bool,
+    source_name: &str,
+) -> Result<PolicyPre<GuestState>, LoadError> {
+    let mut linker = Linker::<GuestState>::new(&engine.engine);
+    Policy::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
+        .and_then(|()| match imports_wasi {
+            true => wasi::add_to_linker(&mut linker),
+            false => Ok(()),
+        })
+        .map_err(|e| LoadError::Invalid {
+            source_name: source_name.to_owned(),
+            detail: format!("{e:#}"),
+        })?;
+    linker
+        .instantiate_pre(component)
+        .and_then(PolicyPre::new)
+        .map_err(|e| LoadError::WrongWorld {
+            source_name: source_name.to_owned(),
+            detail: format!("{e:#}"),
+        })
 }
 
 fn read(source: &ModuleSource) -> Result<Vec<u8>, LoadError> {
@@ -199,10 +247,12 @@ fn read(source: &ModuleSource) -> Result<Vec<u8>, LoadError> {
     }
 }
 
+/// The first bytes of a core module (`\0asm` version 1), as opposed to a component.
+const CORE_MODULE: [u8; 8] = [0, b'a', b's', b'm', 1, 0, 0, 0];
+
 /// A core module (`\0asm` version 1) is wrapped into a component first; components and `.wat`
 /// text go to wasmtime as they are.
 fn compile(engine: &PolicyEngine, bytes: &[u8], source_name: &str) -> Result<Component, LoadError> {
-    const CORE_MODULE: [u8; 8] = [0, b'a', b's', b'm', 1, 0, 0, 0];
     let owned;
     let bytes = if bytes.starts_with(&CORE_MODULE) {
         owned = hpcgate_policy_build::componentize(bytes)

@@ -21,14 +21,15 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
 use super::bindings::WitCall;
 use super::instance::{Fault, Instance, Limits};
 use super::module::PolicyModule;
+use super::snapshot;
 use hpcgate_policy_sdk::outcome::Verdict;
 
 /// Used instances waiting to be dropped, at most; past that the caller drops its own.
@@ -41,12 +42,33 @@ struct Shared {
     limits: Limits,
     ready: Sender<Instance>,
     take: Receiver<Instance>,
+    /// For a policy whose `configure` is slow: a configured snapshot of the module once it is
+    /// built (fresh instances then start configured), or why it could not be.
+    snapshot: OnceLock<Result<PolicyModule, String>>,
+    /// Whether a snapshot is being built or was tried.
+    snapshot_wanted: bool,
 }
 
 impl Shared {
     fn prepare(&self) -> Result<Instance, Fault> {
-        Instance::prepare(&self.module, &self.settings, &self.limits)
+        match self.snapshot.get() {
+            Some(Ok(configured)) => Instance::instantiate(configured, &self.limits),
+            _ => Instance::prepare(&self.module, &self.settings, &self.limits),
+        }
     }
+}
+
+/// Where a pool's fresh instances come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotState {
+    /// `configure` is cheap: every instance is configured.
+    NotNeeded,
+    /// A configured snapshot is being built; instances are configured meanwhile.
+    Building,
+    /// Instances start from a configured snapshot.
+    Ready,
+    /// The snapshot could not be built (why); every instance is configured.
+    Failed(String),
 }
 
 pub(crate) struct InstancePool {
@@ -64,27 +86,38 @@ type Kept = HashMap<String, Vec<Instance>>;
 impl InstancePool {
     /// Configures one instance now (so a settings error stops the load), then lets the
     /// maintenance thread keep `depth` fresh instances ready; with `reuse`, each tenant may
-    /// also keep up to `depth` used ones.
+    /// also keep up to `depth` used ones. With `snapshots`, a slow `configure` is done once
+    /// more, for a configured snapshot (`snapshot.rs`).
     pub(crate) fn new(
         module: PolicyModule,
         settings: String,
         limits: Limits,
         depth: usize,
         reuse: bool,
+        snapshots: bool,
     ) -> Result<Self, Fault> {
         let maintainer = module.inner.engine.maintainer.clone();
         let depth = depth.max(1);
         let (ready, take) = crossbeam_channel::bounded(depth);
+        let mut first = Instance::instantiate(&module, &limits)?;
+        let started = Instant::now();
+        first.configure(&settings, &limits)?;
+        let snapshot_wanted =
+            snapshots && started.elapsed() >= snapshot::WORTH_IT && !module.imports_wasi();
         let shared = Arc::new(Shared {
             module,
             settings: settings.into(),
             limits,
             ready,
             take,
+            snapshot: OnceLock::new(),
+            snapshot_wanted,
         });
-        let first = shared.prepare()?;
         let _ = shared.ready.try_send(first);
         maintainer.register(&shared);
+        if snapshot_wanted {
+            build_snapshot(&shared);
+        }
         Ok(InstancePool {
             shared,
             maintainer,
@@ -127,6 +160,21 @@ impl InstancePool {
         })
     }
 
+    /// Where fresh instances come from.
+    pub(crate) fn snapshot_state(&self) -> SnapshotState {
+        match (self.shared.snapshot_wanted, self.shared.snapshot.get()) {
+            (false, _) => SnapshotState::NotNeeded,
+            (true, None) => SnapshotState::Building,
+            (true, Some(Ok(_))) => SnapshotState::Ready,
+            (true, Some(Err(why))) => SnapshotState::Failed(why.clone()),
+        }
+    }
+
+    /// The configured snapshot, once ready.
+    pub(crate) fn configured_module(&self) -> Option<PolicyModule> {
+        self.shared.snapshot.get()?.as_ref().ok().cloned()
+    }
+
     /// How many evaluations found no prepared instance and prepared their own.
     pub(crate) fn inline_prepares(&self) -> usize {
         self.inline_prepares.load(Ordering::Relaxed)
@@ -161,6 +209,31 @@ impl Drop for InstancePool {
             let count = kept.values().map(Vec::len).sum();
             self.maintainer.kept.fetch_sub(count, Ordering::Relaxed);
         }
+    }
+}
+
+/// Builds the pool's configured snapshot on a thread of its own (a compilation or two: the
+/// gateway serves meanwhile, configuring every instance). Instances prepared before it is ready
+/// are configured ones, and used as they are.
+fn build_snapshot(shared: &Arc<Shared>) {
+    let (module, settings, limits) = (
+        shared.module.clone(),
+        shared.settings.clone(),
+        shared.limits,
+    );
+    let pool = Arc::downgrade(shared);
+    let spawned = std::thread::Builder::new()
+        .name("hpcgate-policy-snapshot".into())
+        .spawn(move || {
+            let result = snapshot::configured(&module, &settings, &limits);
+            if let Some(pool) = pool.upgrade() {
+                let _ = pool.snapshot.set(result);
+            }
+        });
+    if let Err(e) = spawned {
+        let _ = shared
+            .snapshot
+            .set(Err(format!("cannot start a thread to build it: {e}")));
     }
 }
 

@@ -55,6 +55,10 @@ pub(crate) enum PolicyCommand {
         /// Evaluations per throughput run.
         #[arg(long, default_value_t = 20_000)]
         iterations: usize,
+        /// Configure every fresh instance, even of a policy whose `configure` is slow enough
+        /// for the gateway to start its instances from a configured snapshot (to compare).
+        #[arg(long)]
+        no_snapshot: bool,
     },
     /// Scaffold a policy (a Rust crate, or a JavaScript or Python project built by its
     /// componentizer) that builds to a component and passes its own test.
@@ -86,6 +90,7 @@ pub(crate) fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
             samples,
             rate,
             iterations,
+            no_snapshot,
         } => {
             anyhow::ensure!(
                 rate > 0.0 && samples > 0 && iterations > 0,
@@ -99,6 +104,7 @@ pub(crate) fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
                     samples,
                     rate,
                     iterations,
+                    snapshots: !no_snapshot,
                 },
             )
         }
@@ -317,11 +323,25 @@ fn run_bench(
                 s.drop_us,
                 p.inline_prepares
             ));
+            if let Some(s) = &p.snapshot_phases {
+                out(format!(
+                    "{:<24} {:>11.2} {:>10} {:>10.2} {:>10.2} {:>8.2}",
+                    "  (configured snapshot)",
+                    s.instantiate_us,
+                    "-",
+                    s.first_evaluate_us,
+                    s.next_evaluate_us,
+                    s.drop_us,
+                ));
+            }
         }
         out(
             "(inline: latency samples that found no prepared instance and prepared their own)"
                 .to_owned(),
         );
+        for p in &report.policies {
+            out(format!("{}: configured snapshot {}", p.name, p.snapshot));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -19,6 +19,7 @@
 //! | `not-object`   | rewrites with a JSON array                                           |
 //! | `log-flood`    | logs 10,000 lines, then allows                                       |
 //! | `reject`       | refuses its settings in `configure`                                  |
+//! | `ballast`      | denies with `ballast=N`, N = the sum of the ballast's bytes          |
 //!
 //! Built for `wasm32-wasip2` (as `hostile-wasi`), it also probes the WASI context the host
 //! links (built for `wasm32-unknown-unknown`, these deny with "not built for WASI"):
@@ -33,6 +34,8 @@
 //! | `print-flood`     | prints 10,000 long lines to stderr, then allows                   |
 //!
 //! `"in": "configure"` runs `spin`, `grow` or `trap` in `configure` instead of `evaluate`.
+//! `"ballast_kib": N` makes `configure` slow and stateful: it fills N KiB with a pattern that
+//! evaluations can check (`ballast`), whatever the behaviour.
 //! It implements the raw WIT exports (not the SDK's `Policy` trait) so that it can return what
 //! a well-behaved policy never would.
 
@@ -57,6 +60,7 @@ mod guest {
     static SETTINGS: Mutex<Option<Settings>> = Mutex::new(None);
     static COUNT: Mutex<u64> = Mutex::new(0);
     static HOARD: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+    static BALLAST: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 
     fn misbehave(behaviour: &str) {
         match behaviour {
@@ -88,6 +92,8 @@ mod guest {
             if in_configure {
                 misbehave(&behaviour);
             }
+            let ballast = value["ballast_kib"].as_u64().unwrap_or(0) as usize * 1024;
+            *BALLAST.lock().unwrap() = (0..ballast).map(|i| (i % 251) as u8).collect();
             let set = value["set"].as_object().cloned().unwrap_or_default();
             *SETTINGS.lock().unwrap() = Some(Settings {
                 behaviour,
@@ -114,6 +120,10 @@ mod guest {
                     Decision::Deny(format!("count={count}"))
                 }
                 "echo" => Decision::Deny(call.arguments),
+                "ballast" => {
+                    let sum: u64 = BALLAST.lock().unwrap().iter().map(|b| u64::from(*b)).sum();
+                    Decision::Deny(format!("ballast={sum}"))
+                }
                 "via" => {
                     let job = call.job.as_deref().unwrap_or("-");
                     Decision::Deny(format!("via={} job={job}", via_name(call.via)))
