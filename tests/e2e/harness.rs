@@ -22,7 +22,24 @@ pub fn engine() -> &'static PolicyEngine {
             .expect("create the cache dir");
         PolicyEngine::new(EngineSettings {
             cache_dir: Some(cache),
+            // Configured snapshots compile a component twice in the background: the tests of
+            // them (`policy_snapshot.rs`) use `snapshot_engine`, the rest configure every
+            // instance and keep the machine's cores for what they measure.
+            snapshots: false,
             ..EngineSettings::default()
+        })
+        .expect("engine")
+    })
+}
+
+/// An engine like [`engine`] that starts a slow-to-configure policy's instances from a
+/// configured snapshot, as a gateway does.
+pub fn snapshot_engine() -> &'static PolicyEngine {
+    static ENGINE: OnceLock<PolicyEngine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        PolicyEngine::new(EngineSettings {
+            snapshots: true,
+            ..engine().settings().clone()
         })
         .expect("engine")
     })
@@ -105,9 +122,13 @@ impl Spec {
     }
 
     fn build(self) -> ChainPolicy {
+        self.build_in(engine())
+    }
+
+    fn build_in(self, engine: &PolicyEngine) -> ChainPolicy {
         ChainPolicy {
             name: self.name.into(),
-            module: engine()
+            module: engine
                 .load(&self.module)
                 .unwrap_or_else(|e| panic!("load `{}`: {e}", self.module)),
             settings: self.config.to_string(),
@@ -125,6 +146,12 @@ impl Spec {
 /// Builds a chain, panicking with the reason if it does not build.
 pub fn chain(specs: Vec<Spec>) -> Chain {
     Chain::new(specs.into_iter().map(Spec::build).collect())
+        .unwrap_or_else(|e| panic!("chain: {e}"))
+}
+
+/// As [`chain`], with the policies loaded by `engine`.
+pub fn chain_in(engine: &PolicyEngine, specs: Vec<Spec>) -> Chain {
+    Chain::new(specs.into_iter().map(|s| s.build_in(engine)).collect())
         .unwrap_or_else(|e| panic!("chain: {e}"))
 }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use hpcgate::config::Config;
 use hpcgate::policy::cases::{parse_cases, run_cases};
-use hpcgate::policy::{Call, Chain, DecisionKind, Phase};
+use hpcgate::policy::{Call, Chain, DecisionKind, Phase, PolicyEngine};
 use serde_json::{Value, json};
 
 use crate::harness::{componentized, engine, guest};
@@ -25,6 +25,11 @@ pub(crate) fn example_chain(config: &str) -> Chain {
 
 /// As [`example_chain`], with `reuse_instance` set as given.
 pub(crate) fn example_chain_with(config: &str, reuse: bool) -> Chain {
+    example_chain_in(engine(), config, reuse)
+}
+
+/// As [`example_chain_with`], with the policy loaded by `engine`.
+pub(crate) fn example_chain_in(engine: &PolicyEngine, config: &str, reuse: bool) -> Chain {
     let (mut config_file, base) = Config::load(&examples().join(config)).expect("example config");
     let module = match config {
         "rust.toml" => Some(guest("example-rules")),
@@ -41,7 +46,7 @@ pub(crate) fn example_chain_with(config: &str, reuse: bool) -> Chain {
     // a timeout. The deadline is the deadline tests' business (`tests/deadline`).
     config_file.policies[0].deadline_ms = Some(2_000);
     let policies = config_file
-        .chain_policies(engine(), &base)
+        .chain_policies(engine, &base)
         .unwrap_or_else(|e| panic!("{config}: {e}"));
     Chain::new(policies).unwrap_or_else(|e| panic!("{config}: {e}"))
 }

@@ -9,11 +9,19 @@ use hpcgate::policy::cases::{parse_cases, run_cases};
 use hpcgate::policy::{Chain, SnapshotState};
 use serde_json::json;
 
-use crate::harness::{Spec, call, chain, guest};
-use crate::policy_languages::{example_chain, example_chain_with, generated_calls};
+use crate::harness::{Spec, call, chain_in, guest, snapshot_engine};
+use crate::policy_languages::{example_chain_in, generated_calls};
+
+fn chain(specs: Vec<Spec>) -> Chain {
+    chain_in(snapshot_engine(), specs)
+}
+
+fn example_chain(config: &str) -> Chain {
+    example_chain_in(snapshot_engine(), config, false)
+}
 
 /// Long enough for a debug build to compile a Cedar component twice on a loaded machine.
-const SETTLE: Duration = Duration::from_secs(120);
+const SETTLE: Duration = Duration::from_secs(600);
 
 fn settled(chain: Chain) -> Chain {
     chain.settle(SETTLE);
@@ -57,7 +65,7 @@ fn cedar_instances_from_the_snapshot_decide_as_configured_ones() {
         );
     }
     // Reused instances start from the snapshot too, and decide the same.
-    let reused = settled(example_chain_with("cedar.toml", true));
+    let reused = settled(example_chain_in(snapshot_engine(), "cedar.toml", true));
     assert_eq!(state(&reused), SnapshotState::Ready);
     for call in generated_calls() {
         assert_eq!(
@@ -128,6 +136,10 @@ fn each_settings_has_its_own_snapshot_and_reuse_stays_per_tenant() {
 
 #[test]
 fn cheap_and_wasi_policies_are_configured_per_instance() {
+    // And none at all where the engine's settings say so.
+    let off = settled(crate::policy_languages::example_chain("cedar.toml"));
+    assert_eq!(state(&off), SnapshotState::NotNeeded);
+
     let cheap = chain(vec![Spec::hostile("count", json!({"behaviour": "count"}))]);
     assert_eq!(state(&cheap), SnapshotState::NotNeeded);
     // A WASI component's state lives partly in the host (its streams): never snapshotted,

@@ -92,14 +92,14 @@ impl std::fmt::Debug for Chain {
 }
 
 impl Chain {
-    /// Configures every policy once (a settings error names the policy) and starts preparing
-    /// their instances.
+    /// Configures every policy (a settings error names the policy) and starts preparing their
+    /// instances; from configured snapshots where the engine's settings allow it.
     pub fn new(policies: Vec<ChainPolicy>) -> Result<Chain, ChainError> {
         Chain::build(policies, true)
     }
 
-    /// As [`Chain::new`]; without `snapshots` every instance is configured (the benchmark's
-    /// comparison).
+    /// As [`Chain::new`]; without `snapshots` every instance is configured, whatever the
+    /// engine's settings (the benchmark's comparison).
     pub(crate) fn build(policies: Vec<ChainPolicy>, snapshots: bool) -> Result<Chain, ChainError> {
         let imports_wasi = policies.iter().any(|p| p.module.imports_wasi());
         let mut links: Vec<Link> = Vec::with_capacity(policies.len());
@@ -123,6 +123,7 @@ impl Chain {
                 memory_bytes,
             };
             let digest = p.module.digest().to_owned();
+            let snapshots = snapshots && p.module.inner.engine.settings.snapshots;
             let pool =
                 InstancePool::new(p.module, p.settings, limits, p.prepared, p.reuse, snapshots)
                     .map_err(|fault| match fault {

@@ -21,6 +21,9 @@ pub struct EngineSettings {
     pub instance_slots: u32,
     /// The largest memory cap any policy may be given, in bytes.
     pub max_memory_bytes: usize,
+    /// Whether a policy whose `configure` is slow gets its fresh instances from a configured
+    /// snapshot (`snapshot.rs`) instead of configuring each.
+    pub snapshots: bool,
 }
 
 impl Default for EngineSettings {
@@ -29,6 +32,7 @@ impl Default for EngineSettings {
             cache_dir: default_cache_dir(),
             instance_slots: 1024,
             max_memory_bytes: 256 << 20,
+            snapshots: true,
         }
     }
 }
@@ -101,6 +105,11 @@ impl PolicyEngine {
             maintainer,
             ticker,
         })
+    }
+
+    /// The settings the engine was made with.
+    pub fn settings(&self) -> &EngineSettings {
+        &self.settings
     }
 
     /// Loads, validates and compiles a policy component (through the cache).

@@ -16,6 +16,7 @@
 
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use wasmtime::Store;
@@ -26,8 +27,23 @@ use super::bindings::Policy;
 use super::instance::{GuestState, Limits};
 use super::module::PolicyModule;
 
-/// A configure that takes longer than this (on the first instance) is worth a snapshot.
-pub(crate) const WORTH_IT: std::time::Duration = std::time::Duration::from_micros(250);
+/// A `configure` that takes this much CPU time (the less of two) is worth a snapshot.
+pub(crate) const WORTH_IT: Duration = Duration::from_micros(250);
+
+/// The CPU time the calling thread has used (zero if the clock cannot be read).
+pub(crate) fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `clock_gettime` writes one `timespec` through the valid pointer it is given.
+    #[allow(unsafe_code)]
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    match read {
+        0 => Duration::new(now.tv_sec as u64, now.tv_nsec as u32),
+        _ => Duration::ZERO,
+    }
+}
 
 /// The module's component, configured with `settings`, as a module whose fresh instances need
 /// no `configure`. Cached on disk like any compiled module.

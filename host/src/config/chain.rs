@@ -36,6 +36,9 @@ impl Config {
         if let Some(dir) = &self.policy_engine.cache_dir {
             settings.cache_dir = Some(dir.clone());
         }
+        if let Some(snapshots) = self.policy_engine.configured_snapshots {
+            settings.snapshots = snapshots;
+        }
         settings
     }
 

@@ -92,6 +92,9 @@ pub struct EngineConfig {
     pub memory_limit_mb: Option<usize>,
     /// Fresh instances prepared ahead of the call per policy (default 8).
     pub prepared: Option<usize>,
+    /// Whether a policy whose `configure` is slow (over 250 µs of CPU) starts its fresh
+    /// instances from a configured snapshot (default true).
+    pub configured_snapshots: Option<bool>,
 }
 
 /// One `[[policies]]` entry.
