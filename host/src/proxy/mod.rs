@@ -81,6 +81,9 @@ struct Inner {
     /// Where servers' starts, stops and crashes and discovery failures are recorded (`None`
     /// for `doctor`'s throwaway manager).
     audit: Option<Arc<AuditLog>>,
+    /// Set by [`ProxyManager::stop_all`]: discovery stops retrying and records nothing more,
+    /// so no record of it follows the gateway's stop. Held while a failure is recorded.
+    stopped: Mutex<bool>,
 }
 
 /// The proxied servers of one gateway.
@@ -141,6 +144,7 @@ impl ProxyManager {
             spawner,
             starts: AtomicU64::new(0),
             audit,
+            stopped: Mutex::new(false),
         });
         for name in proxies.keys() {
             inner.catalog.set(name, Discovery::Pending);
@@ -319,8 +323,10 @@ impl ProxyManager {
     }
 
     /// Stops every running server (the gateway is stopping); audited as `shutdown`. Blocks.
+    /// Discovery still retrying gives up, recording nothing more.
     pub fn stop_all(&self) {
         if let Some(inner) = &self.inner {
+            *lock(&inner.stopped) = true;
             let slots: Vec<_> = lock(&inner.clients).drain().map(|(_, s)| s).collect();
             self.block(stop_slots(slots, Stop::Shutdown));
         }
@@ -445,6 +451,10 @@ async fn discover(inner: Arc<Inner>, proxy: String) {
                 return;
             }
             Err(reason) => {
+                let stopped = lock(&inner.stopped);
+                if *stopped {
+                    return;
+                }
                 log(&format!(
                     "proxied server `{proxy}`: discovery failed, its tools are not offered: {reason}; trying again in {}s",
                     wait.as_secs()
@@ -455,10 +465,14 @@ async fn discover(inner: Arc<Inner>, proxy: String) {
                     &reason,
                     (attempt, wait),
                 );
+                drop(stopped);
                 inner.catalog.set(&proxy, Discovery::Failed(reason));
             }
         }
         tokio::time::sleep(wait).await;
+        if *lock(&inner.stopped) {
+            return;
+        }
         wait = (wait * 2).min(RETRY_MAX);
     }
 }

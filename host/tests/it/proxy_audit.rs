@@ -101,13 +101,15 @@ fn server_lives_are_audited() {
     let crashed = &records[3];
     assert_eq!(crashed["tool"], "t__crash");
     assert_eq!(crashed["outcome"]["exit_code"], 3);
-    // The servers stop before the gateway's own stop record. (The discovery of `broken` is
-    // retried in the background until the gateway is dropped: on a slow machine a retry's
-    // failure can land after the stop record, so those are not counted here.)
-    let log = std::fs::read_to_string(dir.path().join("state/audit/audit-000001.jsonl")).unwrap();
-    let last = (log.lines())
-        .rfind(|l| !l.contains("\"proxy.discovery_failed\""))
+    // The servers stop before the gateway's own stop record, and the discovery of `broken`,
+    // retried in the background, gives up with the stop: past its next retry, nothing follows
+    // the stop record.
+    let next_retry = failures.last().unwrap()["detail"]["retry_in_s"]
+        .as_u64()
         .unwrap();
+    std::thread::sleep(Duration::from_secs(next_retry + 1));
+    let log = std::fs::read_to_string(dir.path().join("state/audit/audit-000001.jsonl")).unwrap();
+    let last = log.lines().last().unwrap();
     assert!(last.contains("\"gateway.stopped\""), "{last}");
     let report = verify(&dir.path().join("state/audit"), None).unwrap();
     assert!(report.intact, "{report:?}");
