@@ -88,6 +88,10 @@ impl PolicyEngine {
             .epoch_interruption(true)
             .table_lazy_init(false)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
+        // For profiling policies with `perf`: the guest code's symbols in /tmp/perf-<pid>.map.
+        if std::env::var_os("HPCGATE_POLICY_PERFMAP").is_some() {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&config)?;
         let cache = settings
             .cache_dir

@@ -94,7 +94,10 @@ macro_rules! export_policy {
                 fn evaluate(
                     call: $crate::bindings::hpcgate::policy::types::Call,
                 ) -> $crate::bindings::hpcgate::policy::types::Decision {
-                    $crate::guest::evaluate::<$ty>(&SLOT, call)
+                    let decision = $crate::guest::evaluate::<$ty>(&SLOT, call);
+                    // Any later evaluation is on a reused instance.
+                    HPCGATE_ALLOCATOR.recycle();
+                    decision
                 }
             }
 

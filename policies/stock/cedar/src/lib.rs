@@ -38,6 +38,7 @@
 //! policy_file = "rules.cedar"
 //! ```
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 
@@ -69,6 +70,36 @@ pub struct Cedar {
     policies: PolicySet,
     authorizer: Authorizer,
     types: Types,
+    /// What a denial says of each policy, read once: `PolicySet::annotation` parses its key with
+    /// Cedar's identifier parser on every call, which builds that parser's lexer each time.
+    labels: HashMap<PolicyId, Label>,
+}
+
+/// A policy as a denial names it.
+#[derive(Clone)]
+struct Label {
+    /// Cedar's id (`policy0`, …), the order deciding policies are reported in.
+    id: String,
+    /// Its `@id` annotation in backquotes, else its Cedar id.
+    name: String,
+    /// Its `@reason` annotation.
+    reason: Option<String>,
+}
+
+impl Label {
+    fn of(policy: &cedar_policy::Policy) -> Label {
+        let annotation = |key: &str| {
+            (policy.annotations())
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.to_owned())
+        };
+        let id = policy.id().to_string();
+        Label {
+            name: format!("`{}`", annotation("id").as_deref().unwrap_or(&id)),
+            reason: annotation("reason"),
+            id,
+        }
+    }
 }
 
 /// The entity types of a request, parsed once.
@@ -121,10 +152,14 @@ impl Policy for Cedar {
                 ));
             }
         }
+        let labels = (policies.policies())
+            .map(|policy| (policy.id().clone(), Label::of(policy)))
+            .collect();
         let cedar = Cedar {
             policies,
             authorizer: Authorizer::new(),
             types: Types::new()?,
+            labels,
         };
         cedar.warm_up();
         Ok(cedar)
@@ -143,26 +178,29 @@ impl Policy for Cedar {
         {
             return Decision::deny(format!(
                 "Cedar policy {} could not be evaluated: {}",
-                self.name(error.policy_id()),
+                self.label(error.policy_id()).name,
                 error.inner()
             ));
         }
-        let mut deciding: Vec<&PolicyId> = response.diagnostics().reason().collect();
-        deciding.sort_by_key(|id| id.to_string());
         match response.decision() {
             cedar_policy::Decision::Allow => Decision::allow(),
-            cedar_policy::Decision::Deny if deciding.is_empty() => Decision::deny(format!(
-                "no Cedar policy permits `{}` for tenant `{}`",
-                call.tool, call.tenant
-            )),
             cedar_policy::Decision::Deny => {
-                let reason = deciding
-                    .iter()
-                    .find_map(|id| self.policies.annotation(id, "reason"));
-                let names: Vec<String> = deciding.iter().map(|id| self.name(id)).collect();
-                Decision::deny(match reason {
-                    Some(reason) => reason.to_owned(),
-                    None => format!("forbidden by Cedar policy {}", names.join(", ")),
+                let mut deciding: Vec<Cow<'_, Label>> = (response.diagnostics().reason())
+                    .map(|id| self.label(id))
+                    .collect();
+                if deciding.is_empty() {
+                    return Decision::deny(format!(
+                        "no Cedar policy permits `{}` for tenant `{}`",
+                        call.tool, call.tenant
+                    ));
+                }
+                deciding.sort_by(|a, b| a.id.cmp(&b.id));
+                Decision::deny(match deciding.iter().find_map(|l| l.reason.as_ref()) {
+                    Some(reason) => reason.clone(),
+                    None => {
+                        let names: Vec<&str> = deciding.iter().map(|l| l.name.as_str()).collect();
+                        format!("forbidden by Cedar policy {}", names.join(", "))
+                    }
                 })
             }
         }
@@ -185,11 +223,15 @@ impl Cedar {
         }
     }
 
-    /// A policy's name in messages: its `@id` annotation, else Cedar's id.
-    fn name(&self, id: &PolicyId) -> String {
-        match self.policies.annotation(id, "id") {
-            Some(name) => format!("`{name}`"),
-            None => format!("`{id}`"),
+    /// How a denial names the policy `id` (every policy of the set has a label).
+    fn label(&self, id: &PolicyId) -> Cow<'_, Label> {
+        match self.labels.get(id) {
+            Some(label) => Cow::Borrowed(label),
+            None => Cow::Owned(Label {
+                id: id.to_string(),
+                name: format!("`{id}`"),
+                reason: None,
+            }),
         }
     }
 }
