@@ -17,11 +17,13 @@
 //! `malloc` and `free`. So after an instance's first evaluation ([`Arena::recycle`]) a small
 //! block comes from its size class: a freed block goes onto its class's free list and the next
 //! allocation of that class takes it back, both a few instructions on memory still in the cache.
-//! Classes carve their blocks from chunks the system allocator gives (within the instance's
-//! memory cap like any allocation) and never give them back, so a reused instance holds at most
-//! the small-block memory it once needed at one time. A fresh instance never gets that far: its
-//! blocks stay packed as tightly as the bump arena packs them (classes round sizes up, and more
-//! memory touched is more page faults and cache misses: measured slower for fresh instances).
+//! Classes carve their blocks from what is left of the arena (so a policy that needs little
+//! never grows its memory), then from chunks the system allocator gives (within the instance's
+//! memory cap like any allocation), and never give them back, so a reused instance holds at
+//! most the small-block memory it once needed at one time. A fresh instance never gets that
+//! far: its blocks stay packed as tightly as the bump arena packs them (classes round sizes up,
+//! and more memory touched is more page faults and cache misses: measured slower for fresh
+//! instances).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
@@ -46,6 +48,9 @@ struct State {
     next: usize,
     /// Whether small blocks come from size classes now (see [`Arena::recycle`]).
     recycling: bool,
+    /// Where the arena stood when recycling began: small blocks carved above it are class
+    /// blocks, those below were packed (0 until then).
+    floor: usize,
     /// Each class's most recently freed block (0: none); a free block's first word holds the
     /// address of the next free block of its class.
     free: [usize; CLASSES],
@@ -74,6 +79,7 @@ impl Arena {
             state: UnsafeCell::new(State {
                 next: 0,
                 recycling: false,
+                floor: 0,
                 free: [0; CLASSES],
                 carve: 0,
                 chunk_end: 0,
@@ -85,7 +91,15 @@ impl Arena {
     /// From now on the instance judges call after call: small blocks come from size classes.
     /// Called after each evaluation; blocks allocated before stay where they are.
     pub fn recycle(&self) {
-        self.state().recycling = true;
+        let base = self.base();
+        let state = self.state();
+        if !state.recycling {
+            state.recycling = true;
+            state.floor = (base + state.next)
+                .next_multiple_of(GRANULE)
+                .min(base + ARENA_BYTES);
+            state.next = state.floor - base;
+        }
     }
 
     #[allow(unsafe_code, clippy::mut_from_ref)]
@@ -108,6 +122,20 @@ impl Arena {
     fn class(layout: Layout) -> Option<usize> {
         (layout.size() <= SMALL_MAX && layout.align() <= GRANULE)
             .then(|| layout.size().max(1).div_ceil(GRANULE) - 1)
+    }
+
+    /// How many bytes the block at `ptr` allocated with `layout` spans: a class block spans its
+    /// class's size.
+    fn extent(&self, ptr: *mut u8, layout: Layout) -> usize {
+        let state = self.state();
+        match Arena::class(layout) {
+            Some(class)
+                if !self.in_arena(ptr) || (state.recycling && ptr as usize >= state.floor) =>
+            {
+                (class + 1) * GRANULE
+            }
+            _ => layout.size(),
+        }
     }
 
     /// What the system allocator is asked for instead of `layout`: a small block is always
@@ -137,6 +165,12 @@ impl Arena {
             return block as *mut u8;
         }
         let size = (class + 1) * GRANULE;
+        // The arena first: a policy whose evaluations need little never grows its memory.
+        let start = (self.base() + state.next).next_multiple_of(GRANULE);
+        if start + size <= self.base() + ARENA_BYTES {
+            state.next = start + size - self.base();
+            return start as *mut u8;
+        }
         if state.chunk_end - state.carve < size {
             // The rest of the chunk (under one block) is left unused.
             let bytes = FIRST_CHUNK << state.chunks.min(MAX_CHUNK_DOUBLINGS);
@@ -190,8 +224,20 @@ unsafe impl GlobalAlloc for Arena {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         let state = self.state();
         if self.in_arena(ptr) {
-            if ptr as usize + layout.size() == self.base() + state.next {
+            let extent = self.extent(ptr, layout);
+            let state = self.state();
+            let above_floor = ptr as usize >= state.floor;
+            if ptr as usize + extent == self.base() + state.next && above_floor {
+                // (Below the floor when recycling, the block stays where it is: the arena's
+                // next blocks are carved above it.)
                 state.next = ptr as usize - self.base();
+            } else if let Some(class) = Arena::class(layout)
+                && state.recycling
+                && ptr as usize >= state.floor
+            {
+                // SAFETY: a class block in the arena, no longer in use.
+                unsafe { *(ptr as *mut usize) = state.free[class] };
+                state.free[class] = ptr as usize;
             }
             return;
         }
@@ -212,14 +258,22 @@ unsafe impl GlobalAlloc for Arena {
         // SAFETY: the caller's promise that `new_size`, rounded up to the alignment, does not
         // overflow `isize`.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        let state = self.state();
         if self.in_arena(ptr) {
-            let is_last = ptr as usize + layout.size() == self.base() + state.next;
-            if is_last && ptr as usize + new_size <= self.base() + ARENA_BYTES {
-                state.next = ptr as usize + new_size - self.base();
+            let (extent, new_extent) = (self.extent(ptr, layout), self.extent(ptr, new_layout));
+            let state = self.state();
+            let is_class = state.recycling && ptr as usize >= state.floor;
+            if is_class && Arena::class(layout).is_some() && extent == new_extent {
+                // The block already has room.
+                return ptr;
+            }
+            let is_last = ptr as usize + extent == self.base() + state.next;
+            let above_floor = ptr as usize >= state.floor;
+            if is_last && above_floor && ptr as usize + new_extent <= self.base() + ARENA_BYTES {
+                state.next = ptr as usize + new_extent - self.base();
                 return ptr;
             }
         } else {
+            let state = self.state();
             match (Arena::class(layout), Arena::class(new_layout)) {
                 // The block already has room.
                 (Some(old), Some(new)) if old == new => return ptr,
@@ -312,8 +366,11 @@ mod tests {
         let configured = take(&arena, 24, 8, 9);
         arena.recycle();
         let a = take(&arena, 24, 8, 1);
-        assert!(!arena.in_arena(a.0), "a class block, from a chunk");
-        assert_eq!(arena.state().chunks, 1);
+        assert!(
+            arena.in_arena(a.0),
+            "a class block, from the arena while it has room"
+        );
+        assert_eq!(a.0 as usize % GRANULE, 0);
         let b = take(&arena, 8, 8, 4);
         free(&arena, a);
         let other = take(&arena, 100, 8, 2);
@@ -325,6 +382,10 @@ mod tests {
         );
         assert!(holds(other.0, 100, 2) && holds(b.0, 8, 4) && holds(configured.0, 24, 9));
         free(&arena, configured);
+        let _filler = take(&arena, ARENA_BYTES - arena.state().next, 1, 0);
+        let from_chunk = take(&arena, 24, 8, 5);
+        assert!(!arena.in_arena(from_chunk.0), "then from a chunk");
+        assert_eq!(arena.state().chunks, 1);
     }
 
     #[test]
@@ -392,6 +453,12 @@ mod tests {
     /// overwritten by another's use.
     #[test]
     fn live_blocks_never_overlap_under_churn() {
+        for recycle_at in [0, 300, 20_000] {
+            churn(recycle_at);
+        }
+    }
+
+    fn churn(recycle_at: u32) {
         let arena = Box::new(Arena::new());
         let mut live: Vec<(*mut u8, Layout, u8)> = Vec::new();
         let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -403,7 +470,7 @@ mod tests {
         };
         let mut carved = 0usize;
         for round in 0..60_000u32 {
-            if round == 20_000 {
+            if round == recycle_at {
                 arena.recycle();
             }
             let r = random();
