@@ -60,6 +60,7 @@ mod prune;
 mod query;
 mod record;
 mod redact;
+mod reverse;
 #[cfg(test)]
 mod scale_tests;
 mod segment;

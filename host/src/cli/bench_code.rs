@@ -12,11 +12,11 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use rmcp::model::CallToolRequestParams;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::bench::{Client, Endpoint, Scratch, print_report, stop};
 use super::bench_figures::{check_us, percentiles, round};
+use super::bench_load::call;
 
 /// The targets of issue 17 ("Code mode").
 const INNER_P50_US: f64 = 1_000.0;
@@ -151,22 +151,4 @@ fn finished(result: Value) -> anyhow::Result<Value> {
         bail!("the run did not complete: {job}");
     }
     Ok(job.clone())
-}
-
-async fn call(client: &Client, tool: &'static str, arguments: Value) -> anyhow::Result<Value> {
-    let Value::Object(arguments): Value = arguments else {
-        bail!("arguments must be an object");
-    };
-    let arguments: Map<String, Value> = arguments;
-    let result = client
-        .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
-        .await
-        .with_context(|| format!("`{tool}` failed on the wire"))?;
-    if result.is_error == Some(true) {
-        bail!(
-            "`{tool}` was refused: {}",
-            serde_json::to_string(&result.content)?
-        );
-    }
-    Ok(result.structured_content.unwrap_or_default())
 }

@@ -16,8 +16,9 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::bench::{Endpoint, Scratch, call, print_report, stop};
+use super::bench::{Endpoint, Scratch, print_report, stop};
 use super::bench_figures::{percentiles, round};
+use super::bench_load::call;
 
 /// The targets of issue 16 ("WebDAV file plane").
 const MIN_MB_PER_S: f64 = 400.0;

@@ -24,8 +24,9 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 
-use super::bench::{Endpoint, Scratch, call, print_report, stop};
+use super::bench::{Endpoint, Scratch, print_report, stop};
 use super::bench_figures::{check_us, percentiles, round, rss_kb};
+use super::bench_load::call;
 
 /// `tasks/get` p50 target, µs.
 const GET_P50_US: f64 = 1_000.0;

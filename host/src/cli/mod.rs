@@ -7,6 +7,7 @@ mod bench;
 mod bench_code;
 mod bench_dav;
 mod bench_figures;
+mod bench_load;
 mod bench_metrics;
 mod bench_proxy;
 mod bench_tasks;

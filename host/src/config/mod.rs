@@ -21,11 +21,13 @@
 pub mod auth;
 pub mod chain;
 pub mod code_mode;
+pub mod dav;
 pub mod error;
 pub mod executors;
 pub mod layers;
 pub mod metrics;
 pub mod ns_hpc;
+pub mod oauth;
 pub mod origins;
 pub mod parse;
 mod policy_text;
@@ -39,9 +41,10 @@ pub mod web_origin;
 
 pub use auth::{
     ALL_TOOLS, AuthConfig, HttpConfig, JwtAlgorithm, JwtConfig, JwtKeySource, JwtSettings,
-    OAuthConfig, OAuthSettings, RateLimit, RateLimitConfig, WELL_KNOWN,
+    RateLimit, RateLimitConfig,
 };
 pub use code_mode::{CodeModeConfig, CodeModeSettings};
+pub use dav::{DavExtra, DavSettings};
 pub use error::ConfigError;
 pub use executors::{SandboxSettings, SlurmSettings};
 pub use layers::{
@@ -49,6 +52,7 @@ pub use layers::{
     merge_texts,
 };
 pub use metrics::{MetricsConfig, MetricsSettings};
+pub use oauth::{OAuthConfig, OAuthSettings, WELL_KNOWN};
 pub use origins::Origins;
 pub use proxies::ProxySettings;
 pub use raw::{Config, EngineConfig, PolicyConfig, ProxyConfig};
@@ -56,7 +60,7 @@ pub use sections::{
     AuditConfig, BindConfig, DavConfig, FilesConfig, HostCommandConfig, LimitsConfig, McpConfig,
     ResultType, SandboxConfig, SlurmConfig,
 };
-pub use settings::{DavExtra, DavSettings, HostCommand, Settings, load_settings};
+pub use settings::{HostCommand, Settings, load_settings};
 pub use telemetry::{TelemetryConfig, TelemetrySettings};
 pub use tenants::{Quotas, QuotasConfig, Tenant, TenantConfig, Token, TokenConfig};
 

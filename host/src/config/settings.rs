@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use hpcgate_executors::files::FileLimits;
 
-use super::auth::{JwtSettings, OAuthSettings, resolve_jwt, resolve_oauth, resolve_origins};
+use super::auth::{JwtSettings, resolve_jwt, resolve_origins};
 use super::code_mode::CodeModeSettings;
+use super::dav::DavSettings;
 use super::error::ConfigError;
 use super::executors::{SandboxSettings, SlurmSettings, resolve_sandbox, resolve_slurm};
 use super::layers::{Environment, LoadedConfig};
+use super::oauth::{OAuthSettings, resolve_oauth};
 use super::origins::Origins;
 use super::proxies::{ProxySettings, resolve_proxies};
 use super::raw::{Config, EngineConfig, PolicyConfig};
@@ -58,76 +60,6 @@ pub struct Settings {
     pub policies: Vec<PolicyConfig>,
     /// `[dav]`.
     pub dav: DavSettings,
-}
-
-/// `[dav]`, resolved.
-#[derive(Debug, Clone)]
-pub struct DavSettings {
-    pub enabled: bool,
-    /// Most bytes one PUT may bring.
-    pub max_upload_bytes: u64,
-    /// `[dav.extras.<name>]`, by name.
-    pub extras: BTreeMap<String, DavExtra>,
-}
-
-/// One read-only host directory served at `/dav/<name>/`.
-#[derive(Debug, Clone)]
-pub struct DavExtra {
-    /// Absolute host path (opened as a capability per request; never shown).
-    pub path: PathBuf,
-    /// Which tenants see it.
-    pub tenants: hpcgate_policy_sdk::glob::GlobSet,
-}
-
-impl DavExtra {
-    pub fn visible_to(&self, tenant: &TenantName) -> bool {
-        self.tenants.is_match(tenant.as_ref())
-    }
-}
-
-/// `[dav.extras]`: names that are plain URL segments other than `instances`, absolute paths,
-/// read-only.
-fn resolve_dav_extras(
-    config: &Config,
-    bad: &Bad,
-) -> Result<BTreeMap<String, DavExtra>, ConfigError> {
-    let mut extras = BTreeMap::new();
-    for (name, raw) in &config.dav.extras {
-        let key = |field: &str| format!("dav.extras.{name}.{field}");
-        let plain = !name.is_empty()
-            && name.len() <= 64
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            && !name.starts_with('.');
-        if !plain || name == "instances" {
-            return Err(bad(
-                &format!("dav.extras.{name}"),
-                "an extra's name is its URL segment: letters, digits, `-`, `_`, `.` (not first), and not `instances`".to_owned(),
-            ));
-        }
-        let Some(path) = &raw.path else {
-            return Err(bad(
-                &key("path"),
-                "give the host directory to serve".to_owned(),
-            ));
-        };
-        if raw.ro == Some(false) {
-            return Err(bad(
-                &key("ro"),
-                "writable extras are not supported yet (their writes would bypass the policies); serve the directory read-only".to_owned(),
-            ));
-        }
-        let globs = raw.tenants.clone().unwrap_or_else(|| vec!["*".to_owned()]);
-        let tenants = hpcgate_policy_sdk::glob::GlobSet::new(&globs)
-            .map_err(|e| bad(&key("tenants"), e.to_string()))?;
-        let extra = DavExtra {
-            path: absolute(&key("path"), path, bad)?,
-            tenants,
-        };
-        extras.insert(name.clone(), extra);
-    }
-    Ok(extras)
 }
 
 /// The settings a running gateway is built on — where its state lives, its executors, its
@@ -254,16 +186,7 @@ impl Settings {
             metrics: super::metrics::resolve_metrics(&config.metrics, &bad)?,
             policy_defaults: config.policy_engine.clone(),
             policies,
-            dav: DavSettings {
-                enabled: config.dav.enabled.unwrap_or(false),
-                max_upload_bytes: positive(
-                    "dav.max_upload_bytes",
-                    config.dav.max_upload_bytes,
-                    64 << 30,
-                    &bad,
-                )?,
-                extras: resolve_dav_extras(config, &bad)?,
-            },
+            dav: super::dav::resolve_dav(config, &bad)?,
         })
     }
 
