@@ -51,6 +51,41 @@ fn check_accepts_a_stock_policy_and_names_its_digest() {
     );
 }
 
+/// `HPCGATE_POLICY_PERFMAP=1`: the guest's compiled functions are named for `perf`, in the map
+/// file `perf` reads for the process; without it no map is written.
+#[test]
+fn perfmap_names_the_guest_functions_for_perf_only_when_asked() {
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cache");
+    for asked in [true, false] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hpcgate"));
+        command
+            .args(["policy", "check", "stock:tool-filter"])
+            .env("XDG_CACHE_HOME", &cache)
+            .env_remove("HPCGATE_POLICY_PERFMAP");
+        if asked {
+            command.env("HPCGATE_POLICY_PERFMAP", "1");
+        }
+        let child = command.stdout(std::process::Stdio::null()).spawn().unwrap();
+        let map = PathBuf::from(format!("/tmp/perf-{}.map", child.id()));
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let text = std::fs::read_to_string(&map).unwrap_or_default();
+        let _ = std::fs::remove_file(&map);
+        let names = text
+            .lines()
+            .filter(|l| l.contains("wasm[0]::function["))
+            .count();
+        if asked {
+            assert!(
+                names > 10,
+                "the guest's functions are named: {names} in {map:?}"
+            );
+        } else {
+            assert_eq!(names, 0, "no map without the variable");
+        }
+    }
+}
+
 #[test]
 fn check_refuses_bad_settings_foreign_imports_and_unknown_modules() {
     let output = hpcgate(&[
