@@ -124,18 +124,31 @@ impl Arena {
             .then(|| layout.size().max(1).div_ceil(GRANULE) - 1)
     }
 
-    /// How many bytes the block at `ptr` allocated with `layout` spans: a class block spans its
-    /// class's size.
-    fn extent(&self, ptr: *mut u8, layout: Layout) -> usize {
+    /// The class of the block at `ptr` allocated with `layout`, if it is a class block (its
+    /// class's size and alignment): any small block outside the arena (carved from a chunk, or
+    /// `System`'s, allocated rounded), and a small block carved in the arena above the floor.
+    fn block_class(&self, ptr: *mut u8, layout: Layout) -> Option<usize> {
+        let class = Arena::class(layout)?;
         let state = self.state();
-        match Arena::class(layout) {
-            Some(class)
-                if !self.in_arena(ptr) || (state.recycling && ptr as usize >= state.floor) =>
-            {
-                (class + 1) * GRANULE
-            }
-            _ => layout.size(),
-        }
+        (!self.in_arena(ptr) || (state.recycling && ptr as usize >= state.floor)).then_some(class)
+    }
+
+    /// How many bytes a block allocated with `layout` spans, given its [`Arena::block_class`].
+    fn extent(class: Option<usize>, layout: Layout) -> usize {
+        class.map_or(layout.size(), |class| (class + 1) * GRANULE)
+    }
+
+    /// Puts a class block no longer in use onto its class's list.
+    ///
+    /// # Safety
+    /// `ptr` is a block of `class` (see [`Arena::block_class`]) that nothing uses any more.
+    #[allow(unsafe_code)]
+    unsafe fn push_free(&self, class: usize, ptr: *mut u8) {
+        let state = self.state();
+        // SAFETY: the caller's promise: at least `GRANULE` bytes aligned to it, ours to reuse;
+        // its first word now links it into the list.
+        unsafe { *(ptr as *mut usize) = state.free[class] };
+        state.free[class] = ptr as usize;
     }
 
     /// What the system allocator is asked for instead of `layout`: a small block is always
@@ -199,8 +212,8 @@ impl Default for Arena {
 // live allocation (the bump offset only moves back over the most recent allocation when that
 // one is freed); or (2) for a small layout, a block of its class — `(class + 1) * GRANULE`
 // bytes (at least the layout's size), aligned to `GRANULE` (at least the layout's alignment),
-// on no free list while handed out — carved from a chunk no one else uses or given by `System`
-// for exactly the class's size and alignment; or (3) for a large layout, `System`'s for that
+// on no free list while handed out — carved from the arena above the floor or from a chunk no
+// one else uses, or given by `System` for exactly the class's size and alignment; or (3) for a large layout, `System`'s for that
 // layout. `dealloc` and `realloc` tell the arena apart by address, the rest by the layout.
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Arena {
@@ -222,32 +235,23 @@ unsafe impl GlobalAlloc for Arena {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        let class = self.block_class(ptr, layout);
+        let extent = Arena::extent(class, layout);
         let state = self.state();
         if self.in_arena(ptr) {
-            let extent = self.extent(ptr, layout);
-            let state = self.state();
-            let above_floor = ptr as usize >= state.floor;
-            if ptr as usize + extent == self.base() + state.next && above_floor {
-                // (Below the floor when recycling, the block stays where it is: the arena's
-                // next blocks are carved above it.)
+            // The last block carved goes back to the bump offset; below the floor a block
+            // stays where it is (the arena's next blocks are carved above the floor).
+            if ptr as usize + extent == self.base() + state.next && ptr as usize >= state.floor {
                 state.next = ptr as usize - self.base();
-            } else if let Some(class) = Arena::class(layout)
-                && state.recycling
-                && ptr as usize >= state.floor
-            {
-                // SAFETY: a class block in the arena, no longer in use.
-                unsafe { *(ptr as *mut usize) = state.free[class] };
-                state.free[class] = ptr as usize;
+            } else if let Some(class) = class {
+                // SAFETY: a class block of the arena, no longer in use.
+                unsafe { self.push_free(class, ptr) };
             }
             return;
         }
-        match Arena::class(layout) {
-            Some(class) if state.recycling => {
-                // SAFETY: a block of this class (carved, or `System`'s with the class's size
-                // and alignment), no longer in use: its first word links it into the list.
-                unsafe { *(ptr as *mut usize) = state.free[class] };
-                state.free[class] = ptr as usize;
-            }
+        match class {
+            // SAFETY: a class block (carved, or `System`'s allocated rounded), no longer in use.
+            Some(class) if state.recycling => unsafe { self.push_free(class, ptr) },
             // SAFETY: before recycling no chunk exists: the block is `System`'s, allocated
             // with the rounded layout.
             _ => unsafe { System.dealloc(ptr, Arena::rounded(layout)) },
@@ -258,14 +262,15 @@ unsafe impl GlobalAlloc for Arena {
         // SAFETY: the caller's promise that `new_size`, rounded up to the alignment, does not
         // overflow `isize`.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        let class = self.block_class(ptr, layout);
+        if class.is_some() && class == Arena::class(new_layout) {
+            // A class block, and the new size is of its class: it already has room.
+            return ptr;
+        }
+        let state = self.state();
         if self.in_arena(ptr) {
-            let (extent, new_extent) = (self.extent(ptr, layout), self.extent(ptr, new_layout));
-            let state = self.state();
-            let is_class = state.recycling && ptr as usize >= state.floor;
-            if is_class && Arena::class(layout).is_some() && extent == new_extent {
-                // The block already has room.
-                return ptr;
-            }
+            let extent = Arena::extent(class, layout);
+            let new_extent = Arena::extent(self.block_class(ptr, new_layout), new_layout);
             let is_last = ptr as usize + extent == self.base() + state.next;
             let above_floor = ptr as usize >= state.floor;
             if is_last && above_floor && ptr as usize + new_extent <= self.base() + ARENA_BYTES {
@@ -273,10 +278,7 @@ unsafe impl GlobalAlloc for Arena {
                 return ptr;
             }
         } else {
-            let state = self.state();
             match (Arena::class(layout), Arena::class(new_layout)) {
-                // The block already has room.
-                (Some(old), Some(new)) if old == new => return ptr,
                 // `System`'s block either way (before recycling, no chunk exists), with the
                 // layouts it was and will be allocated with.
                 (Some(_), Some(_)) if !state.recycling => {}
