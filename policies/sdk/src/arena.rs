@@ -103,22 +103,26 @@ impl Arena {
     }
 
     #[allow(unsafe_code, clippy::mut_from_ref)]
+    #[inline]
     fn state(&self) -> &mut State {
         // SAFETY: single-threaded (see `Sync`), and no caller holds the reference across another
         // call that takes it.
         unsafe { &mut *self.state.get() }
     }
 
+    #[inline]
     fn base(&self) -> usize {
         self.bytes.get() as usize
     }
 
+    #[inline]
     fn in_arena(&self, ptr: *mut u8) -> bool {
         (self.base()..self.base() + ARENA_BYTES).contains(&(ptr as usize))
     }
 
     /// The size class of `layout` (block size `(class + 1) * GRANULE`), or `None` for a large
     /// or over-aligned block, which the arena or the system allocator serves.
+    #[inline]
     fn class(layout: Layout) -> Option<usize> {
         (layout.size() <= SMALL_MAX && layout.align() <= GRANULE)
             .then(|| layout.size().max(1).div_ceil(GRANULE) - 1)
@@ -127,6 +131,7 @@ impl Arena {
     /// The class of the block at `ptr` allocated with `layout`, if it is a class block (its
     /// class's size and alignment): any small block outside the arena (carved from a chunk, or
     /// `System`'s, allocated rounded), and a small block carved in the arena above the floor.
+    #[inline]
     fn block_class(&self, ptr: *mut u8, layout: Layout) -> Option<usize> {
         let class = Arena::class(layout)?;
         let state = self.state();
@@ -143,6 +148,7 @@ impl Arena {
     /// # Safety
     /// `ptr` is a block of `class` (see [`Arena::block_class`]) that nothing uses any more.
     #[allow(unsafe_code)]
+    #[inline]
     unsafe fn push_free(&self, class: usize, ptr: *mut u8) {
         let state = self.state();
         // SAFETY: the caller's promise: at least `GRANULE` bytes aligned to it, ours to reuse;
@@ -168,6 +174,7 @@ impl Arena {
     /// A block of `class`: a freed one, else one carved from the current chunk or a new one
     /// (null when the system allocator has no room).
     #[allow(unsafe_code)]
+    #[inline]
     fn class_block(&self, class: usize) -> *mut u8 {
         let state = self.state();
         let block = state.free[class];
@@ -235,27 +242,29 @@ unsafe impl GlobalAlloc for Arena {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        let class = self.block_class(ptr, layout);
-        let extent = Arena::extent(class, layout);
+        if let Some(class) = self.block_class(ptr, layout)
+            && self.state().recycling
+        {
+            // The common case on a reused instance: onto its class's list (even the block
+            // carved last: its class takes it again).
+            // SAFETY: a class block no longer in use.
+            return unsafe { self.push_free(class, ptr) };
+        }
         let state = self.state();
         if self.in_arena(ptr) {
-            // The last block carved goes back to the bump offset; below the floor a block
-            // stays where it is (the arena's next blocks are carved above the floor).
-            if ptr as usize + extent == self.base() + state.next && ptr as usize >= state.floor {
+            // Not a class block. The last block carved goes back to the bump offset; below
+            // the floor a block stays where it is (the arena's next blocks are carved above
+            // the floor).
+            if ptr as usize + layout.size() == self.base() + state.next
+                && ptr as usize >= state.floor
+            {
                 state.next = ptr as usize - self.base();
-            } else if let Some(class) = class {
-                // SAFETY: a class block of the arena, no longer in use.
-                unsafe { self.push_free(class, ptr) };
             }
             return;
         }
-        match class {
-            // SAFETY: a class block (carved, or `System`'s allocated rounded), no longer in use.
-            Some(class) if state.recycling => unsafe { self.push_free(class, ptr) },
-            // SAFETY: before recycling no chunk exists: the block is `System`'s, allocated
-            // with the rounded layout.
-            _ => unsafe { System.dealloc(ptr, Arena::rounded(layout)) },
-        }
+        // SAFETY: not a class block of a reused instance, so `System`'s (before recycling no
+        // chunk exists), allocated with the rounded layout.
+        unsafe { System.dealloc(ptr, Arena::rounded(layout)) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {

@@ -41,12 +41,14 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use cedar_policy::{
-    Authorizer, Context, Entities, Entity, EntityId, EntityTypeName, EntityUid, PolicyId,
-    PolicySet, Request, RestrictedExpression, Schema, ValidationMode, Validator,
+    Authorizer, Context, Entities, EntityId, EntityTypeName, EntityUid, PolicyId, PolicySet,
+    Request, Schema, ValidationMode, Validator,
 };
-use hpcgate_policy_sdk::{Call, Decision, Map, Policy, Value, args};
+use cedar_policy_core as cedar_core;
+use hpcgate_policy_sdk::{Call, Decision, Policy, args};
 use miette::Diagnostic;
 use serde::Deserialize;
 
@@ -247,51 +249,63 @@ fn request(types: &Types, call: &Call) -> Result<(Request, Entities), String> {
         &types.instance,
         call.instance.as_deref().unwrap_or(NO_INSTANCE),
     );
-    let tenant = Entity::new(
-        principal.clone(),
-        HashMap::from([(
-            "principal".to_owned(),
-            RestrictedExpression::new_string(call.principal.clone()),
-        )]),
-        HashSet::new(),
-    )
-    .map_err(|e| e.to_string())?;
-    let entities = Entities::from_entities([tenant], None).map_err(|e| e.to_string())?;
-    let context = Context::from_pairs(context(call)?).map_err(|e| e.to_string())?;
-    let request =
-        Request::new(principal, action, resource, context, None).map_err(|e| e.to_string())?;
+    let entities = tenant(principal.clone(), &call.principal)?;
+    let request = Request::new(principal, action, resource, context(call), None)
+        .map_err(|e| e.to_string())?;
     Ok((request, entities))
 }
 
-/// The context record's fields.
-fn context(call: &Call) -> Result<Vec<(String, RestrictedExpression)>, String> {
-    let string = |s: &str| RestrictedExpression::new_string(s.to_owned());
-    let usage: Map<String, Value> = call
-        .usage
-        .iter()
-        .map(|(name, value)| (name.clone(), Value::from(*value)))
-        .collect();
+/// The request's one entity: the tenant, with the caller's name as its `principal`. Built as
+/// Cedar's values (see `convert`); it has no parents, so its transitive closure is itself.
+fn tenant(uid: EntityUid, principal: &str) -> Result<Entities, String> {
+    let tenant = cedar_core::ast::Entity::new_with_attr_partial_value(
+        uid.into(),
+        [(
+            "principal".into(),
+            cedar_core::ast::Value::from(principal).into(),
+        )],
+        HashSet::new(),
+        HashSet::new(),
+        [],
+    );
+    let entities = cedar_core::entities::Entities::from_entities(
+        [tenant],
+        None::<&cedar_core::entities::NoEntitiesSchema>,
+        cedar_core::entities::TCComputation::AssumeAlreadyComputed,
+        cedar_core::extensions::Extensions::all_available(),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(Entities::from(entities))
+}
+
+/// The context record: `{ arguments, via, read_only, usage, phase, server, remote_tool }`.
+fn context(call: &Call) -> Context {
+    let text = |s: &str| cedar_core::ast::Value::from(s);
     let mut fields = vec![
-        ("arguments".to_owned(), convert::record(&call.arguments)?),
-        ("via".to_owned(), string(call.via.as_str())),
+        ("arguments", convert::record(&call.arguments)),
+        ("via", text(call.via.as_str())),
+        ("read_only", cedar_core::ast::Value::from(call.read_only)),
         (
-            "read_only".to_owned(),
-            RestrictedExpression::new_bool(call.read_only),
+            "usage",
+            cedar_core::ast::Value::record(
+                (call.usage.iter()).map(|(name, count)| (name.as_str(), convert::count(*count))),
+                None,
+            ),
         ),
-        ("usage".to_owned(), convert::record(&usage)?),
         (
-            "phase".to_owned(),
-            string(match call.phase {
+            "phase",
+            text(match call.phase {
                 hpcgate_policy_sdk::Phase::List => "list",
                 hpcgate_policy_sdk::Phase::Call => "call",
             }),
         ),
-        ("server".to_owned(), string(&call.server)),
+        ("server", text(&call.server)),
     ];
     if let Some(remote) = &call.remote_tool {
-        fields.push(("remote_tool".to_owned(), string(remote)));
+        fields.push(("remote_tool", text(remote)));
     }
-    Ok(fields)
+    let record = fields.into_iter().map(|(key, value)| (key.into(), value));
+    Context::from(cedar_core::ast::Context::Value(Arc::new(record.collect())))
 }
 
 /// One line for a Cedar diagnostic: `` `file` line L: message (help) ``, the line taken from

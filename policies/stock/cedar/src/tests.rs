@@ -182,3 +182,78 @@ fn bad_settings_are_refused() {
         .unwrap();
     assert!(why.contains("schema_fil"), "{why}");
 }
+
+/// The request's context and tenant entity are built as Cedar's values directly: they must be
+/// exactly what Cedar makes of the same request written with its public expressions.
+#[test]
+fn the_context_and_tenant_are_what_cedar_makes_of_the_same_expressions() {
+    use cedar_policy::{Context, Entities, Entity, EntityUid, RestrictedExpression as R};
+    use std::collections::{HashMap, HashSet};
+
+    let mut call = Call::new(
+        "fs__write_file",
+        json!({
+            "path": "/a", "n": -3, "big": u64::MAX, "x": 1.5, "none": null, "yes": true,
+            "list": [1, "two", null, [3], 1], "nested": {"b": {}, "c": null},
+        }),
+    );
+    call.phase = Phase::List;
+    call.via = hpcgate_policy_sdk::Via::Job;
+    call.server = "fs".to_owned();
+    call.remote_tool = Some("write_file".to_owned());
+    call.read_only = true;
+    call.usage = [("instances", 2), ("workspace_bytes", u64::MAX)]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    let record = |fields: Vec<(&str, R)>| {
+        R::new_record(fields.into_iter().map(|(k, v)| (k.to_owned(), v))).unwrap()
+    };
+    let text = |s: &str| R::new_string(s.to_owned());
+    let expected = Context::from_pairs(
+        [
+            (
+                "arguments",
+                record(vec![
+                    ("path", text("/a")),
+                    ("n", R::new_long(-3)),
+                    ("big", text(&u64::MAX.to_string())),
+                    ("x", text("1.5")),
+                    ("yes", R::new_bool(true)),
+                    (
+                        "list",
+                        R::new_set([R::new_long(1), text("two"), R::new_set([R::new_long(3)])]),
+                    ),
+                    ("nested", record(vec![("b", record(vec![]))])),
+                ]),
+            ),
+            ("via", text("job")),
+            ("read_only", R::new_bool(true)),
+            (
+                "usage",
+                record(vec![
+                    ("instances", R::new_long(2)),
+                    ("workspace_bytes", text(&u64::MAX.to_string())),
+                ]),
+            ),
+            ("phase", text("list")),
+            ("server", text("fs")),
+            ("remote_tool", text("write_file")),
+        ]
+        .map(|(k, v)| (k.to_owned(), v)),
+    )
+    .unwrap();
+    assert_eq!(super::context(&call), expected);
+    call.remote_tool = None;
+    assert!(super::context(&call).get("remote_tool").is_none());
+
+    let uid: EntityUid = r#"Tenant::"chem""#.parse().unwrap();
+    let alice = HashMap::from([("principal".to_owned(), text("alice"))]);
+    let expected = Entity::new(uid.clone(), alice, HashSet::new()).unwrap();
+    let expected = Entities::from_entities([expected], None).unwrap();
+    let built = super::tenant(uid.clone(), "alice").unwrap();
+    // `==` on entities compares their ids only.
+    assert!(built.deep_eq(&expected), "{built:?}");
+    let bob = super::tenant(uid, "bob").unwrap();
+    assert!(!bob.deep_eq(&expected));
+}

@@ -31,6 +31,8 @@ use hpcgate_policy_sdk::{Call, Decision, Map, Policy, Value, args};
 use regorus::Engine;
 use serde::Deserialize;
 
+mod input;
+
 /// The package every `stock:rego` module declares.
 const PACKAGE: &str = "data.hpcgate";
 const DENY: &str = "data.hpcgate.deny";
@@ -56,6 +58,7 @@ pub struct Rego {
     file: String,
     deny: bool,
     rewrite: bool,
+    keys: input::Keys,
 }
 
 impl Policy for Rego {
@@ -116,16 +119,13 @@ impl Policy for Rego {
             file,
             deny,
             rewrite,
+            keys: input::Keys::new(),
         })
     }
 
     fn evaluate(&self, call: &Call) -> Decision {
         let mut engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
-        let input = match serde_json::to_value(call) {
-            Ok(input) => input,
-            Err(e) => return Decision::deny(format!("cannot build the Rego input: {e}")),
-        };
-        engine.set_input(regorus::Value::from(input));
+        engine.set_input(self.keys.input(call));
         if self.deny {
             match engine.eval_rule(DENY.to_owned()) {
                 Ok(value) => match first_message(&value) {

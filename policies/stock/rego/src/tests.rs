@@ -178,3 +178,34 @@ fn bad_settings_are_refused() {
     let why = configure(EXAMPLE, json!([1])).err().unwrap();
     assert!(why.contains("`data`"), "{why}");
 }
+
+#[test]
+fn the_input_is_the_recorded_call_object_exactly() {
+    let keys = super::input::Keys::new();
+    let mut calls = vec![Call::new("stat_path", json!({})), submit("chem", "make", 4)];
+    let mut full = Call::new(
+        "fs__write_file",
+        json!({
+            "path": "/workspace/a", "n": -3, "big": u64::MAX, "x": 1.5, "e": 1e300,
+            "none": null, "yes": true, "list": [1, "two", [3.25], {"k": null}],
+            "nested": {"b": {}, "a": []}, "": "empty key", "é": "unicode",
+        }),
+    );
+    full.phase = Phase::List;
+    full.via = hpcgate_policy_sdk::Via::Job;
+    full.job = Some("4711".to_owned());
+    full.server = "fs".to_owned();
+    full.remote_tool = Some("write_file".to_owned());
+    full.instance = Some("run1".to_owned());
+    full.read_only = true;
+    full.usage = [("instances", 2), ("workspace_bytes", u64::MAX)]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    calls.push(full);
+    for call in calls {
+        let expected = regorus::Value::from(serde_json::to_value(&call).unwrap());
+        assert_ne!(expected, regorus::Value::Undefined);
+        assert_eq!(keys.input(&call), expected, "{call:?}");
+    }
+}
