@@ -29,21 +29,39 @@ fn main() {
         &workspace.join("policies/stock"),
     ]);
 
-    let mut guests = hpcgate_policy_build::build_guests(
-        &workspace,
-        &STOCK,
-        hpcgate_policy_build::Target::Bare,
-        &out_dir,
-    );
-    for name in OWN_WORKSPACE {
-        guests.push(hpcgate_policy_build::build_own_workspace_guest(
+    // The guests that are workspaces of their own build beside the others, each in a target
+    // directory of its own (nothing to share, no lock to wait for): on a fresh machine the
+    // guest builds are most of a first check's or build's time.
+    let guests = std::thread::scope(|scope| {
+        let own: Vec<_> = OWN_WORKSPACE
+            .map(|name| {
+                let (workspace, out_dir) = (&workspace, &out_dir);
+                scope.spawn(move || {
+                    hpcgate_policy_build::build_own_workspace_guest(
+                        workspace,
+                        &workspace.join("policies/stock").join(name),
+                        name,
+                        hpcgate_policy_build::Target::Bare,
+                        out_dir,
+                    )
+                })
+            })
+            .into_iter()
+            .collect();
+        let mut guests = hpcgate_policy_build::build_guests(
             &workspace,
-            &workspace.join("policies/stock").join(name),
-            name,
+            &STOCK,
             hpcgate_policy_build::Target::Bare,
             &out_dir,
-        ));
-    }
+        );
+        for build in own {
+            match build.join() {
+                Ok(guest) => guests.push(guest),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        guests
+    });
     let mut table = String::from(
         "/// The stock policies, built from `policies/stock/`.\npub const STOCK: &[(&str, &[u8])] = &[\n",
     );

@@ -58,7 +58,10 @@ pub fn build_guests(
 
 /// Builds the guest `package` whose crate at `crate_dir` is a workspace of its own (excluded
 /// from the main one, so that its dependencies' features are not unified with the host's or
-/// the other guests'), into the same guest target directory. As [`build_guests`] otherwise.
+/// the other guests'). It shares nothing with the other guests' build (its own lock file and
+/// features), so it gets a target directory of its own (`policy-guests-<package>`): a build
+/// there does not wait for cargo's lock on the shared one, and can run beside it. As
+/// [`build_guests`] otherwise.
 pub fn build_own_workspace_guest(
     workspace: &Path,
     crate_dir: &Path,
@@ -77,7 +80,10 @@ fn build(
     target: Target,
     out_dir: &Path,
 ) -> Vec<Guest> {
-    let target_dir = guest_target_dir(workspace);
+    let target_dir = match own_workspace {
+        None => guest_target_dir(workspace, "policy-guests"),
+        Some(_) => guest_target_dir(workspace, &format!("policy-guests-{}", packages[0])),
+    };
     let triple = target.triple();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     #[allow(clippy::disallowed_methods)] // build time: the nested cargo that builds the guests
@@ -186,9 +192,10 @@ pub fn rerun_if_changed(paths: &[&Path]) {
     }
 }
 
-fn guest_target_dir(workspace: &Path) -> PathBuf {
+/// `name` in the outer build's target directory.
+fn guest_target_dir(workspace: &Path, name: &str) -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => PathBuf::from(dir).join("policy-guests"),
-        None => workspace.join("target").join("policy-guests"),
+        Some(dir) => PathBuf::from(dir).join(name),
+        None => workspace.join("target").join(name),
     }
 }
