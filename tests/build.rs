@@ -23,11 +23,15 @@ fn main() {
         &workspace.join("examples/policies/rules-rust"),
     ]);
 
-    for target in [Target::Bare, Target::Wasip2] {
-        hpcgate_policy_build::build_guests(&workspace, &["hostile"], target, &out_dir);
-    }
-    // The Rust version of the example rules in `examples/policies/` (`policy_languages.rs`).
-    hpcgate_policy_build::build_guests(&workspace, &["example-rules"], Target::Bare, &out_dir);
+    // With the Rust version of the example rules in `examples/policies/`
+    // (`policy_languages.rs`), in one build.
+    hpcgate_policy_build::build_guests(
+        &workspace,
+        &["hostile", "example-rules"],
+        Target::Bare,
+        &out_dir,
+    );
+    hpcgate_policy_build::build_guests(&workspace, &["hostile"], Target::Wasip2, &out_dir);
     for name in ["bad-discriminant", "bad-utf8"] {
         let text =
             std::fs::read_to_string(hostile.join(format!("wat/{name}.wat"))).expect("read wat");
