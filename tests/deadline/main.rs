@@ -3,7 +3,8 @@
 //! The contract is "denied within its deadline + 5 ms". Wall-clock bounds only mean something
 //! on a quiet machine, and cargo runs test binaries one after another, so this binary holds the
 //! only tests that measure time: no other test of the suite runs while they do, and they take
-//! turns (`exclusive`), so none runs while another measures.
+//! turns (`exclusive`), so none runs while another measures, nor builds its policy then (the
+//! JavaScript and Python componentizers take seconds of CPU on a fresh checkout).
 
 // The measured times are printed for the record (`-- --nocapture`).
 #![allow(clippy::print_stderr)]
@@ -138,9 +139,10 @@ fn time_denials(spec: Spec, reasons: &[&str]) -> Vec<Duration> {
 
 #[test]
 fn a_javascript_while_true_is_denied_within_its_deadline() {
+    // Alone from here: the componentizer (Node) must not run while another test measures.
+    let _alone = exclusive();
     let module = componentized("js", "policies/hostile/js/hostile.js", false);
     let spec = Spec::new("spin", module, json!({"behaviour": "spin"})).deadline_ms(20);
-    let _alone = exclusive();
     let elapsed = time_denials(
         spec,
         &["policy `spin` timed out after 20 ms; the call is refused (policies fail closed)"],
@@ -155,12 +157,13 @@ fn a_javascript_while_true_is_denied_within_its_deadline() {
 
 #[test]
 fn a_python_memory_hog_is_denied_within_its_deadline() {
+    // Alone from here: the componentizer (CPython) must not run while another test measures.
+    let _alone = exclusive();
     let module = componentized("python", "policies/hostile/python/hostile.py", false);
     // The deadline bounds preparing a fresh instance too (about 15 ms for CPython in a
     // debug build, more under load): 200 ms.
     let mut spec = Spec::new("hog", module, json!({"behaviour": "hog"})).deadline_ms(200);
     spec.memory_mb = 64;
-    let _alone = exclusive();
     // Whichever comes first, the memory cap or the deadline, denies it.
     let elapsed = time_denials(
         spec,
