@@ -33,9 +33,9 @@ fn main() {
     // directory of its own (nothing to share, no lock to wait for): on a fresh machine the
     // guest builds are most of a first check's or build's time.
     let guests = std::thread::scope(|scope| {
-        let own: Vec<_> = OWN_WORKSPACE
+        let (workspace, out_dir) = (&workspace, &out_dir);
+        let own: Vec<_> = (OWN_WORKSPACE.iter())
             .map(|name| {
-                let (workspace, out_dir) = (&workspace, &out_dir);
                 scope.spawn(move || {
                     hpcgate_policy_build::build_own_workspace_guest(
                         workspace,
@@ -46,13 +46,12 @@ fn main() {
                     )
                 })
             })
-            .into_iter()
             .collect();
         let mut guests = hpcgate_policy_build::build_guests(
-            &workspace,
+            workspace,
             &STOCK,
             hpcgate_policy_build::Target::Bare,
-            &out_dir,
+            out_dir,
         );
         for build in own {
             match build.join() {

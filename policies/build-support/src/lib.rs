@@ -53,7 +53,8 @@ pub fn build_guests(
     target: Target,
     out_dir: &Path,
 ) -> Vec<Guest> {
-    build(workspace, None, packages, target, out_dir)
+    let target_dir = guest_target_dir(workspace, "policy-guests");
+    build(workspace, &target_dir, None, packages, target, out_dir)
 }
 
 /// Builds the guest `package` whose crate at `crate_dir` is a workspace of its own (excluded
@@ -69,21 +70,26 @@ pub fn build_own_workspace_guest(
     target: Target,
     out_dir: &Path,
 ) -> Guest {
-    let mut guests = build(workspace, Some(crate_dir), &[package], target, out_dir);
+    let target_dir = guest_target_dir(workspace, &format!("policy-guests-{package}"));
+    let mut guests = build(
+        workspace,
+        &target_dir,
+        Some(crate_dir),
+        &[package],
+        target,
+        out_dir,
+    );
     guests.remove(0)
 }
 
 fn build(
     workspace: &Path,
+    target_dir: &Path,
     own_workspace: Option<&Path>,
     packages: &[&str],
     target: Target,
     out_dir: &Path,
 ) -> Vec<Guest> {
-    let target_dir = match own_workspace {
-        None => guest_target_dir(workspace, "policy-guests"),
-        Some(_) => guest_target_dir(workspace, &format!("policy-guests-{}", packages[0])),
-    };
     let triple = target.triple();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     #[allow(clippy::disallowed_methods)] // build time: the nested cargo that builds the guests
@@ -91,7 +97,7 @@ fn build(
     cmd.current_dir(workspace)
         .args(["build", "--profile", "policy", "--target", triple])
         .arg("--target-dir")
-        .arg(&target_dir);
+        .arg(target_dir);
     if let Some(crate_dir) = own_workspace {
         cmd.arg("--manifest-path").arg(crate_dir.join("Cargo.toml"));
     }

@@ -116,11 +116,11 @@ fn value_of(value: &Value) -> Rego {
     match value {
         Value::Null => Rego::Null,
         Value::Bool(b) => Rego::Bool(*b),
-        Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
-            (Some(u), _, _) => Rego::from(u),
-            (None, Some(i), _) => Rego::from(i),
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => Rego::from(u),
+            (None, Some(i)) => Rego::from(i),
             // JSON numbers are finite: `as_f64` always answers.
-            (None, None, f) => f.map_or(Rego::Undefined, Rego::from),
+            (None, None) => n.as_f64().map_or(Rego::Undefined, Rego::from),
         },
         Value::String(s) => Rego::from(s.as_str()),
         Value::Array(items) => Rego::from(items.iter().map(value_of).collect::<Vec<_>>()),
