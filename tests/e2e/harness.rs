@@ -39,6 +39,10 @@ pub fn snapshot_engine() -> &'static PolicyEngine {
     ENGINE.get_or_init(|| {
         PolicyEngine::new(EngineSettings {
             snapshots: true,
+            // An unoptimised host spends about 200 µs of its own on every `configure` call, so
+            // a cheap `configure` here takes near the default threshold; the slow ones these
+            // tests snapshot take 2 ms and more.
+            snapshot_threshold: Duration::from_millis(1),
             ..engine().settings().clone()
         })
         .expect("engine")

@@ -104,7 +104,7 @@ fn every_fresh_instance_starts_where_configure_left_off() {
 
 #[test]
 fn each_settings_has_its_own_snapshot_and_reuse_stays_per_tenant() {
-    let chains: Vec<(usize, Chain)> = [1024, 2048, 3072]
+    let chains: Vec<(usize, Chain)> = [2048, 3072, 4096]
         .into_iter()
         .map(|kib| {
             let spec = Spec::hostile(

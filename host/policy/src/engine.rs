@@ -3,12 +3,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::cache::CompileCache;
 use super::module::{LoadError, ModuleSource, PolicyModule};
 use super::pool::Maintainer;
+use super::snapshot;
 use super::ticker::Ticker;
 
 /// Engine-wide settings (`[policy_engine]` in the config).
@@ -24,6 +26,9 @@ pub struct EngineSettings {
     /// Whether a policy whose `configure` is slow gets its fresh instances from a configured
     /// snapshot (`snapshot.rs`) instead of configuring each.
     pub snapshots: bool,
+    /// How much CPU time `configure` must take (the less of two) for a snapshot to be worth
+    /// building.
+    pub snapshot_threshold: Duration,
 }
 
 impl Default for EngineSettings {
@@ -33,6 +38,7 @@ impl Default for EngineSettings {
             instance_slots: 1024,
             max_memory_bytes: 256 << 20,
             snapshots: true,
+            snapshot_threshold: snapshot::WORTH_IT,
         }
     }
 }

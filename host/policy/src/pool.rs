@@ -110,7 +110,8 @@ impl InstancePool {
             fastest = fastest.min(snapshot::thread_cpu_time().saturating_sub(started));
             configured.push(instance);
         }
-        let snapshot_wanted = snapshots && fastest >= snapshot::WORTH_IT && !module.imports_wasi();
+        let worth_it = fastest >= module.inner.engine.settings.snapshot_threshold;
+        let snapshot_wanted = snapshots && worth_it && !module.imports_wasi();
         let shared = Arc::new(Shared {
             module,
             settings: settings.into(),
