@@ -259,13 +259,13 @@ fn an_audit_directory_replays_streamed_in_input_order() {
     let log = AuditLog::open(
         &audit,
         AuditOptions {
-            max_file_bytes: 200_000,
+            max_file_bytes: 50_000,
             ..AuditOptions::default()
         },
     )
     .unwrap();
     let mut decisions = Vec::new();
-    for round in 0..60 {
+    for round in 0..15 {
         log.append(Entry::new(Event::JobState).detail("round", round))
             .unwrap();
         for case in &cases {
@@ -367,12 +367,12 @@ fn a_compressed_log_answers_every_command_as_before_and_still_prunes() {
     let log = AuditLog::open(
         &audit,
         AuditOptions {
-            max_file_bytes: 100_000,
+            max_file_bytes: 33_000,
             ..AuditOptions::default()
         },
     )
     .unwrap();
-    for round in 0..30 {
+    for round in 0..10 {
         log.append(Entry::new(Event::JobState).detail("round", round))
             .unwrap();
         for case in &cases {

@@ -20,13 +20,23 @@ pub fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// `mcp-test-server`, built once per test process (`cargo build -p mcp-test-server`).
+/// `mcp-test-server`, brought up to date once per test process. It is built as the workspace's
+/// tests build it (its own test `serves` needs the binary), so after `cargo test --workspace`
+/// this finds it fresh; `cargo build -p mcp-test-server` would resolve the features of its
+/// dependencies for it alone and compile them all a second time.
 pub fn test_server() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
             let status = std::process::Command::new(env!("CARGO"))
-                .args(["build", "--quiet", "-p", "mcp-test-server"])
+                .args([
+                    "test",
+                    "--workspace",
+                    "--no-run",
+                    "--quiet",
+                    "--test",
+                    "serves",
+                ])
                 .env("CARGO_TARGET_DIR", target_dir())
                 .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
                 .status()
