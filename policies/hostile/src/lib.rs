@@ -31,7 +31,7 @@
 //! | `hoard-pollables` | subscribes to the clock forever, keeping every pollable           |
 //! | `exit`            | calls `exit(3)`                                                   |
 //! | `random-flood`    | asks for 1 MiB of random bytes in one call                        |
-//! | `print-flood`     | prints 10,000 long lines to stderr, then allows                   |
+//! | `print-flood`     | prints 1,000 lines of 1 KB to stderr (250× what is kept); allows  |
 //!
 //! `"in": "configure"` runs `spin`, `grow` or `trap` in `configure` instead of `evaluate`.
 //! `"ballast_kib": N` makes `configure` slow and stateful: it fills N KiB with a pattern that
@@ -229,7 +229,7 @@ mod wasi {
             }
             "exit" => std::process::exit(3),
             "print-flood" => {
-                for i in 0..10_000 {
+                for i in 0..1_000 {
                     eprintln!("line {i} {}", "z".repeat(1000));
                 }
                 Decision::Allow
