@@ -3,18 +3,24 @@
 //!
 //! A gateway is idle most of the time, and a thread waking a thousand times a second costs CPU
 //! and keeps the core from resting. So the ticker rests (parks) once no guest code has begun
-//! and none has run for [`REST_AFTER`], and the next guest run wakes it. Nothing is lost while
-//! it rests: a deadline counts ticks from the epoch at which it was set, and the epoch does
-//! not move until the ticker runs again, so a run that woke it still gets its whole deadline
-//! in real milliseconds.
+//! and none has run for [`REST_AFTER`], and the next guest run wakes it. A deadline counts
+//! ticks from the epoch at which it was set, and the epoch does not move while the ticker
+//! rests. The run that wakes it notes when it began, and the ticker counts its ticks from
+//! then, catching up at once on the milliseconds it took to wake (a millisecond or two on a
+//! virtual machine whose idle core was halted): the epoch stays a clock of real milliseconds,
+//! and that run's deadline is not stretched by the wake-up. A run that began while the ticker
+//! was waking counts from the same clock, as does one that begins while a busy ticker is late.
 //!
 //! The hand-off cannot lose a wake-up: a guest run counts itself in `begun` and then looks at
 //! `resting`; the ticker sets `resting` and then looks at `begun` (all sequentially
 //! consistent). Whichever comes second sees the other: either the ticker does not park, or
-//! the run unparks it (an unpark before the park makes the park return at once).
+//! the run unparks it (an unpark before the park makes the park return at once). Nor can a
+//! wake-up time outlive its rest: the ticker clears it before it sets `resting`, and a run
+//! that saw `resting` has noted its time before its guard exists, so before the ticker can
+//! rest again.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -34,6 +40,8 @@ struct Shared {
     /// Guest runs going on now.
     running: AtomicUsize,
     resting: AtomicBool,
+    /// When the first run that found the ticker resting began.
+    woken_for: Mutex<Option<Instant>>,
 }
 
 /// Owns the ticker thread; stops it when dropped.
@@ -72,6 +80,7 @@ impl Ticker {
         shared.begun.fetch_add(1, SeqCst);
         shared.running.fetch_add(1, SeqCst);
         if shared.resting.load(SeqCst) {
+            shared.woken_for().get_or_insert_with(Instant::now);
             self.thread.unpark();
         }
         GuestRun(shared)
@@ -80,6 +89,14 @@ impl Ticker {
     /// Whether the ticker rests (no guest code for a while).
     pub(crate) fn resting(&self) -> bool {
         self.shared.resting.load(SeqCst)
+    }
+}
+
+impl Shared {
+    fn woken_for(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.woken_for
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -111,11 +128,15 @@ fn tick(engine: &Engine, shared: &Shared) {
         if idle < rest_after {
             continue;
         }
+        *shared.woken_for() = None;
         shared.resting.store(true, SeqCst);
         if shared.begun.load(SeqCst) == seen && !shared.stop.load(SeqCst) {
             std::thread::park();
         }
+        let woken_for = shared.woken_for().take();
         shared.resting.store(false, SeqCst);
-        (idle, next) = (0, Instant::now());
+        // Ticks count from when the waking run began: the loop catches up on the time since.
+        idle = 0;
+        next = woken_for.map_or_else(Instant::now, |began| began.min(Instant::now()));
     }
 }
