@@ -164,6 +164,8 @@ fn twelve_thousand_hostile_evaluations_leave_the_process_healthy() {
     // of its own (this binary again, for this one test).
     const ALONE: &str = "HPCGATE_E2E_ALONE";
     if std::env::var_os(ALONE).is_none() {
+        // And no other measuring test of this process runs meanwhile.
+        let _exclusive = exclusive();
         let name = "policy_hostile::twelve_thousand_hostile_evaluations_leave_the_process_healthy";
         #[allow(clippy::disallowed_methods)] // the test binary itself, argv only
         let output = std::process::Command::new(std::env::current_exe().unwrap())
