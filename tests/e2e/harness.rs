@@ -36,17 +36,26 @@ pub fn engine() -> &'static PolicyEngine {
 /// configured snapshot, as a gateway does.
 pub fn snapshot_engine() -> &'static PolicyEngine {
     static ENGINE: OnceLock<PolicyEngine> = OnceLock::new();
-    ENGINE.get_or_init(|| {
-        PolicyEngine::new(EngineSettings {
-            snapshots: true,
-            // An unoptimised host spends about 200 µs of its own on every `configure` call, so
-            // a cheap `configure` here takes near the default threshold; the slow ones these
-            // tests snapshot take 2 ms and more.
-            snapshot_threshold: Duration::from_millis(1),
-            ..engine().settings().clone()
-        })
-        .expect("engine")
+    // An unoptimised host spends 130–210 µs of its own on every `configure` call, near the
+    // default threshold; the slow configures these tests snapshot fill 4 MiB and more of
+    // ballast (4–16 ms, the guest's own code, whatever the host's build).
+    ENGINE.get_or_init(|| snapshot_engine_from(Duration::from_millis(1)))
+}
+
+/// An engine that snapshots every policy it can, however cheap its `configure`: for tests of
+/// what a snapshot decides, whatever this machine's speed.
+pub fn always_snapshot_engine() -> &'static PolicyEngine {
+    static ENGINE: OnceLock<PolicyEngine> = OnceLock::new();
+    ENGINE.get_or_init(|| snapshot_engine_from(Duration::ZERO))
+}
+
+fn snapshot_engine_from(threshold: Duration) -> PolicyEngine {
+    PolicyEngine::new(EngineSettings {
+        snapshots: true,
+        snapshot_threshold: threshold,
+        ..engine().settings().clone()
     })
+    .expect("engine")
 }
 
 /// A guest built by the build script: `hostile`, `bad-discriminant`, `bad-utf8`.

@@ -9,15 +9,16 @@ use hpcgate::policy::cases::{parse_cases, run_cases};
 use hpcgate::policy::{Chain, SnapshotState};
 use serde_json::json;
 
-use crate::harness::{Spec, call, chain_in, guest, snapshot_engine};
+use crate::harness::{Spec, always_snapshot_engine, call, chain_in, guest, snapshot_engine};
 use crate::policy_languages::{example_chain_in, generated_calls};
 
 fn chain(specs: Vec<Spec>) -> Chain {
     chain_in(snapshot_engine(), specs)
 }
 
-fn example_chain(config: &str) -> Chain {
-    example_chain_in(snapshot_engine(), config, false)
+/// An example policy whose instances all start from a snapshot.
+fn snapshotted_example(config: &str, reuse: bool) -> Chain {
+    settled(example_chain_in(always_snapshot_engine(), config, reuse))
 }
 
 /// Long enough for a debug build to compile a Cedar component twice on a loaded machine.
@@ -45,10 +46,9 @@ fn reason(chain: &Chain, tenant: &str) -> String {
 
 #[test]
 fn cedar_instances_from_the_snapshot_decide_as_configured_ones() {
-    let cedar = settled(example_chain("cedar.toml"));
+    let cedar = snapshotted_example("cedar.toml", false);
     assert_eq!(state(&cedar), SnapshotState::Ready);
-    let rust = example_chain("rust.toml");
-    assert_eq!(state(&rust), SnapshotState::NotNeeded);
+    let rust = crate::policy_languages::example_chain("rust.toml");
 
     let text = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies/cases.jsonl"),
@@ -65,7 +65,7 @@ fn cedar_instances_from_the_snapshot_decide_as_configured_ones() {
         );
     }
     // Reused instances start from the snapshot too, and decide the same.
-    let reused = settled(example_chain_in(snapshot_engine(), "cedar.toml", true));
+    let reused = snapshotted_example("cedar.toml", true);
     assert_eq!(state(&reused), SnapshotState::Ready);
     for call in generated_calls() {
         assert_eq!(
@@ -104,7 +104,7 @@ fn every_fresh_instance_starts_where_configure_left_off() {
 
 #[test]
 fn each_settings_has_its_own_snapshot_and_reuse_stays_per_tenant() {
-    let chains: Vec<(usize, Chain)> = [2048, 3072, 4096]
+    let chains: Vec<(usize, Chain)> = [4096, 6144, 8192]
         .into_iter()
         .map(|kib| {
             let spec = Spec::hostile(
@@ -125,7 +125,7 @@ fn each_settings_has_its_own_snapshot_and_reuse_stays_per_tenant() {
     // With reuse, a tenant's instance keeps counting from the snapshot's state, and another
     // tenant starts from the snapshot.
     let reused = settled(chain(vec![
-        Spec::hostile("count", json!({"behaviour": "count", "ballast_kib": 2048})).reuse(),
+        Spec::hostile("count", json!({"behaviour": "count", "ballast_kib": 4096})).reuse(),
     ]));
     assert_eq!(state(&reused), SnapshotState::Ready);
     for n in 1..=5 {
