@@ -6,6 +6,8 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -20,6 +22,14 @@ fn it_initializes_lists_its_tools_and_adds() {
         .expect("start mcp-test-server");
     let mut stdin = server.stdin.take().unwrap();
     let mut stdout = BufReader::new(server.stdout.take().unwrap());
+    // A server that stops answering is killed after a minute, and the test fails on its
+    // closed stdout instead of waiting for ever (killing a child already waited for is a no-op).
+    let server = Arc::new(Mutex::new(server));
+    let watched = server.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(60));
+        let _ = watched.lock().unwrap().kill();
+    });
     let mut send = |message: Value| {
         writeln!(stdin, "{message}").unwrap();
         stdin.flush().unwrap();
@@ -73,7 +83,13 @@ fn it_initializes_lists_its_tools_and_adds() {
     );
 
     drop(stdin);
-    let status = server.wait().unwrap();
+    // Not `wait`, which would hold the lock the watchdog needs.
+    let status = loop {
+        if let Some(status) = server.lock().unwrap().try_wait().unwrap() {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
     assert!(
         status.success(),
         "the server exits cleanly at EOF: {status}"
