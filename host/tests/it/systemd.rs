@@ -2,6 +2,7 @@
 //! gateway serves on the socket systemd passes (socket activation, driven here by systemd's own
 //! `systemd-socket-activate`, which passes descriptors exactly as systemd does).
 
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -86,9 +87,9 @@ async fn a_socket_at_another_path_is_refused() {
     let config = config(dir.path(), "");
     let socket = dir.path().join("systemd.sock");
     let mut activator = activate(dir.path(), &config, &socket, &dir.path().join("other.sock"));
+    // The first connection (made while waiting) starts the gateway, which refuses the socket
+    // and exits.
     wait_for_socket(&socket).await;
-    // The first connection starts the gateway, which refuses the socket and exits.
-    let _ = tokio::net::UnixStream::connect(&socket).await;
     let mut lines = tokio::io::BufReader::new(activator.stderr.take().unwrap()).lines();
     let mut said = String::new();
     while let Ok(Some(line)) = lines.next_line().await {
@@ -129,12 +130,21 @@ fn activate(dir: &Path, config: &Path, listen: &Path, uds: &Path) -> tokio::proc
         .unwrap()
 }
 
+/// Waits until the activator listens on `socket`. The file appears at `bind`, before `listen`,
+/// and a connection in between is refused: so this connects, and its connection (closed at
+/// once) is the first one, which starts the gateway.
 async fn wait_for_socket(socket: &Path) {
-    for _ in 0..200 {
-        if socket.exists() {
-            return;
+    for _ in 0..500 {
+        match tokio::net::UnixStream::connect(socket).await {
+            Ok(_) => return,
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await
+            }
+            Err(e) => panic!("connecting to {}: {e}", socket.display()),
         }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    panic!("systemd-socket-activate did not bind {}", socket.display());
+    panic!(
+        "systemd-socket-activate did not listen on {}",
+        socket.display()
+    );
 }
