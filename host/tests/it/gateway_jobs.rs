@@ -67,6 +67,20 @@ fn submit(
     submitted["job"]["job_id"].as_str().unwrap().to_owned()
 }
 
+/// Whether a supervisor below `dir` recorded job `id` finished (its `state.json`).
+fn finished_on_disk(dir: &Path, id: &str) -> bool {
+    std::fs::read_dir(dir).unwrap().any(|entry| {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            finished_on_disk(&path, id)
+        } else {
+            path.file_name().is_some_and(|n| n == "state.json")
+                && path.components().any(|c| c.as_os_str() == id)
+                && std::fs::read_to_string(&path).is_ok_and(|t| t.contains("\"finished\""))
+        }
+    })
+}
+
 fn audit_events(dir: &Path, event: &str) -> Vec<Value> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir.join("state/audit")).unwrap() {
@@ -243,13 +257,20 @@ fn jobs_survive_a_gateway_restart_and_are_reattached() {
     let chem = caller("chem");
     let (quick, slow) = {
         let gw = setup(dir.path());
-        let quick = submit(&gw, &chem, "echo done", 0);
+        let quick = submit(&gw, &chem, "sleep 0.5; echo done", 0);
         let slow = submit(&gw, &chem, "sleep 4; echo slow done", 0);
         (quick, slow)
         // The gateway is dropped here, with both jobs possibly running.
     };
-    // The quick job ends while no gateway runs.
-    std::thread::sleep(Duration::from_millis(1500));
+    // The quick job ends while no gateway runs: its supervisor records it finished.
+    let waited = Instant::now();
+    while !finished_on_disk(&dir.path().join("state"), &quick) {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the quick job never finished"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let gw = support::open(dir.path(), CONFIG);
     let polled = ok(gw.call(
         &chem,
