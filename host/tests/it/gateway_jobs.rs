@@ -67,10 +67,14 @@ fn submit(
     submitted["job"]["job_id"].as_str().unwrap().to_owned()
 }
 
-/// Whether a supervisor below `dir` recorded job `id` finished (its `state.json`).
+/// Whether a supervisor below `dir` recorded job `id` finished (its `state.json`). What
+/// vanishes while it looks (a file replaced by its new version) is skipped.
 fn finished_on_disk(dir: &Path, id: &str) -> bool {
-    std::fs::read_dir(dir).unwrap().any(|entry| {
-        let path = entry.unwrap().path();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        let path = entry.path();
         if path.is_dir() {
             finished_on_disk(&path, id)
         } else {
