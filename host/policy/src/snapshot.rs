@@ -27,10 +27,6 @@ use super::bindings::Policy;
 use super::instance::{GuestState, Limits};
 use super::module::PolicyModule;
 
-/// A `configure` that takes this much CPU time (the less of two) is worth a snapshot, unless the
-/// engine's settings say otherwise.
-pub(crate) const WORTH_IT: Duration = Duration::from_micros(250);
-
 /// The CPU time the calling thread has used (zero if the clock cannot be read).
 pub(crate) fn thread_cpu_time() -> Duration {
     let mut now = libc::timespec {

@@ -67,22 +67,18 @@ fn submit(
     submitted["job"]["job_id"].as_str().unwrap().to_owned()
 }
 
-/// Whether a supervisor below `dir` recorded job `id` finished (its `state.json`). What
-/// vanishes while it looks (a file replaced by its new version) is skipped.
-fn finished_on_disk(dir: &Path, id: &str) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return false;
-    };
-    entries.flatten().any(|entry| {
-        let path = entry.path();
-        if path.is_dir() {
-            finished_on_disk(&path, id)
-        } else {
-            path.file_name().is_some_and(|n| n == "state.json")
-                && path.components().any(|c| c.as_os_str() == id)
-                && std::fs::read_to_string(&path).is_ok_and(|t| t.contains("\"finished\""))
-        }
-    })
+/// Whether job `id` of `tenant` has finished, as its supervisor recorded it.
+fn finished(dir: &Path, tenant: &str, id: &str) -> bool {
+    use hpcgate::state::{JobId, State, TenantName};
+    let state = State::open(dir.join("state")).unwrap();
+    let tenant = TenantName::parse(tenant).unwrap();
+    let job_dir = state
+        .job_dir_ambient(&tenant, &JobId::parse(id).unwrap())
+        .unwrap();
+    hpcgate_executors::sandbox::job_status(&job_dir)
+        .unwrap()
+        .phase
+        == hpcgate_executors::sandbox::JobPhase::Finished
 }
 
 fn audit_events(dir: &Path, event: &str) -> Vec<Value> {
@@ -268,7 +264,7 @@ fn jobs_survive_a_gateway_restart_and_are_reattached() {
     };
     // The quick job ends while no gateway runs: its supervisor records it finished.
     let waited = Instant::now();
-    while !finished_on_disk(&dir.path().join("state"), &quick) {
+    while !finished(dir.path(), "chem", &quick) {
         assert!(
             waited.elapsed() < Duration::from_secs(60),
             "the quick job never finished"
