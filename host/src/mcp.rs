@@ -119,9 +119,6 @@ impl McpServer {
         T: Send + 'static,
         F: FnOnce(&Gateway, Caller) -> T + Send + 'static,
     {
-        let failed = |e: &dyn std::fmt::Display| {
-            McpError::internal_error(format!("the gateway call failed: {e}"), None)
-        };
         if brief
             && self.inline
             && let Ok(_all) = self
@@ -130,7 +127,7 @@ impl McpServer {
                 .try_acquire_many_owned(MAX_BLOCKING as u32)
         {
             let run = AssertUnwindSafe(|| work(&self.gateway, caller));
-            return std::panic::catch_unwind(run).map_err(|_| failed(&"it panicked"));
+            return std::panic::catch_unwind(run).map_err(|_| call_failed(&"it panicked"));
         }
         let permit = self.bridge.clone().acquire_owned().await;
         let gateway = self.gateway.clone();
@@ -139,8 +136,34 @@ impl McpServer {
             work(&gateway, caller)
         })
         .await;
-        joined.map_err(|e| failed(&e))
+        joined.map_err(|e| call_failed(&e))
     }
+
+    /// No call is in flight on this server.
+    fn alone(&self) -> bool {
+        self.bridge.available_permits() == MAX_BLOCKING
+    }
+
+    /// Runs a call on this task, for a call that needs no blocking thread (see
+    /// [`Snapshot::runs_on_runtime`]): everything up to its audit records here, and the wait
+    /// for them to be durable as a future. It holds a permit like a blocking call, so that a
+    /// lone call still knows it is alone.
+    async fn on_runtime(
+        &self,
+        live: &Snapshot,
+        request: Request<'_>,
+    ) -> Result<CallResult, McpError> {
+        use futures_util::FutureExt as _;
+        let _permit = self.bridge.clone().acquire_owned().await;
+        let call = AssertUnwindSafe(self.gateway.dispatch_async(live, request));
+        call.catch_unwind()
+            .await
+            .map_err(|_| call_failed(&"it panicked"))
+    }
+}
+
+fn call_failed(e: &dyn std::fmt::Display) -> McpError {
+    McpError::internal_error(format!("the gateway call failed: {e}"), None)
 }
 
 impl ServerHandler for McpServer {
@@ -302,10 +325,17 @@ impl ServerHandler for McpServer {
         // here, the pipeline, the shape of its result.
         let live = self.gateway.snapshot();
         let brief = live.runs_inline(&name);
-        let snapshot = live.clone();
         let (via, job) = self.job(&context);
-        let result = self
-            .blocking(caller, brief, move |gateway, caller| {
+        let result = if live.runs_on_runtime(&name) && !(self.inline && self.alone()) {
+            drop(progress_tx);
+            let request = Request::new(caller, via, &name, arguments)
+                .for_job(job)
+                .in_trace(trace)
+                .accepting_task(accepts_task);
+            self.on_runtime(&live, request).await?
+        } else {
+            let snapshot = live.clone();
+            self.blocking(caller, brief, move |gateway, caller| {
                 let report = |p: Progress| {
                     let _ = progress_tx.send(p);
                 };
@@ -315,7 +345,8 @@ impl ServerHandler for McpServer {
                     .accepting_task(accepts_task);
                 gateway.dispatch(&snapshot, request.with_progress(&report))
             })
-            .await?;
+            .await?
+        };
         if let Some(forward) = forward {
             // The sender is gone with the call: the task ends after the last notification.
             let _ = forward.await;

@@ -75,7 +75,7 @@ pub use checkpoint::{Checkpoint, CheckpointError};
 pub use compress::{CompressReport, compress_closed};
 pub use error::AuditError;
 pub use index::SegmentIndex;
-pub use log::{AuditLog, AuditOptions, AuditStats, BatchObserver};
+pub use log::{AuditLog, AuditOptions, AuditStats, BatchObserver, Pending};
 pub use prune::{Anchor, PruneReport, prune};
 pub use query::{Filter, Records, Scope, records, replay_reader, tail};
 pub use record::{Entry, Event, Outcome, PolicyRecord, Receipt, Record, UnknownEvent};

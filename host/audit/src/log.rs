@@ -8,18 +8,27 @@
 //! A lone caller thus writes and syncs on its own thread, with no hand-off to another thread
 //! and back. `append` returns only once the record is durable, so the gateway can refuse the
 //! call on `Err` (fail closed).
+//!
+//! An async caller must not park the thread it runs on (an async runtime's worker serves many
+//! connections): [`AuditLog::submit`] queues its records the same way and returns a
+//! [`Pending`] future instead. The commit thread, started by the first such call, leads a
+//! batch whenever records wait and nobody leads, so sync and async callers share batches; it
+//! wakes each async caller's task once that caller's batch is durable.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::task::{Context, Poll, Waker};
 
 use serde_json::{Map, Value};
 
 use super::canonical::encode_body;
 use super::checkpoint::Checkpoint;
 use super::compress::Compressor;
-use super::error::AuditError;
+use super::error::{AuditError, arc};
 use super::query::{Filter, Records, Scope};
 use super::record::{Entry, Receipt, Record};
 use super::redact::RedactionRules;
@@ -27,6 +36,9 @@ use super::signed::{self, CheckpointKey, CheckpointOptions};
 use super::writer::Writer;
 use std::thread::JoinHandle;
 
+#[cfg(test)]
+#[path = "submit_tests.rs"]
+mod submit_tests;
 /// Most records and bytes in one batch.
 const MAX_BATCH_RECORDS: usize = 4096;
 const MAX_BATCH_BYTES: usize = 8 << 20;
@@ -81,9 +93,20 @@ struct Queue {
     waiting: Vec<(u64, Vec<Vec<u8>>)>,
     /// Answers not yet collected, by ticket.
     answered: HashMap<u64, Result<Vec<Receipt>, AuditError>>,
+    /// The tasks of async callers waiting for their answer, by ticket.
+    wakers: HashMap<u64, Waker>,
+    /// Tickets whose [`Pending`] was dropped unanswered: their records are written all the
+    /// same, their answer is not kept.
+    abandoned: HashSet<u64>,
     next_ticket: u64,
-    /// A caller is writing a batch.
+    /// A caller, or the commit thread, is writing a batch.
     leading: bool,
+    /// Threads waiting in [`AuditLog::append_all`] for a batch to end.
+    sync_waiters: usize,
+    /// The commit thread waits for work.
+    committer_idle: bool,
+    /// The log is closing: the commit thread writes what waits, then ends.
+    closing: bool,
 }
 
 /// The checkpoint exporter's shared state and its thread.
@@ -93,17 +116,28 @@ type Exporter = (Arc<signed::Shared>, Mutex<Option<JoinHandle<()>>>);
 pub struct AuditLog {
     dir: PathBuf,
     redaction: RedactionRules,
-    queue: Mutex<Queue>,
-    /// Signalled when a batch is done: its callers collect their answers, and one of those
-    /// who queued meanwhile leads the next batch.
-    batch_done: Condvar,
-    /// Taken by the caller leading a batch (and by `checkpoint`), never while holding `queue`.
-    writer: Mutex<Writer>,
+    core: Arc<Core>,
     repaired: Vec<Map<String, Value>>,
-    counters: Counters,
-    observer: OnceLock<Arc<dyn BatchObserver>>,
     /// The checkpoint exporter, when `checkpoints` are configured.
     exporter: Option<Exporter>,
+    /// The commit thread, started by the first [`AuditLog::submit`], or why it could not be.
+    committer: OnceLock<Result<JoinHandle<()>, AuditError>>,
+}
+
+/// What leading a batch needs, shared with the commit thread.
+struct Core {
+    queue: Mutex<Queue>,
+    /// Signalled when a batch is done: its sync callers collect their answers, and one of
+    /// those who queued meanwhile leads the next batch.
+    batch_done: Condvar,
+    /// Signalled when records wait, nobody leads and the commit thread is idle.
+    needs_leader: Condvar,
+    /// Taken by whoever leads a batch (and by `checkpoint`), never while holding `queue`.
+    writer: Mutex<Writer>,
+    counters: Counters,
+    observer: OnceLock<Arc<dyn BatchObserver>>,
+    /// Told of each durable batch's last record, when checkpoints are exported.
+    exported: Option<Arc<signed::Shared>>,
     /// The background compressor of closed segments, when `compress` is set.
     compressor: Option<Compressor>,
 }
@@ -143,17 +177,23 @@ impl AuditLog {
         } else {
             None
         };
-        Ok(AuditLog {
-            compressor,
-            dir,
-            redaction: options.redaction,
+        let core = Core {
             queue: Mutex::new(Queue::default()),
             batch_done: Condvar::new(),
+            needs_leader: Condvar::new(),
             writer: Mutex::new(writer),
-            repaired,
             counters: Counters::default(),
             observer: OnceLock::new(),
+            exported: exporter.as_ref().map(|(shared, _)| shared.clone()),
+            compressor,
+        };
+        Ok(AuditLog {
+            dir,
+            redaction: options.redaction,
+            core: Arc::new(core),
+            repaired,
             exporter,
+            committer: OnceLock::new(),
         })
     }
 
@@ -170,6 +210,57 @@ impl AuditLog {
         if entries.is_empty() {
             return Ok(Vec::new());
         }
+        let core = &*self.core;
+        let (mut queue, ticket) = self.enqueue(entries);
+        loop {
+            if let Some(answer) = queue.answered.remove(&ticket) {
+                return answer;
+            }
+            if queue.leading {
+                queue.sync_waiters += 1;
+                queue = (core.batch_done)
+                    .wait(queue)
+                    .unwrap_or_else(PoisonError::into_inner);
+                queue.sync_waiters -= 1;
+            } else {
+                queue = core.lead(queue);
+            }
+        }
+    }
+
+    /// [`AuditLog::append_all`] for a caller that must not park its thread (an async task):
+    /// the records are queued now, in order with every other caller's, and the commit thread
+    /// writes them. The future resolves once they are durable, with the answer `append_all`
+    /// would give. Dropping it early does not take the records back.
+    pub fn submit(&self, entries: Vec<Entry>) -> Pending<'_> {
+        if entries.is_empty() {
+            return Pending::answered(&self.core, Ok(Vec::new()));
+        }
+        let committer = self.committer.get_or_init(|| {
+            let core = self.core.clone();
+            let started = std::thread::Builder::new()
+                .name("hpcgate-audit".into())
+                .spawn(move || core.commit_loop());
+            started.map_err(|e| AuditError::Unavailable(Box::new(AuditError::Write(arc(e)))))
+        });
+        if let Err(e) = committer {
+            return Pending::answered(&self.core, Err(e.clone()));
+        }
+        let (queue, ticket) = self.enqueue(entries);
+        let wake = !queue.leading && queue.committer_idle;
+        drop(queue);
+        if wake {
+            self.core.needs_leader.notify_one();
+        }
+        Pending {
+            core: &self.core,
+            ticket: Some(ticket),
+            answer: None,
+        }
+    }
+
+    /// Redacts and encodes the records and queues them under a new ticket.
+    fn enqueue(&self, entries: Vec<Entry>) -> (MutexGuard<'_, Queue>, u64) {
         let bodies = entries
             .into_iter()
             .map(|mut entry| {
@@ -177,79 +268,16 @@ impl AuditLog {
                 encode_body(&entry)
             })
             .collect();
-        let mut queue = self.lock_queue();
+        let mut queue = self.core.lock_queue();
         let ticket = queue.next_ticket;
         queue.next_ticket += 1;
         queue.waiting.push((ticket, bodies));
-        loop {
-            if let Some(answer) = queue.answered.remove(&ticket) {
-                return answer;
-            }
-            if queue.leading {
-                queue = self
-                    .batch_done
-                    .wait(queue)
-                    .unwrap_or_else(PoisonError::into_inner);
-            } else {
-                queue = self.lead(queue);
-            }
-        }
-    }
-
-    /// Writes the queued records as one batch (up to the batch limits) and answers their
-    /// callers; `queue` is released while the batch is written.
-    fn lead<'a>(&'a self, mut queue: MutexGuard<'a, Queue>) -> MutexGuard<'a, Queue> {
-        // At least the first caller's records, then whole callers while the batch has room.
-        let (mut taken, mut records, mut bytes) = (0, 0, 0);
-        for (_, mine) in &queue.waiting {
-            let size: usize = mine.iter().map(Vec::len).sum();
-            if taken > 0
-                && (records + mine.len() > MAX_BATCH_RECORDS || bytes + size > MAX_BATCH_BYTES)
-            {
-                break;
-            }
-            (taken, records, bytes) = (taken + 1, records + mine.len(), bytes + size);
-        }
-        let (mut tickets, mut bodies) = (Vec::with_capacity(taken), Vec::with_capacity(records));
-        for (ticket, mine) in queue.waiting.drain(..taken) {
-            tickets.push((ticket, mine.len()));
-            bodies.extend(mine);
-        }
-        queue.leading = true;
-        drop(queue);
-        // Answers every caller of the batch even if the commit panics, and hands on the lead.
-        let mut batch = Batch {
-            log: self,
-            tickets,
-            answer: Err(AuditError::Closed),
-        };
-        let slices: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
-        let started = std::time::Instant::now();
-        let mut writer = self.lock_writer();
-        let segment = writer.segment_number();
-        batch.answer = writer.commit(&slices);
-        let rotated = writer.segment_number() != segment;
-        drop(writer);
-        if let (true, Some(compressor)) = (rotated, &self.compressor) {
-            compressor.rotated();
-        }
-        if let Ok(receipts) = &batch.answer {
-            if let (Some((exporter, _)), Some(last)) = (&self.exporter, receipts.last()) {
-                exporter.committed(last);
-            }
-            self.counters.batches.fetch_add(1, Ordering::Relaxed);
-            (self.counters.records).fetch_add(receipts.len() as u64, Ordering::Relaxed);
-            if let Some(observer) = self.observer.get() {
-                observer.committed(receipts.len(), started.elapsed());
-            }
-        }
-        drop(batch);
-        self.lock_queue()
+        (queue, ticket)
     }
 
     /// The last durable record of the log (written by any process) as a checkpoint to export.
     pub fn checkpoint(&self) -> Result<Checkpoint, AuditError> {
-        self.lock_writer().head().map(Checkpoint::from)
+        self.core.lock_writer().head().map(Checkpoint::from)
     }
     /// The `limit` newest records matching `filter` within `scope`, newest first. The gateway
     /// passes `Scope::Tenant(<the caller's tenant>)`.
@@ -278,13 +306,90 @@ impl AuditLog {
 
     /// Sets who is told of each committed batch; only the first call takes effect.
     pub fn observe(&self, observer: Arc<dyn BatchObserver>) {
-        let _ = self.observer.set(observer);
+        let _ = self.core.observer.set(observer);
     }
 
     pub fn stats(&self) -> AuditStats {
         AuditStats {
-            batches: self.counters.batches.load(Ordering::Relaxed),
-            records: self.counters.records.load(Ordering::Relaxed),
+            batches: self.core.counters.batches.load(Ordering::Relaxed),
+            records: self.core.counters.records.load(Ordering::Relaxed),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn inject(&self, fault: super::writer::Inject) {
+        self.core.lock_writer().inject = Some(fault);
+    }
+}
+
+impl Core {
+    /// Writes the queued records as one batch (up to the batch limits) and answers their
+    /// callers; `queue` is released while the batch is written.
+    fn lead<'a>(&'a self, mut queue: MutexGuard<'a, Queue>) -> MutexGuard<'a, Queue> {
+        // At least the first caller's records, then whole callers while the batch has room.
+        let (mut taken, mut records, mut bytes) = (0, 0, 0);
+        for (_, mine) in &queue.waiting {
+            let size: usize = mine.iter().map(Vec::len).sum();
+            if taken > 0
+                && (records + mine.len() > MAX_BATCH_RECORDS || bytes + size > MAX_BATCH_BYTES)
+            {
+                break;
+            }
+            (taken, records, bytes) = (taken + 1, records + mine.len(), bytes + size);
+        }
+        let (mut tickets, mut bodies) = (Vec::with_capacity(taken), Vec::with_capacity(records));
+        for (ticket, mine) in queue.waiting.drain(..taken) {
+            tickets.push((ticket, mine.len()));
+            bodies.extend(mine);
+        }
+        queue.leading = true;
+        drop(queue);
+        // Answers every caller of the batch even if the commit panics, and hands on the lead.
+        let mut batch = Batch {
+            core: self,
+            tickets,
+            answer: Err(AuditError::Closed),
+        };
+        let slices: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
+        let started = std::time::Instant::now();
+        let mut writer = self.lock_writer();
+        let segment = writer.segment_number();
+        batch.answer = writer.commit(&slices);
+        let rotated = writer.segment_number() != segment;
+        drop(writer);
+        if let (true, Some(compressor)) = (rotated, &self.compressor) {
+            compressor.rotated();
+        }
+        if let Ok(receipts) = &batch.answer {
+            if let (Some(exporter), Some(last)) = (&self.exported, receipts.last()) {
+                exporter.committed(last);
+            }
+            self.counters.batches.fetch_add(1, Ordering::Relaxed);
+            (self.counters.records).fetch_add(receipts.len() as u64, Ordering::Relaxed);
+            if let Some(observer) = self.observer.get() {
+                observer.committed(receipts.len(), started.elapsed());
+            }
+        }
+        drop(batch);
+        self.lock_queue()
+    }
+
+    /// The commit thread: leads a batch whenever records wait and nobody leads; once the log
+    /// closes, writes what still waits and ends.
+    fn commit_loop(&self) {
+        let mut queue = self.lock_queue();
+        loop {
+            if !queue.leading && !queue.waiting.is_empty() {
+                queue = self.lead(queue);
+            } else if queue.closing {
+                return;
+            } else {
+                queue.committer_idle = true;
+                queue = (self.needs_leader)
+                    .wait(queue)
+                    .unwrap_or_else(PoisonError::into_inner);
+                queue.committer_idle = false;
+            }
         }
     }
 
@@ -295,16 +400,17 @@ impl AuditLog {
     fn lock_writer(&self) -> MutexGuard<'_, Writer> {
         self.writer.lock().unwrap_or_else(PoisonError::into_inner)
     }
-
-    #[cfg(test)]
-    pub(crate) fn inject(&self, fault: super::writer::Inject) {
-        self.lock_writer().inject = Some(fault);
-    }
 }
 
 impl Drop for AuditLog {
-    /// Stops the checkpoint exporter after it exported the last record.
+    /// Lets the commit thread write what waits, then stops the checkpoint exporter after it
+    /// exported the last record.
     fn drop(&mut self) {
+        if let Some(Ok(committer)) = self.committer.take() {
+            self.core.lock_queue().closing = true;
+            self.core.needs_leader.notify_one();
+            let _ = committer.join();
+        }
         if let Some((exporter, thread)) = &self.exporter {
             exporter.stop();
             let thread = thread.lock().unwrap_or_else(PoisonError::into_inner).take();
@@ -315,9 +421,10 @@ impl Drop for AuditLog {
     }
 }
 
-/// A batch being written: on drop its callers get their answers and the lead is free again.
+/// A batch being written: on drop its callers get their answers (async callers' tasks are
+/// woken) and the lead is free again.
 struct Batch<'a> {
-    log: &'a AuditLog,
+    core: &'a Core,
     /// Each caller's ticket and how many of the batch's records are theirs, in order.
     tickets: Vec<(u64, usize)>,
     answer: Result<Vec<Receipt>, AuditError>,
@@ -326,23 +433,98 @@ struct Batch<'a> {
 impl Drop for Batch<'_> {
     fn drop(&mut self) {
         let answer = std::mem::replace(&mut self.answer, Err(AuditError::Closed));
-        let mut queue = self.log.lock_queue();
-        match answer {
+        let mut answers: Vec<Result<Vec<Receipt>, AuditError>> = match answer {
             Ok(receipts) => {
                 let mut receipts = receipts.into_iter();
-                for &(ticket, count) in &self.tickets {
-                    let mine = receipts.by_ref().take(count).collect();
-                    queue.answered.insert(ticket, Ok(mine));
-                }
+                let mine = |&(_, count): &(u64, usize)| Ok(receipts.by_ref().take(count).collect());
+                self.tickets.iter().map(mine).collect()
             }
-            Err(error) => {
-                for &(ticket, _) in &self.tickets {
-                    queue.answered.insert(ticket, Err(error.clone()));
-                }
+            Err(error) => self.tickets.iter().map(|_| Err(error.clone())).collect(),
+        };
+        let mut queue = self.core.lock_queue();
+        let mut woken = Vec::new();
+        for (&(ticket, _), answer) in self.tickets.iter().zip(answers.drain(..)) {
+            if queue.abandoned.remove(&ticket) {
+                continue;
             }
+            queue.answered.insert(ticket, answer);
+            woken.extend(queue.wakers.remove(&ticket));
         }
         queue.leading = false;
+        let sync_waiters = queue.sync_waiters > 0;
+        let committer = queue.committer_idle && !queue.waiting.is_empty();
         drop(queue);
-        self.log.batch_done.notify_all();
+        if sync_waiters {
+            self.core.batch_done.notify_all();
+        }
+        if committer {
+            self.core.needs_leader.notify_one();
+        }
+        woken.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// Records given to [`AuditLog::submit`], as a future: resolves once they are durable (to
+/// their receipts), or to the error that kept them out of the log.
+#[must_use = "the records are not known to be durable until this resolves"]
+pub struct Pending<'a> {
+    core: &'a Core,
+    /// `None` once the answer is known.
+    ticket: Option<u64>,
+    /// The answer known without a batch.
+    answer: Option<Result<Vec<Receipt>, AuditError>>,
+}
+
+impl<'a> Pending<'a> {
+    fn answered(core: &'a Core, answer: Result<Vec<Receipt>, AuditError>) -> Pending<'a> {
+        Pending {
+            core,
+            ticket: None,
+            answer: Some(answer),
+        }
+    }
+}
+
+impl std::fmt::Debug for Pending<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("ticket", &self.ticket)
+            .finish()
+    }
+}
+
+impl Future for Pending<'_> {
+    type Output = Result<Vec<Receipt>, AuditError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(ticket) = self.ticket else {
+            return Poll::Ready(self.answer.take().unwrap_or(Err(AuditError::Closed)));
+        };
+        let mut queue = self.core.lock_queue();
+        if let Some(answer) = queue.answered.remove(&ticket) {
+            drop(queue);
+            self.ticket = None;
+            return Poll::Ready(answer);
+        }
+        match queue.wakers.get_mut(&ticket) {
+            Some(waker) => waker.clone_from(cx.waker()),
+            None => {
+                queue.wakers.insert(ticket, cx.waker().clone());
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Pending<'_> {
+    /// Forgets the answer of records still being written (they are written all the same).
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket {
+            let mut queue = self.core.lock_queue();
+            queue.wakers.remove(&ticket);
+            if queue.answered.remove(&ticket).is_none() {
+                queue.abandoned.insert(ticket);
+            }
+        }
     }
 }

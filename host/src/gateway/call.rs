@@ -18,7 +18,7 @@ use std::time::Instant;
 use serde_json::{Map, Value, json};
 
 use super::{Caller, Gateway, Request, Snapshot, Transfer};
-use crate::audit::{Entry, Event, Outcome, Receipt};
+use crate::audit::{AuditError, Entry, Event, Outcome, Receipt};
 use crate::code_mode::JobScope;
 use crate::policy::normalize::normalize_call;
 use crate::policy::{Call, ChainOutcome, DecisionKind, FinalDecision, Phase, Via};
@@ -184,29 +184,44 @@ enum Recorded {
 
 impl Gateway {
     /// Runs one call through the pipeline with the settings and policies of `live`, counted in
-    /// the metrics and traced (when `[telemetry]` is on) whichever way it ends.
+    /// the metrics and traced (when `[telemetry]` is on) whichever way it ends. Its records
+    /// are made durable on this thread (see [`AuditLog::append_all`]).
     pub fn dispatch(&self, live: &Snapshot, request: Request<'_>) -> CallResult {
+        let mut watch = self.watch(&request);
+        let unsettled = self.pipeline(live, request, &mut watch);
+        let written = self.audit.append_all(unsettled.records);
+        watch.end(unsettled.result.settled(written, unsettled.ran))
+    }
+
+    /// [`Gateway::dispatch`] for an async task that must not park its thread: for a call that
+    /// runs without writing ahead (see [`Snapshot::runs_on_runtime`]), nothing here waits but
+    /// for its records to be durable, and that wait is a future (the audit log's commit thread
+    /// writes them). Any other call still works, but may park the thread on the log.
+    pub async fn dispatch_async(&self, live: &Snapshot, request: Request<'_>) -> CallResult {
+        let mut watch = self.watch(&request);
+        let unsettled = self.pipeline(live, request, &mut watch);
+        let written = self.audit.submit(unsettled.records).await;
+        watch.end(unsettled.result.settled(written, unsettled.ran))
+    }
+
+    fn watch(&self, request: &Request<'_>) -> Watch<'_> {
         let trace = request.trace.as_ref();
-        let span =
-            (self.telemetry).span(trace, request.caller.tenant.as_ref(), request.via.as_str());
-        let mut watch = Watch {
+        let tenant = request.caller.tenant.as_ref();
+        Watch {
             tally: self.metrics.tally(),
-            span,
-        };
-        let result = self.pipeline(live, request, &mut watch);
-        let failed = result.is_error.then_some(result.text.as_str());
-        watch.span.end(failed);
-        result
+            span: (self.telemetry).span(trace, tenant, request.via.as_str()),
+        }
     }
 
     /// [`Gateway::dispatch`]'s steps, each reported to `watch`. The order is the contract:
-    /// prepare → decide → record → run → record → result.
-    fn pipeline(&self, live: &Snapshot, request: Request<'_>, watch: &mut Watch<'_>) -> CallResult {
+    /// prepare → decide → record → run → record → result. What it returns goes back to the
+    /// caller once its records are durable.
+    fn pipeline(&self, live: &Snapshot, request: Request<'_>, watch: &mut Watch<'_>) -> Unsettled {
         let mut call = match self.prepare(live, request) {
             Ok(call) => call,
             Err(stopped) => {
                 let records = stopped.record.into_iter().map(|r| *r).collect();
-                return self.finish(records, stopped.result);
+                return Unsettled::stopped(records, stopped.result);
             }
         };
         watch.tally.tool(&call.input.tool);
@@ -216,18 +231,21 @@ impl Gateway {
         watch.span.decided(&decided);
         let recorded = match self.record_decision(&call, &decided) {
             Ok(recorded) => recorded,
-            Err(refused) => return refused,
+            Err(refused) => return Unsettled::stopped(Vec::new(), refused),
         };
         let arguments = match self.admit(live, &mut call, decided.decision) {
             Ok(arguments) => arguments,
             Err(Stopped {
                 record: None,
                 result,
-            }) => return result,
+            }) => return Unsettled::stopped(recorded.into_records(), result),
             Err(Stopped {
                 record: Some(outcome),
                 result,
-            }) => return self.settle(recorded, Vec::new(), *outcome, result),
+            }) => {
+                let records = settle(recorded, Vec::new(), *outcome);
+                return Unsettled::stopped(records, result);
+            }
         };
         let cx = self.context(live, &call);
         let tail = arguments.get("tail").and_then(Value::as_u64);
@@ -244,7 +262,11 @@ impl Gateway {
             task: task.map(Box::new),
             ..CallResult::from_run(result, proxied)
         };
-        self.settle(recorded, events, outcome, response)
+        Unsettled {
+            records: settle(recorded, events, outcome),
+            result: response,
+            ran: true,
+        }
     }
 
     /// A task for a job call whose job still runs after the wait, if the client takes one:
@@ -364,17 +386,18 @@ impl Gateway {
         })
     }
 
-    /// Write-ahead: a call that may change something, and every denial, is durable before
-    /// anything else happens; a read-only (or only observing) call's decision waits for its
-    /// outcome (nothing reaches the caller before it is durable, and a read that never
-    /// completes had no effect to record). `Err` is the refusal to return when the log cannot record the call.
+    /// Write-ahead: a call that may change something is durable before it runs. A read-only
+    /// (or only observing) call's decision waits for its outcome, and a denial's for nothing
+    /// (nothing reaches the caller before its records are durable, and a call that does not
+    /// run, or only reads, had no effect to record first). `Err` is the refusal to return
+    /// when the log cannot record the call.
     fn record_decision(
         &self,
         call: &Prepared<'_>,
         decided: &ChainOutcome,
     ) -> Result<Recorded, CallResult> {
         let record = Entry::call(&call.input, decided);
-        if !decided.is_denied() && (call.input.read_only || call.observes) {
+        if decided.is_denied() || call.input.read_only || call.observes {
             return Ok(Recorded::Deferred(Box::new(record)));
         }
         match self.audit.append(record) {
@@ -478,37 +501,74 @@ impl Gateway {
             }
         }
     }
+}
 
-    /// Makes a call's records durable, in one batch, before its result goes back: the events it
-    /// caused, then its outcome — a record pointing at the write-ahead decision, or the
-    /// deferred decision record completed with the outcome.
-    fn settle(
-        &self,
-        decision: Recorded,
-        mut records: Vec<Entry>,
-        outcome: Entry,
-        response: CallResult,
-    ) -> CallResult {
-        records.push(match decision {
-            Recorded::Ahead(receipt) => outcome.detail("decision_seq", receipt.seq),
-            Recorded::Deferred(decision) => Entry {
-                outcome: outcome.outcome,
-                duration_ms: outcome.duration_ms,
-                detail: outcome.detail,
-                ..*decision
-            },
-        });
-        self.finish(records, response)
+/// A call's result and the records to make durable, in one batch, before it goes back.
+struct Unsettled {
+    records: Vec<Entry>,
+    result: CallResult,
+    /// Whether the call ran (else it stopped before, and its result says why).
+    ran: bool,
+}
+
+impl Unsettled {
+    fn stopped(records: Vec<Entry>, result: CallResult) -> Unsettled {
+        Unsettled {
+            records,
+            result,
+            ran: false,
+        }
     }
+}
 
-    /// Appends the records; a result that cannot be recorded is not returned as success.
-    pub(super) fn finish(&self, records: Vec<Entry>, response: CallResult) -> CallResult {
-        match self.audit.append_all(records) {
-            Ok(_) => response,
-            Err(e) => CallResult::error(format!(
+/// The records of a call that ran (or stopped after its decision): the events it caused, then
+/// its outcome — a record pointing at the write-ahead decision, or the deferred decision
+/// record completed with the outcome.
+fn settle(decision: Recorded, mut records: Vec<Entry>, outcome: Entry) -> Vec<Entry> {
+    records.push(match decision {
+        Recorded::Ahead(receipt) => outcome.detail("decision_seq", receipt.seq),
+        Recorded::Deferred(decision) => Entry {
+            outcome: outcome.outcome,
+            duration_ms: outcome.duration_ms,
+            detail: outcome.detail,
+            ..*decision
+        },
+    });
+    records
+}
+
+impl Recorded {
+    /// What is left to write of a decision that stopped the call: nothing if it is durable.
+    fn into_records(self) -> Vec<Entry> {
+        match self {
+            Recorded::Ahead(_) => Vec::new(),
+            Recorded::Deferred(decision) => vec![*decision],
+        }
+    }
+}
+
+impl CallResult {
+    /// The result to return once its records were written (or not): one that cannot be
+    /// recorded is not returned as success.
+    fn settled(self, written: Result<Vec<Receipt>, AuditError>, ran: bool) -> CallResult {
+        match written {
+            Ok(_) => self,
+            Err(e) if ran => CallResult::error(format!(
                 "the call ran but its outcome could not be recorded in the audit log ({e}); check its result before retrying"
             )),
+            Err(e) => CallResult::error(format!(
+                "refused: the audit log cannot record this call ({e})"
+            )),
         }
+    }
+}
+
+impl Watch<'_> {
+    /// Ends the call's trace span with its result.
+    fn end(self, result: CallResult) -> CallResult {
+        let failed = result.is_error.then_some(result.text.as_str());
+        self.span.end(failed);
+        result
     }
 }
 

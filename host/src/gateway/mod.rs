@@ -93,6 +93,14 @@ impl Snapshot {
     pub fn runs_inline(&self, tool: &str) -> bool {
         Tool::from_name(tool).is_some_and(Tool::brief) && !self.chain.imports_wasi()
     }
+
+    /// Whether a call of `tool` may run on an async runtime's worker without ever parking it:
+    /// a brief read-only call, whose records are all written after it ran, in one batch that
+    /// the caller awaits ([`Gateway::dispatch_async`]).
+    pub fn runs_on_runtime(&self, tool: &str) -> bool {
+        let read_only = Tool::from_name(tool).is_some_and(|t| t.spec().read_only);
+        read_only && self.runs_inline(tool)
+    }
 }
 
 /// What a reload replaces.

@@ -454,3 +454,92 @@ async fn sighup_reloads_the_policies_and_refuses_a_broken_set() {
     assert!(status.success(), "{status:?}: {stderr}");
     assert!(stderr.contains("reload refused"), "{stderr}");
 }
+
+/// Brief reads from many HTTP clients at once run on the runtime's workers and await their
+/// records from the audit log's commit thread: each answer, allowed, failed or denied, comes
+/// only once its record is in the log, the calls share `fdatasync`ed batches, and the chain
+/// stays whole.
+#[tokio::test]
+async fn brief_reads_sent_together_over_http_are_each_recorded_before_their_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = format!("{POLICIES}deny_read = [\"**/secret/**\"]\n");
+    let config = config(dir.path(), &policies);
+    let served = Served::http(dir.path(), &config).await;
+    let url = served.address.clone();
+    let connect =
+        || async { ().serve(StreamableHttpClientTransport::from_uri(url.as_str())).await.unwrap() };
+    let first = connect().await;
+    let created = first
+        .call_tool(call("create_instance", json!({"instance_id": "burst"})))
+        .await
+        .unwrap();
+    assert_eq!(created.is_error, Some(false), "{created:?}");
+    let (clients, each) = (8, 12);
+    let mut sessions = vec![first];
+    for _ in 1..clients {
+        sessions.push(connect().await);
+    }
+    let audit = dir.path().join("state/audit");
+    let mut calls = tokio::task::JoinSet::new();
+    for (c, session) in sessions.iter().enumerate() {
+        for i in 0..each {
+            let (peer, audit) = (session.peer().clone(), audit.clone());
+            // Every call names its own path, so its record can be found.
+            let (tool, path) = match i % 3 {
+                0 => ("stat_path", format!("c{c}-{i}.txt")),
+                1 => ("read_file", format!("c{c}-{i}.txt")),
+                _ => ("stat_path", format!("secret/c{c}-{i}")),
+            };
+            calls.spawn(async move {
+                let arguments = json!({"instance_id": "burst", "path": path});
+                let result = peer.call_tool(call(tool, arguments)).await.unwrap();
+                let recorded =
+                    (support::audit_text(&audit)).contains(&format!("\"path\":\"{path}\""));
+                (path, result, recorded)
+            });
+        }
+    }
+    let mut answered = 0;
+    while let Some(joined) = calls.join_next().await {
+        let (path, result, recorded) = joined.unwrap();
+        assert_eq!(
+            result.is_error,
+            Some(true),
+            "no such file, or denied: {result:?}"
+        );
+        let text = serde_json::to_string(&result.content).unwrap();
+        if path.starts_with("secret/") {
+            assert!(text.contains("denied by policy `paths`"), "{text}");
+        } else {
+            assert!(text.contains("does not exist"), "{text}");
+        }
+        assert!(
+            recorded,
+            "`{path}` was answered before its record was in the log"
+        );
+        answered += 1;
+    }
+    assert_eq!(answered, clients * each);
+    for session in sessions {
+        session.cancel().await.unwrap();
+    }
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+
+    let report = hpcgate::audit::verify(&audit, None).unwrap();
+    assert!(report.intact, "{report:?}");
+    let text = support::audit_text(&audit);
+    let stopped: Value = text
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .find(|record| record["event"] == "gateway.stopped")
+        .unwrap();
+    let (records, batches) = (
+        stopped["detail"]["audit_records"].as_u64().unwrap(),
+        stopped["detail"]["audit_batches"].as_u64().unwrap(),
+    );
+    assert!(
+        records > (clients * each) as u64 && batches < records,
+        "calls sent together share batches: {records} records in {batches} batches"
+    );
+}
