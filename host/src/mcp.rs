@@ -111,9 +111,10 @@ impl McpServer {
 
     /// The bridge from async to the synchronous core: a permit, then `spawn_blocking`; or,
     /// for a `brief` call on a session's runtime while no other call is in flight, right here.
-    /// Only the first of calls that arrive together runs here (the rest go to blocking threads
-    /// and commit their audit records as one batch), and it holds the runtime no longer than a
-    /// bounded file operation and one audit commit (see [`Snapshot::runs_inline`]).
+    /// Only the first of calls that arrive together runs here (brief reads among the rest run
+    /// on the runtime but await their records, see [`McpServer::on_runtime`]; others go to
+    /// blocking threads), and it holds the runtime no longer than a bounded file operation and
+    /// one audit commit (see [`Snapshot::runs_inline`]).
     async fn blocking<T, F>(&self, caller: Caller, brief: bool, work: F) -> Result<T, McpError>
     where
         T: Send + 'static,
