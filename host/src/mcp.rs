@@ -47,25 +47,16 @@ pub struct McpServer {
     gateway: Arc<Gateway>,
     /// `None`: every request carries its caller (HTTP, see [`request_caller`]).
     caller: Option<Caller>,
+    /// Permits for calls in flight: bounds blocking calls, and tells a lone call it is alone.
     bridge: Arc<Semaphore>,
-    /// Brief calls may run on the runtime's thread (a session's own runtime: stdio).
-    inline: bool,
     /// A job's door ([`crate::code_mode`]): the caller is the job, calls come `via = job`.
     job: Option<Arc<JobScope>>,
 }
 
 impl McpServer {
-    /// One session, one caller, on a runtime of its own (stdio).
+    /// One session, one caller: stdio, or a session of the legacy SSE transport
+    /// ([`crate::sse`]).
     pub fn new(gateway: Arc<Gateway>, caller: Caller) -> McpServer {
-        McpServer {
-            caller: Some(caller),
-            inline: true,
-            ..McpServer::per_request(gateway)
-        }
-    }
-
-    /// One session, one caller, on a shared runtime (the legacy SSE transport, [`crate::sse`]).
-    pub fn for_session(gateway: Arc<Gateway>, caller: Caller) -> McpServer {
         McpServer {
             caller: Some(caller),
             ..McpServer::per_request(gateway)
@@ -78,7 +69,6 @@ impl McpServer {
             gateway,
             caller: None,
             bridge: Arc::new(Semaphore::new(MAX_BLOCKING)),
-            inline: false,
             job: None,
         }
     }
@@ -109,19 +99,17 @@ impl McpServer {
             })
     }
 
-    /// The bridge from async to the synchronous core: a permit, then `spawn_blocking`; or,
-    /// for a `brief` call on a session's runtime while no other call is in flight, right here.
-    /// Only the first of calls that arrive together runs here (brief reads among the rest run
-    /// on the runtime but await their records, see [`McpServer::on_runtime`]; others go to
-    /// blocking threads), and it holds the runtime no longer than a bounded file operation and
-    /// one audit commit (see [`Snapshot::runs_inline`]).
+    /// The bridge from async to the synchronous core: a permit, then `spawn_blocking`; or, for
+    /// a `brief` call that runs alone (see [`McpServer::alone`]), right here on the runtime's
+    /// thread, holding it no longer than a bounded file operation and one audit commit (see
+    /// [`Snapshot::runs_inline`]).
     async fn blocking<T, F>(&self, caller: Caller, brief: bool, work: F) -> Result<T, McpError>
     where
         T: Send + 'static,
         F: FnOnce(&Gateway, Caller) -> T + Send + 'static,
     {
         if brief
-            && self.inline
+            && !self.gateway.audit().calls_arrive_together()
             && let Ok(_all) = self
                 .bridge
                 .clone()
@@ -140,9 +128,16 @@ impl McpServer {
         joined.map_err(|e| call_failed(&e))
     }
 
-    /// No call is in flight on this server.
+    /// Whether a call runs alone: no other call is in flight on this server, and the audit
+    /// log's last batch answered one caller. A lone call commits its own record on its own
+    /// thread, with no hand-off; but under load a call finds itself alone whenever a batch has
+    /// just answered everyone, and leading a batch of one there would keep the calls that
+    /// arrive during its `fdatasync` waiting for the next (measured: batches alternate between
+    /// one call and the rest, and throughput drops by a tenth). Then it awaits the commit
+    /// thread with the others instead ([`McpServer::on_runtime`]).
     fn alone(&self) -> bool {
         self.bridge.available_permits() == MAX_BLOCKING
+            && !self.gateway.audit().calls_arrive_together()
     }
 
     /// Runs a call on this task, for a call that needs no blocking thread (see
@@ -327,7 +322,7 @@ impl ServerHandler for McpServer {
         let live = self.gateway.snapshot();
         let brief = live.runs_inline(&name);
         let (via, job) = self.job(&context);
-        let result = if live.runs_on_runtime(&name) && !(self.inline && self.alone()) {
+        let result = if live.runs_on_runtime(&name) && !self.alone() {
             drop(progress_tx);
             let request = Request::new(caller, via, &name, arguments)
                 .for_job(job)

@@ -130,7 +130,7 @@ async fn open(State(shared): State<Shared>, request: Request) -> Response {
             to_server,
         },
     );
-    let server = McpServer::for_session(shared.gateway.clone(), caller);
+    let server = McpServer::new(shared.gateway.clone(), caller);
     let sink =
         PollSender::new(to_client).sink_map_err(|_| std::io::Error::other("the stream closed"));
     let mut from_client = from_client;

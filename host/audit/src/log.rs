@@ -39,6 +39,10 @@ use std::thread::JoinHandle;
 #[cfg(test)]
 #[path = "submit_tests.rs"]
 mod submit_tests;
+/// Batches in a row that must each answer one caller before calls count as arriving alone
+/// again ([`AuditLog::calls_arrive_together`]): one stray batch of one under load is not enough.
+const LONE_BATCHES: u64 = 8;
+
 /// Most records and bytes in one batch.
 const MAX_BATCH_RECORDS: usize = 4096;
 const MAX_BATCH_BYTES: usize = 8 << 20;
@@ -77,6 +81,8 @@ pub struct AuditStats {
 struct Counters {
     batches: AtomicU64,
     records: AtomicU64,
+    /// Batches in a row that answered one caller each.
+    lone_batches: AtomicU64,
 }
 
 /// Told of every batch the log commits (metrics): how many records, and how long the write
@@ -316,6 +322,13 @@ impl AuditLog {
         }
     }
 
+    /// Whether calls arrive together: one of the last [`LONE_BATCHES`] batches answered more
+    /// than one caller. A caller that leads its own batch then would keep the next arrivals
+    /// waiting for its `fdatasync` instead of sharing one with them.
+    pub fn calls_arrive_together(&self) -> bool {
+        self.core.counters.lone_batches.load(Ordering::Relaxed) < LONE_BATCHES
+    }
+
     #[cfg(test)]
     pub(crate) fn inject(&self, fault: super::writer::Inject) {
         self.core.lock_writer().inject = Some(fault);
@@ -365,6 +378,11 @@ impl Core {
                 exporter.committed(last);
             }
             self.counters.batches.fetch_add(1, Ordering::Relaxed);
+            let lone = &self.counters.lone_batches;
+            match batch.tickets.len() {
+                1 => lone.fetch_add(1, Ordering::Relaxed),
+                _ => lone.swap(0, Ordering::Relaxed),
+            };
             (self.counters.records).fetch_add(receipts.len() as u64, Ordering::Relaxed);
             if let Some(observer) = self.observer.get() {
                 observer.committed(receipts.len(), started.elapsed());

@@ -208,3 +208,40 @@ fn closing_the_log_writes_what_waits() {
     );
     assert!(verify(dir.path(), None).unwrap().intact);
 }
+
+#[test]
+fn calls_count_as_arriving_together_until_batches_answer_one_caller_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = AuditLog::open(dir.path(), AuditOptions::default()).unwrap();
+    assert!(log.calls_arrive_together(), "nothing is known yet");
+    for n in 0..super::LONE_BATCHES as usize {
+        assert!(log.calls_arrive_together(), "only {n} lone batches so far");
+        log.append(entry(n)).unwrap();
+    }
+    assert!(!log.calls_arrive_together(), "one caller per batch");
+    // A batch answering two callers: a sync caller leads a batch and waits for the writer,
+    // two async callers queue meanwhile, and the commit thread takes both in the next batch.
+    let writer = log.core.lock_writer();
+    std::thread::scope(|s| {
+        let first = s.spawn(|| log.append(entry(100)).unwrap());
+        while !log.core.lock_queue().leading {
+            std::thread::yield_now();
+        }
+        let (a, b) = (log.submit(vec![entry(101)]), log.submit(vec![entry(102)]));
+        drop(writer);
+        first.join().unwrap();
+        let (a, b) = (block_on(a).unwrap(), block_on(b).unwrap());
+        assert_eq!((a[0].seq, b[0].seq), (10, 11));
+    });
+    assert!(
+        log.calls_arrive_together(),
+        "the last batch answered two callers"
+    );
+    let batches = log.stats().batches;
+    for n in 0..super::LONE_BATCHES as usize {
+        assert!(log.calls_arrive_together());
+        block_on(log.submit(vec![entry(200 + n)])).unwrap();
+    }
+    assert!(!log.calls_arrive_together(), "lone again");
+    assert_eq!(log.stats().batches, batches + super::LONE_BATCHES);
+}
