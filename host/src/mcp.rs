@@ -128,13 +128,13 @@ impl McpServer {
         joined.map_err(|e| call_failed(&e))
     }
 
-    /// Whether a call runs alone: no other call is in flight on this server, and the audit
-    /// log's last batch answered one caller. A lone call commits its own record on its own
-    /// thread, with no hand-off; but under load a call finds itself alone whenever a batch has
-    /// just answered everyone, and leading a batch of one there would keep the calls that
-    /// arrive during its `fdatasync` waiting for the next (measured: batches alternate between
-    /// one call and the rest, and throughput drops by a tenth). Then it awaits the commit
-    /// thread with the others instead ([`McpServer::on_runtime`]).
+    /// Whether a call runs alone: no other call is in flight on this server, and calls do not
+    /// arrive together ([`crate::audit::AuditLog::calls_arrive_together`]). A lone call
+    /// commits its own record on its own thread, with no hand-off; but under load a call finds
+    /// itself alone whenever a batch has just answered everyone, and leading a batch of one
+    /// there would keep the calls that arrive during its `fdatasync` waiting for the next
+    /// (measured: batches alternate between one call and the rest, and throughput drops by a
+    /// tenth). Then it awaits the commit thread with the others ([`McpServer::on_runtime`]).
     fn alone(&self) -> bool {
         self.bridge.available_permits() == MAX_BLOCKING
             && !self.gateway.audit().calls_arrive_together()
