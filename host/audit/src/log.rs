@@ -322,7 +322,7 @@ impl AuditLog {
         }
     }
 
-    /// Whether calls arrive together: one of the last [`LONE_BATCHES`] batches answered more
+    /// Whether calls arrive together: one of the last 8 batches (`LONE_BATCHES`) answered more
     /// than one caller. A caller that leads its own batch then would keep the next arrivals
     /// waiting for its `fdatasync` instead of sharing one with them.
     pub fn calls_arrive_together(&self) -> bool {
