@@ -9,7 +9,10 @@
 //!
 //! Every exit path leaves an audit record. A call that may change something is recorded before
 //! it runs (write-ahead: nothing runs if it cannot be recorded); a read-only call's decision is
-//! recorded with its outcome, in one record and one `fdatasync`.
+//! recorded with its outcome, in one record and one `fdatasync`, and a denial's decision when
+//! the call ends (nothing runs after it). The last records are written on the caller's thread
+//! ([`Gateway::dispatch`]) or awaited as a future ([`Gateway::dispatch_async`]); either way the
+//! result goes back only once they are durable.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -185,7 +188,7 @@ enum Recorded {
 impl Gateway {
     /// Runs one call through the pipeline with the settings and policies of `live`, counted in
     /// the metrics and traced (when `[telemetry]` is on) whichever way it ends. Its records
-    /// are made durable on this thread (see [`AuditLog::append_all`]).
+    /// are made durable on this thread (see [`crate::audit::AuditLog::append_all`]).
     pub fn dispatch(&self, live: &Snapshot, request: Request<'_>) -> CallResult {
         let mut watch = self.watch(&request);
         let unsettled = self.pipeline(live, request, &mut watch);
