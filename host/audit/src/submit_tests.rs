@@ -55,6 +55,23 @@ fn block_on<F: Future>(future: F) -> F::Output {
     }
 }
 
+/// Runs `work(t)` on `threads` threads that start it together; their results in order.
+fn together<T: Send>(threads: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (work, barrier) = (&work, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    work(t)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 fn written(dir: &std::path::Path) -> Vec<Record> {
     records(dir, Scope::AllTenants, Filter::default())
         .unwrap()
@@ -98,32 +115,22 @@ fn async_and_sync_callers_share_one_gap_free_chain() {
     let dir = tempfile::tempdir().unwrap();
     let log = AuditLog::open(dir.path(), AuditOptions::default()).unwrap();
     let (threads, each) = (8, 40);
-    let barrier = Barrier::new(threads);
-    let mut receipts: Vec<(usize, Receipt)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (log, barrier) = (&log, &barrier);
-                s.spawn(move || {
-                    barrier.wait();
-                    (0..each)
-                        .map(|i| {
-                            let n = t * each + i;
-                            let receipt = if (t + i) % 2 == 0 {
-                                log.append(entry(n)).unwrap()
-                            } else {
-                                block_on(log.submit(vec![entry(n)])).unwrap().remove(0)
-                            };
-                            (n, receipt)
-                        })
-                        .collect::<Vec<_>>()
-                })
+    let mut receipts: Vec<(usize, Receipt)> = together(threads, |t| {
+        (0..each)
+            .map(|i| {
+                let n = t * each + i;
+                let receipt = if (t + i) % 2 == 0 {
+                    log.append(entry(n)).unwrap()
+                } else {
+                    block_on(log.submit(vec![entry(n)])).unwrap().remove(0)
+                };
+                (n, receipt)
             })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap())
-            .collect()
-    });
+            .collect::<Vec<_>>()
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     receipts.sort_by_key(|(_, r)| r.seq);
     let seqs: Vec<u64> = receipts.iter().map(|(_, r)| r.seq).collect();
     assert_eq!(seqs, (1..=(threads * each) as u64).collect::<Vec<_>>());
@@ -144,18 +151,9 @@ fn every_async_caller_in_a_failed_batch_gets_the_error() {
     block_on(log.submit(vec![entry(0)])).unwrap();
     log.inject(Inject::Sync);
     let callers = 16;
-    let barrier = Barrier::new(callers);
-    let results: Vec<_> = std::thread::scope(|s| {
-        let handles: Vec<_> = (1..=callers)
-            .map(|n| {
-                let (log, barrier) = (&log, &barrier);
-                s.spawn(move || {
-                    barrier.wait();
-                    block_on(log.submit(vec![entry(n)])).map(|mut r| (n, r.remove(0)))
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let results = together(callers, |t| {
+        let n = t + 1;
+        block_on(log.submit(vec![entry(n)])).map(|mut r| (n, r.remove(0)))
     });
     let failed = results.iter().filter(|r| r.is_err()).count();
     assert!(failed >= 1, "the injected batch failed");

@@ -18,10 +18,11 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use super::{Caller, Gateway, Request, Snapshot, Transfer};
-use crate::audit::{AuditError, Entry, Event, Outcome, Receipt};
+use super::result::Unsettled;
+use super::{CallResult, Caller, Gateway, Request, Snapshot, Transfer};
+use crate::audit::{Entry, Event, Outcome, Receipt};
 use crate::code_mode::JobScope;
 use crate::policy::normalize::normalize_call;
 use crate::policy::{Call, ChainOutcome, DecisionKind, FinalDecision, Phase, Via};
@@ -30,54 +31,6 @@ use crate::state::{InstanceId, JobId, TaskRecord};
 use crate::telemetry::CallSpan;
 use crate::tools::{Context, Output, Progress, Tool, ToolError};
 use crate::usage::Measured;
-
-/// What goes back to the caller: structured content, the text an agent acts on, and whether
-/// the call failed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CallResult {
-    pub structured: Value,
-    /// A builtin tool's one-line summary followed by its structured content as text
-    /// ([`crate::tools::text`]); a proxied tool's summary.
-    pub text: String,
-    pub is_error: bool,
-    /// A proxied tool's result as its server sent it (`content`, `structuredContent`,
-    /// `isError`, `_meta`), for the transport to pass on whole; `structured` and `text` then
-    /// only summarise it.
-    pub proxied: Option<Value>,
-    /// The task that stands for this call, when its job outlived the wait and the request
-    /// accepted a task (`structured` and `text` then describe the job as it was).
-    pub task: Option<Box<TaskRecord>>,
-}
-
-impl CallResult {
-    pub(super) fn error(message: String) -> CallResult {
-        CallResult {
-            structured: json!({ "error": message }),
-            text: message,
-            is_error: true,
-            proxied: None,
-            task: None,
-        }
-    }
-
-    fn from_run(result: Result<Output, ToolError>, proxied: Option<Value>) -> CallResult {
-        match result {
-            Ok(output) => CallResult {
-                is_error: proxied.as_ref().is_some_and(|r| r["isError"] == true),
-                // A builtin tool's text carries its structured content too; a proxied
-                // result's text only summarises what goes back whole.
-                text: match proxied {
-                    None => crate::tools::text::render(&output.summary, &output.structured),
-                    Some(_) => output.summary,
-                },
-                structured: output.structured,
-                proxied,
-                task: None,
-            },
-            Err(e) => CallResult::error(e.0),
-        }
-    }
-}
 
 /// What a call runs: a builtin tool or a proxied server's tool.
 pub(super) enum Target {
@@ -506,24 +459,6 @@ impl Gateway {
     }
 }
 
-/// A call's result and the records to make durable, in one batch, before it goes back.
-struct Unsettled {
-    records: Vec<Entry>,
-    result: CallResult,
-    /// Whether the call ran (else it stopped before, and its result says why).
-    ran: bool,
-}
-
-impl Unsettled {
-    fn stopped(records: Vec<Entry>, result: CallResult) -> Unsettled {
-        Unsettled {
-            records,
-            result,
-            ran: false,
-        }
-    }
-}
-
 /// The records of a call that ran (or stopped after its decision): the events it caused, then
 /// its outcome — a record pointing at the write-ahead decision, or the deferred decision
 /// record completed with the outcome.
@@ -546,22 +481,6 @@ impl Recorded {
         match self {
             Recorded::Ahead(_) => Vec::new(),
             Recorded::Deferred(decision) => vec![*decision],
-        }
-    }
-}
-
-impl CallResult {
-    /// The result to return once its records were written (or not): one that cannot be
-    /// recorded is not returned as success.
-    fn settled(self, written: Result<Vec<Receipt>, AuditError>, ran: bool) -> CallResult {
-        match written {
-            Ok(_) => self,
-            Err(e) if ran => CallResult::error(format!(
-                "the call ran but its outcome could not be recorded in the audit log ({e}); check its result before retrying"
-            )),
-            Err(e) => CallResult::error(format!(
-                "refused: the audit log cannot record this call ({e})"
-            )),
         }
     }
 }

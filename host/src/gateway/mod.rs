@@ -7,11 +7,12 @@
 
 mod call;
 mod request;
+mod result;
 mod tasks;
 mod transfer;
 
-pub use call::CallResult;
 pub use request::Request;
+pub use result::CallResult;
 pub use tasks::{TaskCall, TaskError};
 pub use transfer::{Transfer, Upload};
 
