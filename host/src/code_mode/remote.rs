@@ -16,7 +16,8 @@
 //!   whose record is final, or gone, revokes its token there and then.
 //! - **Revoked** when the job's end is seen, whatever ended it (completion, `scancel`, time
 //!   limit, node failure): a watcher asks Slurm every [`WATCH_STEP`] (recording and auditing
-//!   what changed, as a poll would) and deletes the stored hash and the token file.
+//!   what changed, as a poll would) and deletes the token file, then the stored hash (a
+//!   gateway stopped in between finds the hash at its next start and finishes the job).
 //!
 //! The sandbox of a Slurm job with tools shares the node's network namespace: the gateway is
 //! reached over TCP, and bwrap cannot give a sandbox one destination only. Without `url` a
@@ -281,10 +282,12 @@ fn revoke(
     if let Some(gone) = lock(remote).remove(job_id) {
         gone.scope.close();
     }
-    let _ = std::fs::remove_file(tokens.join(format!("{job_id}.json")));
+    // The token file goes before the stored binding: a gateway stopped in between still finds
+    // the binding at its next start, sees the job ended and finishes the revocation.
     let dir = base.join(job_id.as_str());
     let _ = std::fs::remove_file(dir.join(TOKEN_NAME));
     let _ = std::fs::remove_dir(&dir);
+    let _ = std::fs::remove_file(tokens.join(format!("{job_id}.json")));
 }
 
 /// `dir/token`, 0600 in a 0700 directory, synced.

@@ -521,7 +521,11 @@ async fn an_unpolled_slurm_jobs_end_revokes_its_token() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         waited += 1;
     }
-    assert!(!dir.path().join(format!("state/run/{job_id}")).exists());
+    // The stored hash is the last thing a revocation deletes.
+    assert!(
+        !dir.path().join(format!("state/run/{job_id}")).exists(),
+        "the token file and its directory went before the hash"
+    );
     agent.cancel().await.unwrap();
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{stderr}");
