@@ -20,7 +20,8 @@ use super::bench::{Endpoint, Scratch, print_report, stop};
 use super::bench_figures::{percentiles, round};
 use super::bench_load::call;
 
-/// The targets of issue 16 ("WebDAV file plane").
+/// What the WebDAV door must reach: a 1 GiB transfer's throughput, how far the gateway's RSS
+/// may grow during it, and a `PROPFIND` p50 (BENCHMARKS.md, "WebDAV").
 const MIN_MB_PER_S: f64 = 400.0;
 const MAX_RSS_GROWTH_KB: u64 = 32 * 1024;
 const PROPFIND_P50_MS: f64 = 300.0;

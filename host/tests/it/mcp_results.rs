@@ -61,7 +61,7 @@ async fn the_text_block_carries_job_output_file_content_and_listings() {
         .await
         .unwrap();
 
-    // The example of issue 18: the model must see `hi`, not only "completed (exit 0)".
+    // The model must see what the job printed (`hi`), not only "completed (exit 0)".
     let submitted = client
         .call_tool(call(
             "submit_job",
