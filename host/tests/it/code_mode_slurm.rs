@@ -541,6 +541,83 @@ async fn an_unpolled_slurm_jobs_end_revokes_its_token() {
     );
 }
 
+/// Ended while the gateway was down, and the gateway had stopped half-way through a revocation
+/// (the token file gone, the stored hash left): the next start finishes it.
+#[tokio::test]
+async fn a_revocation_cut_short_by_a_stop_is_finished_by_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let agent_token = generate_token().unwrap();
+    let config = served::config(
+        dir.path(),
+        &format!(
+            "[tenants.chem]\ntokens = [{{ label = \"alice\", sha256 = \"{}\" }}]\n\
+             [slurm]\nenabled = true\nslurm_conf = {:?}\n\
+             [code_mode]\nurl = \"http://127.0.0.1:{port}/mcp\"\n",
+            hex::encode(hash_token(&agent_token)),
+            slurm::slurm_conf().display().to_string(),
+        ),
+    );
+    let served = serve(dir.path(), &config, port).await;
+    let agent = client(&served, &agent_token).await;
+    ok(&agent, "create_instance", json!({"instance_id": "run1"})).await;
+    let submitted = ok(
+        &agent,
+        "submit_job",
+        json!({"instance_id": "run1", "mode": "slurm", "tools": true, "timeout": 0,
+               "command": "true", "resources": {"cpus": 1, "memory_mb": 128}}),
+    )
+    .await;
+    let job_id = submitted["job"]["job_id"].as_str().unwrap().to_owned();
+    agent.cancel().await.unwrap();
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+
+    let state = dir.path().join("state");
+    let (stored, run_dir) = (
+        state.join(format!("job-tokens/{job_id}.json")),
+        state.join(format!("run/{job_id}")),
+    );
+    assert!(
+        stored.exists() && run_dir.join("token").exists(),
+        "a stop is not the job's end: its token is kept for the next start"
+    );
+    let name = format!("hpcgate-{job_id}");
+    let mut waited = 0;
+    while !slurm_client("squeue", &["-h", "-o", "%i", "-n", &name])
+        .trim()
+        .is_empty()
+    {
+        assert!(waited < 600, "the job never left Slurm's queue");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    // Where a stop between a revocation's two steps leaves it.
+    std::fs::remove_file(run_dir.join("token")).unwrap();
+    std::fs::remove_dir(&run_dir).unwrap();
+
+    let served = serve(dir.path(), &config, port).await;
+    let mut waited = 0;
+    while stored.exists() {
+        assert!(waited < 600, "the next start left the stored hash");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    assert!(!run_dir.exists());
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+    let records = audit_records(dir.path());
+    let ended = records.iter().find(|r| {
+        r["principal"] == "hpcgate"
+            && r["outcome"]["job_id"] == job_id.as_str()
+            && r["outcome"]["state"] == "completed"
+    });
+    assert!(
+        ended.is_some(),
+        "the end seen after the start is audited: {records:#?}"
+    );
+}
+
 #[tokio::test]
 async fn a_slurm_job_with_tools_needs_the_url() {
     let dir = tempfile::tempdir().unwrap();
