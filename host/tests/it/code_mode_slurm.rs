@@ -6,7 +6,7 @@
 //! then the attack table: the token kept after the job ended, used for another instance,
 //! forged, on `/dav` and `/metrics`, and looked for in the audit log, `scontrol` and `ps`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use hpcgate::auth::bearer::{generate_token, hash_token};
@@ -108,6 +108,20 @@ async fn ok(peer: &Peer<RoleClient>, tool: &'static str, arguments: Value) -> Va
     value
 }
 
+/// Creates instance `run1` and submits `command` to Slurm there with tools (1 CPU, 128 MB,
+/// not waited for): the job's id.
+async fn submit_with_tools(agent: &Peer<RoleClient>, command: &str) -> String {
+    ok(agent, "create_instance", json!({"instance_id": "run1"})).await;
+    let submitted = ok(
+        agent,
+        "submit_job",
+        json!({"instance_id": "run1", "mode": "slurm", "tools": true, "timeout": 0,
+               "command": command, "resources": {"cpus": 1, "memory_mb": 128}}),
+    )
+    .await;
+    submitted["job"]["job_id"].as_str().unwrap().to_owned()
+}
+
 /// An MCP `initialize` POST with `authorization`: the status and body.
 async fn initialize(served: &Served, path: &str, authorization: &str) -> (u16, String) {
     let stream = tokio::net::TcpStream::connect(served.authority())
@@ -128,6 +142,24 @@ async fn get(served: &Served, path: &str, authorization: &str) -> (u16, String) 
     exchange(stream, "GET", path, &[("Authorization", authorization)], "").await
 }
 
+/// A gateway config: tenant `chem` with `agent_token`, the local Slurm cluster, then `extra`.
+fn slurm_config(dir: &Path, agent_token: &str, extra: &str) -> PathBuf {
+    served::config(
+        dir,
+        &format!(
+            "[tenants.chem]\ntokens = [{{ label = \"alice\", sha256 = \"{}\" }}]\n\
+             [slurm]\nenabled = true\nslurm_conf = {:?}\n{extra}",
+            hex::encode(hash_token(agent_token)),
+            slurm::slurm_conf().display().to_string(),
+        ),
+    )
+}
+
+/// `[code_mode] url`: the gateway's own listener on `port`, as compute nodes reach it.
+fn code_mode_url(port: u16) -> String {
+    format!("[code_mode]\nurl = \"http://127.0.0.1:{port}/mcp\"\n")
+}
+
 /// A Slurm client's output (`SLURM_CONF` of the local cluster).
 fn slurm_client(program: &str, args: &[&str]) -> String {
     let out = Command::new(program)
@@ -144,17 +176,8 @@ async fn a_slurm_jobs_script_calls_tools_with_its_token_across_a_restart_and_not
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let agent_token = generate_token().unwrap();
-    let config = served::config(
-        dir.path(),
-        &format!(
-            "[tenants.chem]\ntokens = [{{ label = \"alice\", sha256 = \"{}\" }}]\n\
-             [slurm]\nenabled = true\nslurm_conf = {:?}\n\
-             [dav]\nenabled = true\n\
-             [code_mode]\nurl = \"http://127.0.0.1:{port}/mcp\"\n",
-            hex::encode(hash_token(&agent_token)),
-            slurm::slurm_conf().display().to_string(),
-        ),
-    );
+    let dav = format!("[dav]\nenabled = true\n{}", code_mode_url(port));
+    let config = slurm_config(dir.path(), &agent_token, &dav);
     let served = serve(dir.path(), &config, port).await;
     let agent = client(&served, &agent_token).await;
     for instance in ["run1", "run2"] {
@@ -423,27 +446,10 @@ async fn a_cancelled_slurm_jobs_token_stops_working() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let agent_token = generate_token().unwrap();
-    let config = served::config(
-        dir.path(),
-        &format!(
-            "[tenants.chem]\ntokens = [{{ label = \"alice\", sha256 = \"{}\" }}]\n\
-             [slurm]\nenabled = true\nslurm_conf = {:?}\n\
-             [code_mode]\nurl = \"http://127.0.0.1:{port}/mcp\"\n",
-            hex::encode(hash_token(&agent_token)),
-            slurm::slurm_conf().display().to_string(),
-        ),
-    );
+    let config = slurm_config(dir.path(), &agent_token, &code_mode_url(port));
     let served = serve(dir.path(), &config, port).await;
     let agent = client(&served, &agent_token).await;
-    ok(&agent, "create_instance", json!({"instance_id": "run1"})).await;
-    let submitted = ok(
-        &agent,
-        "submit_job",
-        json!({"instance_id": "run1", "mode": "slurm", "tools": true, "timeout": 0,
-               "command": "sleep 300", "resources": {"cpus": 1, "memory_mb": 128}}),
-    )
-    .await;
-    let job_id = submitted["job"]["job_id"].as_str().unwrap().to_owned();
+    let job_id = submit_with_tools(&agent, "sleep 300").await;
     let state = dir.path().join("state");
     let token_file = state.join(format!("run/{job_id}/token"));
     let token = std::fs::read_to_string(&token_file).unwrap();
@@ -492,27 +498,10 @@ async fn an_unpolled_slurm_jobs_end_revokes_its_token() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let agent_token = generate_token().unwrap();
-    let config = served::config(
-        dir.path(),
-        &format!(
-            "[tenants.chem]\ntokens = [{{ label = \"alice\", sha256 = \"{}\" }}]\n\
-             [slurm]\nenabled = true\nslurm_conf = {:?}\n\
-             [code_mode]\nurl = \"http://127.0.0.1:{port}/mcp\"\n",
-            hex::encode(hash_token(&agent_token)),
-            slurm::slurm_conf().display().to_string(),
-        ),
-    );
+    let config = slurm_config(dir.path(), &agent_token, &code_mode_url(port));
     let served = serve(dir.path(), &config, port).await;
     let agent = client(&served, &agent_token).await;
-    ok(&agent, "create_instance", json!({"instance_id": "run1"})).await;
-    let submitted = ok(
-        &agent,
-        "submit_job",
-        json!({"instance_id": "run1", "mode": "slurm", "tools": true, "timeout": 0,
-               "command": "true", "resources": {"cpus": 1, "memory_mb": 128}}),
-    )
-    .await;
-    let job_id = submitted["job"]["job_id"].as_str().unwrap().to_owned();
+    let job_id = submit_with_tools(&agent, "true").await;
     let stored = dir.path().join(format!("state/job-tokens/{job_id}.json"));
     assert!(stored.exists(), "the hash is stored while the job runs");
     let mut waited = 0;
@@ -548,27 +537,10 @@ async fn a_revocation_cut_short_by_a_stop_is_finished_by_the_next_start() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let agent_token = generate_token().unwrap();
-    let config = served::config(
-        dir.path(),
-        &format!(
-            "[tenants.chem]\ntokens = [{{ label = \"alice\", sha256 = \"{}\" }}]\n\
-             [slurm]\nenabled = true\nslurm_conf = {:?}\n\
-             [code_mode]\nurl = \"http://127.0.0.1:{port}/mcp\"\n",
-            hex::encode(hash_token(&agent_token)),
-            slurm::slurm_conf().display().to_string(),
-        ),
-    );
+    let config = slurm_config(dir.path(), &agent_token, &code_mode_url(port));
     let served = serve(dir.path(), &config, port).await;
     let agent = client(&served, &agent_token).await;
-    ok(&agent, "create_instance", json!({"instance_id": "run1"})).await;
-    let submitted = ok(
-        &agent,
-        "submit_job",
-        json!({"instance_id": "run1", "mode": "slurm", "tools": true, "timeout": 0,
-               "command": "true", "resources": {"cpus": 1, "memory_mb": 128}}),
-    )
-    .await;
-    let job_id = submitted["job"]["job_id"].as_str().unwrap().to_owned();
+    let job_id = submit_with_tools(&agent, "true").await;
     agent.cancel().await.unwrap();
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{stderr}");
@@ -622,15 +594,7 @@ async fn a_revocation_cut_short_by_a_stop_is_finished_by_the_next_start() {
 async fn a_slurm_job_with_tools_needs_the_url() {
     let dir = tempfile::tempdir().unwrap();
     let agent_token = generate_token().unwrap();
-    let config = served::config(
-        dir.path(),
-        &format!(
-            "[tenants.chem]\ntokens = [{{ label = \"alice\", sha256 = \"{}\" }}]\n\
-             [slurm]\nenabled = true\nslurm_conf = {:?}\n",
-            hex::encode(hash_token(&agent_token)),
-            slurm::slurm_conf().display().to_string(),
-        ),
-    );
+    let config = slurm_config(dir.path(), &agent_token, "");
     let served = serve(dir.path(), &config, 0).await;
     let agent = client(&served, &agent_token).await;
     ok(&agent, "create_instance", json!({"instance_id": "run1"})).await;
