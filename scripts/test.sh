@@ -40,9 +40,10 @@ lint=(env "RUSTC_WORKSPACE_WRAPPER=$(rustc --print sysroot)/bin/clippy-driver"
 # A snapshot that differs fails; nothing is written or accepted (`cargo insta review` does that).
 step "clippy, build tests" "${lint[@]}" cargo test --workspace --locked --no-run
 # Most tests wait on other processes (bwrap, Slurm, MCP servers and clients) more than they
-# compute: four at a time take about a quarter less wall time than libtest's default of one
-# per core on 2 cores. The end-to-end and deadline binaries keep the default: the deadline
-# tests measure wall time. Every test runs even when one fails; the step fails at the end.
+# compute: with four at a time the host's integration tests take a fifth to a quarter less
+# wall time than with libtest's default of one per core on 2 cores. The end-to-end and
+# deadline binaries keep the default: the deadline tests measure wall time. Every test runs
+# even when one fails; the step fails at the end.
 tests() {
     local status=0
     "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --exclude hpcgate-tests --locked \

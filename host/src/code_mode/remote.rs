@@ -17,7 +17,7 @@
 //! - **Revoked** when the job's end is seen, whatever ended it (completion, `scancel`, time
 //!   limit, node failure): a watcher asks Slurm every [`WATCH_STEP`] (recording and auditing
 //!   what changed, as a poll would) and deletes the token file, then the stored hash (a
-//!   gateway stopped in between finds the hash at its next start and finishes the job).
+//!   gateway stopped in between finds the hash at its next start and finishes the revocation).
 //!
 //! The sandbox of a Slurm job with tools shares the node's network namespace: the gateway is
 //! reached over TCP, and bwrap cannot give a sandbox one destination only. Without `url` a
