@@ -43,6 +43,31 @@ impl Default for EngineSettings {
     }
 }
 
+/// Why the engine could not start, when the process has an address-space limit: the pooling
+/// allocator reserves every instance slot's address space up front (terabytes, none of it
+/// used until a policy runs), which a limit of any usual size refuses with nothing but a byte
+/// count in hex.
+fn address_space_limited(error: wasmtime::Error, settings: &EngineSettings) -> anyhow::Error {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `getrlimit` writes one `rlimit` through the valid pointer it is given.
+    #[allow(unsafe_code)]
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) };
+    if read != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
+        return error.into();
+    }
+    anyhow::anyhow!(
+        "the policy engine cannot reserve address space for its {} instance slots: this process \
+         may map only {:.1} GiB (RLIMIT_AS, set by `ulimit -v` or systemd's `LimitAS=`). The \
+         slots are reserved up front and use no memory until a policy runs; start the gateway \
+         without an address-space limit, e.g. `ulimit -v unlimited` ({error:#})",
+        settings.instance_slots,
+        limit.rlim_cur as f64 / f64::from(1u32 << 30),
+    )
+}
+
 /// `$XDG_CACHE_HOME/hpcgate/policies`, or `~/.cache/hpcgate/policies`.
 pub fn default_cache_dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
@@ -98,7 +123,7 @@ impl PolicyEngine {
         if std::env::var_os("HPCGATE_POLICY_PERFMAP").is_some() {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
-        let engine = Engine::new(&config)?;
+        let engine = Engine::new(&config).map_err(|e| address_space_limited(e, &settings))?;
         let cache = settings
             .cache_dir
             .as_ref()

@@ -467,3 +467,29 @@ async fn javascript_and_python_hostile_policies_fault_while_the_gateway_serves()
     }
     client.cancel().await.unwrap();
 }
+
+/// Under an address-space limit (`ulimit -v`, as some login nodes set) the policy engine cannot
+/// reserve its instance slots: the gateway says so and what to do, not only a byte count.
+#[test]
+fn an_address_space_limit_is_named_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), "");
+    let output = std::process::Command::new("prlimit")
+        .arg(format!("--as={}", 8u64 << 30))
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_hpcgate"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run prlimit (util-linux)");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    for said in [
+        "cannot reserve address space for its 1024 instance slots",
+        "may map only 8.0 GiB (RLIMIT_AS",
+        "`ulimit -v unlimited`",
+    ] {
+        assert!(stderr.contains(said), "`{said}` in: {stderr}");
+    }
+}
