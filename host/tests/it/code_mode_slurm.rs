@@ -122,6 +122,28 @@ async fn submit_with_tools(agent: &Peer<RoleClient>, command: &str) -> String {
     submitted["job"]["job_id"].as_str().unwrap().to_owned()
 }
 
+/// Looks every 100 ms, for up to a minute, until `done`; panics with `what` if it never is.
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..600 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(done(), "{what}");
+}
+
+/// The gateway's audit log (verified) records a Slurm job's completion as its own observation.
+fn assert_end_audited(dir: &Path, job_id: &str, what: &str) {
+    let records = audit_records(dir);
+    let seen = records.iter().any(|r| {
+        r["principal"] == "hpcgate"
+            && r["outcome"]["job_id"] == job_id
+            && r["outcome"]["state"] == "completed"
+    });
+    assert!(seen, "{what}: {records:#?}");
+}
+
 /// An MCP `initialize` POST with `authorization`: the status and body.
 async fn initialize(served: &Served, path: &str, authorization: &str) -> (u16, String) {
     let stream = tokio::net::TcpStream::connect(served.authority())
@@ -504,12 +526,7 @@ async fn an_unpolled_slurm_jobs_end_revokes_its_token() {
     let job_id = submit_with_tools(&agent, "true").await;
     let stored = dir.path().join(format!("state/job-tokens/{job_id}.json"));
     assert!(stored.exists(), "the hash is stored while the job runs");
-    let mut waited = 0;
-    while stored.exists() {
-        assert!(waited < 600, "the watcher never saw the job's end");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        waited += 1;
-    }
+    wait_until("the watcher never saw the job's end", || !stored.exists()).await;
     // The stored hash is the last thing a revocation deletes.
     assert!(
         !dir.path().join(format!("state/run/{job_id}")).exists(),
@@ -518,15 +535,10 @@ async fn an_unpolled_slurm_jobs_end_revokes_its_token() {
     agent.cancel().await.unwrap();
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{stderr}");
-    let records = audit_records(dir.path());
-    let observed = records.iter().find(|r| {
-        r["principal"] == "hpcgate"
-            && r["outcome"]["job_id"] == job_id.as_str()
-            && r["outcome"]["state"] == "completed"
-    });
-    assert!(
-        observed.is_some(),
-        "the watcher's observation of the end is audited: {records:#?}"
+    assert_end_audited(
+        dir.path(),
+        &job_id,
+        "the watcher's observation of the end is audited",
     );
 }
 
@@ -555,38 +567,25 @@ async fn a_revocation_cut_short_by_a_stop_is_finished_by_the_next_start() {
         "a stop is not the job's end: its token is kept for the next start"
     );
     let name = format!("hpcgate-{job_id}");
-    let mut waited = 0;
-    while !slurm_client("squeue", &["-h", "-o", "%i", "-n", &name])
-        .trim()
-        .is_empty()
-    {
-        assert!(waited < 600, "the job never left Slurm's queue");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        waited += 1;
-    }
+    wait_until("the job never left Slurm's queue", || {
+        slurm_client("squeue", &["-h", "-o", "%i", "-n", &name])
+            .trim()
+            .is_empty()
+    })
+    .await;
     // Where a stop between a revocation's two steps leaves it.
     std::fs::remove_file(run_dir.join("token")).unwrap();
     std::fs::remove_dir(&run_dir).unwrap();
 
     let served = serve(dir.path(), &config, port).await;
-    let mut waited = 0;
-    while stored.exists() {
-        assert!(waited < 600, "the next start left the stored hash");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        waited += 1;
-    }
+    wait_until("the next start left the stored hash", || !stored.exists()).await;
     assert!(!run_dir.exists());
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{stderr}");
-    let records = audit_records(dir.path());
-    let ended = records.iter().find(|r| {
-        r["principal"] == "hpcgate"
-            && r["outcome"]["job_id"] == job_id.as_str()
-            && r["outcome"]["state"] == "completed"
-    });
-    assert!(
-        ended.is_some(),
-        "the end seen after the start is audited: {records:#?}"
+    assert_end_audited(
+        dir.path(),
+        &job_id,
+        "the end seen after the start is audited",
     );
 }
 
