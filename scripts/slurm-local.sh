@@ -155,16 +155,16 @@ start_munge() {
     rm -f "$MUNGE_SOCKET" "$MUNGE_SOCKET.lock"
     munged --force --socket="$MUNGE_SOCKET" --key-file="$DIR/munge/munge.key" \
         --pid-file="$DIR/run/munged.pid" --log-file="$DIR/log/munged.log" \
-        --seed-file="$DIR/munge/munged.seed" --num-threads=2 \
+        --seed-file="$DIR/munge/munged.seed" --num-threads=2 9>&- \
         || die "munged did not start: see $DIR/log/munged.log"
 }
 
 start_slurm() {
     if ! pid_alive "$DIR/run/slurmctld.pid" slurmctld; then
-        slurmctld -f "$CONF" || die "slurmctld did not start: see $DIR/log/slurmctld.log"
+        slurmctld -f "$CONF" 9>&- || die "slurmctld did not start: see $DIR/log/slurmctld.log"
     fi
     if ! pid_alive "$DIR/run/slurmd.pid" slurmd; then
-        slurmd -f "$CONF" || die "slurmd did not start: see $DIR/log/slurmd.log"
+        slurmd -f "$CONF" 9>&- || die "slurmd did not start: see $DIR/log/slurmd.log"
     fi
 }
 
@@ -243,6 +243,11 @@ cmd_stop() {
     log "stopped ($DIR)"
 }
 
+cmd_restart() {
+    cmd_stop
+    cmd_start
+}
+
 cmd_status() {
     [ -f "$CONF" ] || { echo "not configured"; return 1; }
     pid_alive "$DIR/run/slurmctld.pid" slurmctld || { echo "slurmctld not running"; return 1; }
@@ -260,10 +265,20 @@ cmd_env() {
     printf 'export SLURM_CONF=%q\n' "$CONF"
 }
 
+# locked COMMAND...: runs COMMAND holding the cluster's lock. Test binaries that run side by
+# side each start the cluster; the second start waits for the first, then finds it up. The
+# daemons are started without the lock's descriptor (`9>&-`), or they would hold it for good.
+locked() {
+    mkdir -p "$DIR"
+    exec 9>"$DIR/.lock"
+    flock 9
+    "$@"
+}
+
 case "${1:-}" in
-start) cmd_start ;;
-stop) cmd_stop ;;
-restart) cmd_stop; cmd_start ;;
+start) locked cmd_start ;;
+stop) locked cmd_stop ;;
+restart) locked cmd_restart ;;
 status) cmd_status ;;
 env) cmd_env ;;
 *) echo "usage: $0 start|stop|status|env|restart" >&2; exit 2 ;;

@@ -40,23 +40,67 @@ lint=(env "RUSTC_WORKSPACE_WRAPPER=$(rustc --print sysroot)/bin/clippy-driver"
 # A snapshot that differs fails; nothing is written or accepted (`cargo insta review` does that).
 step "clippy, build tests" "${lint[@]}" cargo test --workspace --locked --no-run
 # Most tests wait on other processes (bwrap, Slurm, MCP servers and clients) more than they
-# compute: with four at a time the host's integration tests take a fifth to a quarter less
-# wall time than with libtest's default of one per core on 2 cores. The end-to-end and
-# deadline binaries keep the default: the deadline tests measure wall time. Every test runs
-# even when one fails; the step fails at the end.
-tests() {
-    local status=0
-    "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --exclude hpcgate-tests --locked \
-        --no-fail-fast -- --test-threads 4 || status=$?
-    "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --locked --no-fail-fast \
-        --test e2e --test deadline || status=$?
+# compute, so the step runs two lanes side by side:
+# - the executors' integration tests, about 100 s of waiting on Slurm for 8 s of CPU (a time
+#   limit is whole minutes), then stock:cedar's native build, lints and tests;
+# - every other test binary of the workspace, then the end-to-end tests.
+# The deadline tests run last and alone: they measure wall time. The test binaries are run
+# as `cargo test` runs them (from their package's directory, with `CARGO_MANIFEST_DIR` set; a
+# test of the sandbox's environment checks that it does not leak): `cargo test` runs its binaries
+# one after another, and a narrower package selection would build the dependencies again with
+# other features. Within a binary, four tests at a time. Every test runs even when one fails;
+# the step fails at the end.
+cedar=(--manifest-path policies/stock/cedar/Cargo.toml --target-dir "${CARGO_TARGET_DIR:-target}/cedar-native")
+test_binaries() { # prints "PACKAGE-DIR TAB NAME TAB EXECUTABLE" for each test binary but hpcgate-tests'
+    "${lint[@]}" cargo test --workspace --exclude hpcgate-tests --locked --no-run \
+        --message-format=json-render-diagnostics | python3 -c '
+import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["profile"]["test"] and m.get("executable"):
+        print(os.path.dirname(m["manifest_path"]), m["target"]["name"], m["executable"], sep="\t")'
+}
+run_binaries() { # DIR TAB NAME TAB EXECUTABLE lines on stdin: runs each, fails if any failed
+    local dir name exe status=0
+    while IFS=$'\t' read -r dir name exe; do
+        printf '\n     Running %s (%s)\n' "${dir#"$PWD"/}: $name" "$exe"
+        (cd "$dir" && "${lint[@]}" INSTA_UPDATE=no CARGO_MANIFEST_DIR="$dir" "$exe" --test-threads 4) \
+            </dev/null || status=$?
+    done
     return "$status"
 }
-step tests tests
+side_lane() { # the executors' integration tests, then stock:cedar's native lints and tests
+    local status=0 started=$SECONDS
+    run_binaries <<<"$executors" || status=$?
+    echo "tests: the executors' integration tests took $((SECONDS - started)) s"
+    "${lint[@]}" cargo test "${cedar[@]}" --locked --no-fail-fast || status=$?
+    echo "tests: with stock:cedar's native build and tests, $((SECONDS - started)) s"
+    return "$status"
+}
+tests() {
+    local status=0 binaries executors side side_log
+    binaries="$(test_binaries)"
+    executors="$(grep -P "^\Q$PWD/executors\E\tit\t" <<<"$binaries")" \
+        || { echo "test.sh: no integration test binary of executors/ among:" "$binaries" >&2; return 1; }
+    side_log="$(mktemp)"
+    side_lane >"$side_log" 2>&1 &
+    side=$!
+    grep -vxF "$executors" <<<"$binaries" | run_binaries || status=$?
+    "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --exclude hpcgate-tests --locked --doc \
+        || status=$?
+    "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --locked --no-fail-fast --test e2e \
+        || status=$?
+    wait "$side" || status=$?
+    printf '\n%s\n' "---- beside the above: the executors' integration tests, stock:cedar ----"
+    cat "$side_log"
+    rm -f "$side_log"
+    "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --locked --no-fail-fast --test deadline \
+        || status=$?
+    return "$status"
+}
 # stock:cedar is a workspace of its own (`policies/stock/cedar/Cargo.toml` says why); its native
 # build goes beside the others, not under policies/ (which the guest build scripts watch).
-cedar=(--manifest-path policies/stock/cedar/Cargo.toml --target-dir "${CARGO_TARGET_DIR:-target}/cedar-native")
 step "cedar fmt" cargo fmt --manifest-path policies/stock/cedar/Cargo.toml --check
-step "cedar clippy, tests" "${lint[@]}" cargo test "${cedar[@]}" --locked
+step tests tests
 # The official MCP conformance suite against the built gateway, for each spec version it knows.
 step conformance scripts/conformance.sh
