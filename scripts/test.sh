@@ -43,7 +43,7 @@ lint=(env "RUSTC_WORKSPACE_WRAPPER=$(rustc --print sysroot)/bin/clippy-driver"
 cedar=(--manifest-path policies/stock/cedar/Cargo.toml --target-dir "${CARGO_TARGET_DIR:-target}/cedar-native")
 nice -n 19 "${lint[@]}" cargo test "${cedar[@]}" --locked --no-run >/dev/null 2>&1 &
 cedar_build=$!
-trap 'kill "$cedar_build" 2>/dev/null; report' EXIT
+trap 'kill "$cedar_build" 2>/dev/null || true; report' EXIT
 # JavaScript and Python policies are built inside the tests (with the componentizers setup.sh
 # installs): the scaffolds of `policy new --lang js|python` (host/tests/it/cli.rs) and the
 # examples and hostile guests (tests/e2e), their components kept in the target directory.
