@@ -34,16 +34,6 @@ step fmt cargo fmt --all --check
 # tests' server is found fresh, and the Rust scaffold of `policy new` must be lint-clean too.
 lint=(env "RUSTC_WORKSPACE_WRAPPER=$(rustc --print sysroot)/bin/clippy-driver"
     "CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
-# stock:cedar is a workspace of its own (`policies/stock/cedar/Cargo.toml` says why); its native
-# build goes beside the others, not under policies/ (which the guest build scripts watch). It
-# is built for its lints and tests beside the main build, at the lowest CPU priority: it takes
-# the cores the main build leaves idle (while the guests build, and at the end, the main build
-# runs fewer jobs than there are cores). Its tests below wait for it on cargo's lock; a failed
-# build fails there again, with its messages.
-cedar=(--manifest-path policies/stock/cedar/Cargo.toml --target-dir "${CARGO_TARGET_DIR:-target}/cedar-native")
-nice -n 19 "${lint[@]}" cargo test "${cedar[@]}" --locked --no-run >/dev/null 2>&1 &
-cedar_build=$!
-trap 'kill "$cedar_build" 2>/dev/null || true; report' EXIT
 # JavaScript and Python policies are built inside the tests (with the componentizers setup.sh
 # installs): the scaffolds of `policy new --lang js|python` (host/tests/it/cli.rs) and the
 # examples and hostile guests (tests/e2e), their components kept in the target directory.
@@ -52,7 +42,9 @@ step "clippy, build tests" "${lint[@]}" cargo test --workspace --locked --no-run
 # Most tests wait on other processes (bwrap, Slurm, MCP servers and clients) more than they
 # compute, so the step runs two lanes side by side:
 # - the executors' integration tests, about 100 s of waiting on Slurm for 8 s of CPU (a time
-#   limit is whole minutes), then stock:cedar's native lints and tests;
+#   limit is whole minutes), then stock:cedar's native build, lints and tests (built beside
+#   the main build instead, even at the lowest CPU priority, it slowed that build by as much
+#   as it saved here: the build keeps both cores busy);
 # - every other test binary of the workspace, then the end-to-end tests.
 # The deadline tests run last and alone: they measure wall time. The test binaries are run
 # as `cargo test` runs them (from their package's directory, with `CARGO_MANIFEST_DIR` set; a
@@ -60,6 +52,7 @@ step "clippy, build tests" "${lint[@]}" cargo test --workspace --locked --no-run
 # one after another, and a narrower package selection would build the dependencies again with
 # other features. Within a binary, four tests at a time. Every test runs even when one fails;
 # the step fails at the end.
+cedar=(--manifest-path policies/stock/cedar/Cargo.toml --target-dir "${CARGO_TARGET_DIR:-target}/cedar-native")
 test_binaries() { # prints "PACKAGE-DIR TAB NAME TAB EXECUTABLE" for each test binary but hpcgate-tests'
     "${lint[@]}" cargo test --workspace --exclude hpcgate-tests --locked --no-run \
         --message-format=json-render-diagnostics | python3 -c '
@@ -107,6 +100,8 @@ tests() {
         || status=$?
     return "$status"
 }
+# stock:cedar is a workspace of its own (`policies/stock/cedar/Cargo.toml` says why); its native
+# build goes beside the others, not under policies/ (which the guest build scripts watch).
 step "cedar fmt" cargo fmt --manifest-path policies/stock/cedar/Cargo.toml --check
 step tests tests
 # The official MCP conformance suite against the built gateway, for each spec version it knows.
