@@ -40,19 +40,18 @@ lint=(env "RUSTC_WORKSPACE_WRAPPER=$(rustc --print sysroot)/bin/clippy-driver"
 # A snapshot that differs fails; nothing is written or accepted (`cargo insta review` does that).
 step "clippy, build tests" "${lint[@]}" cargo test --workspace --locked --no-run
 # Most tests wait on other processes (bwrap, Slurm, MCP servers and clients) more than they
-# compute, so the step runs three lanes side by side:
-# - every test binary of the workspace but the two below;
+# compute, so the step runs two lanes side by side:
 # - the executors' integration tests, about 100 s of waiting on Slurm for 8 s of CPU (a time
 #   limit is whole minutes), then stock:cedar's native build, lints and tests (built beside
 #   the main build instead, even at the lowest CPU priority, it slowed that build by as much
 #   as it saved here: the build keeps both cores busy);
-# - the end-to-end tests.
+# - every other test binary of the workspace, then the end-to-end tests.
 # The deadline tests run last and alone: they measure wall time. The test binaries are run
 # as `cargo test` runs them (from their package's directory, with `CARGO_MANIFEST_DIR` set; a
 # test of the sandbox's environment checks that it does not leak): `cargo test` runs its binaries
 # one after another, and a narrower package selection would build the dependencies again with
 # other features. Within a binary, four tests at a time. Every test runs even when one fails;
-# the step fails at the end. The other lanes' output follows the first lane's.
+# the step fails at the end.
 cedar=(--manifest-path policies/stock/cedar/Cargo.toml --target-dir "${CARGO_TARGET_DIR:-target}/cedar-native")
 test_binaries() { # prints "PACKAGE-DIR TAB NAME TAB EXECUTABLE" for each test binary but hpcgate-tests'
     "${lint[@]}" cargo test --workspace --exclude hpcgate-tests --locked --no-run \
@@ -72,7 +71,7 @@ run_binaries() { # DIR TAB NAME TAB EXECUTABLE lines on stdin: runs each, fails 
     done
     return "$status"
 }
-executors_then_cedar() {
+side_lane() { # the executors' integration tests, then stock:cedar's native lints and tests
     local status=0 started=$SECONDS
     run_binaries <<<"$executors" || status=$?
     echo "tests: the executors' integration tests took $((SECONDS - started)) s"
@@ -80,35 +79,29 @@ executors_then_cedar() {
     echo "tests: with stock:cedar's native build and tests, $((SECONDS - started)) s"
     return "$status"
 }
-end_to_end() {
-    local started=$SECONDS
-    "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --locked --no-fail-fast --test e2e
-    echo "tests: the end-to-end tests took $((SECONDS - started)) s"
-}
 tests() {
-    local status=0 binaries executors lane pid log lanes=()
+    local status=0 binaries executors side side_log
     binaries="$(test_binaries)"
     executors="$(grep -P "^\Q$PWD/executors\E\tit\t" <<<"$binaries")" \
         || { echo "test.sh: no integration test binary of executors/ among:" "$binaries" >&2; return 1; }
-    for lane in executors_then_cedar end_to_end; do
-        log="$(mktemp)"
-        "$lane" >"$log" 2>&1 &
-        lanes+=("$!:$lane:$log")
-    done
+    side_log="$(mktemp)"
+    side_lane >"$side_log" 2>&1 &
+    side=$!
     grep -vxF "$executors" <<<"$binaries" | run_binaries || status=$?
     "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --exclude hpcgate-tests --locked --doc \
         || status=$?
-    for lane in "${lanes[@]}"; do
-        IFS=: read -r pid lane log <<<"$lane"
-        wait "$pid" || status=$?
-        printf '\n---- run beside the above: %s ----\n' "$lane"
-        cat "$log"
-        rm -f "$log"
-    done
+    "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --locked --no-fail-fast --test e2e \
+        || status=$?
+    wait "$side" || status=$?
+    printf '\n%s\n' "---- beside the above: the executors' integration tests, stock:cedar ----"
+    cat "$side_log"
+    rm -f "$side_log"
     "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --locked --no-fail-fast --test deadline \
         || status=$?
     return "$status"
 }
+# stock:cedar is a workspace of its own (`policies/stock/cedar/Cargo.toml` says why); its native
+# build goes beside the others, not under policies/ (which the guest build scripts watch).
 step "cedar fmt" cargo fmt --manifest-path policies/stock/cedar/Cargo.toml --check
 step tests tests
 # The official MCP conformance suite against the built gateway, for each spec version it knows.

@@ -242,13 +242,19 @@ deny = ["host_exec"]
     assert_eq!(own["scope"]["name"], "hpcgate");
     assert_eq!(own["headers"]["x-scope-orgid"], "hpc");
 
-    let tcp = TcpStream::connect(served.authority()).await.unwrap();
-    let (status, text) = exchange(tcp, "GET", "/metrics", &[], "").await;
-    assert_eq!(status, 200, "{text}");
-    assert!(
-        text.contains("hpcgate_trace_spans_total{outcome=\"exported\"} 3"),
-        "{text}"
-    );
+    // The receiver has written the spans before the gateway has its answer and counts them.
+    let exported = "hpcgate_trace_spans_total{outcome=\"exported\"} 3";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let tcp = TcpStream::connect(served.authority()).await.unwrap();
+        let (status, text) = exchange(tcp, "GET", "/metrics", &[], "").await;
+        assert_eq!(status, 200, "{text}");
+        if text.contains(exported) || Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(text.contains(exported), "{text}");
     assert!(
         text.contains("hpcgate_trace_spans_total{outcome=\"dropped\"} 0"),
         "{text}"
