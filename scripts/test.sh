@@ -52,6 +52,8 @@ step "clippy, build tests" "${lint[@]}" cargo test --workspace --locked --no-run
 # one after another, and a narrower package selection would build the dependencies again with
 # other features. Within a binary, four tests at a time. Every test runs even when one fails;
 # the step fails at the end.
+# stock:cedar is a workspace of its own (`policies/stock/cedar/Cargo.toml` says why); its native
+# build goes beside the others, not under policies/ (which the guest build scripts watch).
 cedar=(--manifest-path policies/stock/cedar/Cargo.toml --target-dir "${CARGO_TARGET_DIR:-target}/cedar-native")
 test_binaries() { # prints "PACKAGE-DIR TAB NAME TAB EXECUTABLE" for each test binary but hpcgate-tests'
     "${lint[@]}" cargo test --workspace --exclude hpcgate-tests --locked --no-run \
@@ -100,8 +102,6 @@ tests() {
         || status=$?
     return "$status"
 }
-# stock:cedar is a workspace of its own (`policies/stock/cedar/Cargo.toml` says why); its native
-# build goes beside the others, not under policies/ (which the guest build scripts watch).
 step "cedar fmt" cargo fmt --manifest-path policies/stock/cedar/Cargo.toml --check
 step tests tests
 # The official MCP conformance suite against the built gateway, for each spec version it knows.
