@@ -92,7 +92,7 @@ pub(crate) fn open_start_dir(
     path: &SandboxPath,
 ) -> Result<cap_std::fs::Dir, FileError> {
     roots
-        .dir(path.root())
+        .dir(path.root())?
         .open_dir(path.relative())
         .map_err(|e| FileError::from_io("open directory", path, e))
 }

@@ -35,7 +35,7 @@ pub fn make_directory(
     path.check_creatable()?;
     let io_err = |e| FileError::from_io("create directory", &path, e);
     let created = if req.parents {
-        let dir = roots.dir(path.root());
+        let dir = roots.dir(path.root())?;
         let rel = path.relative();
         let existed = dir.symlink_metadata(&rel).is_ok();
         dir.create_dir_all(&rel).map_err(io_err)?;

@@ -1,7 +1,8 @@
 //! File operations scoped to an instance's `/workspace` and `/output`, built on cap-std.
 //!
-//! The gateway opens an instance's two directories once with [`InstanceRoots::open_ambient`]
-//! (the only ambient authority here) and then calls one function per tool. Paths are
+//! The gateway names an instance's two directories once with [`InstanceRoots::ambient`] (the
+//! only ambient authority here; each is opened when a path first needs it) and then calls one
+//! function per tool. Paths are
 //! sandbox-view strings ([`SandboxPath`]): `/workspace/…`, `/output/…`, or relative (meaning
 //! `/workspace`). Two walls keep every operation inside the instance:
 //!
@@ -38,7 +39,7 @@
 //! # std::fs::create_dir_all(&ws).unwrap();
 //! # std::fs::create_dir_all(&out).unwrap();
 //! // Once per instance, from the gateway's own records (never from an agent):
-//! let roots = InstanceRoots::open_ambient(&ws, &out)?;
+//! let roots = InstanceRoots::ambient(&ws, &out);
 //! let limits = FileLimits::default();
 //! let write = WriteRequest {
 //!     path: "/output/result.txt".into(),

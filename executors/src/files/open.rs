@@ -49,7 +49,7 @@ pub(crate) fn open_regular(
     limits: &FileLimits,
     path: &SandboxPath,
 ) -> Result<(File, Metadata), FileError> {
-    let dir = roots.dir(path.root());
+    let dir = roots.dir(path.root())?;
     let rel = path.relative();
     let io_err = |e| FileError::from_io("read", path, e);
     let pre = dir.metadata(&rel).map_err(io_err)?;

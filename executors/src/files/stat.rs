@@ -34,7 +34,7 @@ pub struct StatResult {
 /// Reports facts about a path beneath the instance roots.
 pub fn stat_path(roots: &InstanceRoots, req: &StatRequest) -> Result<StatResult, FileError> {
     let path = SandboxPath::parse(&req.path)?;
-    let dir: &Dir = roots.dir(path.root());
+    let dir: &Dir = roots.dir(path.root())?;
     let io_err = |e| FileError::from_io("stat", &path, e);
     let md = if path.is_root() {
         dir.dir_metadata()

@@ -164,7 +164,7 @@ fn replace(
 pub(crate) fn make_parents(roots: &InstanceRoots, path: &SandboxPath) -> Result<(), FileError> {
     match path.split_last() {
         Some((parent, _)) if parent.as_os_str() != "." => roots
-            .dir(path.root())
+            .dir(path.root())?
             .create_dir_all(&parent)
             .map_err(|e| FileError::from_io("create the parent directories of", path, e)),
         _ => Ok(()),

@@ -21,7 +21,7 @@ fn moves_across_filesystems_copy_regular_files_only() {
         ws_dev, shm_dev,
         "/dev/shm must be a different filesystem from the temp dir"
     );
-    let roots = InstanceRoots::open_ambient(&fx.ws, shm.path()).unwrap();
+    let roots = InstanceRoots::ambient(&fx.ws, shm.path());
     let mv = |from: &str, to: &str, overwrite| {
         move_path(
             &roots,

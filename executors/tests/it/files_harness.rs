@@ -78,7 +78,7 @@ impl Fixture {
         fs::write(ws.join("inside.txt"), INSIDE).expect("write");
         fs::create_dir_all(ws.join("sub")).expect("mkdir");
         fs::write(ws.join("sub/deep.txt"), INSIDE).expect("write");
-        let roots = InstanceRoots::open_ambient(&ws, &out).expect("open roots");
+        let roots = InstanceRoots::ambient(&ws, &out);
         Self {
             tmp,
             top,

@@ -270,6 +270,34 @@ fn stat_reports_links_without_following_them() {
     );
 }
 
+/// A root is opened when a path first names it: a call on `/workspace` works while `/output`
+/// is gone, and one on `/output` says which root is missing, never its host path.
+#[test]
+fn each_root_is_opened_only_when_a_path_names_it() {
+    let fx = Fixture::new();
+    fs::remove_dir(&fx.out).unwrap();
+    let roots = hpcgate_executors::files::InstanceRoots::ambient(&fx.ws, &fx.out);
+    let stat = |path: &str| stat_path(&roots, &StatRequest { path: path.into() });
+    assert_eq!(stat("inside.txt").unwrap().facts.kind, EntryKind::File);
+    assert_eq!(stat("/workspace").unwrap().facts.kind, EntryKind::Directory);
+
+    let missing = stat("/output/x").unwrap_err();
+    assert_eq!(variant(&missing), "RootUnavailable");
+    let message = missing.to_string();
+    assert!(message.contains("`/output`"), "{message}");
+    assert!(!message.contains(fx.top.to_str().unwrap()), "{message}");
+
+    // Created later, the root opens at the next call that names it (a failure is not kept).
+    fs::create_dir(&fx.out).unwrap();
+    fs::write(fx.out.join("x"), b"x").unwrap();
+    assert_eq!(stat("/output/x").unwrap().facts.kind, EntryKind::File);
+    // Once open, the handle is the root: moving the directory away does not reach a new one
+    // at the old path.
+    fs::rename(&fx.out, fx.top.join("moved-output")).unwrap();
+    fs::create_dir(&fx.out).unwrap();
+    assert_eq!(stat("/output/x").unwrap().facts.kind, EntryKind::File);
+}
+
 #[test]
 fn make_directory_with_and_without_parents() {
     let fx = Fixture::new();

@@ -94,3 +94,33 @@ fn a_failed_rollback_poisons_the_log() {
     assert!(matches!(log.append(entry(2)), Err(AuditError::Poisoned)));
     assert!(matches!(log.checkpoint(), Err(AuditError::Poisoned)));
 }
+
+/// A rotation that fails (here: the next segment is there already, as a crash between creating
+/// and using it leaves it) is noticed at the next batch, which goes to the newest segment:
+/// one chain, no segment written past.
+#[test]
+fn a_failed_rotation_moves_on_at_the_next_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = AuditOptions {
+        max_file_bytes: 1,
+        ..AuditOptions::default()
+    };
+    let log = AuditLog::open(dir.path(), options).unwrap();
+    std::fs::write(dir.path().join("audit-000002.jsonl"), b"").unwrap();
+    assert_eq!(log.append(entry(0)).unwrap().seq, 1);
+    assert_eq!(
+        lines(dir.path()),
+        1,
+        "the first batch went to the first segment"
+    );
+    assert_eq!(log.append(entry(1)).unwrap().seq, 2);
+    assert_eq!(lines(dir.path()), 1, "the second did not");
+    let second = std::fs::read_to_string(dir.path().join("audit-000002.jsonl")).unwrap();
+    assert_eq!(second.lines().count(), 1, "{second}");
+    assert_eq!(log.append(entry(2)).unwrap().seq, 3);
+    drop(log);
+    let report = verify(dir.path(), None).unwrap();
+    assert!(report.intact, "{report:#?}");
+    // Segments 1, 2 and 3 with a record each, and 4 rotated to, still empty.
+    assert_eq!((report.records, report.files), (3, 4));
+}

@@ -2,8 +2,8 @@
 //!
 //! One batch = one `write` of all its lines + one `fdatasync`, under an exclusive `flock` on
 //! `audit.lock`. Holding the lock only per batch lets several gateway processes share one
-//! directory and one chain: before writing, a writer checks (one `fstat`, one `stat`) whether
-//! another process appended or rotated since its last batch, and if so re-reads the tail —
+//! directory and one chain: before writing, a writer checks (one `fstat`) whether another process
+//! appended or rotated since its last batch, and if so re-reads the tail —
 //! repairing a line torn by that process's crash — before numbering its own records. Records
 //! from different processes therefore never interleave within a line or break the chain. On a
 //! failed write or sync the file is truncated back to where the batch began (so no record the
@@ -57,6 +57,8 @@ pub(crate) struct Writer {
     at: Position,
     max_file_bytes: u64,
     poisoned: bool,
+    /// Our last rotation failed, perhaps after creating the next segment.
+    rotation_failed: bool,
     /// Bodies of `audit.repaired` records still to be written, first in the next batch.
     pending: Vec<Vec<u8>>,
     #[cfg(test)]
@@ -91,6 +93,7 @@ impl Writer {
             at,
             max_file_bytes: max_file_bytes.max(1),
             poisoned: false,
+            rotation_failed: false,
             pending: repaired.iter().map(repair_body).collect(),
             #[cfg(test)]
             inject: None,
@@ -133,6 +136,7 @@ impl Writer {
             let (at, repaired) =
                 locate(&self.dir).map_err(|e| AuditError::Unavailable(Box::new(e)))?;
             self.at = at;
+            self.rotation_failed = false;
             self.pending.extend(repaired.iter().map(repair_body));
         }
         let pending = std::mem::take(&mut self.pending);
@@ -180,19 +184,26 @@ impl Writer {
         if self.at.len >= self.max_file_bytes {
             // The batch is durable whatever happens here; a failed rotation is retried after
             // the next batch, and the chain does not depend on where files begin.
-            let _ = self.rotate();
+            self.rotation_failed = self.rotate().is_err();
         }
         Ok(receipts)
     }
 
-    /// Whether another process appended or rotated since our last batch.
+    /// Whether another process appended or rotated since our last batch. A writer creates the
+    /// next segment only when it rotates, in the same locked batch as its append to this one
+    /// (compression and pruning never touch the newest segment), so another process's rotation
+    /// always changes this file's length. Only our own rotation, failed perhaps after creating
+    /// the next segment, needs a look for it.
     fn changed(&self) -> bool {
         let len = self.at.file.metadata().map(|m| m.len()).ok();
+        if len != Some(self.at.len) {
+            return true;
+        }
         let next = self.at.segment.number + 1;
         // The next segment may be closed and compressed already.
-        len != Some(self.at.len)
-            || Segment::new(&self.dir, next).path.exists()
-            || Segment::compressed(&self.dir, next).path.exists()
+        self.rotation_failed
+            && (Segment::new(&self.dir, next).path.exists()
+                || Segment::compressed(&self.dir, next).path.exists())
     }
 
     fn write_and_sync(&mut self, buf: &[u8]) -> Result<(), AuditError> {

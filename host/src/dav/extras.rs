@@ -34,7 +34,7 @@ pub async fn handle(cx: &Cx<'_>, request: Request) -> Response {
         let limits = cx.dav.gateway.snapshot().file_limits();
         let opened = cx
             .dav
-            .blocking(move || exec::open_file(&roots(&extra)?, &limits, &path))
+            .blocking(move || exec::open_file(&roots(&extra), &limits, &path))
             .await;
         return match opened {
             Some(Ok(opened)) => {
@@ -81,8 +81,8 @@ pub fn names(cx: &Cx<'_>) -> Vec<String> {
 
 /// The extra as the executor's roots (both views are the extra's directory; only `/workspace`
 /// is used).
-fn roots(extra: &DavExtra) -> Result<InstanceRoots, exec::FileError> {
-    InstanceRoots::open_ambient(&extra.path, &extra.path)
+fn roots(extra: &DavExtra) -> InstanceRoots {
+    InstanceRoots::ambient(&extra.path, &extra.path)
 }
 
 /// The request's path inside the extra, in the executor's view (`/workspace/…`).
@@ -107,7 +107,7 @@ pub async fn resources(cx: &Cx<'_>, depth: u8) -> Result<Vec<Resource>, Response
     let found = cx
         .dav
         .blocking(move || {
-            let roots = roots(&extra)?;
+            let roots = roots(&extra);
             let stat = exec::stat_path(&roots, &StatRequest { path: path.clone() })?;
             let listed = if depth == 1 && stat.facts.kind == exec::EntryKind::Directory {
                 let request = ListRequest {

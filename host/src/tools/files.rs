@@ -228,13 +228,11 @@ pub(super) fn run(
     }
 }
 
-/// The call's instance's workspace and output, opened for the cap-std executor.
+/// The call's instance's workspace and output for the cap-std executor (each opened when a
+/// path first names it).
 fn roots(cx: &Context<'_>) -> Result<InstanceRoots, ToolError> {
     let paths = cx.state.instance_paths_ambient(cx.tenant, cx.instance()?)?;
-    Ok(InstanceRoots::open_ambient(
-        &paths.workspace,
-        &paths.output,
-    )?)
+    Ok(InstanceRoots::ambient(&paths.workspace, &paths.output))
 }
 
 fn read_file(cx: &Context<'_>, args: Read) -> Result<Output, ToolError> {

@@ -250,7 +250,7 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
         args.code.len() as u64,
     )?;
     let paths = cx.state.instance_paths_ambient(cx.tenant, &instance)?;
-    let roots = InstanceRoots::open_ambient(&paths.workspace, &paths.output)?;
+    let roots = InstanceRoots::ambient(&paths.workspace, &paths.output);
     let request = WriteRequest {
         path: path.clone(),
         data: args.code.into_bytes(),

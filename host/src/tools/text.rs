@@ -11,6 +11,8 @@
 //! carry nothing. Keys come in the structured value's order (sorted), so the text is
 //! deterministic.
 
+use std::fmt::Write as _;
+
 use serde_json::{Map, Value};
 
 /// Strings longer than this (or with a line break) are shown as a block.
@@ -35,43 +37,60 @@ fn object(map: &Map<String, Value>, indent: usize, out: &mut String) {
 }
 
 fn field(key: &str, value: &Value, indent: usize, out: &mut String) {
-    let pad = " ".repeat(indent);
+    out.push('\n');
+    pad(indent, out);
+    out.push_str(key);
     match value {
         Value::String(s) if s.contains('\n') || s.len() > INLINE_MAX => {
-            out.push_str(&format!("\n{pad}{key}:\n"));
+            out.push_str(":\n");
             fenced(s, out);
         }
         Value::Object(inner) => {
-            out.push_str(&format!("\n{pad}{key}:"));
+            out.push(':');
             object(inner, indent + 2, out);
         }
         Value::Array(items) if items.iter().any(|i| i.is_object()) => {
-            out.push_str(&format!("\n{pad}{key} ({}):", items.len()));
+            let _ = write!(out, " ({}):", items.len());
             for item in items {
-                out.push_str(&format!("\n{pad}- {}", one_line(item)));
+                out.push('\n');
+                pad(indent, out);
+                out.push_str("- ");
+                one_line(item, out);
             }
         }
-        _ => out.push_str(&format!("\n{pad}{key}: {}", scalar(value))),
+        _ => {
+            out.push_str(": ");
+            scalar(value, out);
+        }
     }
+}
+
+fn pad(indent: usize, out: &mut String) {
+    out.extend(std::iter::repeat_n(' ', indent));
 }
 
 /// A record on one line: `key=value` pairs, nested values as compact JSON.
-fn one_line(item: &Value) -> String {
-    match item {
-        Value::Object(map) => map
-            .iter()
-            .filter(|(_, v)| !is_empty(v))
-            .map(|(k, v)| format!("{k}={}", scalar(v)))
-            .collect::<Vec<_>>()
-            .join(" "),
-        other => scalar(other),
+fn one_line(item: &Value, out: &mut String) {
+    let Value::Object(map) = item else {
+        return scalar(item, out);
+    };
+    let mut first = true;
+    for (k, v) in map.iter().filter(|(_, v)| !is_empty(v)) {
+        if !std::mem::take(&mut first) {
+            out.push(' ');
+        }
+        out.push_str(k);
+        out.push('=');
+        scalar(v, out);
     }
 }
 
-fn scalar(value: &Value) -> String {
+fn scalar(value: &Value, out: &mut String) {
     match value {
-        Value::String(s) if !s.contains('\n') => s.clone(),
-        other => other.to_string(),
+        Value::String(s) if !s.contains('\n') => out.push_str(s),
+        other => {
+            let _ = write!(out, "{other}");
+        }
     }
 }
 
