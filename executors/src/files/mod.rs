@@ -2,9 +2,9 @@
 //!
 //! The gateway names an instance's two directories once with [`InstanceRoots::ambient`] (the
 //! only ambient authority here; each is opened when a path first needs it) and then calls one
-//! function per tool. Paths are
-//! sandbox-view strings ([`SandboxPath`]): `/workspace/…`, `/output/…`, or relative (meaning
-//! `/workspace`). Two walls keep every operation inside the instance:
+//! function per tool. Paths are sandbox-view strings ([`SandboxPath`]): `/workspace/…`,
+//! `/output/…`, or relative (meaning `/workspace`). Two walls keep every operation inside the
+//! instance:
 //!
 //! 1. lexical: `..`, other absolute paths, NUL, empty and over-long paths are refused before any
 //!    system call;

@@ -2,9 +2,9 @@
 //!
 //! One batch = one `write` of all its lines + one `fdatasync`, under an exclusive `flock` on
 //! `audit.lock`. Holding the lock only per batch lets several gateway processes share one
-//! directory and one chain: before writing, a writer checks (one `fstat`) whether another process
-//! appended or rotated since its last batch, and if so re-reads the tail —
-//! repairing a line torn by that process's crash — before numbering its own records. Records
+//! directory and one chain: before writing, a writer checks (one `fstat`) whether another
+//! process appended or rotated since its last batch, and if so re-reads the tail — repairing a
+//! line torn by that process's crash — before numbering its own records. Records
 //! from different processes therefore never interleave within a line or break the chain. On a
 //! failed write or sync the file is truncated back to where the batch began (so no record the
 //! callers were told failed stays as a valid line); if even that fails the writer is poisoned
@@ -183,7 +183,8 @@ impl Writer {
         self.at.head_ts = ts;
         if self.at.len >= self.max_file_bytes {
             // The batch is durable whatever happens here; a failed rotation is retried after
-            // the next batch, and the chain does not depend on where files begin.
+            // the next batch (which goes to the next segment if the failure left one, see
+            // `changed`), and the chain does not depend on where files begin.
             self.rotation_failed = self.rotate().is_err();
         }
         Ok(receipts)
