@@ -9,9 +9,10 @@ use std::os::unix::fs::PermissionsExt;
 
 use harness::{Fixture, INSIDE, SECRET, variant};
 use hpcgate_executors::files::{
-    DeleteRequest, EntryKind, FileError, FileLimits, ListRequest, MakeDirectoryRequest,
-    MoveRequest, ReadRequest, SearchRequest, StatRequest, WriteMode, WriteRequest, delete_path,
-    list_directory, make_directory, move_path, read_file, search_files, stat_path, write_file,
+    DeleteRequest, EntryKind, FileError, FileLimits, InstanceRoots, ListRequest,
+    MakeDirectoryRequest, MoveRequest, ReadRequest, SearchRequest, StatRequest, WriteMode,
+    WriteRequest, delete_path, list_directory, make_directory, move_path, read_file, search_files,
+    stat_path, write_file,
 };
 
 fn read(
@@ -276,7 +277,7 @@ fn stat_reports_links_without_following_them() {
 fn each_root_is_opened_only_when_a_path_names_it() {
     let fx = Fixture::new();
     fs::remove_dir(&fx.out).unwrap();
-    let roots = hpcgate_executors::files::InstanceRoots::ambient(&fx.ws, &fx.out);
+    let roots = InstanceRoots::ambient(&fx.ws, &fx.out);
     let stat = |path: &str| stat_path(&roots, &StatRequest { path: path.into() });
     assert_eq!(stat("inside.txt").unwrap().facts.kind, EntryKind::File);
     assert_eq!(stat("/workspace").unwrap().facts.kind, EntryKind::Directory);
