@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# setup.sh [--no-slurm]: install what hpcgate's build and tests need, idempotently, on a Debian
-# machine with rustup. Safe to run again: it only installs what is missing. Everything it says
-# goes to stderr (scripts/run.sh keeps stdout for the MCP stream).
+# setup.sh [--no-slurm | --toolchain | --no-toolchain]: install what hpcgate's build and tests
+# need, idempotently, on a Debian machine with rustup. Safe to run again: it only installs what
+# is missing. Everything it says goes to stderr (scripts/run.sh keeps stdout for the MCP stream).
+# `--toolchain` installs only the Rust toolchain (what the build needs), `--no-toolchain` all but
+# it (what only the tests need): scripts/test.sh runs the second beside the build.
 #
 #   Debian packages: bubblewrap (the sandbox), slurm-wlm + munge (the local test cluster; not
 #   with --no-slurm), openssl (makes the JWT test keys at test time; not with --no-slurm),
@@ -29,13 +31,21 @@ cd "$(dirname "$0")/.."
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 exec 1>&2
-slurm=yes
-[ "${1:-}" = "--no-slurm" ] && slurm=no
+slurm=yes packages=yes toolchain=yes
+case "${1:-}" in
+    "") ;;
+    --no-slurm) slurm=no ;;
+    --toolchain) slurm=no packages=no ;;
+    --no-toolchain) toolchain=no ;;
+    *) log "unknown option $1; usage: setup.sh [--no-slurm | --toolchain | --no-toolchain]"; exit 2 ;;
+esac
 
 missing=()
-command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
-# `hpcgate audit bench --records N` measures each command's peak RSS with GNU time
-[ -x /usr/bin/time ] || missing+=(time)
+if [ "$packages" = yes ]; then
+    command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+    # `hpcgate audit bench --records N` measures each command's peak RSS with GNU time
+    [ -x /usr/bin/time ] || missing+=(time)
+fi
 if [ "$slurm" = yes ]; then
     { command -v sbatch >/dev/null 2>&1 && [ -x /usr/sbin/slurmctld ]; } || missing+=(slurm-wlm)
     [ -x /usr/sbin/munged ] || missing+=(munge)
@@ -59,17 +69,19 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-command -v rustup >/dev/null 2>&1 || { log "rustup is required: https://rustup.rs"; exit 1; }
-# rust-toolchain.toml names the toolchain, components and wasm target; installing it is a no-op
-# when present.
-rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
-toolchain="$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)"
-for target in wasm32-unknown-unknown wasm32-wasip2; do
-    rustup target add --toolchain "$toolchain" "$target" >/dev/null 2>&1 \
-        || { log "cannot add the $target target to $toolchain"; exit 1; }
-done
-rustup component add --toolchain "$toolchain" clippy rustfmt >/dev/null 2>&1 \
-    || { log "cannot add clippy and rustfmt to $toolchain"; exit 1; }
+if [ "$toolchain" = yes ]; then
+    command -v rustup >/dev/null 2>&1 || { log "rustup is required: https://rustup.rs"; exit 1; }
+    # rust-toolchain.toml names the toolchain, components and wasm target; installing it is a
+    # no-op when present.
+    rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
+    channel="$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)"
+    for target in wasm32-unknown-unknown wasm32-wasip2; do
+        rustup target add --toolchain "$channel" "$target" >/dev/null 2>&1 \
+            || { log "cannot add the $target target to $channel"; exit 1; }
+    done
+    rustup component add --toolchain "$channel" clippy rustfmt >/dev/null 2>&1 \
+        || { log "cannot add clippy and rustfmt to $channel"; exit 1; }
+fi
 # The official Python MCP SDK, a third-party client for the end-to-end tests, in a venv inside
 # the target directory (the tests look for it there).
 if [ "$slurm" = yes ]; then

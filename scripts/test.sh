@@ -20,9 +20,26 @@ step() { # NAME COMMAND...: runs COMMAND and notes how long it took
     timings+=("$(printf '%-24s %5d s' "$name" $((SECONDS - started)))")
 }
 report() { printf 'test.sh: %s\n' "${timings[@]}" "$(printf '%-24s %5d s' total "$SECONDS")" >&2; }
-trap report EXIT
 
-step setup scripts/setup.sh
+# The build needs only the Rust toolchain. The rest of the set-up (Debian packages, the MCP
+# clients and componentizers from PyPI and npm: about 50 s, mostly downloads, on a fresh
+# machine) is for the tests, so it runs beside the build, its output kept until it is awaited.
+step toolchain scripts/setup.sh --toolchain
+setup_log="$(mktemp)"
+nice -n 10 scripts/setup.sh --no-toolchain >"$setup_log" 2>&1 &
+setup_pid=$!
+finish_setup() { # waits for the set-up beside the build and shows what it said
+    local status=0
+    [ -n "$setup_pid" ] || return 0
+    wait "$setup_pid" || status=$?
+    setup_pid=
+    cat "$setup_log" >&2
+    rm -f "$setup_log"
+    return "$status"
+}
+# A failed build still waits for the set-up: an apt-get or npm killed half-way could leave
+# the machine's packages or the target directory half-installed.
+trap 'finish_setup || true; report' EXIT
 step fmt cargo fmt --all --check
 # Clippy lints the workspace inside the test build rather than in a `cargo clippy` pass of its
 # own. `cargo clippy` only checks, so every dependency (and the guests' build scripts under it)
@@ -32,6 +49,8 @@ step fmt cargo fmt --all --check
 # dependencies go to rustc as usual. The test run keeps the same environment, which cargo's
 # fingerprints include, so nothing compiles again. Tests that run cargo inherit it: the proxy
 # tests' server is found fresh, and the Rust scaffold of `policy new` must be lint-clean too.
+# stock:cedar, a workspace of its own (`policies/stock/cedar/Cargo.toml` says why), is linted by
+# the nested build that builds it for wasm32 (`policies/build-support`).
 lint=(env "RUSTC_WORKSPACE_WRAPPER=$(rustc --print sysroot)/bin/clippy-driver"
     "CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
 # JavaScript and Python policies are built inside the tests (with the componentizers setup.sh
@@ -42,19 +61,14 @@ step "clippy, build tests" "${lint[@]}" cargo test --workspace --locked --no-run
 # Most tests wait on other processes (bwrap, Slurm, MCP servers and clients) more than they
 # compute, so the step runs two lanes side by side:
 # - the executors' integration tests, about 100 s of waiting on Slurm for 8 s of CPU (a time
-#   limit is whole minutes), then stock:cedar's native build, lints and tests (built beside
-#   the main build instead, even at the lowest CPU priority, it slowed that build by as much
-#   as it saved here: the build keeps both cores busy);
-# - every other test binary of the workspace, then the end-to-end tests.
+#   limit is whole minutes), then the end-to-end tests;
+# - every other test binary of the workspace, then the doc tests.
 # The deadline tests run last and alone: they measure wall time. The test binaries are run
 # as `cargo test` runs them (from their package's directory, with `CARGO_MANIFEST_DIR` set; a
 # test of the sandbox's environment checks that it does not leak): `cargo test` runs its binaries
 # one after another, and a narrower package selection would build the dependencies again with
 # other features. Within a binary, four tests at a time. Every test runs even when one fails;
 # the step fails at the end.
-# stock:cedar is a workspace of its own (`policies/stock/cedar/Cargo.toml` says why); its native
-# build goes beside the others, not under policies/ (which the guest build scripts watch).
-cedar=(--manifest-path policies/stock/cedar/Cargo.toml --target-dir "${CARGO_TARGET_DIR:-target}/cedar-native")
 test_binaries() { # prints "PACKAGE-DIR TAB NAME TAB EXECUTABLE" for each test binary but hpcgate-tests'
     "${lint[@]}" cargo test --workspace --exclude hpcgate-tests --locked --no-run \
         --message-format=json-render-diagnostics | python3 -c '
@@ -73,12 +87,13 @@ run_binaries() { # DIR TAB NAME TAB EXECUTABLE lines on stdin: runs each, fails 
     done
     return "$status"
 }
-side_lane() { # the executors' integration tests, then stock:cedar's native lints and tests
+side_lane() { # the executors' integration tests, then the end-to-end tests
     local status=0 started=$SECONDS
     run_binaries <<<"$executors" || status=$?
     echo "tests: the executors' integration tests took $((SECONDS - started)) s"
-    "${lint[@]}" cargo test "${cedar[@]}" --locked --no-fail-fast || status=$?
-    echo "tests: with stock:cedar's native build and tests, $((SECONDS - started)) s"
+    "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --locked --no-fail-fast --test e2e \
+        || status=$?
+    echo "tests: with the end-to-end tests, $((SECONDS - started)) s"
     return "$status"
 }
 tests() {
@@ -92,16 +107,15 @@ tests() {
     grep -vxF "$executors" <<<"$binaries" | run_binaries || status=$?
     "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --exclude hpcgate-tests --locked --doc \
         || status=$?
-    "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --locked --no-fail-fast --test e2e \
-        || status=$?
     wait "$side" || status=$?
-    printf '\n%s\n' "---- beside the above: the executors' integration tests, stock:cedar ----"
+    printf '\n%s\n' "---- beside the above: the executors' integration tests, the end-to-end tests ----"
     cat "$side_log"
     rm -f "$side_log"
     "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --locked --no-fail-fast --test deadline \
         || status=$?
     return "$status"
 }
+step "set-up (beside build)" finish_setup
 step "cedar fmt" cargo fmt --manifest-path policies/stock/cedar/Cargo.toml --check
 step tests tests
 # The official MCP conformance suite against the built gateway, for each spec version it knows.

@@ -11,4 +11,5 @@ mod policy_languages_purity;
 mod policy_reuse;
 mod policy_snapshot;
 mod policy_wasi;
+mod stock_cedar;
 mod usage_quota;

@@ -105,10 +105,13 @@ fn build(
         cmd.args(["-p", package]);
     }
     // The outer build's wrappers (clippy-driver, coverage) and flags are for the host target;
-    // the guests are built plainly.
+    // the guests are built plainly, but for one lint: a guest that is a workspace of its own
+    // is no member of the outer workspace, so when the outer build lints its members (clippy's
+    // driver as the workspace wrapper, as `scripts/test.sh` builds), this build lints that
+    // guest's crate the same way. Its dependencies are built plainly, as there.
+    let lints = own_workspace.is_some() && outer_build_lints();
     for var in [
         "RUSTC_WRAPPER",
-        "RUSTC_WORKSPACE_WRAPPER",
         "CARGO_ENCODED_RUSTFLAGS",
         "RUSTFLAGS",
         "CARGO_BUILD_TARGET",
@@ -118,6 +121,9 @@ fn build(
         "CARGO_MANIFEST_DIR",
     ] {
         cmd.env_remove(var);
+    }
+    if !lints {
+        cmd.env_remove("RUSTC_WORKSPACE_WRAPPER");
     }
     // A small stack (64 KiB instead of 1 MiB) keeps every fresh instance's memory small: fewer
     // pages to map, touch and reset per evaluation.
@@ -190,12 +196,24 @@ pub fn componentize_core_wat(wat: &str, wit_dir: &Path, world: &str) -> Result<V
     componentize(&module)
 }
 
-/// Prints `cargo:rerun-if-changed` lines for the guest sources.
+/// Prints `cargo:rerun-if-changed` lines for the guest sources, and asks for a rerun when the
+/// outer build starts or stops linting (see [`outer_build_lints`]).
 #[allow(clippy::print_stdout)] // build-script directives go to stdout by definition
 pub fn rerun_if_changed(paths: &[&Path]) {
     for path in paths {
         println!("cargo:rerun-if-changed={}", path.display());
     }
+    println!("cargo:rerun-if-env-changed=RUSTC_WORKSPACE_WRAPPER");
+    println!("cargo:rerun-if-env-changed=CLIPPY_ARGS");
+}
+
+/// Whether the outer build compiles its workspace's crates with clippy's driver (which reads
+/// its arguments, such as `-D warnings`, from `CLIPPY_ARGS`).
+fn outer_build_lints() -> bool {
+    std::env::var_os("RUSTC_WORKSPACE_WRAPPER")
+        .map(PathBuf::from)
+        .and_then(|wrapper| wrapper.file_name().map(|name| name.to_owned()))
+        .is_some_and(|name| name == "clippy-driver")
 }
 
 /// `name` in the outer build's target directory.

@@ -334,6 +334,3 @@ fn located(file: &str, text: &str, error: &dyn Diagnostic) -> String {
 }
 
 hpcgate_policy_sdk::export_policy!(Cedar);
-
-#[cfg(test)]
-mod tests;
