@@ -2,7 +2,7 @@
 //! policies, `hpcgate-tests` the hostile ones).
 //!
 //! [`build_guests`] runs a nested `cargo build` of the named workspace packages for a wasm32
-//! [`Target`] with the `policy` profile, in a target directory of its own (so the outer cargo's
+//! [`Target`] with the `policy` profile (`policy-dev` under a debug build), in a target directory of its own (so the outer cargo's
 //! lock on its own directory cannot deadlock it), then wraps each core module into a component
 //! with `wit-component` (for `wasm32-wasip2` the linker has already made one). Nothing opaque is
 //! committed: every guest is built from source.
@@ -95,7 +95,7 @@ fn build(
     #[allow(clippy::disallowed_methods)] // build time: the nested cargo that builds the guests
     let mut cmd = Command::new(cargo);
     cmd.current_dir(workspace)
-        .args(["build", "--profile", "policy", "--target", triple])
+        .args(["build", "--profile", profile(), "--target", triple])
         .arg("--target-dir")
         .arg(target_dir);
     if let Some(crate_dir) = own_workspace {
@@ -143,7 +143,7 @@ fn build(
          if the target is missing run `rustup target add {triple}`"
     );
 
-    let wasm_dir = target_dir.join(triple).join("policy");
+    let wasm_dir = target_dir.join(triple).join(profile());
     packages
         .iter()
         .map(|package| {
@@ -214,6 +214,19 @@ fn outer_build_lints() -> bool {
         .map(PathBuf::from)
         .and_then(|wrapper| wrapper.file_name().map(|name| name.to_owned()))
         .is_some_and(|name| name == "clippy-driver")
+}
+
+/// The cargo profile the guests are built with: `policy` when the outer build is a release
+/// build (the host that ships them), `policy-dev` for a debug build (the tests'). The two differ
+/// only where a guest's manifest says so: `stock:cedar`, optimised for speed when it ships, is
+/// optimised for size in a debug build, which takes a quarter less CPU (144 s instead of 193 s
+/// here, a fresh build's longest guest) for the same code, evaluating the example rules in
+/// 30 µs instead of 24.
+fn profile() -> &'static str {
+    match std::env::var("PROFILE").as_deref() {
+        Ok("debug") => "policy-dev",
+        _ => "policy",
+    }
 }
 
 /// `name` in the outer build's target directory.
