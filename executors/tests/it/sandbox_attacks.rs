@@ -395,13 +395,18 @@ fn forged_identity_is_reported_lost_and_never_signalled() {
     spawn_job(&dir, &inst.spec, &sh("echo done"), &supervisor()).expect("spawn");
     wait_job(&dir, Duration::from_secs(10)).expect("wait");
     // Rewrite the state as if a running job's supervisor had our (live) pid but another
-    // start time: a recycled pid.
+    // start time: a recycled pid. The recorded start times are the job's, later than ours but
+    // possibly in the same clock tick (a test run alone starts its job within 10 ms): moved on
+    // by 10,000 s, they cannot be ours.
     let path = dir.join("state.json");
     let mut v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
     v["phase"] = "running".into();
-    v["supervisor"]["pid"] = std::process::id().into();
-    v["sandbox"]["pid"] = std::process::id().into();
+    for process in ["supervisor", "sandbox"] {
+        let started = v[process]["start_time"].as_u64().expect("a start time");
+        v[process]["pid"] = std::process::id().into();
+        v[process]["start_time"] = (started + 1_000_000).into();
+    }
     std::fs::write(&path, serde_json::to_vec(&v).expect("json")).expect("write");
     let s = cancel_job(&dir).expect("cancel");
     assert_eq!(s.reason, Some(EndReason::Lost), "{s:?}");
