@@ -22,8 +22,8 @@ step() { # NAME COMMAND...: runs COMMAND and notes how long it took
 report() { printf 'test.sh: %s\n' "${timings[@]}" "$(printf '%-24s %5d s' total "$SECONDS")" >&2; }
 
 # The build needs only the Rust toolchain. The rest of the set-up (Debian packages, the MCP
-# clients and componentizers from PyPI and npm: about 50 s, mostly downloads, on a fresh
-# machine) is for the tests, so it runs beside the build, its output kept until it is awaited.
+# clients and componentizers from PyPI and npm: about 50 s on a fresh machine, much of it CPU)
+# is for the tests, so it runs beside the build, its output kept until it is awaited.
 step toolchain scripts/setup.sh --toolchain
 setup_log="$(mktemp)"
 nice -n 10 scripts/setup.sh --no-toolchain >"$setup_log" 2>&1 &

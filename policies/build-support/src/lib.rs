@@ -2,10 +2,10 @@
 //! policies, `hpcgate-tests` the hostile ones).
 //!
 //! [`build_guests`] runs a nested `cargo build` of the named workspace packages for a wasm32
-//! [`Target`] with the `policy` profile (`policy-dev` under a debug build), in a target directory of its own (so the outer cargo's
-//! lock on its own directory cannot deadlock it), then wraps each core module into a component
-//! with `wit-component` (for `wasm32-wasip2` the linker has already made one). Nothing opaque is
-//! committed: every guest is built from source.
+//! [`Target`] with the `policy` profile (`policy-dev` under a debug build), in a target
+//! directory of its own (so the outer cargo's lock on its own directory cannot deadlock it),
+//! then wraps each core module into a component with `wit-component` (for `wasm32-wasip2` the
+//! linker has already made one). Nothing opaque is committed: every guest is built from source.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
