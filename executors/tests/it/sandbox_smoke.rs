@@ -49,7 +49,12 @@ fn job_runs_to_completion_and_output_is_kept_host_side() {
         &supervisor(),
     )
     .expect("spawn");
-    assert_eq!(h.state.phase, JobPhase::Running);
+    // A job this short can end before `spawn_job` reads its state back.
+    assert!(
+        matches!(h.state.phase, JobPhase::Running | JobPhase::Finished),
+        "{:?}",
+        h.state
+    );
     let s = wait_job(&dir, Duration::from_secs(10)).expect("wait");
     assert_eq!(s.phase, JobPhase::Finished, "{s:?}");
     assert_eq!(s.reason, Some(EndReason::Exited));
