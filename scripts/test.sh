@@ -23,11 +23,20 @@ report() { printf 'test.sh: %s\n' "${timings[@]}" "$(printf '%-24s %5d s' total 
 
 # The build needs only the Rust toolchain. The rest of the set-up (Debian packages, the MCP
 # clients and componentizers from PyPI and npm: about 50 s on a fresh machine, much of it CPU)
-# is for the tests, so it runs beside the build, its output kept until it is awaited.
+# is for the tests, so it runs beside the build, its output kept until it is awaited. Its exit
+# status also goes to a file, for the executors' tests, which start before the build ends.
 step toolchain scripts/setup.sh --toolchain
 setup_log="$(mktemp)"
-nice -n 10 scripts/setup.sh --no-toolchain >"$setup_log" 2>&1 &
+setup_status="$(mktemp -u)"
+(
+    status=0
+    nice -n 10 scripts/setup.sh --no-toolchain >"$setup_log" 2>&1 || status=$?
+    echo "$status" >"$setup_status.part" && mv "$setup_status.part" "$setup_status"
+    exit "$status"
+) &
 setup_pid=$!
+executors_pid=
+executors_log="$(mktemp)"
 finish_setup() { # waits for the set-up beside the build and shows what it said
     local status=0
     [ -n "$setup_pid" ] || return 0
@@ -37,9 +46,18 @@ finish_setup() { # waits for the set-up beside the build and shows what it said
     rm -f "$setup_log"
     return "$status"
 }
-# A failed build still waits for the set-up: an apt-get or npm killed half-way could leave
-# the machine's packages or the target directory half-installed.
-trap 'finish_setup || true; report' EXIT
+finish_executors() { # waits for the executors' tests started during the build, shows their output
+    local status=0
+    [ -n "$executors_pid" ] || return 0
+    wait "$executors_pid" || status=$?
+    executors_pid=
+    printf '\n%s\n' "---- beside the build: the executors' integration tests ----"
+    cat "$executors_log"
+    return "$status"
+}
+# A failed build still waits for the set-up and the executors' tests: an apt-get or npm killed
+# half-way could leave the machine's packages or the target directory half-installed.
+trap 'finish_setup || true; finish_executors || true; rm -f "$setup_status" "$executors_log"; report' EXIT
 step fmt cargo fmt --all --check
 # Clippy lints the workspace inside the test build rather than in a `cargo clippy` pass of its
 # own. `cargo clippy` only checks, so every dependency (and the guests' build scripts under it)
@@ -57,62 +75,92 @@ lint=(env "RUSTC_WORKSPACE_WRAPPER=$(rustc --print sysroot)/bin/clippy-driver"
 # installs): the scaffolds of `policy new --lang js|python` (host/tests/it/cli.rs) and the
 # examples and hostile guests (tests/e2e), their components kept in the target directory.
 # A snapshot that differs fails; nothing is written or accepted (`cargo insta review` does that).
-step "clippy, build tests" "${lint[@]}" cargo test --workspace --locked --no-run
-# Most tests wait on other processes (bwrap, Slurm, MCP servers and clients) more than they
-# compute, so the step runs two lanes side by side:
-# - the executors' integration tests, about 100 s of waiting on Slurm for 8 s of CPU (a time
-#   limit is whole minutes), then the end-to-end tests;
-# - every other test binary of the workspace, then the doc tests.
-# The deadline tests run last and alone: they measure wall time. The test binaries are run
-# as `cargo test` runs them (from their package's directory, with `CARGO_MANIFEST_DIR` set; a
-# test of the sandbox's environment checks that it does not leak): `cargo test` runs its binaries
-# one after another, and a narrower package selection would build the dependencies again with
-# other features. Within a binary, four tests at a time. Every test runs even when one fails;
-# the step fails at the end.
-test_binaries() { # prints "PACKAGE-DIR TAB NAME TAB EXECUTABLE" for each test binary but hpcgate-tests'
-    "${lint[@]}" cargo test --workspace --exclude hpcgate-tests --locked --no-run \
-        --message-format=json-render-diagnostics | python3 -c '
+#
+# The build lists each test binary as soon as it is linked (cargo's JSON messages on stdout,
+# its diagnostics rendered on stderr as usual). The executors' integration tests start then,
+# beside the rest of the build: they are about 100 s of waiting on Slurm (its time limits are
+# whole minutes) for 8 s of CPU, and they need neither the policy guests nor the gateway, which
+# the build's last minutes are spent on.
+binaries=() # "PACKAGE-DIR TAB NAME TAB EXECUTABLE" for each test binary but the executors'
+build_tests() {
+    local dir name exe status=
+    while IFS=$'\t' read -r dir name exe; do
+        if [ "$dir" = exit ]; then
+            status="$name"
+        elif [ "$dir" = "$PWD/executors" ] && [ "$name" = it ]; then
+            executors_lane "$dir"$'\t'"$name"$'\t'"$exe" </dev/null >"$executors_log" 2>&1 &
+            executors_pid=$!
+        else
+            binaries+=("$dir"$'\t'"$name"$'\t'"$exe")
+        fi
+    done < <(
+        status=0
+        "${lint[@]}" cargo test --workspace --locked --no-run \
+            --message-format=json-render-diagnostics | python3 -u -c '
 import json, os, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m["profile"]["test"] and m.get("executable"):
-        print(os.path.dirname(m["manifest_path"]), m["target"]["name"], m["executable"], sep="\t")'
+        print(os.path.dirname(m["manifest_path"]), m["target"]["name"], m["executable"], sep="\t")' \
+            || status=$?
+        printf 'exit\t%s\n' "$status"
+    )
+    [ "$status" = 0 ] || { echo "test.sh: the build failed" >&2; return 1; }
+    [ -n "$executors_pid" ] \
+        || { echo "test.sh: the build made no integration test binary of executors/" >&2; return 1; }
 }
-run_binaries() { # DIR TAB NAME TAB EXECUTABLE lines on stdin: runs each, fails if any failed
-    local dir name exe status=0
+# Most tests wait on other processes (bwrap, Slurm, MCP servers and clients) more than they
+# compute. Beside the executors' tests, started during the build, the step runs two lanes: the
+# end-to-end tests; every other test binary of the workspace, then the doc tests. The deadline
+# tests run last and alone: they measure wall time. The test binaries are run as `cargo test`
+# runs them (from their package's directory, with `CARGO_MANIFEST_DIR` set; a test of the
+# sandbox's environment checks that it does not leak), from the build's list: a narrower
+# package selection would build the dependencies again with other features. Within a binary,
+# four tests at a time, but for the end-to-end and deadline tests (one per core, libtest's
+# default). Every test runs even when one fails; the step fails at the end.
+run_binaries() { # [THREADS], DIR TAB NAME TAB EXECUTABLE lines on stdin: runs each, fails if any did
+    local dir name exe status=0 threads=()
+    [ -z "${1:-}" ] || threads=(--test-threads "$1")
     while IFS=$'\t' read -r dir name exe; do
         printf '\n     Running %s (%s)\n' "${dir#"$PWD"/}: $name" "$exe"
-        (cd "$dir" && "${lint[@]}" INSTA_UPDATE=no CARGO_MANIFEST_DIR="$dir" "$exe" --test-threads 4) \
+        (cd "$dir" && "${lint[@]}" INSTA_UPDATE=no CARGO_MANIFEST_DIR="$dir" "$exe" "${threads[@]}") \
             </dev/null || status=$?
     done
     return "$status"
 }
-side_lane() { # the executors' integration tests, then the end-to-end tests
-    local status=0 started=$SECONDS
-    run_binaries <<<"$executors" || status=$?
-    echo "tests: the executors' integration tests took $((SECONDS - started)) s"
-    "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --locked --no-fail-fast --test e2e \
-        || status=$?
-    echo "tests: with the end-to-end tests, $((SECONDS - started)) s"
-    return "$status"
+executors_lane() { # LINE: waits for the set-up (Slurm, bwrap), then runs the executors' tests
+    local started=$SECONDS
+    until [ -e "$setup_status" ]; do sleep 1; done
+    [ "$(cat "$setup_status")" = 0 ] || { echo "test.sh: the set-up failed: no executors' tests"; return 1; }
+    echo "tests: the executors' integration tests waited $((SECONDS - started)) s for the set-up"
+    run_binaries 4 <<<"$1" || return 1
+    echo "tests: the executors' integration tests took $((SECONDS - started)) s with the wait"
+}
+step "clippy, build tests" build_tests
+binary() { # NAME: the list's line for tests/NAME (hpcgate-tests' binaries)
+    printf '%s\n' "${binaries[@]}" | grep -P "^\Q$PWD/tests\E\t$1\t" \
+        || { echo "test.sh: no test binary tests/$1 in the build's list" >&2; return 1; }
 }
 tests() {
-    local status=0 binaries executors side side_log
-    binaries="$(test_binaries)"
-    executors="$(grep -P "^\Q$PWD/executors\E\tit\t" <<<"$binaries")" \
-        || { echo "test.sh: no integration test binary of executors/ among:" "$binaries" >&2; return 1; }
+    local status=0 e2e deadline side side_log started=$SECONDS
+    e2e="$(binary e2e)" && deadline="$(binary deadline)" || return 1
     side_log="$(mktemp)"
-    side_lane >"$side_log" 2>&1 &
+    (
+        run_binaries <<<"$e2e" || status=$?
+        echo "tests: the end-to-end tests took $((SECONDS - started)) s"
+        exit "$status"
+    ) >"$side_log" 2>&1 &
     side=$!
-    grep -vxF "$executors" <<<"$binaries" | run_binaries || status=$?
+    printf '%s\n' "${binaries[@]}" | grep -vxF -e "$e2e" -e "$deadline" | run_binaries 4 || status=$?
     "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --exclude hpcgate-tests --locked --doc \
         || status=$?
+    echo "tests: the unit and integration tests took $((SECONDS - started)) s"
     wait "$side" || status=$?
-    printf '\n%s\n' "---- beside the above: the executors' integration tests, the end-to-end tests ----"
+    printf '\n%s\n' "---- beside the above: the end-to-end tests ----"
     cat "$side_log"
     rm -f "$side_log"
-    "${lint[@]}" INSTA_UPDATE=no cargo test --workspace --locked --no-fail-fast --test deadline \
-        || status=$?
+    finish_executors || status=$?
+    run_binaries <<<"$deadline" || status=$?
     return "$status"
 }
 step "set-up (beside build)" finish_setup
