@@ -1,8 +1,7 @@
-//! Shared test support: one policy engine per test binary with a compile cache in the target
-//! directory (each guest is compiled once per build, not once per test), the hostile guests
+//! Shared test support: one policy engine per test binary with the compile cache every test
+//! binary shares (each guest is compiled once per build, not once per test), the hostile guests
 //! built by `build.rs`, and a compact way to build a chain.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -10,18 +9,15 @@ use std::time::Duration;
 use hpcgate::policy::{Call, Chain, ChainPolicy, EngineSettings, Mode, ModuleSource, PolicyEngine};
 use serde_json::Value;
 
+#[path = "../shared.rs"]
+pub mod shared;
+
 /// The engine shared by every test in this binary.
 pub fn engine() -> &'static PolicyEngine {
     static ENGINE: OnceLock<PolicyEngine> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("policy-cache");
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&cache)
-            .expect("create the cache dir");
         PolicyEngine::new(EngineSettings {
-            cache_dir: Some(cache),
+            cache_dir: Some(shared::policy_cache()),
             // Configured snapshots compile a component twice in the background: the tests of
             // them (`policy_snapshot.rs`) use `snapshot_engine`, the rest configure every
             // instance and keep the machine's cores for what they measure.
@@ -199,55 +195,8 @@ pub fn rss_kib() -> u64 {
         .expect("VmRSS in /proc/self/status")
 }
 
-/// A JavaScript or Python policy (`lang` is `js` or `python`), built from `source` (relative to
-/// the repository root) by `scripts/componentize.sh` with the pinned componentizers
-/// `scripts/setup.sh` installs in the target directory, as `hpcgate policy new` projects build.
-/// `keep_wasi` keeps the WASI imports the componentizer would otherwise stub out. Built once and
-/// kept under the target directory until the source, the script or the contract changes.
-// Test support runs the build script directly, as a developer would (argv only).
-#[allow(clippy::disallowed_methods)]
+/// A JavaScript or Python policy built by `scripts/componentize.sh`, once for every test
+/// binary ([`shared::componentized`]).
 pub fn componentized(lang: &str, source: &str, keep_wasi: bool) -> ModuleSource {
-    static BUILDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let target = tmp.parent().expect("CARGO_TARGET_TMPDIR is <target>/tmp");
-    let inputs = [
-        repo.join(source),
-        repo.join("scripts/componentize.sh"),
-        repo.join("wit/policy.wit"),
-    ];
-    let stem = std::path::Path::new(source)
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .expect("a source file name");
-    let suffix = if keep_wasi { "-wasi" } else { "" };
-    let out = tmp
-        .join("componentized")
-        .join(format!("{lang}-{stem}{suffix}.wasm"));
-    let _one_at_a_time = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
-    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let fresh = modified(&out).is_some_and(|built| {
-        inputs
-            .iter()
-            .all(|i| modified(i).is_some_and(|changed| changed <= built))
-    });
-    if !fresh {
-        std::fs::create_dir_all(out.parent().unwrap()).expect("create the output dir");
-        let partial = out.with_extension("partial.wasm");
-        let mut command = std::process::Command::new(repo.join("scripts/componentize.sh"));
-        command
-            .args([lang, inputs[0].to_str().unwrap(), partial.to_str().unwrap()])
-            .env("CARGO_TARGET_DIR", target);
-        if keep_wasi {
-            command.arg("--keep-wasi");
-        }
-        let output = command.output().expect("run scripts/componentize.sh");
-        assert!(
-            output.status.success(),
-            "scripts/componentize.sh {lang} {source} failed (scripts/setup.sh installs the componentizers): {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        std::fs::rename(&partial, &out).expect("move the component into place");
-    }
-    ModuleSource::Path(out)
+    ModuleSource::Path(shared::componentized(lang, source, keep_wasi))
 }

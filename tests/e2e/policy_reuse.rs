@@ -3,7 +3,7 @@
 //! budget, and the stock chain — which reuses by default — decides exactly as on fresh instances.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use hpcgate::config::{Config, DEFAULT_CONFIG};
 use hpcgate::policy::{Call, Chain, ChainPolicy, EngineSettings, Phase, PolicyEngine};
@@ -106,7 +106,7 @@ fn counting(engine: &PolicyEngine) -> Chain {
 #[test]
 fn kept_instances_stay_within_an_eighth_of_the_engine_slots_and_a_dropped_chain_returns_them() {
     let engine = PolicyEngine::new(EngineSettings {
-        cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("policy-cache")),
+        cache_dir: Some(crate::harness::shared::policy_cache()),
         instance_slots: 128,
         ..EngineSettings::default()
     })

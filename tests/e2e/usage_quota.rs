@@ -36,8 +36,7 @@ max = 100
         explicit: Some(file),
     };
     let mut settings = load(&env).unwrap().settings().unwrap();
-    settings.fixed.engine.cache_dir =
-        Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("policy-cache"));
+    settings.fixed.engine.cache_dir = Some(crate::harness::shared::policy_cache());
     Gateway::open(settings).unwrap()
 }
 

@@ -512,10 +512,7 @@ async fn a_gateway_killed_while_exporting_checkpoints_leaves_a_sink_that_verifie
             .arg(&config)
             .env("HOME", dir.path().join("home"))
             .env("USER", "checkpoint-tester")
-            .env(
-                "XDG_CACHE_HOME",
-                Path::new(env!("CARGO_TARGET_TMPDIR")).join("checkpoint-kill-cache"),
-            )
+            .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
             .env_remove("HPCGATE_CONFIG");
         TokioChildProcess::new(command).unwrap()
     };

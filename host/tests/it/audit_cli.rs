@@ -3,7 +3,6 @@
 //! gateway killed with SIGKILL mid-append leaves a log that opens (repairing) and verifies, and
 //! a log compressed by `audit compress` answers every command as before.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -21,20 +20,10 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-fn cache() -> PathBuf {
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cache");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&cache)
-        .unwrap();
-    cache
-}
-
 fn hpcgate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hpcgate"))
         .args(args)
-        .env("XDG_CACHE_HOME", cache())
+        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
         .output()
         .expect("run hpcgate")
 }
@@ -60,7 +49,7 @@ fn stock_config(dir: &Path) -> PathBuf {
 fn stock_chain(config: &Path) -> Chain {
     let (config, base) = Config::load(config).unwrap();
     let engine = PolicyEngine::new(EngineSettings {
-        cache_dir: Some(cache().join("hpcgate/policies")),
+        cache_dir: Some(crate::support::shared::policy_cache()),
         ..config.engine_settings()
     })
     .unwrap();

@@ -3,18 +3,11 @@
 //! call included. No timing is asserted:
 //! the figures belong in BENCHMARKS.md.
 
-use std::os::unix::fs::DirBuilderExt;
-use std::path::PathBuf;
 use std::process::Command;
 
 #[test]
 fn the_gateway_bench_prints_its_figures_as_json() {
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-cache");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&cache)
-        .unwrap();
+    let cache = crate::support::shared::cache_home();
     let output = Command::new(env!("CARGO_BIN_EXE_hpcgate"))
         .args([
             "bench",

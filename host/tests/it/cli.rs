@@ -1,6 +1,5 @@
 //! The `hpcgate policy` commands, run as a user runs them: the real binary, real files.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -13,12 +12,7 @@ fn repo() -> PathBuf {
 
 /// Runs `hpcgate` with a compile cache shared by these tests (in the target dir, never `$HOME`).
 fn hpcgate(args: &[&str]) -> Output {
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cache");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&cache)
-        .unwrap();
+    let cache = crate::support::shared::cache_home();
     Command::new(env!("CARGO_BIN_EXE_hpcgate"))
         .args(args)
         .env("XDG_CACHE_HOME", &cache)
@@ -55,7 +49,7 @@ fn check_accepts_a_stock_policy_and_names_its_digest() {
 /// file `perf` reads for the process; without it no map is written.
 #[test]
 fn perfmap_names_the_guest_functions_for_perf_only_when_asked() {
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cache");
+    let cache = crate::support::shared::cache_home();
     for asked in [true, false] {
         let mut command = Command::new(env!("CARGO_BIN_EXE_hpcgate"));
         command
@@ -476,7 +470,7 @@ fn scaffold_and_test(lang: &str, dir: &Path) -> PathBuf {
         .parent()
         .expect("CARGO_TARGET_TMPDIR is <target>/tmp")
         .to_path_buf();
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cache");
+    let cache = crate::support::shared::cache_home();
     let output = Command::new(root.join("test.sh"))
         .env("HPCGATE", env!("CARGO_BIN_EXE_hpcgate"))
         .env("JCO", target.join("policy-js/node_modules/.bin/jco"))
@@ -518,10 +512,7 @@ fn break_and_retest(root: &Path, file: &str, from: &str, to: &str) {
             "JCO",
             Path::new(env!("CARGO_TARGET_TMPDIR")).join("../policy-js/node_modules/.bin/jco"),
         )
-        .env(
-            "XDG_CACHE_HOME",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-cache"),
-        )
+        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(1), "{output:?}");

@@ -4,7 +4,7 @@
 //! as principal.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
@@ -39,10 +39,7 @@ impl Gate {
             .current_dir(self.dir.path())
             .env("HOME", self.dir.path().join("home"))
             .env("USER", "cli-tester")
-            .env(
-                "XDG_CACHE_HOME",
-                Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-instance-cache"),
-            )
+            .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
             .env_remove("XDG_CONFIG_HOME")
             .env_remove("XDG_DATA_HOME")
             .env_remove("HPCGATE_CONFIG");

@@ -242,10 +242,7 @@ async fn run_python_lists_reads_and_writes_through_the_pipeline_as_the_job() {
         .arg("--calls")
         .arg(&audit_file)
         .env("HOME", dir.path().join("home"))
-        .env(
-            "XDG_CACHE_HOME",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-cache"),
-        )
+        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
         .env_remove("HPCGATE_CONFIG")
         .output()
         .unwrap();

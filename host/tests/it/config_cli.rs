@@ -10,7 +10,7 @@ use serde_json::Value;
 /// Runs `hpcgate` with `home` as `HOME`, no XDG overrides (unless given) and no
 /// `HPCGATE_CONFIG` (unless given), and a compile cache in the target dir.
 fn hpcgate(home: &Path, envs: &[(&str, &Path)], args: &[&str]) -> Output {
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("config-cli-cache");
+    let cache = crate::support::shared::cache_home();
     let mut command = Command::new(env!("CARGO_BIN_EXE_hpcgate"));
     command
         .args(args)

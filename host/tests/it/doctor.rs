@@ -3,7 +3,7 @@
 //! (home, state, config) is a temp dir.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
@@ -14,7 +14,7 @@ use crate::support::proxy as proxy_support;
 fn doctor(home: &Path, config: &str) -> (Option<i32>, Value) {
     let file = home.join("doctor.toml");
     std::fs::write(&file, config).unwrap();
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("doctor-cache");
+    let cache = crate::support::shared::cache_home();
     let output = Command::new(env!("CARGO_BIN_EXE_hpcgate"))
         .args(["doctor", "--json", "--config"])
         .arg(&file)

@@ -21,10 +21,7 @@ fn hpcgate(home: &Path, args: &[&str]) -> Output {
         .args(args)
         .current_dir(home)
         .env("HOME", home)
-        .env(
-            "XDG_CACHE_HOME",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("config-cli-cache"),
-        )
+        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
         .env_remove("XDG_CONFIG_HOME")
         .env_remove("XDG_DATA_HOME")
         .env_remove("HPCGATE_CONFIG")

@@ -64,10 +64,7 @@ async fn start(dir: &Path) -> (RunningService<RoleClient, ()>, u32) {
         .arg(config(dir))
         .env("HOME", dir.join("home"))
         .env("USER", "kill-tester")
-        .env(
-            "XDG_CACHE_HOME",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("kill-recovery-cache"),
-        )
+        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
         .env_remove("HPCGATE_CONFIG");
     let transport = TokioChildProcess::new(command).unwrap();
     let pid = transport.id().expect("the gateway runs");

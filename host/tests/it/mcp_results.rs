@@ -28,10 +28,7 @@ fn gateway(dir: &Path, extra: &str) -> tokio::process::Command {
         .arg("--config")
         .arg(&config)
         .env("HOME", dir.join("home"))
-        .env(
-            "XDG_CACHE_HOME",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-cache"),
-        )
+        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
         .env_remove("HPCGATE_CONFIG");
     command
 }

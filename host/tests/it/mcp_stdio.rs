@@ -50,10 +50,7 @@ fn gateway_command_with(dir: &Path, extra: &str) -> tokio::process::Command {
         .arg("--config")
         .arg(config(dir, extra))
         .env("HOME", dir.join("home"))
-        .env(
-            "XDG_CACHE_HOME",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-cache"),
-        )
+        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
         .env_remove("HPCGATE_CONFIG");
     command
 }
@@ -362,40 +359,6 @@ async fn a_wasi_policy_judges_brief_calls_over_stdio() {
     assert!(replayed.status.success());
 }
 
-/// A JavaScript or Python hostile guest (`policies/hostile/{js,python}`), built by
-/// `scripts/componentize.sh` with the componentizers `scripts/setup.sh` installs, kept under the
-/// target directory until its source changes.
-fn componentized(lang: &str, source: &str) -> std::path::PathBuf {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let out = tmp.join(format!("componentized-it/{lang}.wasm"));
-    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let inputs = [repo.join(source), repo.join("scripts/componentize.sh")];
-    let fresh = modified(&out).is_some_and(|built| {
-        inputs
-            .iter()
-            .all(|i| modified(i).is_some_and(|c| c <= built))
-    });
-    if !fresh {
-        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
-        let partial = out.with_extension("partial.wasm");
-        let built = std::process::Command::new(repo.join("scripts/componentize.sh"))
-            .arg(lang)
-            .arg(&inputs[0])
-            .arg(&partial)
-            .env("CARGO_TARGET_DIR", tmp.parent().unwrap())
-            .output()
-            .unwrap();
-        assert!(
-            built.status.success(),
-            "scripts/componentize.sh {lang} failed (scripts/setup.sh installs the componentizers): {}",
-            String::from_utf8_lossy(&built.stderr)
-        );
-        std::fs::rename(&partial, &out).unwrap();
-    }
-    out
-}
-
 /// A JavaScript `while (true)` and a Python memory hog judge tools of a gateway serving over
 /// stdio: each call they judge is denied as a fault naming the policy, and the gateway serves
 /// the next call. The deadlines are generous: a fresh instance is prepared under the same
@@ -404,8 +367,12 @@ fn componentized(lang: &str, source: &str) -> std::path::PathBuf {
 #[tokio::test]
 async fn javascript_and_python_hostile_policies_fault_while_the_gateway_serves() {
     let dir = tempfile::tempdir().unwrap();
-    let js = componentized("js", "policies/hostile/js/hostile.js");
-    let python = componentized("python", "policies/hostile/python/hostile.py");
+    let js = crate::support::shared::componentized("js", "policies/hostile/js/hostile.js", false);
+    let python = crate::support::shared::componentized(
+        "python",
+        "policies/hostile/python/hostile.py",
+        false,
+    );
     let extra = format!(
         "\n[[policies]]\nname = \"spin\"\nmodule = {:?}\ntools = [\"stat_path\"]\ndeadline_ms = 200\n\
          [policies.config]\nbehaviour = \"spin\"\non = \"stat_path\"\n\

@@ -36,11 +36,6 @@ fn node() -> PathBuf {
     clients().join("node_modules/.bin/node")
 }
 
-/// The shared compiled-policy cache of the transport tests (as `served::command` uses).
-fn policy_cache() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-cache")
-}
-
 /// A copy of `tests/clients/ts/*.mjs` in `dir/ts`, beside a `node_modules` link to the
 /// installed clients: Node resolves a module's imports from the module's own directory up, and
 /// the installed packages live in the target directory, not next to the sources.
@@ -90,7 +85,7 @@ async fn sdk(dir: &Path, program: &str, args: &[&str]) -> Result<Value, String> 
         .arg(programs(dir).join(program))
         .args(args)
         .env("HOME", dir.join("home"))
-        .env("XDG_CACHE_HOME", policy_cache());
+        .env("XDG_CACHE_HOME", crate::support::shared::cache_home());
     let out = output(command).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
@@ -396,7 +391,10 @@ async fn the_inspector_cli_lists_and_calls_over_stdio() {
         "-e".to_owned(),
         format!("HOME={}", dir.path().join("home").display()),
         "-e".to_owned(),
-        format!("XDG_CACHE_HOME={}", policy_cache().display()),
+        format!(
+            "XDG_CACHE_HOME={}",
+            crate::support::shared::cache_home().display()
+        ),
         "--".to_owned(),
         env!("CARGO_BIN_EXE_hpcgate").to_owned(),
         "run".to_owned(),

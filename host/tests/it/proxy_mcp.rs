@@ -47,10 +47,7 @@ async fn the_rmcp_client_gets_proxied_results_whole() {
         .arg("--config")
         .arg(config(dir.path()))
         .env("HOME", dir.path().join("home"))
-        .env(
-            "XDG_CACHE_HOME",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-cache"),
-        )
+        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
         .env_remove("HPCGATE_CONFIG");
     let changes = Counter::default();
     let client = changes

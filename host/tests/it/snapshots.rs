@@ -36,10 +36,7 @@ fn cli(dir: &Path, config: &Path, args: &[&str]) {
         .args(args)
         .env("HPCGATE_CONFIG", config)
         .env("HOME", dir.join("home"))
-        .env(
-            "XDG_CACHE_HOME",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-cache"),
-        )
+        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
         .output()
         .unwrap();
     assert!(

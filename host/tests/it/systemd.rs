@@ -117,10 +117,7 @@ fn activate(dir: &Path, config: &Path, listen: &Path, uds: &Path) -> tokio::proc
         .arg("--uds")
         .arg(uds)
         .env("HOME", dir.join("home"))
-        .env(
-            "XDG_CACHE_HOME",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-cache"),
-        )
+        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
         .env_remove("HPCGATE_CONFIG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -30,7 +30,7 @@ impl Admin {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tenant-cli-cache");
+        let cache = crate::support::shared::cache_home();
         Command::new(env!("CARGO_BIN_EXE_hpcgate"))
             .args(args)
             .current_dir(self.home.path())

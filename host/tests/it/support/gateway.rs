@@ -32,8 +32,7 @@ pub fn settings(dir: &Path, config: &str) -> anyhow::Result<Settings> {
         explicit: Some(file),
     };
     let mut settings = load(&env)?.settings()?;
-    settings.fixed.engine.cache_dir =
-        Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("gateway-policy-cache"));
+    settings.fixed.engine.cache_dir = Some(super::shared::policy_cache());
     Ok(settings)
 }
 

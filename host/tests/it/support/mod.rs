@@ -6,6 +6,8 @@ pub mod gateway;
 pub mod matrix;
 pub mod proxy;
 pub mod served;
+#[path = "../../../../tests/shared.rs"]
+pub mod shared;
 pub mod slurm;
 pub mod state;
 

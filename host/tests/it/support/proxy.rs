@@ -68,8 +68,7 @@ pub fn gateway(dir: &Path, config: &str) -> Gateway {
         explicit: Some(path),
     };
     let mut settings = load(&env).unwrap().settings().unwrap();
-    settings.fixed.engine.cache_dir =
-        Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("proxy-policy-cache"));
+    settings.fixed.engine.cache_dir = Some(super::shared::policy_cache());
     Gateway::open(settings).unwrap()
 }
 

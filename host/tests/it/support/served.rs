@@ -103,10 +103,7 @@ pub fn command(dir: &Path, config: &Path, args: &[&str]) -> Command {
         .arg(config)
         .args(args)
         .env("HOME", dir.join("home"))
-        .env(
-            "XDG_CACHE_HOME",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-cache"),
-        )
+        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
         .env_remove("HPCGATE_CONFIG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
