@@ -10,7 +10,7 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-/// Runs `hpcgate` with a compile cache shared by these tests (in the target dir, never `$HOME`).
+/// Runs `hpcgate` with the compile cache every test shares (in the target dir, never `$HOME`).
 fn hpcgate(args: &[&str]) -> Output {
     let cache = crate::support::shared::cache_home();
     Command::new(env!("CARGO_BIN_EXE_hpcgate"))
