@@ -11,25 +11,23 @@ use std::path::{Path, PathBuf};
 /// cache is [`policy_cache`]. Artifacts are keyed by content digest and engine settings and
 /// written by rename, so concurrent users share it safely.
 pub fn cache_home() -> PathBuf {
-    let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cache-home");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&home)
-        .expect("create the tests' cache home");
-    home
+    private_dir(Path::new(env!("CARGO_TARGET_TMPDIR")).join("cache-home"))
 }
 
 /// The compile cache a gateway with [`cache_home`] as `XDG_CACHE_HOME` uses, for engines the
 /// tests build themselves (created, private).
 pub fn policy_cache() -> PathBuf {
-    let cache = cache_home().join("hpcgate/policies");
+    private_dir(cache_home().join("hpcgate/policies"))
+}
+
+/// `dir`, created with its parents, only the user's (the compile cache trusts nothing else).
+fn private_dir(dir: PathBuf) -> PathBuf {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(&cache)
-        .expect("create the tests' compile cache");
-    cache
+        .create(&dir)
+        .unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    dir
 }
 
 /// A JavaScript or Python policy (`lang` is `js` or `python`), built from `source` (relative to

@@ -138,9 +138,10 @@ async fn a_slurm_job_over_stdio_reports_progress_and_cancels() {
         submit.is_some()
             && progress
                 .iter()
-                .all(|p| match Some(&p.progress_token) == submit.as_ref() {
-                    true => p.total == Some(120.0),
-                    false => p.total == Some(60.0),
+                .all(|p| if Some(&p.progress_token) == submit.as_ref() {
+                    p.total == Some(120.0)
+                } else {
+                    p.total == Some(60.0)
                 }),
         "the waiting Slurm submit reported progress: {progress:?}"
     );
