@@ -10,15 +10,22 @@
 //! upgrade, would leave files behind. A successful load marks its file used (its modification
 //! time), and opening the cache deletes, under the cache root, what no engine has used for
 //! [`UNUSED_FOR`]: this configuration's artifacts and those of other versions and settings.
+//!
+//! Beside the artifacts, [`FunctionCache`] keeps Cranelift's compiled functions one by one
+//! (wasmtime's incremental compilation), so that a module that shares functions with one
+//! compiled before compiles only the rest: a second componentized Python or JavaScript policy
+//! (the interpreter is the same code), a configured snapshot and the instrumented component it
+//! is made from (the policy's code unchanged), a policy edited and loaded again.
 
+use std::borrow::Cow;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use wasmtime::Engine;
 use wasmtime::component::Component;
+use wasmtime::{CacheStore, Engine};
 
 /// How long an artifact may go unused before opening the cache deletes it.
 pub(crate) const UNUSED_FOR: Duration = Duration::from_secs(30 * 86_400);
@@ -81,6 +88,95 @@ impl CompileCache {
     }
 }
 
+/// The directory under the cache root that holds [`FunctionCache`]'s entries.
+const FUNCTIONS: &str = "functions";
+
+/// Cranelift's compiled functions, one file each under `<cache root>/functions`, named by the
+/// digest Cranelift computes of the function's code and the target's settings (its version is
+/// checked inside each entry). Every engine configuration shares it: the settings that change
+/// the code are in the digest. An entry is written once, through a temporary file and a
+/// rename, so it is never seen half-written; like the artifacts, entries are read only from a
+/// directory and files that are this user's and that nobody else can write (an entry is
+/// native code). An entry that cannot be read or written costs only a compile.
+#[derive(Debug)]
+pub(crate) struct FunctionCache {
+    dir: PathBuf,
+}
+
+impl FunctionCache {
+    /// Opens (and creates) the function cache under the cache `root`; `None` when its directory
+    /// is not private to this user. Entries not written for [`UNUSED_FOR`] go, checked at most
+    /// once a day (the walk is as long as the cache).
+    pub(crate) fn open(root: &Path) -> Option<Self> {
+        let dir = root.join(FUNCTIONS);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .ok()?;
+        if !private_dir(&dir) {
+            return None;
+        }
+        prune_functions(&dir, SystemTime::now());
+        Some(FunctionCache { dir })
+    }
+
+    fn path(&self, key: &[u8]) -> PathBuf {
+        self.dir.join(hex::encode(key))
+    }
+}
+
+impl CacheStore for FunctionCache {
+    fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
+        let mut file = std::fs::File::open(self.path(key)).ok()?;
+        let meta = file.metadata().ok()?;
+        if !(meta.is_file() && owned_by_me(&meta) && meta.permissions().mode() & 0o022 == 0) {
+            return None;
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        file.read_to_end(&mut bytes).ok()?;
+        Some(Cow::Owned(bytes))
+    }
+
+    fn insert(&self, key: &[u8], value: Vec<u8>) -> bool {
+        let write = || -> std::io::Result<()> {
+            let (tmp, mut file) = tempfile_in(&self.dir)?;
+            let written = file.write_all(&value);
+            if written.is_ok() {
+                std::fs::rename(&tmp, self.path(key))
+            } else {
+                let _ = std::fs::remove_file(&tmp);
+                written
+            }
+        };
+        write().is_ok()
+    }
+}
+
+/// Deletes the function cache's entries (and temporary files a crash left) not written for
+/// [`UNUSED_FOR`], when the last walk is a day old or more.
+fn prune_functions(dir: &Path, now: SystemTime) {
+    let walked = dir.join(".pruned");
+    let due = std::fs::metadata(&walked)
+        .and_then(|m| m.modified())
+        .map_or(true, |last| last + Duration::from_secs(86_400) <= now);
+    if !due || std::fs::write(&walked, b"").is_err() {
+        return;
+    }
+    let Some(cutoff) = now.checked_sub(UNUSED_FOR) else {
+        return;
+    };
+    for path in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = path.path();
+        let old = std::fs::symlink_metadata(&path).is_ok_and(|m| {
+            m.is_file() && owned_by_me(&m) && m.modified().is_ok_and(|t| t < cutoff)
+        });
+        if old && path != walked {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
 /// Deletes the artifacts under `root` (one directory per engine configuration) last used
 /// before `now - UNUSED_FOR`, and the directories left empty; only in directories and of files
 /// that are this user's and private, like everything the cache reads.
@@ -92,7 +188,8 @@ fn prune(root: &Path, now: SystemTime) {
         return;
     };
     for dir in configurations.flatten().map(|entry| entry.path()) {
-        if !private_dir(&dir) {
+        // The function cache (tens of thousands of entries) prunes itself, once a day.
+        if dir.file_name() == Some(FUNCTIONS.as_ref()) || !private_dir(&dir) {
             continue;
         }
         for path in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
@@ -163,6 +260,136 @@ mod tests {
             .unwrap_or_default()
             .as_secs()
             / 86_400
+    }
+
+    /// A component whose core module has three functions; `export` names the lifted one, so
+    /// two components that differ only there share every compiled function.
+    fn component_text(export: &str) -> String {
+        format!(
+            r#"(component
+                (core module $m
+                    (func $triple (param i32) (result i32) local.get 0 i32.const 3 i32.mul)
+                    (func $plus_one (param i32) (result i32) local.get 0 i32.const 1 i32.add)
+                    (func (export "f") (param i32) (result i32)
+                        local.get 0 call $triple call $plus_one))
+                (core instance $i (instantiate $m))
+                (func (export "{export}") (param "x" u32) (result u32)
+                    (canon lift (core func $i "f"))))"#
+        )
+    }
+
+    fn engine_with_functions(root: &Path) -> Engine {
+        let mut config = wasmtime::Config::new();
+        let functions = FunctionCache::open(root).expect("a private function cache");
+        config
+            .enable_incremental_compilation(std::sync::Arc::new(functions))
+            .unwrap();
+        Engine::new(&config).unwrap()
+    }
+
+    /// Compiles `text` and calls its export `export` with 13: (13 * 3) + 1.
+    fn compile_and_call(engine: &Engine, text: &str, export: &str) -> u32 {
+        let component = Component::new(engine, text).unwrap();
+        let mut store = wasmtime::Store::new(engine, ());
+        let instance = wasmtime::component::Linker::new(engine)
+            .instantiate(&mut store, &component)
+            .unwrap();
+        let f = instance
+            .get_typed_func::<(u32,), (u32,)>(&mut store, export)
+            .unwrap();
+        f.call(&mut store, (13,)).unwrap().0
+    }
+
+    /// The function cache's entries and their inodes (a rewrite, through a rename, is a new
+    /// inode).
+    fn entries(root: &Path) -> Vec<(PathBuf, u64)> {
+        let mut entries: Vec<_> = std::fs::read_dir(root.join(FUNCTIONS))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+            .map(|p| {
+                let inode = std::fs::metadata(&p).unwrap().ino();
+                (p, inode)
+            })
+            .collect();
+        entries.sort();
+        entries
+    }
+
+    #[test]
+    fn a_module_that_shares_functions_with_an_earlier_one_reuses_them() {
+        let root = tempfile::tempdir().unwrap();
+        let engine = engine_with_functions(root.path());
+        assert_eq!(compile_and_call(&engine, &component_text("a"), "a"), 40);
+        let written = entries(root.path());
+        assert!(!written.is_empty(), "compiled functions are kept");
+        for (entry, _) in &written {
+            let mode = std::fs::metadata(entry).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "{} is private", entry.display());
+        }
+        // Another module (another export name) in another engine, as another process would.
+        let other = engine_with_functions(root.path());
+        assert_eq!(compile_and_call(&other, &component_text("b"), "b"), 40);
+        assert_eq!(
+            entries(root.path()),
+            written,
+            "every function came from the cache: nothing was written again"
+        );
+    }
+
+    /// Entries are native code: one that anyone else could have written is never read, even
+    /// when it is a good one, and one that is not a compiled function is compiled again. Either
+    /// way the module is right, and the entry is written again, private.
+    #[test]
+    fn an_entry_that_is_not_private_or_not_a_function_is_compiled_again() {
+        let root = tempfile::tempdir().unwrap();
+        let engine = engine_with_functions(root.path());
+        assert_eq!(compile_and_call(&engine, &component_text("a"), "a"), 40);
+        let written = entries(root.path());
+        assert!(written.len() >= 2, "{written:?}");
+        for (n, (entry, _)) in written.iter().enumerate() {
+            if n % 2 == 0 {
+                std::fs::set_permissions(entry, std::fs::Permissions::from_mode(0o666)).unwrap();
+            } else {
+                std::fs::write(entry, b"not a compiled function").unwrap();
+            }
+        }
+        let other = engine_with_functions(root.path());
+        assert_eq!(compile_and_call(&other, &component_text("b"), "b"), 40);
+        for ((entry, inode), (again, inode_again)) in written.iter().zip(entries(root.path())) {
+            assert_eq!(entry, &again);
+            assert_ne!(inode, &inode_again, "{} was written again", entry.display());
+            let meta = std::fs::metadata(entry).unwrap();
+            assert_eq!(meta.permissions().mode() & 0o077, 0, "{}", entry.display());
+            assert_ne!(std::fs::read(entry).unwrap(), b"not a compiled function");
+        }
+    }
+
+    #[test]
+    fn a_function_cache_anyone_can_write_is_not_used() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join(FUNCTIONS);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(FunctionCache::open(root.path()).is_none());
+    }
+
+    #[test]
+    fn function_entries_not_written_for_a_month_go_once_a_day() {
+        let root = tempfile::tempdir().unwrap();
+        let functions = FunctionCache::open(root.path()).unwrap();
+        assert!(functions.insert(b"old", b"x".to_vec()));
+        assert!(functions.insert(b"new", b"y".to_vec()));
+        age(&functions.path(b"old"), 31);
+        FunctionCache::open(root.path()).unwrap();
+        assert!(
+            functions.path(b"old").exists(),
+            "the walk ran when the cache was made: not again the same day"
+        );
+        age(&root.path().join(FUNCTIONS).join(".pruned"), 1);
+        FunctionCache::open(root.path()).unwrap();
+        assert!(!functions.path(b"old").exists(), "31 days: deleted");
+        assert_eq!(functions.get(b"new").as_deref(), Some(&b"y"[..]));
     }
 
     #[test]

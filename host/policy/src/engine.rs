@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::cache::CompileCache;
+use super::cache::{CompileCache, FunctionCache};
 use super::module::{LoadError, ModuleSource, PolicyModule};
 use super::pool::Maintainer;
 use super::ticker::Ticker;
@@ -122,6 +122,10 @@ impl PolicyEngine {
         // For profiling policies with `perf`: the guest code's symbols in /tmp/perf-<pid>.map.
         if std::env::var_os("HPCGATE_POLICY_PERFMAP").is_some() {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
+        // Compiled functions are cached one by one beside the compiled modules.
+        if let Some(functions) = (settings.cache_dir.as_deref()).and_then(FunctionCache::open) {
+            config.enable_incremental_compilation(Arc::new(functions))?;
         }
         let engine = Engine::new(&config).map_err(|e| address_space_limited(e, &settings))?;
         let cache = settings
