@@ -12,4 +12,5 @@ mod policy_reuse;
 mod policy_snapshot;
 mod policy_wasi;
 mod stock_cedar;
+mod stock_rego;
 mod usage_quota;

@@ -7,6 +7,8 @@ use std::path::Path;
 
 use hpcgate::policy::{EngineSettings, ModuleSource, PolicyEngine};
 
+/// The compiled modules under the cache `root` (beside them, `functions/` holds the compiled
+/// functions, tested in `host/policy/src/cache.rs`).
 fn artifacts(root: &Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
     for dir in std::fs::read_dir(root).into_iter().flatten().flatten() {
@@ -15,7 +17,9 @@ fn artifacts(root: &Path) -> Vec<std::path::PathBuf> {
             .flatten()
             .flatten()
         {
-            found.push(file.path());
+            if file.path().extension().is_some_and(|e| e == "cwasm") {
+                found.push(file.path());
+            }
         }
     }
     found

@@ -216,6 +216,3 @@ fn missing_policy() -> String {
 }
 
 hpcgate_policy_sdk::export_policy!(Rego);
-
-#[cfg(test)]
-mod tests;
