@@ -14,7 +14,8 @@
 //! Beside the artifacts, [`FunctionCache`] keeps Cranelift's compiled functions one by one
 //! (wasmtime's incremental compilation), so that a module that shares functions with one
 //! compiled before compiles only the rest: a second componentized Python or JavaScript policy
-//! (the interpreter is the same code), a policy edited and loaded again.
+//! (the interpreter is the same code, the policy is data to it), such a policy edited and
+//! loaded again.
 
 use std::borrow::Cow;
 use std::hash::{DefaultHasher, Hash, Hasher};
