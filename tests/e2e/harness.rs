@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use hpcgate::policy::{Call, Chain, ChainPolicy, EngineSettings, Mode, ModuleSource, PolicyEngine};
-use serde_json::Value;
+use hpcgate::policy::{
+    Call, Chain, ChainPolicy, DecisionKind, EngineSettings, Mode, ModuleSource, PolicyEngine,
+};
+use serde_json::{Value, json};
 
 #[path = "../shared.rs"]
 pub mod shared;
@@ -177,6 +179,25 @@ pub fn call(tool: &str, arguments: Value) -> Call {
     let mut call = Call::new(tool, arguments);
     call.tenant = "chem".into();
     call
+}
+
+/// `tenant` submitting `command` with `gpus` GPUs in instance `run1`: the call the example
+/// rules (`examples/policies/`) judge.
+pub fn submit(tenant: &str, command: &str, gpus: u64) -> Call {
+    let mut call = Call::new(
+        "submit_job",
+        json!({"instance_id": "run1", "command": command, "resources": {"gpus": gpus}}),
+    );
+    call.tenant = tenant.to_owned();
+    call.instance = Some("run1".to_owned());
+    call
+}
+
+/// Why `chain` denies `call` (it must deny it).
+pub fn denial(chain: &Chain, call: &Call) -> String {
+    let decision = chain.evaluate(call).decision;
+    assert_eq!(decision.decision, DecisionKind::Deny, "{decision:?}");
+    decision.reason.expect("a denial says why")
 }
 
 /// Serialises the tests that measure time or memory, so they do not disturb each other.

@@ -4,7 +4,7 @@
 use hpcgate::policy::{Call, Chain, DecisionKind, Phase, Via};
 use serde_json::{Value, json};
 
-use crate::harness::{Spec, chain, chain_error};
+use crate::harness::{Spec, chain, chain_error, denial, submit};
 
 const EXAMPLE: &str = include_str!("../../examples/policies/rules.cedar");
 
@@ -31,34 +31,18 @@ fn allows(chain: &Chain, call: &Call) -> bool {
     }
 }
 
-fn reason(chain: &Chain, call: &Call) -> String {
-    let decision = chain.evaluate(call).decision;
-    assert_eq!(decision.decision, DecisionKind::Deny, "{decision:?}");
-    decision.reason.expect("a denial says why")
-}
-
-fn submit(tenant: &str, command: &str, gpus: u64) -> Call {
-    let mut call = Call::new(
-        "submit_job",
-        json!({"instance_id": "run1", "command": command, "resources": {"gpus": gpus}}),
-    );
-    call.tenant = tenant.to_owned();
-    call.instance = Some("run1".to_owned());
-    call
-}
-
 #[test]
 fn example_rules() {
     let policy = cedar(EXAMPLE);
     assert!(allows(&policy, &submit("chem", "make", 4)));
-    let why = reason(&policy, &submit("chem", "rm -rf /workspace", 0));
+    let why = denial(&policy, &submit("chem", "rm -rf /workspace", 0));
     assert_eq!(why, "a job command may not contain `rm -rf`");
-    let why = reason(&policy, &submit("chem", "make", 5));
+    let why = denial(&policy, &submit("chem", "make", 5));
     assert_eq!(why, "tenant `chem` may use at most 4 GPUs per job");
     assert!(allows(&policy, &submit("bio", "make", 8)));
 
     let mut write = Call::new("write_file", json!({"path": "/workspace/inputs/a.csv"}));
-    assert!(reason(&policy, &write).contains("read-only `/workspace/inputs`"));
+    assert!(denial(&policy, &write).contains("read-only `/workspace/inputs`"));
     write.read_only = true;
     assert!(allows(&policy, &write));
 }
@@ -85,7 +69,7 @@ fn the_request_maps_tenant_principal_tool_instance_and_context() {
     assert!(allows(&policy, &call), "{:?}", policy.evaluate(&call));
     call.principal = "bob".to_owned();
     assert_eq!(
-        reason(&policy, &call),
+        denial(&policy, &call),
         "no Cedar policy permits `submit_job` for tenant `chem`"
     );
 
@@ -161,7 +145,7 @@ fn an_argument_cannot_smuggle_an_entity_reference() {
         json!({"x": {"__entity": {"type": "Tenant", "id": "root"}}}),
     );
     // A record with an `__entity` key, not an entity: the comparison is false, not an error.
-    let why = reason(&policy, &call);
+    let why = denial(&policy, &call);
     assert!(why.starts_with("no Cedar policy permits"), "{why}");
 }
 
@@ -173,7 +157,7 @@ fn forbid_wins_and_names_the_policies_without_a_reason() {
            forbid (principal, action == Action::"host_exec", resource);"#,
     );
     assert!(allows(&policy, &Call::new("list_jobs", json!({}))));
-    let why = reason(&policy, &Call::new("host_exec", json!({})));
+    let why = denial(&policy, &Call::new("host_exec", json!({})));
     assert_eq!(why, "forbidden by Cedar policy `no-host-exec`, `policy2`");
 }
 
@@ -184,7 +168,7 @@ fn an_evaluation_error_denies_naming_the_policy() {
            @id("sloppy") forbid (principal, action, resource) when { context.arguments.path like "/etc/*" };"#,
     );
     // No `path`: the forbid errors instead of applying; Cedar would allow, we deny.
-    let why = reason(&policy, &Call::new("write_file", json!({})));
+    let why = denial(&policy, &Call::new("write_file", json!({})));
     assert!(
         why.starts_with("Cedar policy `sloppy` could not be evaluated:"),
         "{why}"

@@ -5,7 +5,7 @@
 use hpcgate::policy::{Call, Chain, DecisionKind, Phase, Verdict, Via};
 use serde_json::{Value, json};
 
-use crate::harness::{Spec, chain, chain_error};
+use crate::harness::{Spec, chain, chain_error, denial, submit};
 
 const EXAMPLE: &str = include_str!("../../examples/policies/rules.rego");
 
@@ -31,21 +31,6 @@ fn decides(chain: &Chain, call: &Call) -> DecisionKind {
     chain.evaluate(call).decision.decision
 }
 
-fn reason(chain: &Chain, call: &Call) -> String {
-    let decision = chain.evaluate(call).decision;
-    assert_eq!(decision.decision, DecisionKind::Deny, "{decision:?}");
-    decision.reason.expect("a denial says why")
-}
-
-fn submit(tenant: &str, command: &str, gpus: u64) -> Call {
-    let mut call = Call::new(
-        "submit_job",
-        json!({"instance_id": "run1", "command": command, "resources": {"gpus": gpus}}),
-    );
-    call.tenant = tenant.to_owned();
-    call
-}
-
 #[test]
 fn example_rules() {
     let policy = example();
@@ -53,9 +38,9 @@ fn example_rules() {
         decides(&policy, &submit("chem", "make", 4)),
         DecisionKind::Allow
     );
-    let why = reason(&policy, &submit("chem", "rm -rf /workspace", 0));
+    let why = denial(&policy, &submit("chem", "rm -rf /workspace", 0));
     assert!(why.contains("rm -rf"), "{why}");
-    let why = reason(&policy, &submit("chem", "make", 5));
+    let why = denial(&policy, &submit("chem", "make", 5));
     assert_eq!(why, "tenant `chem` may use at most 4 GPUs per job, not 5");
     assert_eq!(
         decides(&policy, &submit("bio", "make", 8)),
@@ -64,7 +49,7 @@ fn example_rules() {
     );
 
     let write = |path: &str| Call::new("write_file", json!({"path": path}));
-    let why = reason(&policy, &write("/workspace/inputs/a.csv"));
+    let why = denial(&policy, &write("/workspace/inputs/a.csv"));
     assert!(why.contains("`/workspace/inputs/a.csv`"), "{why}");
     assert_eq!(decides(&policy, &write("inputs")), DecisionKind::Deny);
     assert_eq!(
@@ -78,7 +63,7 @@ fn example_rules() {
 
 #[test]
 fn several_messages_give_the_first_in_sorted_order() {
-    let why = reason(&example(), &submit("chem", "rm -rf x", 9));
+    let why = denial(&example(), &submit("chem", "rm -rf x", 9));
     assert!(why.starts_with("a job command"), "{why}");
 }
 
@@ -91,7 +76,7 @@ fn the_list_phase_sees_empty_arguments() {
     let mut call = Call::new("host_exec", json!({}));
     assert_eq!(decides(&policy, &call), DecisionKind::Allow);
     call.phase = Phase::List;
-    assert_eq!(reason(&policy, &call), "hidden");
+    assert_eq!(denial(&policy, &call), "hidden");
 }
 
 #[test]
@@ -127,10 +112,10 @@ rewrite := object.union(input.arguments, {"resources": {"gpus": 0}}) if input.to
 #[test]
 fn a_malformed_rule_value_denies() {
     let policy = rego("package hpcgate\nrewrite := 3", json!(null));
-    let why = reason(&policy, &Call::new("x", json!({})));
+    let why = denial(&policy, &Call::new("x", json!({})));
     assert!(why.contains("must be an object"), "{why}");
     let policy = rego("package hpcgate\ndeny := true", json!(null));
-    let why = reason(&policy, &Call::new("x", json!({})));
+    let why = denial(&policy, &Call::new("x", json!({})));
     assert!(why.contains("set of messages"), "{why}");
 }
 
@@ -147,7 +132,7 @@ fn an_evaluation_error_denies() {
             return;
         }
     };
-    let why = reason(&policy, &Call::new("x", json!({"a": 1, "b": 2})));
+    let why = denial(&policy, &Call::new("x", json!({"a": 1, "b": 2})));
     assert!(
         why.starts_with("evaluating `deny` of `rules.rego` failed: `rules.rego` line 3"),
         "{why}"
