@@ -67,8 +67,8 @@ step fmt cargo fmt --all --check
 # dependencies go to rustc as usual. The test run keeps the same environment, which cargo's
 # fingerprints include, so nothing compiles again. Tests that run cargo inherit it: the proxy
 # tests' server is found fresh, and the Rust scaffold of `policy new` must be lint-clean too.
-# stock:cedar and stock:rego, workspaces of their own (their Cargo.toml says why), are linted by
-# the nested builds that build them for wasm32 (`policies/build-support`).
+# stock:cedar, a workspace of its own (`policies/stock/cedar/Cargo.toml` says why), is linted by
+# the nested build that builds it for wasm32 (`policies/build-support`).
 lint=(env "RUSTC_WORKSPACE_WRAPPER=$(rustc --print sysroot)/bin/clippy-driver"
     "CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
 # JavaScript and Python policies are built inside the tests (with the componentizers setup.sh
@@ -165,7 +165,6 @@ tests() {
 }
 step "set-up (beside build)" finish_setup
 step "cedar fmt" cargo fmt --manifest-path policies/stock/cedar/Cargo.toml --check
-step "rego fmt" cargo fmt --manifest-path policies/stock/rego/Cargo.toml --check
 step tests tests
 # The official MCP conformance suite against the built gateway, for each spec version it knows.
 step conformance scripts/conformance.sh

@@ -3,11 +3,17 @@
 
 use std::path::PathBuf;
 
-const STOCK: [&str; 4] = ["tool-filter", "path-rules", "resource-caps", "proxy-filter"];
+const STOCK: [&str; 5] = [
+    "tool-filter",
+    "path-rules",
+    "resource-caps",
+    "proxy-filter",
+    "rego",
+];
 
-/// Stock policies that are workspaces of their own (see `policies/stock/cedar/Cargo.toml` and
-/// `policies/stock/rego/Cargo.toml`), each built by a nested build of its own.
-const OWN_WORKSPACE: [&str; 2] = ["cedar", "rego"];
+/// Stock policies that are workspaces of their own (see `policies/stock/cedar/Cargo.toml`),
+/// each built by a nested build of its own.
+const OWN_WORKSPACE: [&str; 1] = ["cedar"];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));

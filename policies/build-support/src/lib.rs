@@ -105,11 +105,12 @@ fn build(
         cmd.args(["-p", package]);
     }
     // The outer build's wrappers (clippy-driver, coverage) and flags are for the host target;
-    // the guests are built plainly, but for one lint: a guest that is a workspace of its own
-    // is no member of the outer workspace, so when the outer build lints its members (clippy's
-    // driver as the workspace wrapper, as `scripts/test.sh` builds), this build lints that
-    // guest's crate the same way. Its dependencies are built plainly, as there.
-    let lints = own_workspace.is_some() && outer_build_lints();
+    // the guests are built plainly, but for one lint: some guests are built only here (a
+    // workspace of its own, or a member built only for wasm32, as `stock:rego`), so when the
+    // outer build lints its members (clippy's driver as the workspace wrapper, as
+    // `scripts/test.sh` builds), this build lints the guests' crates the same way. Their
+    // dependencies are built plainly, as there.
+    let lints = outer_build_lints();
     for var in [
         "RUSTC_WRAPPER",
         "CARGO_ENCODED_RUSTFLAGS",
