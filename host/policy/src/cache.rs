@@ -130,7 +130,7 @@ impl CacheStore for FunctionCache {
     fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
         let mut file = std::fs::File::open(self.path(key)).ok()?;
         let meta = file.metadata().ok()?;
-        if !(meta.is_file() && owned_by_me(&meta) && meta.permissions().mode() & 0o022 == 0) {
+        if !(meta.is_file() && private(&meta)) {
             return None;
         }
         let mut bytes = Vec::with_capacity(meta.len() as usize);
@@ -233,14 +233,17 @@ fn rustix_uid() -> u32 {
         .unwrap_or(u32::MAX)
 }
 
+/// This user's, and nobody else may write it.
+fn private(meta: &std::fs::Metadata) -> bool {
+    owned_by_me(meta) && meta.permissions().mode() & 0o022 == 0
+}
+
 fn private_dir(dir: &Path) -> bool {
-    std::fs::symlink_metadata(dir)
-        .is_ok_and(|m| m.is_dir() && owned_by_me(&m) && m.permissions().mode() & 0o022 == 0)
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && private(&m))
 }
 
 fn private_file(path: &Path) -> bool {
-    std::fs::symlink_metadata(path)
-        .is_ok_and(|m| m.is_file() && owned_by_me(&m) && m.permissions().mode() & 0o022 == 0)
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && private(&m))
 }
 
 #[cfg(test)]
@@ -316,12 +319,18 @@ mod tests {
         entries
     }
 
+    /// Compiles and calls the component exporting `a` with a function cache under `root`;
+    /// returns the entries it wrote.
+    fn compiled_once(root: &Path) -> Vec<(PathBuf, u64)> {
+        let engine = engine_with_functions(root);
+        assert_eq!(compile_and_call(&engine, &component_text("a"), "a"), 40);
+        entries(root)
+    }
+
     #[test]
     fn a_module_that_shares_functions_with_an_earlier_one_reuses_them() {
         let root = tempfile::tempdir().unwrap();
-        let engine = engine_with_functions(root.path());
-        assert_eq!(compile_and_call(&engine, &component_text("a"), "a"), 40);
-        let written = entries(root.path());
+        let written = compiled_once(root.path());
         assert!(!written.is_empty(), "compiled functions are kept");
         for (entry, _) in &written {
             let mode = std::fs::metadata(entry).unwrap().permissions().mode();
@@ -343,9 +352,7 @@ mod tests {
     #[test]
     fn an_entry_that_is_not_private_or_not_a_function_is_compiled_again() {
         let root = tempfile::tempdir().unwrap();
-        let engine = engine_with_functions(root.path());
-        assert_eq!(compile_and_call(&engine, &component_text("a"), "a"), 40);
-        let written = entries(root.path());
+        let written = compiled_once(root.path());
         assert!(written.len() >= 2, "{written:?}");
         for (n, (entry, _)) in written.iter().enumerate() {
             if n % 2 == 0 {
