@@ -219,7 +219,7 @@ fn compress_segment(segment: &Segment, stop: &AtomicBool) -> Result<Compressed, 
         source: arc(source),
     };
     let plain = segment::open_read(&segment.path)?;
-    let len = plain.metadata().map_err(read)?.len();
+    let len = segment::data_len(&plain).map_err(read)?;
     // A closed segment ends with a complete record; one that does not is left as it is.
     let tail = match read_tail(segment, &plain) {
         Ok(tail) if tail.torn.is_none() => tail,

@@ -45,6 +45,8 @@
 //! rewritten consistently by someone with write access (there is no secret key). Export
 //! checkpoints to a place the gateway cannot write and verify against them.
 
+#[cfg(test)]
+mod ahead_tests;
 pub mod bench;
 pub mod canonical;
 mod checkpoint;
@@ -80,6 +82,7 @@ pub use prune::{Anchor, PruneReport, prune};
 pub use query::{Filter, Records, Scope, records, replay_reader, tail};
 pub use record::{Entry, Event, Outcome, PolicyRecord, Receipt, Record, UnknownEvent};
 pub use redact::{ArgumentRule, RedactionRules};
+pub use segment::data_len;
 pub use signed::{
     CheckpointKey, CheckpointOptions, CheckpointSet, CheckpointSetError, CheckpointSink, KEY_FILE,
     SignedCheckpoint, parse_public_key, read_checkpoints,

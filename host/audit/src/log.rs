@@ -52,6 +52,11 @@ const MAX_BATCH_BYTES: usize = 8 << 20;
 pub struct AuditOptions {
     /// A file is rotated once it reaches this size (default 64 MiB).
     pub max_file_bytes: u64,
+    /// Extend the live file this much at a time ahead of its records, so that a durable record
+    /// writes no new file size (0, the default: every record grows the file). The live file
+    /// then ends in zeros, which `tail -f` and log shippers that follow a file by its size do
+    /// not read past: for sites that read the log with this crate's readers only.
+    pub preallocate_bytes: u64,
     pub redaction: RedactionRules,
     /// Export signed checkpoints automatically (see [`CheckpointOptions`]).
     pub checkpoints: Option<CheckpointOptions>,
@@ -63,6 +68,7 @@ impl Default for AuditOptions {
     fn default() -> AuditOptions {
         AuditOptions {
             max_file_bytes: 64 << 20,
+            preallocate_bytes: 0,
             redaction: RedactionRules::default(),
             checkpoints: None,
             compress: false,
@@ -159,7 +165,8 @@ impl AuditLog {
     /// line truncated and recorded as `audit.repaired`.
     pub fn open(dir: impl AsRef<Path>, options: AuditOptions) -> Result<AuditLog, AuditError> {
         let dir = dir.as_ref().to_owned();
-        let (mut writer, repaired) = Writer::open(&dir, options.max_file_bytes)?;
+        let (mut writer, repaired) =
+            Writer::open(&dir, options.max_file_bytes, options.preallocate_bytes)?;
         let exporter = match options.checkpoints {
             None => None,
             Some(checkpoints) => {

@@ -1,6 +1,8 @@
 //! The files of the log: `audit-000001.jsonl`, `audit-000002.jsonl`, ... in one private
-//! directory (0700), each 0600, opened with `O_APPEND` and `O_NOFOLLOW`, plus the lock file
-//! `audit.lock` that serialises writers across processes. A closed segment may be compressed
+//! directory (0700), each 0600, opened with `O_NOFOLLOW`, plus the lock file `audit.lock` that
+//! serialises writers across processes. While a writer is open, the newest segment may end in
+//! zeros allocated ahead of its records (see the writer); a record never holds a NUL byte (JSON
+//! escapes it), so a segment's content is its bytes up to its trailing zeros ([`data_len`]). A closed segment may be compressed
 //! (`audit-000001.jsonl.zst`, see `compress`): while both forms of a segment exist (a
 //! compression under way or interrupted) the plain one is the segment and the other is
 //! ignored; [`open_stream`] reads either as the plain bytes.
@@ -8,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::compress;
@@ -125,18 +127,34 @@ pub(crate) fn list(dir: &Path) -> Result<Vec<Segment>, AuditError> {
     Ok(segments)
 }
 
-/// The length of `segment`'s plain bytes to read: the file's length, or for a compressed
-/// segment (closed, so it does not grow) `u64::MAX`, to its end.
+/// The length of `segment`'s plain bytes to read: its content's length ([`data_len`]), or for
+/// a compressed segment (closed, so it does not grow) `u64::MAX`, to its end.
 pub(crate) fn plain_len(segment: &Segment) -> Result<u64, AuditError> {
     if segment.compressed {
         return Ok(u64::MAX);
     }
-    fs::symlink_metadata(&segment.path)
-        .map(|m| m.len())
-        .map_err(|source| AuditError::Read {
-            path: segment.path.clone(),
-            source: arc(source),
-        })
+    data_len(&open_read(&segment.path)?).map_err(|source| AuditError::Read {
+        path: segment.path.clone(),
+        source: arc(source),
+    })
+}
+
+/// The length of `file`'s content: its length without the trailing zeros a writer allocated
+/// ahead of its records. Reads backwards from the end: one small read when there are none.
+pub fn data_len(file: &File) -> io::Result<u64> {
+    let mut end = file.metadata()?.len();
+    let mut buf = vec![0; 4096];
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let chunk = &mut buf[..(end - start) as usize];
+        file.read_exact_at(chunk, start)?;
+        if let Some(i) = chunk.iter().rposition(|&b| b != 0) {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+        buf.resize(64 * 1024, 0);
+    }
+    Ok(0)
 }
 
 /// `segment`'s plain bytes `[from, len)` as a stream, decompressed if need be. A plain segment
@@ -212,10 +230,23 @@ pub(crate) fn ensure_dir(dir: &Path) -> Result<(), AuditError> {
 /// Opens (creating if `create`, exclusively if `create_new`) a file for reading and appending,
 /// never through a symlink.
 pub(crate) fn open_append(path: &Path, create_new: bool) -> Result<File, AuditError> {
-    let mut options = OpenOptions::new();
+    open_private(path, create_new, OpenOptions::new().append(true))
+}
+
+/// [`open_append`] for the writer's live segment, which it writes at its records' end with
+/// `pwrite` (zeros allocated ahead may follow them); `O_APPEND` would make every `pwrite` land
+/// after those zeros.
+pub(crate) fn open_live(path: &Path, create_new: bool) -> Result<File, AuditError> {
+    open_private(path, create_new, OpenOptions::new().write(true))
+}
+
+fn open_private(
+    path: &Path,
+    create_new: bool,
+    options: &mut OpenOptions,
+) -> Result<File, AuditError> {
     options
         .read(true)
-        .append(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW);
     if create_new {

@@ -1,5 +1,6 @@
 //! The end of a segment: its last complete record, and a torn last line left by a crash in the
-//! middle of a write (bytes after the last `\n`), which [`repair`] truncates away.
+//! middle of a write (bytes after the last `\n`, up to the zeros allocated ahead if any), which
+//! [`repair`] truncates away with those zeros.
 //!
 //! Only a line without its `\n` is torn. A complete last line that is not a valid record is
 //! damage, not a crash, and the log refuses to open on it rather than hide it.
@@ -14,7 +15,7 @@ use sha2::{Digest, Sha256};
 use super::canonical::check_line;
 use super::error::{AuditError, arc};
 use super::record::Record;
-use super::segment::Segment;
+use super::segment::{self, Segment};
 
 const CHUNK: u64 = 64 * 1024;
 
@@ -35,7 +36,7 @@ pub(crate) fn read_tail(segment: &Segment, file: &File) -> Result<Tail, AuditErr
         path: segment.path.clone(),
         source: arc(source),
     };
-    let len = file.metadata().map_err(read)?.len();
+    let len = segment::data_len(file).map_err(read)?;
     let complete_len = rfind_newline(file, len).map_err(read)?.map_or(0, |p| p + 1);
     let torn = if complete_len < len {
         let mut bytes = vec![0; (len - complete_len) as usize];

@@ -63,6 +63,10 @@ pub(crate) struct GatewayArgs {
     /// against checkpoints off.
     #[arg(long)]
     checkpoints: bool,
+    /// Run the gateways with `[audit] preallocate_bytes = BYTES` (space allocated ahead of
+    /// the audit records; 0 turns it off), to compare one setting against another.
+    #[arg(long, value_name = "BYTES")]
+    preallocate_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -435,11 +439,17 @@ fn extra_tables(args: &GatewayArgs, sink: &Path) -> String {
     if args.no_metrics {
         tables.push_str("[metrics]\nenabled = false\n");
     }
+    if args.checkpoints || args.preallocate_bytes.is_some() {
+        tables.push_str("[audit]\n");
+    }
     if args.checkpoints {
         tables.push_str(&format!(
-            "[audit]\ncheckpoint_every = \"1s\"\ncheckpoint_sink = {}\n",
+            "checkpoint_every = \"1s\"\ncheckpoint_sink = {}\n",
             toml::Value::String(sink.display().to_string())
         ));
+    }
+    if let Some(bytes) = args.preallocate_bytes {
+        tables.push_str(&format!("preallocate_bytes = {bytes}\n"));
     }
     tables
 }

@@ -194,9 +194,15 @@ fn test(config: &Path, calls: &Path, json: bool) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("cannot read the audit log in `{}`", calls.display()))?,
         )
     } else {
-        let file = std::fs::File::open(calls)
-            .with_context(|| format!("cannot read calls file `{}`", calls.display()))?;
-        Box::new(std::io::BufReader::with_capacity(256 * 1024, file))
+        use std::io::Read as _;
+        let cannot = || format!("cannot read calls file `{}`", calls.display());
+        let file = std::fs::File::open(calls).with_context(cannot)?;
+        // A live audit segment may end in zeros allocated ahead of its records.
+        let len = crate::audit::data_len(&file).with_context(cannot)?;
+        Box::new(std::io::BufReader::with_capacity(
+            256 * 1024,
+            file.take(len),
+        ))
     };
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let stdout = std::io::stdout();

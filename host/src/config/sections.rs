@@ -130,6 +130,10 @@ pub struct AuditConfig {
     pub redaction: Option<RedactionRules>,
     /// A log file is rotated once it reaches this size, bytes (default 64 MiB).
     pub max_file_bytes: Option<u64>,
+    /// Extend the live log file this much at a time ahead of its records, bytes (default 0:
+    /// off). Faster durable records, but the live file ends in zeros that `tail -f` and log
+    /// shippers following the file do not read past.
+    pub preallocate_bytes: Option<u64>,
     /// Export a signed checkpoint this often (`30s`, `10m`, `1h`, `1d`); off when absent.
     pub checkpoint_every: Option<String>,
     /// Where checkpoints go: an absolute file path outside the state directory, or `syslog`.

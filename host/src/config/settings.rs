@@ -236,6 +236,7 @@ impl FixedSettings {
                     64 << 20,
                     bad,
                 )?,
+                preallocate_bytes: config.audit.preallocate_bytes.unwrap_or(0),
                 redaction: config.audit.redaction.clone().unwrap_or_default(),
                 checkpoints,
                 compress: resolve_compress(config, bad)?,

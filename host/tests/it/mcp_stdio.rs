@@ -270,6 +270,86 @@ async fn brief_calls_are_answered_while_a_job_waits_and_when_sent_together() {
     assert_eq!(lines.lines().count(), 40, "{lines}");
 }
 
+/// With `[audit] preallocate_bytes`, the live segment ends in zeros allocated ahead of its
+/// records: while the gateway serves, the CLI's readers (verify, query, tail, a replay of the
+/// file itself) see every record and nothing else; when it stops, the zeros are gone.
+#[tokio::test]
+async fn space_allocated_ahead_of_the_audit_records_is_read_past_and_cut_off_at_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = "\n[audit]\npreallocate_bytes = 65536\n";
+    let client =
+        ().serve(TokioChildProcess::new(gateway_command_with(dir.path(), extra)).unwrap())
+            .await
+            .unwrap();
+    let call = |name: &'static str, arguments: Value| {
+        let request = CallToolRequestParams::new(name).with_arguments(args(arguments));
+        client.call_tool(request)
+    };
+    let created = call("create_instance", json!({"instance_id": "run1"}))
+        .await
+        .unwrap();
+    assert_eq!(created.is_error, Some(false));
+    for _ in 0..30 {
+        let stat = call(
+            "stat_path",
+            json!({"instance_id": "run1", "path": "/workspace"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(stat.is_error, Some(false));
+    }
+    let audit = dir.path().join("state/audit");
+    let segment = audit.join("audit-000001.jsonl");
+    let records_end = |bytes: &[u8]| bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let live = std::fs::read(&segment).unwrap();
+    let end = records_end(&live);
+    assert!(
+        live.len() > end,
+        "zeros follow the records while the gateway serves"
+    );
+    assert_eq!(live[end - 1], b'\n');
+
+    let hpcgate = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+            .args(args)
+            .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let dir_arg = audit.to_str().unwrap();
+    hpcgate(&["audit", "verify", "--dir", dir_arg]);
+    let stats = hpcgate(&["audit", "query", "--tool", "stat_path", "--dir", dir_arg]);
+    assert_eq!(stats.lines().count(), 30, "{stats}");
+    let newest = hpcgate(&["audit", "tail", "-n", "1", "--json", "--dir", dir_arg]);
+    let newest: Value = serde_json::from_str(newest.lines().next().unwrap()).unwrap();
+    assert_eq!(newest["call"]["tool"], "stat_path", "{newest:#}");
+    let config = dir.path().join("gateway.toml");
+    let replay = hpcgate(&[
+        "policy",
+        "test",
+        "--json",
+        "--config",
+        config.to_str().unwrap(),
+        "--calls",
+        segment.to_str().unwrap(),
+    ]);
+    let replay: Value = serde_json::from_str(&replay).unwrap();
+    assert_eq!(replay["mismatched"], 0, "{replay:#}");
+    assert!(replay["total"].as_u64().unwrap() >= 31, "{replay:#}");
+
+    client.cancel().await.unwrap();
+    let stopped = std::fs::read(&segment).unwrap();
+    assert_eq!(
+        records_end(&stopped),
+        stopped.len(),
+        "no zeros once it stopped"
+    );
+    assert!(stopped.starts_with(&live[..end]));
+    hpcgate(&["audit", "verify", "--dir", dir_arg]);
+}
+
 /// A policy built for `wasm32-wasip2` judges calls over stdio, brief ones included: its WASI
 /// functions block on a Tokio runtime, so with it loaded no call may run on the session's
 /// runtime thread (where that would panic).
