@@ -65,7 +65,8 @@ pub(crate) enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Print the newest matching records, newest first.
+    /// Print the newest matching records, newest first; with `--follow`, oldest first and then
+    /// each new matching record as it is written.
     Tail {
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -76,6 +77,10 @@ pub(crate) enum AuditCommand {
         /// Print each record as its JSON line.
         #[arg(long)]
         json: bool,
+        /// Keep printing matching records as they are written (a look every 250 ms), across
+        /// rotations, until interrupted or the output is closed.
+        #[arg(short = 'f', long)]
+        follow: bool,
     },
     /// Print every matching record, oldest first.
     Query {
@@ -227,9 +232,14 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             n,
             filter,
             json,
+            follow,
         } => {
             let (scope, filter) = filter.resolve()?;
-            let records = audit::tail(&resolve_dir(dir)?, &scope, &filter, n)?;
+            let dir = resolve_dir(dir)?;
+            if follow {
+                return self::follow(&dir, scope, filter, n, json);
+            }
+            let records = audit::tail(&dir, &scope, &filter, n)?;
             records.iter().for_each(|r| print_record(r, json));
             Ok(ExitCode::SUCCESS)
         }
@@ -472,10 +482,71 @@ fn checkpoint(dir: &Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `audit tail --follow`: the `n` newest matching records oldest first, then every matching
+/// record written after them, read from where the last look ended (`since` its time, past its
+/// `seq`). Ends when the output is closed.
+fn follow(
+    dir: &Path,
+    scope: Scope,
+    filter: Filter,
+    n: usize,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use std::io::Write as _;
+    anyhow::ensure!(
+        filter.until.is_none(),
+        "`--follow` prints records as they are written: leave out `--until`"
+    );
+    let mut shown = audit::tail(dir, &scope, &filter, n)?;
+    shown.reverse();
+    // Where the last look ended: the last record shown, else the log's newest record.
+    let newest = || audit::tail(dir, &Scope::AllTenants, &Filter::default(), 1);
+    let mut last = match shown.last() {
+        Some(record) => Some((record.seq, record.ts)),
+        None => newest()?.first().map(|r| (r.seq, r.ts)),
+    };
+    let stdout = std::io::stdout();
+    let mut printed = shown;
+    loop {
+        let mut sink = stdout.lock();
+        for record in printed.drain(..) {
+            let line = record_line(&record, json);
+            if writeln!(sink, "{line}").is_err() {
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        if sink.flush().is_err() {
+            return Ok(ExitCode::SUCCESS);
+        }
+        drop(sink);
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let since = match (filter.since, last) {
+            (Some(a), Some((_, b))) => Some(a.max(b)),
+            (a, b) => a.or(b.map(|(_, ts)| ts)),
+        };
+        let look = Filter {
+            since,
+            ..filter.clone()
+        };
+        for record in audit::records(dir, scope.clone(), look)? {
+            let record = record?;
+            if last.is_some_and(|(seq, _)| record.seq <= seq) {
+                continue;
+            }
+            last = Some((record.seq, record.ts));
+            printed.push(record);
+        }
+    }
+}
+
 fn print_record(record: &Record, json: bool) {
+    out(record_line(record, json));
+}
+
+/// A record as `tail` and `query` print it: its JSON, or one line for people.
+fn record_line(record: &Record, json: bool) -> String {
     if json {
-        out(serde_json::to_string(record).expect("a record serialises"));
-        return;
+        return serde_json::to_string(record).expect("a record serialises");
     }
     let e = &record.entry;
     let mut line = format!("{:>6} {} {}", record.seq, record.ts, e.event);
@@ -513,7 +584,7 @@ fn print_record(record: &Record, json: bool) {
     if let Some(detail) = &e.detail {
         line.push_str(&format!(" {}", serde_json::Value::Object(detail.clone())));
     }
-    out(line);
+    line
 }
 
 fn run_bench(

@@ -432,3 +432,92 @@ fn a_compressed_log_answers_every_command_as_before_and_still_prunes() {
     let report = verify(&audit, None).unwrap();
     assert!(report.intact, "{report:#?}");
 }
+
+/// `audit tail --follow` while a writer appends (space allocated ahead, rotating every few
+/// records): the `-n` newest matching records oldest first, then every new matching record
+/// once, in order, across rotations, and nothing of other tenants.
+#[test]
+fn tail_follow_prints_each_new_matching_record_once_across_rotations() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let options = AuditOptions {
+        max_file_bytes: 2_000,
+        preallocate_bytes: 64 * 1024,
+        ..AuditOptions::default()
+    };
+    let log = AuditLog::open(dir.path(), options).unwrap();
+    let append = |tenant: &str, n: usize| {
+        let entry = Entry::new(Event::JobState)
+            .who(tenant, "alice")
+            .detail("n", n);
+        log.append(entry).unwrap().seq
+    };
+    let mut chem = Vec::new();
+    for n in 0..6 {
+        let seq = append(if n % 2 == 0 { "chem" } else { "bio" }, n);
+        if n % 2 == 0 {
+            chem.push(seq);
+        }
+    }
+    let audit_dir = dir.path().to_str().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+        .args([
+            "audit", "tail", "-f", "-n", "2", "--json", "--tenant", "chem",
+        ])
+        .args(["--dir", audit_dir])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, seen) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines() {
+            let record: Record = serde_json::from_str(&line.unwrap()).unwrap();
+            if lines.send(record).is_err() {
+                break;
+            }
+        }
+    });
+    let next = |what: &str| {
+        seen.recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+    };
+    let mut printed: Vec<u64> = (0..2).map(|_| next("the newest two").seq).collect();
+    assert_eq!(
+        printed,
+        chem[chem.len() - 2..],
+        "the newest two, oldest first"
+    );
+    for n in 6..40 {
+        let seq = append(if n % 2 == 0 { "chem" } else { "bio" }, n);
+        if n % 2 == 0 {
+            chem.push(seq);
+        }
+    }
+    while printed.len() < chem.len() - 1 {
+        let record = next("a new record");
+        assert_eq!(record.entry.tenant.as_deref(), Some("chem"), "{record:?}");
+        printed.push(record.seq);
+    }
+    assert_eq!(printed, chem[1..], "each once, in order");
+    let segments = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".jsonl")
+        })
+        .count();
+    assert!(segments >= 3, "the records crossed rotations: {segments}");
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(seen.try_recv().is_err(), "nothing more");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let refused = hpcgate(&["audit", "tail", "-f", "--until", "1h", "--dir", audit_dir]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("leave out `--until`"), "{said}");
+}
