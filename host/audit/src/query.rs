@@ -42,7 +42,8 @@ pub enum Scope {
 }
 
 impl Scope {
-    fn allows(&self, record: &Record) -> bool {
+    /// Whether a record of this scope's may be shown.
+    pub fn allows(&self, record: &Record) -> bool {
         match self {
             Scope::AllTenants => true,
             Scope::Tenant(tenant) => {

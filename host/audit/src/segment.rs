@@ -2,10 +2,10 @@
 //! directory (0700), each 0600, opened with `O_NOFOLLOW`, plus the lock file `audit.lock` that
 //! serialises writers across processes. While a writer is open, the newest segment may end in
 //! zeros allocated ahead of its records (see the writer); a record never holds a NUL byte (JSON
-//! escapes it), so a segment's content is its bytes up to its trailing zeros ([`data_len`]). A closed segment may be compressed
-//! (`audit-000001.jsonl.zst`, see `compress`): while both forms of a segment exist (a
-//! compression under way or interrupted) the plain one is the segment and the other is
-//! ignored; [`open_stream`] reads either as the plain bytes.
+//! escapes it), so a segment's content is its bytes up to its trailing zeros ([`data_len`]).
+//! A closed segment may be compressed (`audit-000001.jsonl.zst`, see `compress`): while both
+//! forms of a segment exist (a compression under way or interrupted) the plain one is the
+//! segment and the other is ignored; [`open_stream`] reads either as the plain bytes.
 
 use std::collections::BTreeMap;
 use std::fs::{self, DirBuilder, File, OpenOptions};

@@ -483,8 +483,9 @@ fn checkpoint(dir: &Path) -> anyhow::Result<ExitCode> {
 }
 
 /// `audit tail --follow`: the `n` newest matching records oldest first, then every matching
-/// record written after them, read from where the last look ended (`since` its time, past its
-/// `seq`). Ends when the output is closed.
+/// record written after them. Each look reads from where the last one ended (`since` the time
+/// of the last record read, matching or not, past its `seq`), so it costs what was written
+/// since. Ends when the output is closed.
 fn follow(
     dir: &Path,
     scope: Scope,
@@ -520,21 +521,19 @@ fn follow(
         }
         drop(sink);
         std::thread::sleep(std::time::Duration::from_millis(250));
-        let since = match (filter.since, last) {
-            (Some(a), Some((_, b))) => Some(a.max(b)),
-            (a, b) => a.or(b.map(|(_, ts)| ts)),
-        };
         let look = Filter {
-            since,
-            ..filter.clone()
+            since: last.map(|(_, ts)| ts),
+            ..Filter::default()
         };
-        for record in audit::records(dir, scope.clone(), look)? {
+        for record in audit::records(dir, Scope::AllTenants, look)? {
             let record = record?;
             if last.is_some_and(|(seq, _)| record.seq <= seq) {
                 continue;
             }
             last = Some((record.seq, record.ts));
-            printed.push(record);
+            if scope.allows(&record) && filter.matches(&record) {
+                printed.push(record);
+            }
         }
     }
 }

@@ -197,8 +197,13 @@ fn test(config: &Path, calls: &Path, json: bool) -> anyhow::Result<ExitCode> {
         use std::io::Read as _;
         let cannot = || format!("cannot read calls file `{}`", calls.display());
         let file = std::fs::File::open(calls).with_context(cannot)?;
-        // A live audit segment may end in zeros allocated ahead of its records.
-        let len = crate::audit::data_len(&file).with_context(cannot)?;
+        // A live audit segment may end in zeros allocated ahead of its records; a pipe is read
+        // to its end.
+        let len = if file.metadata().with_context(cannot)?.is_file() {
+            crate::audit::data_len(&file).with_context(cannot)?
+        } else {
+            u64::MAX
+        };
         Box::new(std::io::BufReader::with_capacity(
             256 * 1024,
             file.take(len),
