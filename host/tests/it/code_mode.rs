@@ -395,6 +395,76 @@ print(json.dumps({"before": before, "after": t.read_file(path="go")["content"]})
     );
 }
 
+/// A job's call made while its gateway is down (restarting) waits for it to listen again and
+/// then goes through: the connection was refused, so nothing was sent and nothing runs twice.
+#[tokio::test]
+async fn a_jobs_call_made_while_the_gateway_restarts_waits_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = served::config(dir.path(), CHAIN);
+    let first = Served::http(dir.path(), &config).await;
+    let script = r#"
+import json, os, time
+for _ in range(1200):
+    if os.path.exists("/workspace/now"):
+        break
+    time.sleep(0.05)
+import hpcgate_tools as t
+print(json.dumps({"kind": t.stat_path(path=".")["kind"]}))
+"#;
+    let submitted = drive(
+        &first,
+        &json!([
+            call("create_instance", json!({"instance_id": "cm"})),
+            call("submit_job", json!({"instance_id": "cm", "command": ["python3", "-c", script], "tools": true, "timeout": 0})),
+        ]),
+    )
+    .await;
+    let job_id = submitted[1]["structured"]["job"]["job_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{submitted:?}"))
+        .to_owned();
+    let (status, stderr) = first.stop().await;
+    assert!(status.success(), "{stderr}");
+
+    // The job's first call (its `initialize`) goes out while no gateway listens.
+    let tenants = dir.path().join("state/tenants");
+    let workspace = std::fs::read_dir(&tenants)
+        .unwrap()
+        .map(|tenant| tenant.unwrap().path().join("instances/cm/workspace"))
+        .find(|workspace| workspace.is_dir())
+        .expect("the instance's workspace");
+    std::fs::write(workspace.join("now"), "").unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+
+    let second = Served::http(dir.path(), &config).await;
+    let finished = drive(
+        &second,
+        &json!([call(
+            "poll_job",
+            json!({"instance_id": "cm", "job_id": job_id, "timeout": 120})
+        )]),
+    )
+    .await;
+    let (status, stderr) = second.stop().await;
+    assert!(status.success(), "{stderr}");
+    let job = &finished[0]["structured"]["job"];
+    assert_eq!(job["exit_code"], 0, "{}", finished[0]);
+    let seen: Value = serde_json::from_str(job["stdout_tail"].as_str().unwrap().trim()).unwrap();
+    assert_eq!(seen, json!({"kind": "directory"}));
+    let records = audit_records(dir.path());
+    let restarted = records
+        .iter()
+        .rposition(|r| r["event"] == "gateway.started")
+        .unwrap();
+    let calls: Vec<_> = job_calls(&records, &job_id)
+        .iter()
+        .map(|r| r["call"]["tool"].clone())
+        .collect();
+    assert_eq!(calls, [json!("stat_path")], "one call, recorded once");
+    let after_restart = job_calls(&records[restarted..], &job_id);
+    assert_eq!(after_restart.len(), 1, "answered by the restarted gateway");
+}
+
 /// Calls `stat_path` ten times from a job's code; what each returned (`ok` or the error).
 const RATE_SCRIPT: &str = r#"
 import json

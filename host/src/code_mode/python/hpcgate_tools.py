@@ -23,6 +23,7 @@ import keyword
 import os
 import socket
 import sys
+import time
 import urllib.parse
 
 __all__ = ["ToolError", "call", "tools"]
@@ -33,6 +34,8 @@ URL = os.environ.get("HPCGATE_TOOLS_URL")
 TOKEN_FILE = os.environ.get("HPCGATE_TOOLS_TOKEN_FILE", "/run/hpcgate/token")
 _ids = itertools.count(1)
 _conn = None
+# How long a call waits for a gateway that is not listening (restarting) before it fails.
+RESTART_WAIT_S = 30
 
 
 class ToolError(Exception):
@@ -84,7 +87,8 @@ def _post(message):
         "MCP-Protocol-Version": PROTOCOL_VERSION,
         **extra,
     }
-    for attempt in (0, 1):
+    retried, waited_until, pause = False, None, 0.05
+    while True:
         if _conn is None:
             _conn = connect()
         try:
@@ -92,12 +96,26 @@ def _post(message):
             response = _conn.getresponse()
             data = response.read()
             break
-        except (OSError, http.client.HTTPException) as e:
+        except (ConnectionRefusedError, FileNotFoundError) as e:
+            # Nobody listens (the gateway is restarting) and nothing was sent: wait for it.
             _conn.close()
             _conn = None
-            if attempt:
+            now = time.monotonic()
+            waited_until = waited_until or now + RESTART_WAIT_S
+            if now >= waited_until:
+                raise ToolError("hpcgate", f"{name} does not answer ({e}) after "
+                                f"{RESTART_WAIT_S} s; it serves only while this job runs "
+                                "and the gateway runs") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+        except (OSError, http.client.HTTPException) as e:
+            # A kept-alive connection the gateway closed: once more on a new one.
+            _conn.close()
+            _conn = None
+            if retried:
                 raise ToolError("hpcgate", f"{name} does not answer ({e}); "
                                 "it serves only while this job runs") from None
+            retried = True
     if response.status == 202 or not data:
         return None
     if response.status != 200:
