@@ -45,7 +45,7 @@ const LONE_BATCHES: u64 = 8;
 
 /// Most records and bytes in one batch.
 const MAX_BATCH_RECORDS: usize = 4096;
-const MAX_BATCH_BYTES: usize = 8 << 20;
+pub(crate) const MAX_BATCH_BYTES: usize = 8 << 20;
 
 /// How to open the log.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -140,8 +140,19 @@ pub(crate) fn plain_len(segment: &Segment) -> Result<u64, AuditError> {
 }
 
 /// The length of `file`'s content: its length without the trailing zeros a writer allocated
-/// ahead of its records. Reads backwards from the end: one small read when there are none.
+/// ahead of its records. Reads backwards from the end: one small read when there are none. A
+/// file cut shorter meanwhile (a writer cutting its zeros off) is read again.
 pub fn data_len(file: &File) -> io::Result<u64> {
+    let mut tries = 0;
+    loop {
+        match trimmed_len(file) {
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && tries < 3 => tries += 1,
+            other => return other,
+        }
+    }
+}
+
+fn trimmed_len(file: &File) -> io::Result<u64> {
     let mut end = file.metadata()?.len();
     let mut buf = vec![0; 4096];
     while end > 0 {

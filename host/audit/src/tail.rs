@@ -2,8 +2,14 @@
 //! middle of a write (bytes after the last `\n`, up to the zeros allocated ahead if any), which
 //! [`repair`] truncates away with those zeros.
 //!
-//! Only a line without its `\n` is torn. A complete last line that is not a valid record is
-//! damage, not a crash, and the log refuses to open on it rather than hide it.
+//! Only a line without its `\n` is torn, but for what a machine crash (power lost, a kernel
+//! panic) leaves. The pages of a batch whose `fdatasync` had not returned reach the disk in
+//! any order, so a later page may be there and an earlier one read as zeros (inside space
+//! allocated ahead, or on a file system that does not order data before the file's size).
+//! Nobody was answered for that batch: opening the log, the writer treats everything from
+//! the line holding the first zero byte within a batch's reach of the end as torn
+//! ([`read_tail_after_crash`]). A complete last line that is not a valid record is damage, not a
+//! crash, and the log refuses to open on it rather than hide it.
 
 use std::fs::File;
 use std::io;
@@ -14,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::canonical::check_line;
 use super::error::{AuditError, arc};
+use super::log::MAX_BATCH_BYTES;
 use super::record::Record;
 use super::segment::{self, Segment};
 
@@ -32,12 +39,28 @@ pub(crate) struct Tail {
 
 /// Reads the end of `file` (backwards, in chunks) without changing it.
 pub(crate) fn read_tail(segment: &Segment, file: &File) -> Result<Tail, AuditError> {
+    tail_from(segment, file, false)
+}
+
+/// [`read_tail`] for a writer opening the log, which may follow a machine crash: a zero byte
+/// within a batch's reach of the end starts the torn part at its line.
+pub(crate) fn read_tail_after_crash(segment: &Segment, file: &File) -> Result<Tail, AuditError> {
+    tail_from(segment, file, true)
+}
+
+fn tail_from(segment: &Segment, file: &File, after_crash: bool) -> Result<Tail, AuditError> {
     let read = |source| AuditError::Read {
         path: segment.path.clone(),
         source: arc(source),
     };
     let len = segment::data_len(file).map_err(read)?;
-    let complete_len = rfind_newline(file, len).map_err(read)?.map_or(0, |p| p + 1);
+    let mut complete_len = rfind_newline(file, len).map_err(read)?.map_or(0, |p| p + 1);
+    let reach = len.saturating_sub(MAX_BATCH_BYTES as u64 + CHUNK);
+    if after_crash && let Some(zero) = find_zero(file, reach, complete_len).map_err(read)? {
+        complete_len = rfind_newline(file, zero)
+            .map_err(read)?
+            .map_or(0, |p| p + 1);
+    }
     let torn = if complete_len < len {
         let mut bytes = vec![0; (len - complete_len) as usize];
         file.read_exact_at(&mut bytes, complete_len).map_err(read)?;
@@ -88,9 +111,29 @@ pub(crate) fn repair(
         "offset": offset,
         "removed_bytes": removed.len(),
         "removed_sha256": hex::encode(Sha256::digest(removed)),
-        "reason": "torn last line (no newline), left by a crash in the middle of a write",
+        "reason": if removed.contains(&0) {
+            "torn batch (zeros where some of its pages did not reach the disk), left by a machine \
+             crash in the middle of a write"
+        } else {
+            "torn last line (no newline), left by a crash in the middle of a write"
+        },
     });
     Ok(detail.as_object().expect("an object").clone())
+}
+
+/// The position of the first zero byte in `[start, end)`.
+fn find_zero(file: &File, start: u64, end: u64) -> io::Result<Option<u64>> {
+    let mut buf = vec![0; CHUNK as usize];
+    let mut at = start;
+    while at < end {
+        let chunk = &mut buf[..CHUNK.min(end - at) as usize];
+        file.read_exact_at(chunk, at)?;
+        if let Some(i) = chunk.iter().position(|&b| b == 0) {
+            return Ok(Some(at + i as u64));
+        }
+        at += chunk.len() as u64;
+    }
+    Ok(None)
 }
 
 /// The position of the last `\n` before `end`.

@@ -30,7 +30,7 @@ use super::error::{AuditError, arc};
 use super::index::{self, SegmentIndex};
 use super::record::{Entry, Event, Receipt, Record};
 use super::segment::{self, LOCK_FILE, Segment};
-use super::tail::{read_tail, repair};
+use super::tail::{read_tail, read_tail_after_crash, repair};
 use crate::time::Timestamp;
 
 /// A fault to inject into the next batch (tests only).
@@ -100,7 +100,7 @@ impl Writer {
         };
         lock.lock().map_err(lock_error)?;
         // Zeros a writer that crashed allocated ahead go (under the lock, as a rotation's).
-        let located = locate(dir).and_then(|(mut at, repaired)| {
+        let located = locate(dir, true).and_then(|(mut at, repaired)| {
             at.cut_ahead()?;
             Ok((at, repaired))
         });
@@ -162,7 +162,7 @@ impl Writer {
     fn commit_locked(&mut self, bodies: &[&[u8]]) -> Result<Vec<Receipt>, AuditError> {
         if self.changed() {
             let (at, repaired) =
-                locate(&self.dir).map_err(|e| AuditError::Unavailable(Box::new(e)))?;
+                locate(&self.dir, false).map_err(|e| AuditError::Unavailable(Box::new(e)))?;
             self.at = at;
             self.rotation_failed = false;
             self.pending.extend(repaired.iter().map(repair_body));
@@ -416,8 +416,10 @@ fn repair_body(detail: &Map<String, Value>) -> Vec<u8> {
     encode_body(&entry)
 }
 
-/// Finds the newest segment and the chain's head, truncating a torn last line.
-fn locate(dir: &Path) -> Result<(Position, Option<Map<String, Value>>), AuditError> {
+/// Finds the newest segment and the chain's head, truncating a torn last line. `opening`: the
+/// log may follow a machine crash, which can tear a batch in the middle (see `tail`); another
+/// process's crash cannot (its writes are in the page cache, whole or not at all).
+fn locate(dir: &Path, opening: bool) -> Result<(Position, Option<Map<String, Value>>), AuditError> {
     let segments = segment::list(dir)?;
     let end_of = |segment: &Segment, file: &File| {
         let read = |source| AuditError::Read {
@@ -455,7 +457,10 @@ fn locate(dir: &Path) -> Result<(Position, Option<Map<String, Value>>), AuditErr
         ));
     };
     let file = segment::open_live(&newest.path, false)?;
-    let tail = read_tail(&newest, &file)?;
+    let tail = match opening {
+        true => read_tail_after_crash(&newest, &file)?,
+        false => read_tail(&newest, &file)?,
+    };
     let repaired = match &tail.torn {
         Some((offset, bytes)) => Some(repair(&newest, &file, *offset, bytes)?),
         None => None,

@@ -498,14 +498,15 @@ fn follow(
         filter.until.is_none(),
         "`--follow` prints records as they are written: leave out `--until`"
     );
+    // Where the first look ends: the log's newest record before the matching ones are read
+    // (a record written in between is shown or read again), or the last of those if newer.
+    let newest = audit::tail(dir, &Scope::AllTenants, &Filter::default(), 1)?;
     let mut shown = audit::tail(dir, &scope, &filter, n)?;
     shown.reverse();
-    // Where the last look ended: the last record shown, else the log's newest record.
-    let newest = || audit::tail(dir, &Scope::AllTenants, &Filter::default(), 1);
-    let mut last = match shown.last() {
-        Some(record) => Some((record.seq, record.ts)),
-        None => newest()?.first().map(|r| (r.seq, r.ts)),
-    };
+    let mut last = (newest.first().into_iter())
+        .chain(shown.last())
+        .map(|r| (r.seq, r.ts))
+        .max();
     let stdout = std::io::stdout();
     let mut printed = shown;
     loop {
