@@ -124,3 +124,36 @@ fn a_failed_rotation_moves_on_at_the_next_batch() {
     // Segments 1, 2 and 3 with a record each, and 4 rotated to, still empty.
     assert_eq!((report.records, report.files), (3, 4));
 }
+
+/// A rotation that fails after creating the next segment (its directory entry could not be made
+/// durable) leaves one chain: the batch that rotated was the old segment's last write, so every
+/// other writer finds it there, looks again and goes on in the new segment, as does the writer
+/// whose rotation failed (it looks for the segment it made).
+#[test]
+fn a_failed_rotation_leaves_no_second_branch_of_the_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = AuditOptions {
+        max_file_bytes: 1_500,
+        ..AuditOptions::default()
+    };
+    let a = AuditLog::open(dir.path(), small).unwrap();
+    let b = AuditLog::open(dir.path(), AuditOptions::default()).unwrap();
+    let first = dir.path().join("audit-000001.jsonl");
+    let next = dir.path().join("audit-000002.jsonl");
+    a.inject(Inject::RotationSync);
+    let mut n = 0;
+    while std::fs::metadata(&first).unwrap().len() < 1_500 {
+        n += 1;
+        assert_eq!(a.append(entry(n)).unwrap().seq, n as u64);
+    }
+    for _ in 0..10 {
+        for log in [&b, &a, &b] {
+            n += 1;
+            assert_eq!(log.append(entry(n)).unwrap().seq, n as u64, "one chain");
+        }
+    }
+    assert!(next.exists(), "the chain went on in the new segment");
+    let report = verify(dir.path(), None).unwrap();
+    assert!(report.intact, "{report:?}");
+    assert_eq!(report.records, n as u64);
+}

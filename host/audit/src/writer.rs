@@ -43,6 +43,8 @@ pub(crate) enum Inject {
     Sync,
     /// Fail the sync and the rollback.
     SyncAndRollback,
+    /// At the next rotation, fail to make the new segment's directory entry durable.
+    RotationSync,
 }
 
 /// Where the next record goes.
@@ -252,7 +254,7 @@ impl Writer {
 
     fn write_and_sync(&mut self, buf: &[u8]) -> Result<(), AuditError> {
         #[cfg(test)]
-        if let Some(inject) = self.inject.take() {
+        if let Some(inject) = self.inject.take_if(|i| *i != Inject::RotationSync) {
             let injected = || arc(std::io::Error::other("injected fault"));
             if inject == Inject::WriteHalf {
                 let _ = self
@@ -321,7 +323,14 @@ impl Writer {
         self.at.cut_ahead()?;
         let next = Segment::new(&self.dir, self.at.segment.number + 1);
         let file = segment::open_live(&next.path, true)?;
-        segment::sync_dir(&self.dir).map_err(|e| AuditError::Write(arc(e)))?;
+        #[cfg(test)]
+        let synced = match self.inject.take_if(|i| *i == Inject::RotationSync) {
+            Some(_) => Err(std::io::Error::other("injected fault")),
+            None => segment::sync_dir(&self.dir),
+        };
+        #[cfg(not(test))]
+        let synced = segment::sync_dir(&self.dir);
+        synced.map_err(|e| AuditError::Write(arc(e)))?;
         if let (Some((first_seq, first_ts)), Some(last_ts)) = (self.at.first, self.at.head_ts) {
             // A cache for queries, checked by `verify`: a failure here costs only speed.
             let _ = index::write(
