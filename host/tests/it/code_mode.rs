@@ -324,6 +324,26 @@ print(json.dumps(seen))
     );
 }
 
+/// Submits `script` as a job with tools in a new instance `cm`, then stops the gateway while
+/// the job runs; the job's id.
+async fn submit_then_stop(gateway: Served, script: &str) -> String {
+    let submitted = drive(
+        &gateway,
+        &json!([
+            call("create_instance", json!({"instance_id": "cm"})),
+            call("submit_job", json!({"instance_id": "cm", "command": ["python3", "-c", script], "tools": true, "timeout": 0})),
+        ]),
+    )
+    .await;
+    let job_id = submitted[1]["structured"]["job"]["job_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{submitted:?}"))
+        .to_owned();
+    let (status, stderr) = gateway.stop().await;
+    assert!(status.success(), "{stderr}");
+    job_id
+}
+
 /// The door is a directory bound into the sandbox, so a gateway that starts again while the
 /// job runs makes the socket again in it, and the job's code goes on calling tools.
 #[tokio::test]
@@ -341,20 +361,7 @@ for _ in range(600):
     time.sleep(0.1)
 print(json.dumps({"before": before, "after": t.read_file(path="go")["content"]}))
 "#;
-    let submitted = drive(
-        &first,
-        &json!([
-            call("create_instance", json!({"instance_id": "cm"})),
-            call("submit_job", json!({"instance_id": "cm", "command": ["python3", "-c", script], "tools": true, "timeout": 0})),
-        ]),
-    )
-    .await;
-    let job_id = submitted[1]["structured"]["job"]["job_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{submitted:?}"))
-        .to_owned();
-    let (status, stderr) = first.stop().await;
-    assert!(status.success(), "{stderr}");
+    let job_id = submit_then_stop(first, script).await;
 
     let second = Served::http(dir.path(), &config).await;
     let finished = drive(
@@ -411,20 +418,7 @@ for _ in range(1200):
 import hpcgate_tools as t
 print(json.dumps({"kind": t.stat_path(path=".")["kind"]}))
 "#;
-    let submitted = drive(
-        &first,
-        &json!([
-            call("create_instance", json!({"instance_id": "cm"})),
-            call("submit_job", json!({"instance_id": "cm", "command": ["python3", "-c", script], "tools": true, "timeout": 0})),
-        ]),
-    )
-    .await;
-    let job_id = submitted[1]["structured"]["job"]["job_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{submitted:?}"))
-        .to_owned();
-    let (status, stderr) = first.stop().await;
-    assert!(status.success(), "{stderr}");
+    let job_id = submit_then_stop(first, script).await;
 
     // The job's first call (its `initialize`) goes out while no gateway listens.
     let tenants = dir.path().join("state/tenants");
