@@ -323,13 +323,12 @@ impl Writer {
         self.at.cut_ahead()?;
         let next = Segment::new(&self.dir, self.at.segment.number + 1);
         let file = segment::open_live(&next.path, true)?;
+        let synced = segment::sync_dir(&self.dir);
         #[cfg(test)]
         let synced = match self.inject.take_if(|i| *i == Inject::RotationSync) {
             Some(_) => Err(std::io::Error::other("injected fault")),
-            None => segment::sync_dir(&self.dir),
+            None => synced,
         };
-        #[cfg(not(test))]
-        let synced = segment::sync_dir(&self.dir);
         synced.map_err(|e| AuditError::Write(arc(e)))?;
         if let (Some((first_seq, first_ts)), Some(last_ts)) = (self.at.first, self.at.head_ts) {
             // A cache for queries, checked by `verify`: a failure here costs only speed.

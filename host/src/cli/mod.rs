@@ -2,6 +2,7 @@
 //! their causes, by [`main`].
 
 mod audit;
+mod audit_records;
 mod audit_scale;
 mod bench;
 mod bench_code;
