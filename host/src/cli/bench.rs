@@ -30,7 +30,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::bench_figures::{
     Figures, HTTP_P50_US, STDIO_OVER_FLOORS_US, check_cpu, check_rss, check_slowdown,
-    check_throughput, check_us, cpu_us, fsync_p50_us, percentiles, round, rss_kb,
+    check_throughput, check_us, cpu_us, fsync_p50_us, fsync_p50_us_per_cpu, percentiles,
+    proc_status, round, rss_kb,
 };
 use super::bench_load::{latencies, set_up, stat, throughput, timed};
 use super::out;
@@ -67,6 +68,28 @@ pub(crate) struct GatewayArgs {
     /// the audit records; 0 turns it off), to compare one setting against another.
     #[arg(long, value_name = "BYTES")]
     preallocate_bytes: Option<u64>,
+    /// Start the gateways confined to these CPUs (`taskset -c LIST`, e.g. `1` or `0,2-3`), the
+    /// clients left where the scheduler puts them: on a machine whose disk takes its completion
+    /// interrupts on one CPU, where the gateway waits for its `fdatasync` matters (the floors
+    /// line shows the append on each CPU).
+    #[arg(long, value_name = "LIST", value_parser = cpu_list)]
+    gateway_cpus: Option<String>,
+}
+
+/// A `taskset -c` CPU list: numbers and ranges, comma-separated.
+fn cpu_list(list: &str) -> Result<String, String> {
+    let number = |n: &str| !n.is_empty() && n.len() <= 5 && n.bytes().all(|b| b.is_ascii_digit());
+    let item = |item: &str| match item.split_once('-') {
+        Some((from, to)) => number(from) && number(to),
+        None => number(item),
+    };
+    if list.split(',').all(item) {
+        Ok(list.to_owned())
+    } else {
+        Err(format!(
+            "`{list}` is not a CPU list: write CPU numbers and ranges, e.g. `1` or `0,2-3`"
+        ))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -119,6 +142,18 @@ pub(super) fn print_report(report: &Value, json: bool) -> anyhow::Result<ExitCod
             "floors here: stdio MCP ping p50 {} µs; 1 KiB append + fdatasync p50 {} µs",
             floors["stdio_ping_p50_us"], floors["append_fdatasync_p50_us"]
         ));
+        let per_cpu = (floors["append_fdatasync_p50_us_per_cpu"]
+            .as_object()
+            .into_iter())
+        .flatten()
+        .map(|(cpu, us)| format!("CPU {cpu} {us} µs"))
+        .collect::<Vec<_>>();
+        if !per_cpu.is_empty() {
+            out(format!(
+                "  the append pinned to each CPU: {}",
+                per_cpu.join(", ")
+            ));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -186,8 +221,14 @@ async fn bench(args: &GatewayArgs) -> anyhow::Result<Value> {
         let figures = bench_stdio(dir.path(), &config, args).await?;
         // What no gateway can go below here: the transport's round trip with no work, and one
         // durable append on the state directory's disk (each call's audit record waits for one).
-        let fsync_us = fsync_p50_us(dir.path(), args.calls.min(2_000))?;
+        let appends = args.calls.min(2_000);
+        let fsync_us = fsync_p50_us(dir.path(), appends)?;
         let floors = figures.ping_p50_us.unwrap_or_default() + fsync_us;
+        // Not part of the floor: the same append pinned to each CPU in turn, to show how much
+        // of a call's time is where it waited for the disk.
+        let per_cpu: Map<String, Value> = (fsync_p50_us_per_cpu(dir.path(), appends)?.into_iter())
+            .map(|(cpu, us)| (cpu.to_string(), json!(round(us))))
+            .collect();
         checks.push(check_us(
             "stdio p50 (1 client)",
             figures.p50_us,
@@ -199,6 +240,7 @@ async fn bench(args: &GatewayArgs) -> anyhow::Result<Value> {
             json!({
                 "stdio_ping_p50_us": round(figures.ping_p50_us.unwrap_or_default()),
                 "append_fdatasync_p50_us": round(fsync_us),
+                "append_fdatasync_p50_us_per_cpu": per_cpu,
             }),
         );
         report.insert("stdio".into(), figures.to_json());
@@ -258,8 +300,9 @@ impl Endpoint {
         dir: &Path,
         config: &Path,
         tokens: Vec<String>,
+        cpus: Option<&str>,
     ) -> anyhow::Result<Endpoint> {
-        let mut gateway = gateway_command(dir, config)
+        let mut gateway = gateway_command(dir, config, cpus)
             .args(["--transport", "streamable-http", "--port", "0"])
             .stderr(Stdio::piped())
             .spawn()
@@ -315,7 +358,7 @@ async fn bench_http(
 ) -> anyhow::Result<Vec<Figures>> {
     let mut endpoints = Vec::with_capacity(runs.len());
     for (config, tokens) in runs {
-        endpoints.push(Endpoint::start(dir, &config, tokens).await?);
+        endpoints.push(Endpoint::start(dir, &config, tokens, args.gateway_cpus.as_deref()).await?);
     }
     let mut sessions = Vec::with_capacity(endpoints.len());
     for endpoint in &endpoints {
@@ -333,6 +376,7 @@ async fn bench_http(
     for endpoint in &endpoints {
         figures.push(Figures {
             idle_rss_kb: rss_kb(endpoint.pid)?,
+            cpus_allowed: proc_status(endpoint.pid, "Cpus_allowed_list")?,
             ..Figures::default()
         });
     }
@@ -378,7 +422,7 @@ async fn bench_http(
 }
 
 async fn bench_stdio(dir: &Path, config: &Path, args: &GatewayArgs) -> anyhow::Result<Figures> {
-    let mut command = gateway_command(dir, config);
+    let mut command = gateway_command(dir, config, args.gateway_cpus.as_deref());
     command.stderr(Stdio::null());
     let transport = TokioChildProcess::new(command).context("cannot start `hpcgate run`")?;
     let pid = transport.id().context("the gateway exited at once")?;
@@ -386,6 +430,7 @@ async fn bench_stdio(dir: &Path, config: &Path, args: &GatewayArgs) -> anyhow::R
     set_up(&client, "stdio").await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle_rss_kb = rss_kb(pid)?;
+    let cpus_allowed = proc_status(pid, "Cpus_allowed_list")?;
     for _ in 0..args.calls.min(200) {
         stat(&client, "stdio").await?;
     }
@@ -407,6 +452,7 @@ async fn bench_stdio(dir: &Path, config: &Path, args: &GatewayArgs) -> anyhow::R
         ping_p50_us: Some(percentiles(&mut pings).0),
         cpu_us_per_call: Some(cpu / samples.len().max(1) as f64),
         idle_rss_kb,
+        cpus_allowed,
     })
 }
 
@@ -455,13 +501,22 @@ fn extra_tables(args: &GatewayArgs, sink: &Path) -> String {
 }
 
 /// `hpcgate run` (this executable) on `config` alone: a private HOME so no user config layers
-/// in, the user's policy compile cache so start-up does not recompile.
-fn gateway_command(dir: &Path, config: &Path) -> tokio::process::Command {
+/// in, the user's policy compile cache so start-up does not recompile; confined to `cpus` (a
+/// checked `taskset -c` list) when given.
+fn gateway_command(dir: &Path, config: &Path, cpus: Option<&str>) -> tokio::process::Command {
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache")));
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hpcgate"));
-    let mut command = tokio::process::Command::new(exe);
+    let mut command = match cpus {
+        // `taskset` execs the gateway: same process id, every thread confined from the start.
+        Some(cpus) => {
+            let mut command = tokio::process::Command::new("taskset");
+            command.arg("-c").arg(cpus).arg(exe);
+            command
+        }
+        None => tokio::process::Command::new(exe),
+    };
     command
         .arg("run")
         .arg("--config")

@@ -88,7 +88,7 @@ async fn bench(args: &CodeArgs) -> anyhow::Result<Value> {
             toml::Value::String(dir.path().join("state").display().to_string())
         ),
     )?;
-    let endpoint = Endpoint::start(dir.path(), &config, Vec::new()).await?;
+    let endpoint = Endpoint::start(dir.path(), &config, Vec::new(), None).await?;
     let client = endpoint.connect(0).await?;
     let measured = measure(&client, args).await;
     drop(client);

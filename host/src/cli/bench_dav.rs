@@ -17,7 +17,7 @@ use clap::Args;
 use serde_json::{Value, json};
 
 use super::bench::{Endpoint, Scratch, print_report, stop};
-use super::bench_figures::{percentiles, round};
+use super::bench_figures::{percentiles, round, status_kb};
 use super::bench_load::call;
 
 /// What the WebDAV door must reach: a 1 GiB transfer's throughput, how far the gateway's RSS
@@ -101,7 +101,7 @@ async fn bench(args: &DavArgs) -> anyhow::Result<Value> {
         .build()
         .context("cannot build the HTTP client")?;
 
-    let endpoint = Endpoint::start(dir.path(), &config, Vec::new()).await?;
+    let endpoint = Endpoint::start(dir.path(), &config, Vec::new(), None).await?;
     let client = endpoint.connect(0).await?;
     call(&client, "create_instance", json!({"instance_id": "bench"})).await?;
     drop(client);
@@ -188,7 +188,7 @@ async fn measure(
         .send()
         .await?;
     ensure_ok("PUT warm.txt", warm.status())?;
-    let before = peak_rss_kb(pid)?;
+    let before = status_kb(pid, "VmHWM")?;
 
     // The body is copied before the clock starts.
     let body = reqwest::Body::from(data.to_vec());
@@ -210,7 +210,7 @@ async fn measure(
     if received != data.len() || !same {
         bail!("GET returned {received} bytes, not the {} put", data.len());
     }
-    let rss_growth_kb = peak_rss_kb(pid)?.saturating_sub(before);
+    let rss_growth_kb = status_kb(pid, "VmHWM")?.saturating_sub(before);
 
     let many = dir.join("many");
     std::fs::create_dir_all(&many)?;
@@ -264,17 +264,6 @@ fn pattern(len: usize) -> Vec<u8> {
             state as u8
         })
         .collect()
-}
-
-/// `VmHWM` (peak resident set) of `pid`, in KiB.
-fn peak_rss_kb(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("cannot read `/proc/{pid}/status`"))?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .with_context(|| format!("no VmHWM in `/proc/{pid}/status`"))
 }
 
 /// wsgidav serving `root` read-write, anonymously, on a free loopback port, once it answers.

@@ -40,6 +40,36 @@ pub(super) fn fsync_p50_us(dir: &Path, appends: usize) -> anyhow::Result<f64> {
     Ok(percentiles(&mut samples).0)
 }
 
+/// How many CPUs [`fsync_p50_us_per_cpu`] tries at most (the first ones this process may use).
+const PROBED_CPUS: usize = 8;
+
+/// [`fsync_p50_us`] with this thread pinned to each CPU it may use in turn (at most
+/// [`PROBED_CPUS`]), then allowed on all of them again. A thread waiting in `fdatasync` is woken
+/// by the disk's completion interrupt once per write it waits for (data, inode, cache flush):
+/// on a CPU other than the one taking the interrupt, each wake-up is an inter-processor
+/// interrupt, which on a virtual machine costs tens of microseconds.
+pub(super) fn fsync_p50_us_per_cpu(
+    dir: &Path,
+    appends: usize,
+) -> anyhow::Result<Vec<(usize, f64)>> {
+    use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
+    let allowed = sched_getaffinity(None).context("cannot read this thread's CPU affinity")?;
+    let cpus = (0..CpuSet::MAX_CPU).filter(|&cpu| allowed.is_set(cpu));
+    let mut per_cpu = Vec::new();
+    let probe = || -> anyhow::Result<()> {
+        for cpu in cpus.take(PROBED_CPUS) {
+            let mut one = CpuSet::new();
+            one.set(cpu);
+            sched_setaffinity(None, &one).with_context(|| format!("cannot pin to CPU {cpu}"))?;
+            per_cpu.push((cpu, fsync_p50_us(dir, appends)?));
+        }
+        Ok(())
+    };
+    let probed = probe();
+    sched_setaffinity(None, &allowed).context("cannot restore this thread's CPU affinity")?;
+    probed.map(|()| per_cpu)
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Figures {
     pub p50_us: f64,
@@ -52,6 +82,8 @@ pub(super) struct Figures {
     /// runs, over stdio in the latency run.
     pub cpu_us_per_call: Option<f64>,
     pub idle_rss_kb: u64,
+    /// The CPUs the gateway may run on (`Cpus_allowed_list`).
+    pub cpus_allowed: String,
 }
 
 impl Figures {
@@ -60,6 +92,7 @@ impl Figures {
             "p50_us": round(self.p50_us),
             "p99_us": round(self.p99_us),
             "idle_rss_kb": self.idle_rss_kb,
+            "cpus_allowed": self.cpus_allowed,
         });
         if let Some(calls_per_s) = self.calls_per_s {
             figures["calls_per_s"] = json!(calls_per_s.round());
@@ -81,15 +114,26 @@ pub(super) fn percentiles(samples: &mut [f64]) -> (f64, f64) {
     (at(0.50), at(0.99))
 }
 
-/// VmRSS of `pid`.
-pub(super) fn rss_kb(pid: u32) -> anyhow::Result<u64> {
+/// The value of `key` in `/proc/<pid>/status`, trimmed.
+pub(super) fn proc_status(pid: u32, key: &str) -> anyhow::Result<String> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("cannot read `/proc/{pid}/status`"))?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .with_context(|| format!("no VmRSS in `/proc/{pid}/status`"))
+    (status.lines())
+        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
+        .map(|value| value.trim().to_owned())
+        .with_context(|| format!("no {key} in `/proc/{pid}/status`"))
+}
+
+/// A size in KiB from `/proc/<pid>/status` (`VmRSS`, `VmHWM`).
+pub(super) fn status_kb(pid: u32, key: &str) -> anyhow::Result<u64> {
+    let value = proc_status(pid, key)?;
+    (value.trim_end_matches("kB").trim().parse())
+        .with_context(|| format!("{key} in `/proc/{pid}/status` is not a size: {value}"))
+}
+
+/// VmRSS of `pid`.
+pub(super) fn rss_kb(pid: u32) -> anyhow::Result<u64> {
+    status_kb(pid, "VmRSS")
 }
 
 /// CPU time (user + system) `pid` has used so far, in µs (`/proc/<pid>/stat` fields 14 and

@@ -72,7 +72,7 @@ async fn bench(args: &TasksArgs) -> anyhow::Result<Value> {
     let config = dir.path().join("gateway.toml");
     let state = toml::Value::String(dir.path().join("state").display().to_string());
     std::fs::write(&config, format!("state_dir = {state}\n"))?;
-    let endpoint = Endpoint::start(dir.path(), &config, Vec::new()).await?;
+    let endpoint = Endpoint::start(dir.path(), &config, Vec::new(), None).await?;
     let client = connect(&endpoint).await?;
     let mut opened = Vec::with_capacity(args.tasks + 1);
     let measured = measure(&client, &endpoint, args, &mut opened).await;
