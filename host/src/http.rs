@@ -154,10 +154,11 @@ pub async fn serve(
             }
             let app = app(
                 gateway.clone(),
-                mcp_routes(gateway, config, flavor, Some(hosts)),
+                mcp_routes(gateway, config, flavor),
                 Access::Tcp,
                 flavor,
-            );
+            )
+            .layer(from_fn_with_state(Arc::new(hosts), check_host));
             axum::serve(
                 listener,
                 app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
@@ -184,7 +185,7 @@ pub async fn serve(
             }
             let app = app(
                 gateway.clone(),
-                mcp_routes(gateway, config, flavor, None),
+                mcp_routes(gateway, config, flavor),
                 Access::Socket,
                 flavor,
             );
@@ -205,7 +206,6 @@ fn mcp_routes(
     gateway: Arc<Gateway>,
     config: StreamableHttpServerConfig,
     flavor: Flavor<'_>,
-    hosts: Option<Vec<String>>,
 ) -> Router {
     // A job's token (code mode, Slurm jobs) opens only the streamable MCP path: the SSE
     // transport's sessions and WebDAV would carry its caller without the job's limits.
@@ -215,7 +215,7 @@ fn mcp_routes(
             let server = McpServer::per_request(gateway.clone());
             Router::new().nest_service(path, mcp_service(move || Ok(server.clone()), config))
         }
-        Flavor::Sse => crate::sse::routes(gateway.clone(), hosts),
+        Flavor::Sse => crate::sse::routes(gateway.clone()),
     };
     // WebDAV: the same authentication, with Basic accepted outside it (see `crate::dav`); the
     // handler answers 404 while `[dav] enabled` is false, so a reload can turn it on.
@@ -267,6 +267,36 @@ fn app(
         .merge(metadata)
         .merge(crate::metrics::router(gateway, access))
         .layer(from_fn_with_state(job_path, confine_job_tokens))
+}
+
+/// Over TCP, every request but `/healthz` must name in its `Host` header an address this gateway
+/// listens on (a loopback name, or the `--host` given), as rmcp requires at the MCP path. A web
+/// page whose name was rebound to 127.0.0.1 sends its own name, and no `Origin` on a same-origin
+/// `GET`: without this it could read `/dav` and `/metrics` of a gateway that trusts loopback.
+async fn check_host(
+    State(allowed): State<Arc<Vec<String>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let host = (request.headers().get(header::HOST)).and_then(|h| h.to_str().ok());
+    if request.uri().path() == "/healthz" || host.is_some_and(|host| host_allowed(&allowed, host)) {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::FORBIDDEN,
+        "refused: the `Host` header names no address this gateway listens on\n",
+    )
+        .into_response()
+}
+
+/// Whether `host` (`name`, `name:port` or `[v6]:port`) names one of `allowed`.
+fn host_allowed(allowed: &[String], host: &str) -> bool {
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
 }
 
 /// A job's token (code mode) is for MCP at `path` only: `/metrics` (which loopback peers may

@@ -4,7 +4,7 @@
 //! there (202), and every answer comes back as a `message` event on the stream.
 //!
 //! Both routes sit behind the same authentication as streamable HTTP ([`crate::http`]: `Origin`
-//! allow-list, bearer token / JWT, Unix peer), and the `Host` header is checked against the
+//! allow-list, bearer token / JWT, Unix peer), and over TCP the app checks the `Host` header against the
 //! same names (DNS rebinding). A session is bound to the caller that opened it: its id is 128
 //! random bits, and a POST by any other caller gets the same 404 as an unknown id, so an id
 //! seen in a log gives nobody else a way in. The session's [`McpServer`] has that caller fixed;
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -56,42 +56,19 @@ struct Session {
 struct Shared {
     gateway: Arc<Gateway>,
     sessions: Arc<Sessions>,
-    /// `Host` names accepted; `None` on a Unix socket.
-    allowed_hosts: Option<Arc<Vec<String>>>,
 }
 
 /// `GET /sse` and `POST /messages`, expecting [`crate::http`]'s authentication in front (a
 /// [`Caller`] in each request's extensions).
-pub(crate) fn routes(gateway: Arc<Gateway>, allowed_hosts: Option<Vec<String>>) -> Router {
+pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
     let shared = Shared {
         gateway,
         sessions: Arc::default(),
-        allowed_hosts: allowed_hosts.map(Arc::new),
     };
     Router::new()
         .route(SSE_PATH, get(open))
         .route(MESSAGES_PATH, post(message))
         .with_state(shared)
-}
-
-fn host_allowed(shared: &Shared, request: &Request) -> bool {
-    let Some(allowed) = &shared.allowed_hosts else {
-        return true;
-    };
-    let Some(host) = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-    else {
-        return false;
-    };
-    // `name:port` or `[v6]:port`: the name is what is checked.
-    let name = match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => host,
-    };
-    let name = name.trim_start_matches('[').trim_end_matches(']');
-    allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
 }
 
 fn refuse(status: StatusCode, message: &str) -> Response {
@@ -100,12 +77,6 @@ fn refuse(status: StatusCode, message: &str) -> Response {
 
 /// Opens a session: its server runs until the client closes the stream.
 async fn open(State(shared): State<Shared>, request: Request) -> Response {
-    if !host_allowed(&shared, &request) {
-        return refuse(
-            StatusCode::FORBIDDEN,
-            "the `Host` header names no address this gateway listens on",
-        );
-    }
     let Some(caller) = request.extensions().get::<Caller>().cloned() else {
         return refuse(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -196,12 +167,6 @@ fn session_of(request: &Request) -> Option<String> {
 
 /// One client message into its session.
 async fn message(State(shared): State<Shared>, request: Request) -> Response {
-    if !host_allowed(&shared, &request) {
-        return refuse(
-            StatusCode::FORBIDDEN,
-            "the `Host` header names no address this gateway listens on",
-        );
-    }
     let Some(caller) = request.extensions().get::<Caller>().cloned() else {
         return refuse(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -141,6 +141,87 @@ async fn an_mcp_client_works_over_streamable_http() {
     assert_audited(dir.path(), "\"anonymous\"");
 }
 
+/// DNS rebinding: a web page whose name now resolves to 127.0.0.1 sends its own name as `Host`
+/// (and no `Origin` on a same-origin `GET`). Every route but `/healthz` refuses a `Host` that
+/// names no address the gateway listens on, not only MCP: WebDAV would otherwise hand it the
+/// instance's files, and `/metrics` (which trusts loopback peers) the gateway's figures.
+#[tokio::test]
+async fn a_rebound_host_name_is_refused_on_every_route_but_healthz() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = "[dav]\nenabled = true\n";
+    let config = config(dir.path(), &format!("{POLICIES}{extra}"));
+    let served = Served::http(dir.path(), &config).await;
+    let authority = served.authority();
+    let client = ()
+        .serve(StreamableHttpClientTransport::from_uri(
+            served.address.as_str(),
+        ))
+        .await
+        .unwrap();
+    for (tool, arguments) in [
+        ("create_instance", json!({ "instance_id": "run1" })),
+        (
+            "write_file",
+            json!({ "instance_id": "run1", "path": "notes.txt", "content": "private-42" }),
+        ),
+    ] {
+        let Value::Object(arguments) = arguments else {
+            unreachable!()
+        };
+        let result = client
+            .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
+            .await
+            .unwrap();
+        assert_ne!(result.is_error, Some(true), "{tool}: {result:?}");
+    }
+    client.cancel().await.unwrap();
+
+    let port = authority.rsplit(':').next().unwrap();
+    let file = "/dav/instances/run1/workspace/notes.txt";
+    let get = |host: String, path: &'static str| {
+        let authority = authority.clone();
+        async move {
+            let tcp = TcpStream::connect(authority.as_str()).await.unwrap();
+            exchange(tcp, "GET", path, &[("Host", host.as_str())], "").await
+        }
+    };
+    // The control: the gateway's own names.
+    for host in [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        "[::1]".to_owned(),
+    ] {
+        let (status, body) = get(host.clone(), file).await;
+        assert_eq!((status, body.as_str()), (200, "private-42"), "{host}");
+    }
+    for host in [
+        format!("evil.example:{port}"),
+        "evil.example".to_owned(),
+        format!("localhost.evil.example:{port}"),
+        format!("127.0.0.1.nip.io:{port}"),
+        String::new(),
+    ] {
+        for path in [
+            file,
+            "/metrics",
+            "/dav/",
+            "/.well-known/oauth-protected-resource/mcp",
+        ] {
+            let (status, body) = get(host.clone(), path).await;
+            assert_eq!(status, 403, "Host {host:?} {path}: {body}");
+            assert!(!body.contains("private-42"), "{body}");
+        }
+        let tcp = TcpStream::connect(authority.as_str()).await.unwrap();
+        let headers = [MCP_POST[0], MCP_POST[1], ("Host", host.as_str())];
+        let (status, body) = exchange(tcp, "POST", "/mcp", &headers, INITIALIZE).await;
+        assert_eq!(status, 403, "Host {host:?} /mcp: {body}");
+        let (status, body) = get(host.clone(), "/healthz").await;
+        assert_eq!(status, 200, "Host {host:?} /healthz: {body}");
+    }
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+}
+
 /// `[http] allowed_origins` lets a listed web origin through (the authenticator decides, no
 /// outer check refuses it first); other foreign origins stay refused, loopback ones pass.
 #[tokio::test]

@@ -111,7 +111,8 @@ pub fn command(dir: &Path, config: &Path, args: &[&str]) -> Command {
     command
 }
 
-/// One HTTP/1.1 request over `stream` (`Connection: close`): the status code and the body.
+/// One HTTP/1.1 request over `stream` (`Connection: close`; `Host: localhost` unless `headers`
+/// name another): the status code and the body.
 pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     method: &str,
@@ -120,9 +121,15 @@ pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     body: &str,
 ) -> (u16, String) {
     let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        request.push_str("Host: localhost\r\n");
+    }
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
