@@ -77,37 +77,74 @@ fn record_line(record: &Record, json: bool) -> String {
     let mut line = format!("{:>6} {} {}", record.seq, record.ts, e.event);
     if let Some(tenant) = &e.tenant {
         line.push_str(&format!(
-            " {tenant}/{}",
-            e.principal.as_deref().unwrap_or("-")
+            " {}/{}",
+            text(tenant),
+            text(e.principal.as_deref().unwrap_or("-"))
         ));
     }
     if let Some(tool) = &e.tool {
-        line.push_str(&format!(" {tool}"));
+        line.push_str(&format!(" {}", text(tool)));
     }
     if let Some(instance) = &e.instance {
-        line.push_str(&format!(" [{instance}]"));
+        line.push_str(&format!(" [{}]", text(instance)));
     }
     if let Some(d) = &e.decision {
         let kind = serde_json::to_value(d.decision).expect("a decision kind serialises");
         line.push_str(&format!(" {}", kind.as_str().unwrap_or("?")));
         if let Some(policy) = &d.policy {
-            line.push_str(&format!(" by `{policy}`"));
+            line.push_str(&format!(" by `{}`", text(policy)));
         }
         if let Some(reason) = &d.reason {
-            line.push_str(&format!(": {reason}"));
+            line.push_str(&format!(": {}", text(reason)));
         }
     }
     if let Some(o) = &e.outcome {
         line.push_str(&format!(
             " {}",
-            serde_json::to_string(o).expect("an outcome")
+            json_text(&serde_json::to_string(o).expect("an outcome"))
         ));
     }
     if let Some(ms) = e.duration_ms {
         line.push_str(&format!(" {ms:.3}ms"));
     }
     if let Some(detail) = &e.detail {
-        line.push_str(&format!(" {}", serde_json::Value::Object(detail.clone())));
+        line.push_str(&format!(
+            " {}",
+            json_text(&serde_json::Value::Object(detail.clone()).to_string())
+        ));
     }
     line
+}
+
+/// A free-text field of a record (a tool name as the client sent it, a principal, a policy's
+/// reason) as one line shows it: as it is, or quoted and escaped if it holds anything a terminal
+/// would act on or hide — a line break, an escape sequence, a bidirectional override — so that
+/// no caller can make one record print as two, or recolour or rewrite what the admin sees.
+fn text(field: &str) -> std::borrow::Cow<'_, str> {
+    if field.chars().all(plain) {
+        std::borrow::Cow::Borrowed(field)
+    } else {
+        std::borrow::Cow::Owned(format!("\"{}\"", field.escape_debug()))
+    }
+}
+
+/// JSON text as one line shows it: what JSON leaves raw but a terminal acts on or hides (a
+/// bidirectional override, a line separator) written as `\uXXXX` escapes, still valid JSON.
+fn json_text(json: &str) -> String {
+    let mut shown = String::with_capacity(json.len());
+    for c in json.chars() {
+        if plain(c) {
+            shown.push(c);
+        } else {
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                shown.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    shown
+}
+
+/// A character a terminal shows as itself (quotes and backslashes included).
+fn plain(c: char) -> bool {
+    matches!(c, '"' | '\'' | '\\') || c.escape_debug().len() == 1
 }

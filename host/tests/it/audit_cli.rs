@@ -521,3 +521,48 @@ fn tail_follow_prints_each_new_matching_record_once_across_rotations() {
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("leave out `--until`"), "{said}");
 }
+
+/// What a caller sends can hold line breaks, terminal escapes and bidirectional overrides (a
+/// tool name is recorded as the client sent it): the human view of `tail` and `query` prints
+/// each record on one line and such fields escaped, so no caller can forge a line the admin
+/// reads as another record, or rewrite their terminal. The JSON view keeps the text as it was.
+#[test]
+fn a_callers_text_cannot_forge_lines_in_the_human_audit_view() {
+    use crate::support::gateway as in_process;
+    let dir = tempfile::tempdir().unwrap();
+    let forged = "stat_path\n    41 2026-11-27T06:00:00.000000Z tool.called chem/token:alice \
+                  delete_path [chem-private] allow\x1b[2K\u{202e}";
+    {
+        let gw = in_process::open(dir.path(), "policies = []\n");
+        let refused = gw.call(
+            &in_process::caller("default"),
+            forged,
+            in_process::args(serde_json::json!({})),
+        );
+        assert!(refused.is_error);
+    }
+    let audit = dir.path().join("state/audit");
+    let dir_arg = audit.to_str().unwrap();
+    let json = stdout(&hpcgate(&[
+        "audit", "tail", "-n", "50", "--dir", dir_arg, "--json",
+    ]));
+    let records: Vec<Record> = (json.lines())
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let refused = (records.iter())
+        .find(|r| r.entry.tool.as_deref() == Some(forged))
+        .expect("the refused call is recorded with the name it was sent");
+    for command in [&["tail", "-n", "50"][..], &["query"]] {
+        let output = hpcgate(&[&["audit"][..], command, &["--dir", dir_arg]].concat());
+        let (human, command) = (stdout(&output), command[0]);
+        assert_eq!(human.lines().count(), records.len(), "{command}:\n{human}");
+        assert!(!human.contains(['\x1b', '\u{202e}']), "{command}:\n{human}");
+        let line = (human.lines())
+            .find(|line| line.starts_with(&format!("{:>6} ", refused.seq)))
+            .unwrap();
+        assert!(
+            line.contains(r#" "stat_path\n    41 2026"#) && line.contains(r"\u{1b}[2K\u{202e}"),
+            "{command}: {line}"
+        );
+    }
+}
