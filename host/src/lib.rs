@@ -39,6 +39,7 @@ pub mod http;
 pub mod jobs;
 pub mod mcp;
 pub mod metrics;
+mod permits;
 pub mod proxy;
 pub mod resources;
 pub mod sse;

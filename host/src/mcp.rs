@@ -22,11 +22,11 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
-use tokio::sync::Semaphore;
 
 use crate::code_mode::JobScope;
 use crate::config::ResultType;
 use crate::gateway::{CallResult, Caller, Gateway, Request, Snapshot};
+use crate::permits::Permits;
 use crate::policy::Via;
 use crate::proxy::Change;
 use crate::telemetry::TraceParent;
@@ -38,7 +38,8 @@ instance and `submit_job` to run commands. The resource `resource://hpcgate/guid
 workflow; other resources are the site's own documentation. Every call is checked by policy and \
 recorded; a refusal says why and what to do.";
 
-/// Blocking calls in flight at most.
+/// Calls in flight at most on one listener (a quarter of them for any one tenant, see
+/// [`crate::permits`]).
 const MAX_BLOCKING: usize = 64;
 
 /// The gateway as an MCP server, for one session's caller or for callers identified per request.
@@ -47,19 +48,25 @@ pub struct McpServer {
     gateway: Arc<Gateway>,
     /// `None`: every request carries its caller (HTTP, see [`request_caller`]).
     caller: Option<Caller>,
-    /// Permits for calls in flight: bounds blocking calls, and tells a lone call it is alone.
-    bridge: Arc<Semaphore>,
+    /// Places for calls in flight: bounds blocking calls and one tenant's share of them, and
+    /// tells a lone call it is alone.
+    bridge: Arc<Permits>,
     /// A job's door ([`crate::code_mode`]): the caller is the job, calls come `via = job`.
     job: Option<Arc<JobScope>>,
 }
 
 impl McpServer {
-    /// One session, one caller: stdio, or a session of the legacy SSE transport
-    /// ([`crate::sse`]).
+    /// One session, one caller: stdio.
     pub fn new(gateway: Arc<Gateway>, caller: Caller) -> McpServer {
+        McpServer::per_request(gateway).in_session(caller)
+    }
+
+    /// This server for one session of `caller` (the legacy SSE transport, [`crate::sse`]),
+    /// sharing its places for calls in flight with every other session of the listener.
+    pub fn in_session(&self, caller: Caller) -> McpServer {
         McpServer {
             caller: Some(caller),
-            ..McpServer::per_request(gateway)
+            ..self.clone()
         }
     }
 
@@ -68,7 +75,7 @@ impl McpServer {
         McpServer {
             gateway,
             caller: None,
-            bridge: Arc::new(Semaphore::new(MAX_BLOCKING)),
+            bridge: Arc::new(Permits::new(MAX_BLOCKING)),
             job: None,
         }
     }
@@ -110,15 +117,12 @@ impl McpServer {
     {
         if brief
             && !self.gateway.audit().calls_arrive_together()
-            && let Ok(_all) = self
-                .bridge
-                .clone()
-                .try_acquire_many_owned(MAX_BLOCKING as u32)
+            && let Some(_all) = self.bridge.enter_alone()
         {
             let run = AssertUnwindSafe(|| work(&self.gateway, caller));
             return std::panic::catch_unwind(run).map_err(|_| call_failed(&"it panicked"));
         }
-        let permit = self.bridge.clone().acquire_owned().await;
+        let permit = (self.bridge.enter(&caller.tenant).await).map_err(|e| call_failed(&e))?;
         let gateway = self.gateway.clone();
         let joined = tokio::task::spawn_blocking(move || {
             let _permit = permit;
@@ -136,8 +140,7 @@ impl McpServer {
     /// (measured: batches alternate between one call and the rest, and throughput drops by a
     /// tenth). Then it awaits the commit thread with the others ([`McpServer::on_runtime`]).
     fn alone(&self) -> bool {
-        self.bridge.available_permits() == MAX_BLOCKING
-            && !self.gateway.audit().calls_arrive_together()
+        self.bridge.idle() && !self.gateway.audit().calls_arrive_together()
     }
 
     /// Runs a call on this task, for a call that needs no blocking thread (see
@@ -150,7 +153,8 @@ impl McpServer {
         request: Request<'_>,
     ) -> Result<CallResult, McpError> {
         use futures_util::FutureExt as _;
-        let _permit = self.bridge.clone().acquire_owned().await;
+        let _permit =
+            (self.bridge.enter(&request.caller.tenant).await).map_err(|e| call_failed(&e))?;
         let call = AssertUnwindSafe(self.gateway.dispatch_async(live, request));
         call.catch_unwind()
             .await

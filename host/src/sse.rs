@@ -54,7 +54,9 @@ struct Session {
 
 #[derive(Clone)]
 struct Shared {
-    gateway: Arc<Gateway>,
+    /// Every session's server is this one with the session's caller: they share its places
+    /// for calls in flight, so opening more sessions gives a caller no more of them.
+    server: McpServer,
     sessions: Arc<Sessions>,
 }
 
@@ -62,7 +64,7 @@ struct Shared {
 /// [`Caller`] in each request's extensions).
 pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
     let shared = Shared {
-        gateway,
+        server: McpServer::per_request(gateway),
         sessions: Arc::default(),
     };
     Router::new()
@@ -101,7 +103,7 @@ async fn open(State(shared): State<Shared>, request: Request) -> Response {
             to_server,
         },
     );
-    let server = McpServer::new(shared.gateway.clone(), caller);
+    let server = shared.server.in_session(caller);
     let sink =
         PollSender::new(to_client).sink_map_err(|_| std::io::Error::other("the stream closed"));
     let mut from_client = from_client;

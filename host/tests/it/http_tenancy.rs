@@ -68,3 +68,94 @@ fn two_bearer_tenants_see_nothing_of_each_other() {
         "no token in the audit log"
     );
 }
+
+fn call(name: &'static str, arguments: serde_json::Value) -> rmcp::model::CallToolRequestParams {
+    let serde_json::Value::Object(arguments) = arguments else {
+        unreachable!("arguments are an object")
+    };
+    rmcp::model::CallToolRequestParams::new(name).with_arguments(arguments)
+}
+
+/// One tenant's long calls cannot hold every place a listener has for calls in flight: chem
+/// parks 64 `poll_job` calls (each waiting for its job to end), and bio's own call is still
+/// answered while all of chem's wait. Before, the listener's 64 places were one pool, and bio
+/// waited until chem's job ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenants_long_calls_leave_room_for_another_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    let (chem_token, bio_token) = (generate_token().unwrap(), generate_token().unwrap());
+    let config = config(
+        dir.path(),
+        &format!(
+            "policies = []\n[tenants.chem]\ntokens = [{{ label = \"alice\", sha256 = \"{}\" }}]\n\
+             [tenants.bio]\ntokens = [{{ label = \"bob\", sha256 = \"{}\" }}]\n",
+            hex::encode(hash_token(&chem_token)),
+            hex::encode(hash_token(&bio_token)),
+        ),
+    );
+    let served = Served::http(dir.path(), &config).await;
+    let connect = |token: String| {
+        ().serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(served.address.as_str())
+                .auth_header(token),
+        ))
+    };
+    let (chem, bio) = (
+        connect(chem_token).await.unwrap(),
+        connect(bio_token).await.unwrap(),
+    );
+    for (client, instance) in [(&chem, "c1"), (&bio, "b1")] {
+        let created = (client.call_tool(call(
+            "create_instance",
+            serde_json::json!({ "instance_id": instance }),
+        )))
+        .await
+        .unwrap();
+        assert_ne!(created.is_error, Some(true), "{created:?}");
+    }
+    let submitted = chem
+        .call_tool(call(
+            "submit_job",
+            serde_json::json!({ "instance_id": "c1", "command": "sleep 8", "timeout": 0 }),
+        ))
+        .await
+        .unwrap();
+    let job_id = submitted.structured_content.unwrap()["job"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let polls: Vec<_> = (0..64)
+        .map(|_| {
+            let (peer, job_id) = (chem.peer().clone(), job_id.clone());
+            tokio::spawn(async move {
+                let poll =
+                    serde_json::json!({ "instance_id": "c1", "job_id": job_id, "timeout": 60 });
+                peer.call_tool(call("poll_job", poll)).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+
+    let listed = bio
+        .call_tool(call("list_instances", serde_json::json!({})))
+        .await
+        .unwrap();
+    assert_ne!(listed.is_error, Some(true), "{listed:?}");
+    let waiting = polls.iter().filter(|poll| !poll.is_finished()).count();
+    assert_eq!(
+        waiting, 64,
+        "bio was answered while chem's polls all wait for chem's job"
+    );
+    for poll in polls {
+        let polled = poll.await.unwrap().unwrap();
+        assert_ne!(polled.is_error, Some(true), "{polled:?}");
+        assert_eq!(
+            polled.structured_content.unwrap()["job"]["status"],
+            "completed"
+        );
+    }
+    chem.cancel().await.unwrap();
+    bio.cancel().await.unwrap();
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+}
