@@ -1,6 +1,7 @@
 //! The methods that read or change files: GET/HEAD, PUT, DELETE, MKCOL, COPY and MOVE, each one
-//! tool call through the pipeline (an overwriting COPY/MOVE is a `stat_path`, a `delete_path`
-//! and the copy or move: three calls, each decided and recorded on its own).
+//! tool call through the pipeline (a COPY/MOVE first finds its source and destination with
+//! `stat_path`; one that replaces a collection also moves it aside and deletes it after: each
+//! call decided and recorded on its own).
 
 use std::io;
 
@@ -17,7 +18,7 @@ use super::status::{self, Op};
 use super::target::{SandboxView, Target};
 use super::{Dav, Refusal};
 use crate::auth::Caller;
-use crate::gateway::{Transfer, Upload};
+use crate::gateway::{CallResult, Transfer, Upload};
 use crate::state::InstanceId;
 use hpcgate_executors::files::OpenedFile;
 
@@ -285,8 +286,12 @@ pub async fn mkcol(cx: &Cx<'_>, request: Request) -> Response {
     StatusCode::CREATED.into_response()
 }
 
-/// COPY and MOVE within one instance: `copy_path` / `move_path`, after a `delete_path` of an
-/// existing destination when `Overwrite` allows it.
+/// COPY and MOVE within one instance: `copy_path` / `move_path` once the source is found
+/// (`stat_path`). An existing destination (`Overwrite` allowing) is given up only to a copy or
+/// move the pipeline let through: a file is replaced by the tool itself (`overwrite`, one
+/// call and one decision); a collection, or a destination of the other kind, which the tools do
+/// not replace, is first moved aside, put back when the copy or move fails, and deleted once it
+/// succeeded.
 pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Response {
     let (id, view) = match cx.file(true) {
         Ok(found) => found,
@@ -323,34 +328,40 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
         return locked.into_response();
     }
     let at = |path: String| json!({ "instance_id": id.as_str(), "path": path });
+    let (source, _) = cx
+        .dav
+        .call(&cx.caller, "stat_path", at(view.path()), None)
+        .await;
+    if source.is_error {
+        return status::failed(&source, Op::Read);
+    }
     let (stat, _) = cx
         .dav
         .call(&cx.caller, "stat_path", at(destination.path()), None)
         .await;
     let existed = !stat.is_error;
-    if existed {
-        if !overwrite {
-            return (
-                StatusCode::PRECONDITION_FAILED,
-                "the destination exists and Overwrite is F\n",
-            )
-                .into_response();
-        }
-        let mut arguments = at(destination.path());
-        arguments["recursive"] = json!(true);
-        let (deleted, _) = cx
-            .dav
-            .call(&cx.caller, "delete_path", arguments, None)
-            .await;
-        if deleted.is_error {
-            return status::failed(&deleted, Op::Other);
-        }
+    if existed && !overwrite {
+        return (
+            StatusCode::PRECONDITION_FAILED,
+            "the destination exists and Overwrite is F\n",
+        )
+            .into_response();
     }
+    let is_dir = |stat: &CallResult| stat.structured["kind"] == "directory";
+    let aside = if existed && (is_dir(&source) || is_dir(&stat)) {
+        match set_aside(cx, id, &destination).await {
+            Ok(aside) => Some(aside),
+            Err(refused) => return refused,
+        }
+    } else {
+        None
+    };
     let tool = if moving { "move_path" } else { "copy_path" };
     let arguments = json!({
         "instance_id": id.as_str(),
         "source": view.path(),
         "destination": destination.path(),
+        "overwrite": existed && aside.is_none(),
     });
     let (result, _) = cx.dav.call(&cx.caller, tool, arguments, None).await;
     if result.is_error {
@@ -359,10 +370,39 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
         } else {
             Op::Other
         };
+        if let Some(aside) = &aside
+            && let Err(kept) = move_within(cx, id, aside, &destination).await
+        {
+            let why = format!(
+                "{}; what `{}` held could not be put back and is kept as `{}`: {}\n",
+                result.text,
+                destination.path(),
+                aside.path(),
+                kept.text
+            );
+            return (status::of(&result.text, op), why).into_response();
+        }
         return status::failed(&result, op);
     }
     if moving {
         cx.dav.locks.forget_beneath(cx, view);
+    }
+    if let Some(aside) = &aside {
+        let mut arguments = at(aside.path());
+        arguments["recursive"] = json!(true);
+        let (deleted, _) = cx
+            .dav
+            .call(&cx.caller, "delete_path", arguments, None)
+            .await;
+        if deleted.is_error {
+            let why = format!(
+                "`{}` was replaced, but what it held could not be deleted and is kept as `{}`: {}\n",
+                destination.path(),
+                aside.path(),
+                deleted.text
+            );
+            return (status::of(&deleted.text, Op::Other), why).into_response();
+        }
     }
     if existed {
         StatusCode::NO_CONTENT
@@ -370,6 +410,48 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
         StatusCode::CREATED
     }
     .into_response()
+}
+
+/// Moves the destination of an overwriting COPY or MOVE to a fresh hidden name beside it (a
+/// `move_path` of its own, decided and recorded like any): the name it is kept under until the
+/// copy or move succeeded.
+async fn set_aside(
+    cx: &Cx<'_>,
+    id: &InstanceId,
+    destination: &SandboxView,
+) -> Result<SandboxView, Response> {
+    let mut random = [0u8; 8];
+    if getrandom::fill(&mut random).is_err() {
+        let why = "no randomness for a temporary name; retry\n";
+        return Err((StatusCode::SERVICE_UNAVAILABLE, why).into_response());
+    }
+    let mut aside = destination.clone();
+    if let Some(last) = aside.segments.last_mut() {
+        *last = format!(".hpcgate-replaced-{}", hex::encode(random));
+    }
+    match move_within(cx, id, destination, &aside).await {
+        Ok(()) => Ok(aside),
+        Err(moved) => Err(status::failed(&moved, Op::Other)),
+    }
+}
+
+/// `move_path` from `from` to the free name `to`; the failed call's result when it fails.
+async fn move_within(
+    cx: &Cx<'_>,
+    id: &InstanceId,
+    from: &SandboxView,
+    to: &SandboxView,
+) -> Result<(), CallResult> {
+    let arguments = json!({
+        "instance_id": id.as_str(),
+        "source": from.path(),
+        "destination": to.path(),
+    });
+    let (moved, _) = cx.dav.call(&cx.caller, "move_path", arguments, None).await;
+    if moved.is_error {
+        return Err(moved);
+    }
+    Ok(())
 }
 
 /// The `Destination` header, which must name a path in the same instance (of the same

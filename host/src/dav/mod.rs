@@ -24,7 +24,8 @@
 //! turn one PUT into several audited calls, or make the audit follow the crate's internals
 //! instead of the client's requests, and its property and lock handling would live outside
 //! the pipeline. Here one method is one decision: the handler parses the request, asks the
-//! pipeline once (twice for an overwriting COPY/MOVE, whose DELETE is its own call), and
+//! pipeline once (a COPY/MOVE also asks for its source and destination, and one that replaces a
+//! collection moves it aside first and deletes it after, each its own call), and
 //! answers. The handful of WebDAV methods is small enough to read in a few files.
 //!
 //! Authentication is the HTTP app's (`http::identify`), plus HTTP Basic with the token as the

@@ -1,7 +1,7 @@
 //! The WebDAV attack table (run by `dav::curl_uses_the_one_pipeline_and_attacks_fail` against
 //! its running gateway): traversal spellings, objects a job plants, `Destination` escapes,
-//! other tenants' names, archived instances, read-only extras, oversized uploads, hostile XML,
-//! missing or wrong credentials.
+//! COPY and MOVE that fail, other tenants' names, archived instances, read-only extras,
+//! oversized uploads, hostile XML, missing or wrong credentials.
 
 use std::path::Path;
 
@@ -107,6 +107,55 @@ pub fn attacks(s: &Setup, sc: &Path, base: &str, chem: &dyn Fn(&[&str]) -> Reply
         400
     );
     assert_eq!(copy(&format!("{base}/instances/run1/workspace")), 403);
+    // A COPY or MOVE that fails leaves its destination as it was: a missing source (404), a
+    // policy refusal (403; `/workspace/inputs/` may not be written, nor moved or copied from),
+    // a collection that was moved aside to be replaced (put back). Replacing one still works.
+    let relocate = |method: &str, from: &str, to: &str| {
+        chem(&[
+            "-X",
+            method,
+            "-H",
+            &format!("Destination: {ws}/{to}"),
+            &format!("{ws}/{from}"),
+        ])
+    };
+    std::fs::write(s.workspace.join("keep.txt"), "keep me").unwrap();
+    std::fs::create_dir(s.workspace.join("keepdir")).unwrap();
+    std::fs::write(s.workspace.join("keepdir/f.txt"), "keep me too").unwrap();
+    std::fs::write(s.workspace.join("inputs/held.txt"), "held").unwrap();
+    for (method, from, to, status) in [
+        ("MOVE", "no-such-file", "keep.txt", 404),
+        ("COPY", "no-such-file", "keepdir", 404),
+        ("COPY", "inputs/held.txt", "keep.txt", 403),
+        ("MOVE", "inputs/held.txt", "keep.txt", 403),
+        ("COPY", "inputs/held.txt", "keepdir", 403),
+        ("MOVE", "inputs/held.txt", "keepdir", 403),
+    ] {
+        let reply = relocate(method, from, to);
+        assert_eq!(reply.status, status, "{method} {from} {to}: {}", reply.body);
+        assert_eq!(
+            std::fs::read_to_string(s.workspace.join("keep.txt")).unwrap(),
+            "keep me",
+            "{method} {from} {to}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(s.workspace.join("keepdir/f.txt")).unwrap(),
+            "keep me too",
+            "{method} {from} {to}"
+        );
+    }
+    assert_eq!(relocate("COPY", "keep.txt", "keepdir").status, 204);
+    assert_eq!(
+        std::fs::read_to_string(s.workspace.join("keepdir")).unwrap(),
+        "keep me"
+    );
+    assert_eq!(relocate("MOVE", "keepdir", "keep.txt").status, 204);
+    let left: Vec<_> = std::fs::read_dir(&s.workspace)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".hpcgate") || n.starts_with("keep"))
+        .collect();
+    assert_eq!(left, ["keep.txt"]);
     // Another tenant's instance, guessed: not found, not listed.
     let bio_auth = format!("Authorization: Bearer {}", s.bio);
     let bio = |args: &[&str]| {
