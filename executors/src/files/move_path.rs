@@ -7,15 +7,26 @@
 //! back to check-then-rename, which can only race with another writer inside the instance.
 //! Between filesystems a regular file is copied and unlinked ([`super::move_across`]); other
 //! kinds are refused with [`FileError::CrossFilesystem`].
+//!
+//! A move between areas adds the source's bytes to the destination's area: with `max_bytes`
+//! (that area's room under its quota) the source is measured first — a file's size, a tree's
+//! regular files walked without following links, within the walk limits — and a move that
+//! would pass it is refused before anything is renamed.
 
+use std::ops::ControlFlow;
+
+use cap_fs_ext::DirExt;
+use cap_std::fs::{Dir, Metadata};
 use rustix::fs::{RenameFlags, renameat, renameat_with};
 use rustix::io::Errno;
 
 use super::entry::{EntryFacts, EntryKind};
 use super::error::FileError;
+use super::limits::FileLimits;
 use super::move_across::{End, move_file_across};
 use super::path::SandboxPath;
 use super::roots::InstanceRoots;
+use super::walk::{WalkBounds, walk};
 
 /// A request to move `from` to `to`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +37,9 @@ pub struct MoveRequest {
     pub to: String,
     /// Replace an existing destination (a file, or an empty directory when moving a directory).
     pub overwrite: bool,
+    /// Most bytes the move may add to the destination's area (the room left under its quota,
+    /// for a move between areas); `None`: no byte cap, and no measuring.
+    pub max_bytes: Option<u64>,
 }
 
 /// What was moved.
@@ -39,7 +53,11 @@ pub struct MoveResult {
 }
 
 /// Moves a path beneath the instance roots.
-pub fn move_path(roots: &InstanceRoots, req: &MoveRequest) -> Result<MoveResult, FileError> {
+pub fn move_path(
+    roots: &InstanceRoots,
+    limits: &FileLimits,
+    req: &MoveRequest,
+) -> Result<MoveResult, FileError> {
     let from = SandboxPath::parse(&req.from)?;
     let to = SandboxPath::parse(&req.to)?;
     to.check_creatable()?;
@@ -49,6 +67,17 @@ pub fn move_path(roots: &InstanceRoots, req: &MoveRequest) -> Result<MoveResult,
         .symlink_metadata(from_name)
         .map_err(|e| FileError::from_io("move", &from, e))?;
     let kind = EntryFacts::from_metadata(&md).kind;
+    if let Some(limit) = req.max_bytes {
+        let size = bytes_moved(&from_dir, from_name, &from, &md, limits)?;
+        if size > limit {
+            return Err(FileError::TooLarge {
+                path: from.to_string(),
+                size,
+                limit,
+                hint: "that is more than the room left under the destination's quota; delete files there first",
+            });
+        }
+    }
 
     let plain = || renameat(&from_dir, from_name, &to_dir, to_name);
     let outcome = if req.overwrite {
@@ -107,4 +136,49 @@ pub fn move_path(roots: &InstanceRoots, req: &MoveRequest) -> Result<MoveResult,
         to: to.to_string(),
         kind,
     })
+}
+
+/// The regular-file bytes at `name`: its size, or the sum beneath it for a directory (walked
+/// without following links; a tree too large or deep to walk whole is refused, since its bytes
+/// cannot be known).
+fn bytes_moved(
+    dir: &Dir,
+    name: &str,
+    from: &SandboxPath,
+    md: &Metadata,
+    limits: &FileLimits,
+) -> Result<u64, FileError> {
+    let facts = EntryFacts::from_metadata(md);
+    if facts.kind != EntryKind::Directory {
+        return Ok(if facts.kind == EntryKind::File {
+            facts.size
+        } else {
+            0
+        });
+    }
+    let tree = dir
+        .open_dir_nofollow(name)
+        .map_err(|e| FileError::from_io("move", from, e))?;
+    let bounds = WalkBounds {
+        max_depth: limits.max_depth,
+        max_visits: limits.max_walk_entries,
+    };
+    let mut bytes = 0u64;
+    let cut = walk(&tree, &bounds, |visit| {
+        if visit.facts.kind == EntryKind::File {
+            bytes = bytes.saturating_add(visit.facts.size);
+        }
+        ControlFlow::Continue(())
+    })
+    .map_err(|e| FileError::from_io("move", from, e))?;
+    if cut {
+        return Err(FileError::InvalidRequest {
+            path: from.to_string(),
+            reason: format!(
+                "the tree has more than {} entries or {} levels, too many to measure against the destination's quota; move its parts separately",
+                limits.max_walk_entries, limits.max_depth
+            ),
+        });
+    }
+    Ok(bytes)
 }

@@ -7,7 +7,7 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 use harness::{Fixture, INSIDE, variant};
-use hpcgate_executors::files::{InstanceRoots, MoveRequest, move_path};
+use hpcgate_executors::files::{FileLimits, InstanceRoots, MoveRequest, move_path};
 
 #[test]
 fn moves_across_filesystems_copy_regular_files_only() {
@@ -25,10 +25,12 @@ fn moves_across_filesystems_copy_regular_files_only() {
     let mv = |from: &str, to: &str, overwrite| {
         move_path(
             &roots,
+            &FileLimits::default(),
             &MoveRequest {
                 from: from.into(),
                 to: to.into(),
                 overwrite,
+                max_bytes: None,
             },
         )
     };

@@ -235,16 +235,18 @@ pub fn run(fx: &Fixture, op: &Op) -> Result<Vec<u8>, FileError> {
                 from: p.clone(),
                 to: "moved".into(),
                 overwrite: true,
+                max_bytes: None,
             };
-            move_path(r, &req).map(|_| vec![])
+            move_path(r, l, &req).map(|_| vec![])
         }
         Op::MoveTo(p) => {
             let req = MoveRequest {
                 from: "inside.txt".into(),
                 to: p.clone(),
                 overwrite: true,
+                max_bytes: None,
             };
-            move_path(r, &req).map(|_| vec![])
+            move_path(r, l, &req).map(|_| vec![])
         }
         Op::CopyFrom(p) => {
             let req = CopyRequest {

@@ -328,10 +328,12 @@ fn move_refuses_overwrite_unless_asked_and_crosses_roots() {
     let mv = |from: &str, to: &str, overwrite| {
         move_path(
             &fx.roots,
+            &fx.limits,
             &MoveRequest {
                 from: from.into(),
                 to: to.into(),
                 overwrite,
+                max_bytes: None,
             },
         )
     };

@@ -256,8 +256,9 @@ fn moves_and_deletes_through_a_swapped_directory_stay_inside() {
                     from: from.into(),
                     to: to.into(),
                     overwrite: false,
+                    max_bytes: None,
                 };
-                if let Err(e) = move_path(&fx.roots, &req) {
+                if let Err(e) = move_path(&fx.roots, &fx.limits, &req) {
                     let v = variant(&e);
                     assert!(
                         matches!(v, "EscapeAttempt" | "NotFound" | "AlreadyExists"),

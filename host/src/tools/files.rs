@@ -417,12 +417,28 @@ fn make_directory(cx: &Context<'_>, args: MakeDirectory) -> Result<Output, ToolE
 }
 
 fn move_path(cx: &Context<'_>, args: Move) -> Result<Output, ToolError> {
+    // Within an area a move adds no bytes; between areas it adds the source's to the
+    // destination's, which must have the room under its quota.
+    let (instance, from, area) = (cx.instance()?, area(&args.source), area(&args.destination));
+    let room = if from == area {
+        None
+    } else {
+        super::space_left(cx, instance, area)?
+    };
     let request = MoveRequest {
         from: args.source,
         to: args.destination,
         overwrite: args.overwrite,
+        max_bytes: room,
     };
-    let moved = exec::move_path(&roots(cx)?, &request)?;
+    let moved = match exec::move_path(&roots(cx)?, cx.files, &request) {
+        // The only byte cap of a move is the quota's room: say so in the quota's words.
+        Err(exec::FileError::TooLarge { size, .. }) if room.is_some() => {
+            super::check_space(cx, instance, area, size)?;
+            return Err(ToolError(format!("the move needs {size} bytes; retry")));
+        }
+        other => other?,
+    };
     let summary = format!("moved `{}` to `{}`", moved.from, moved.to);
     Ok(output(Moved::from(moved), summary))
 }

@@ -248,6 +248,32 @@ pub fn attacks(s: &Setup, sc: &Path, base: &str, chem: &dyn Fn(&[&str]) -> Reply
         .filter(|n| n.starts_with(".hpcgate-tmp") || n == "big.bin")
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+    // Into the workspace from the output (which has no quota): a MOVE of a file or a tree
+    // counts as a COPY does, and what was refused stays where it was.
+    let out = format!("{base}/instances/run1/output");
+    assert_eq!(chem(&["-T", big, &format!("{out}/big.bin")]).status, 201);
+    assert_eq!(chem(&["-X", "MKCOL", &format!("{out}/tree")]).status, 201);
+    assert_eq!(
+        chem(&["-T", big, &format!("{out}/tree/big.bin")]).status,
+        201
+    );
+    for name in ["big.bin", "tree"] {
+        for method in ["COPY", "MOVE"] {
+            let reply = chem(&[
+                "-X",
+                method,
+                "-H",
+                &format!("Destination: {ws}/{name}"),
+                &format!("{out}/{name}"),
+            ]);
+            assert_eq!(reply.status, 507, "{method} {name}: {}", reply.body);
+        }
+        assert!(!s.workspace.join(name).exists(), "{name}");
+        assert_eq!(
+            chem(&["-X", "DELETE", &format!("{out}/{name}")]).status,
+            204
+        );
+    }
     // Extras: read-only, per tenant, beneath their directory.
     let refdata = format!("{base}/refdata");
     assert_eq!(chem(&[&format!("{refdata}/ref.txt")]).body, "refdata");

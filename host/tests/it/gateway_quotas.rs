@@ -123,6 +123,19 @@ fn byte_quotas_refuse_writes_and_new_jobs_once_full() {
     assert!(refused.contains("max_workspace_bytes"), "{refused}");
     ok(copy("/output/a.txt"));
     assert!(err(copy("/output/a2.txt")).contains("max_output_bytes"));
+    // A move between areas counts against the area it lands in; one within an area adds
+    // nothing, and is not counted.
+    let move_path = |from: &str, to: &str| {
+        gw.call(
+            &chem,
+            "move_path",
+            args(json!({"instance_id": "run1", "source": from, "destination": to})),
+        )
+    };
+    let refused = err(move_path("/output/big.txt", "big.txt"));
+    assert!(refused.contains("max_workspace_bytes"), "{refused}");
+    assert!(err(move_path("a.txt", "/output/a3.txt")).contains("max_output_bytes"));
+    ok(move_path("/output/big.txt", "/output/big2.txt"));
     // No quota for bio.
     let bio = caller("bio");
     ok(gw.call(
