@@ -13,6 +13,10 @@ use std::collections::HashMap;
 /// The largest request body parsed (PROPFIND, PROPPATCH, LOCK).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
+/// The deepest nesting accepted: WebDAV bodies nest four or five levels, and each element's
+/// prefix is looked up through the open elements, so the depth bounds that work.
+pub const MAX_DEPTH: usize = 32;
+
 /// The DAV: namespace.
 pub const DAV: &str = "DAV:";
 
@@ -69,6 +73,9 @@ pub fn elements(body: &str) -> Result<Vec<Element>, BadXml> {
                 _ => return Err(bad("has mismatched tags")),
             }
         }
+        if tag.starts_with(char::is_whitespace) {
+            return Err(bad("has a tag that starts with white space"));
+        }
         let self_closing = tag.ends_with('/');
         let tag = tag.trim_end_matches('/');
         let mut words = tag.split_whitespace();
@@ -105,6 +112,11 @@ pub fn elements(body: &str) -> Result<Vec<Element>, BadXml> {
             local: local.to_owned(),
         });
         if !self_closing {
+            if stack.len() >= MAX_DEPTH {
+                return Err(bad(&format!(
+                    "nests elements deeper than {MAX_DEPTH} levels"
+                )));
+            }
             stack.push((name, declared));
         }
     }
@@ -236,8 +248,28 @@ mod tests {
             "<D:a xmlns:D=\"DAV:\"></D:b>",
             "<x:a/>",
             "<a b=\"&ext;\"/>",
+            "<D:propfind xmlns:D=\"DAV:\">< a\u{e9}/></D:propfind>",
+            "< \u{e9}\u{e9} x=\"1\"/>",
+            "<\u{3000}a/>",
         ] {
             assert!(elements(body).is_err(), "{body}");
         }
+    }
+
+    #[test]
+    fn nesting_is_capped() {
+        let nested = |levels: usize| {
+            format!(
+                "<D:a xmlns:D=\"DAV:\">{}{}</D:a>",
+                "<D:a>".repeat(levels - 1),
+                "</D:a>".repeat(levels - 1)
+            )
+        };
+        assert_eq!(elements(&nested(MAX_DEPTH)).unwrap().len(), MAX_DEPTH);
+        let refused = elements(&nested(MAX_DEPTH + 1)).unwrap_err().0;
+        assert!(refused.contains("deeper than 32 levels"), "{refused}");
+        // A body of nothing but open tags is refused at the cap, not scanned to its end.
+        let open = "<D:a xmlns:D=\"DAV:\">".to_owned() + &"<D:a>".repeat(13_000);
+        assert!(elements(&open).unwrap_err().0.contains("deeper than"));
     }
 }

@@ -360,6 +360,31 @@ pub fn attacks(s: &Setup, sc: &Path, base: &str, chem: &dyn Fn(&[&str]) -> Reply
         &format!("{ws}/"),
     ]);
     assert_eq!(xml.status, 400, "{}", xml.body);
+    // A tag that starts with white space before a multibyte name, and elements nested past
+    // the cap (a body of open tags only), are refused as bodies, not scanned.
+    let deep = format!(
+        "<D:propfind xmlns:D=\"DAV:\">{}",
+        "<D:a>".repeat((64 * 1024 - 40) / 5)
+    );
+    for (body, says) in [
+        (
+            "<D:propfind xmlns:D=\"DAV:\">< a\u{e9}/></D:propfind>",
+            "starts with white space",
+        ),
+        (deep.as_str(), "deeper than 32 levels"),
+    ] {
+        let refused = chem(&[
+            "-X",
+            "PROPFIND",
+            "-H",
+            "Depth: 0",
+            "--data-binary",
+            body,
+            &format!("{ws}/"),
+        ]);
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert!(refused.body.contains(says), "{}", refused.body);
+    }
     let huge = format!(
         "<D:propfind xmlns:D=\"DAV:\">{}</D:propfind>",
         "<D:prop/>".repeat(10_000)
