@@ -4,8 +4,12 @@
 //! resource's current one (asked of the pipeline with `stat_path`, only when a tag is sent);
 //! `Not` negates. Tagged lists (`<url> (…)`) are judged against the resource the tag names when
 //! it is in the same instance, else they cannot hold.
+//!
+//! A changing request also honours `If-Match` and `If-None-Match` (RFC 9110 §13.1.1–2): 412
+//! unless they hold against the resource's current entity tag, so `If-None-Match: *` creates
+//! only and a stale `If-Match` does not overwrite a file changed since it was read.
 
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use serde_json::json;
 
 use super::Refusal;
@@ -141,21 +145,75 @@ fn tagged(url: &str, id: &crate::state::InstanceId) -> Option<SandboxView> {
     }
 }
 
+/// Refuses (412) a change whose `If-Match` or `If-None-Match` does not hold; passes one
+/// without either (the resource is asked for only when one is sent).
+pub async fn check_match(
+    cx: &Cx<'_>,
+    view: &SandboxView,
+    headers: &HeaderMap,
+) -> Result<(), Refusal> {
+    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let (if_match, if_none_match) = (text(header::IF_MATCH), text(header::IF_NONE_MATCH));
+    if if_match.is_none() && if_none_match.is_none() {
+        return Ok(());
+    }
+    let Target::File(id, _) = &cx.target else {
+        return Err(unmet());
+    };
+    let current = current(cx, id, view).await;
+    let listed = |list: &str, tag: &str, weak: bool| {
+        list.split(',').map(str::trim).any(|t| {
+            let t = if weak { t.trim_start_matches("W/") } else { t };
+            t == tag
+        })
+    };
+    let refuse = |why: &str| Err((StatusCode::PRECONDITION_FAILED, format!("{why}\n")));
+    if let Some(list) = if_match {
+        let holds = current.as_ref().is_some_and(|tag| {
+            list.trim() == "*" || tag.as_deref().is_some_and(|t| listed(list, t, false))
+        });
+        if !holds {
+            return refuse("If-Match does not hold: the resource is gone or has changed");
+        }
+    }
+    if let Some(list) = if_none_match {
+        let fails = current.as_ref().is_some_and(|tag| {
+            list.trim() == "*" || tag.as_deref().is_some_and(|t| listed(list, t, true))
+        });
+        if fails {
+            return refuse("If-None-Match does not hold: the resource exists with that tag");
+        }
+    }
+    Ok(())
+}
+
+/// Whether the resource exists (`None`: it does not, or cannot be seen), and its entity tag
+/// when it is a file.
+async fn current(
+    cx: &Cx<'_>,
+    id: &crate::state::InstanceId,
+    view: &SandboxView,
+) -> Option<Option<String>> {
+    let arguments = json!({ "instance_id": id.as_str(), "path": view.path() });
+    let (stat, _) = cx.dav.call(&cx.caller, "stat_path", arguments, None).await;
+    let facts = &stat.structured;
+    (!stat.is_error).then(|| {
+        (facts["kind"] == "file").then(|| {
+            super::props::etag(
+                facts["size"].as_u64().unwrap_or(0),
+                facts["modified_unix"].as_i64().unwrap_or(0),
+            )
+        })
+    })
+}
+
 /// The resource's entity tag, `None` when it does not exist (or is not a file).
 async fn current_etag(
     cx: &Cx<'_>,
     id: &crate::state::InstanceId,
     view: &SandboxView,
 ) -> Option<String> {
-    let arguments = json!({ "instance_id": id.as_str(), "path": view.path() });
-    let (stat, _) = cx.dav.call(&cx.caller, "stat_path", arguments, None).await;
-    let facts = &stat.structured;
-    (!stat.is_error && facts["kind"] == "file").then(|| {
-        super::props::etag(
-            facts["size"].as_u64().unwrap_or(0),
-            facts["modified_unix"].as_i64().unwrap_or(0),
-        )
-    })
+    current(cx, id, view).await.flatten()
 }
 
 #[cfg(test)]

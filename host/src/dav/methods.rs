@@ -42,11 +42,14 @@ impl Cx<'_> {
         }
     }
 
-    /// The instance and path a changing request names, once its `If` conditions hold and no
-    /// lock whose token it lacks covers the path: how PUT, DELETE and MKCOL begin.
+    /// The instance and path a changing request names, once its `If`, `If-Match` and
+    /// `If-None-Match` conditions hold and no lock whose token it lacks covers the path: how
+    /// PUT, DELETE and MKCOL begin.
     async fn writable(&self, headers: &HeaderMap) -> Result<(&InstanceId, &SandboxView), Response> {
         let (id, view) = self.file(true).map_err(IntoResponse::into_response)?;
         (super::conditions::check(self, view, headers).await)
+            .map_err(IntoResponse::into_response)?;
+        (super::conditions::check_match(self, view, headers).await)
             .map_err(IntoResponse::into_response)?;
         (self.dav.locks.check(self, view, headers)).map_err(IntoResponse::into_response)?;
         Ok((id, view))
@@ -193,8 +196,15 @@ fn parse_range(header: &str, size: u64) -> Range {
     }
 }
 
-/// PUT: `write_file` whose content streams from the request body.
+/// PUT: `write_file` whose content streams from the request body. A `Content-Range` (a
+/// partial PUT, which this server does not do) is refused with 400 (RFC 9110 §14.4), else the
+/// part would replace the whole file.
 pub async fn put(cx: &Cx<'_>, request: Request) -> Response {
+    if request.headers().contains_key(header::CONTENT_RANGE) {
+        let why =
+            "a PUT with Content-Range (a partial write) is not supported; send the whole file\n";
+        return (StatusCode::BAD_REQUEST, why).into_response();
+    }
     let (id, view) = match cx.writable(request.headers()).await {
         Ok(found) => found,
         Err(refused) => return refused,
@@ -319,6 +329,9 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
         .get("Overwrite")
         .is_none_or(|v| v.as_bytes() != b"F");
     if let Err(unmet) = super::conditions::check(cx, view, headers).await {
+        return unmet.into_response();
+    }
+    if let Err(unmet) = super::conditions::check_match(cx, view, headers).await {
         return unmet.into_response();
     }
     if moving && let Err(locked) = cx.dav.locks.check(cx, view, headers) {

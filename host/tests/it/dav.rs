@@ -246,6 +246,46 @@ fn curl_uses_the_one_pipeline_and_attacks_fail() {
         .status,
         201
     );
+    // A partial PUT (Content-Range) is refused whole; If-None-Match: * creates only, and
+    // If-Match writes only over the tag it names.
+    let cond = format!("{ws}/cond.txt");
+    let put_with = |header: &str, body: &str| {
+        chem(&["-X", "PUT", "-H", header, "--data-binary", body, &cond]).status
+    };
+    assert_eq!(put_with("If-None-Match: *", "version 1"), 201);
+    assert_eq!(put_with("If-None-Match: *", "clobbered"), 412);
+    assert_eq!(put_with("If-Match: \"no-such-tag\"", "clobbered"), 412);
+    assert_eq!(put_with("Content-Range: bytes 0-1/9", "XX"), 400);
+    assert_eq!(
+        std::fs::read_to_string(s.workspace.join("cond.txt")).unwrap(),
+        "version 1"
+    );
+    let etag = chem(&["-I", &cond])
+        .headers
+        .lines()
+        .find_map(|l| l.strip_prefix("etag: "))
+        .expect("an ETag header")
+        .trim()
+        .to_owned();
+    assert_eq!(put_with(&format!("If-Match: {etag}"), "version 2"), 204);
+    assert_eq!(put_with("If-Match: *", "version 3"), 204);
+    assert_eq!(
+        chem(&[
+            "-X",
+            "PUT",
+            "-H",
+            "If-Match: *",
+            "--data-binary",
+            "x",
+            &format!("{ws}/none.txt")
+        ])
+        .status,
+        412
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.workspace.join("cond.txt")).unwrap(),
+        "version 3"
+    );
     // PROPFIND one level; infinity refused.
     let listing = chem(&["-X", "PROPFIND", "-H", "Depth: 1", &format!("{ws}/")]);
     assert_eq!(listing.status, 207, "{}", listing.body);
