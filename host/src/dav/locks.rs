@@ -6,7 +6,8 @@
 //! Locks are per tenant and instance: a lock never covers, reveals or blocks another tenant's
 //! paths. A lock changes no file and runs no tool; LOCK first asks the pipeline for the
 //! resource (`stat_path`, recorded), and a LOCK of an unmapped URL creates an empty file
-//! through `write_file` (RFC 4918 §9.10.4), recorded like any write. The table lives in the
+//! through `write_file` (RFC 4918 §9.10.4), recorded like any write, once the lock is granted
+//! (a refused LOCK creates nothing). The table lives in the
 //! gateway's memory: a restart releases every lock (clients then re-lock), and several gateways
 //! sharing a state directory do not share locks.
 
@@ -228,29 +229,9 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
         .dav
         .call(&cx.caller, "stat_path", arguments.clone(), None)
         .await;
-    let mut created = false;
-    if stat.is_error {
-        if status::of(&stat.text, Op::Read) != StatusCode::NOT_FOUND || view.is_area() {
-            return status::failed(&stat, Op::Read);
-        }
-        let empty = Upload {
-            source: Box::new(std::io::empty()),
-            max_bytes: 0,
-            announced: Some(0),
-        };
-        let (made, _) = cx
-            .dav
-            .call(
-                &cx.caller,
-                "write_file",
-                arguments,
-                Some(Transfer::upload(empty)),
-            )
-            .await;
-        if made.is_error {
-            return status::failed(&made, Op::Create);
-        }
-        created = true;
+    let missing = stat.is_error;
+    if missing && (status::of(&stat.text, Op::Read) != StatusCode::NOT_FOUND || view.is_area()) {
+        return status::failed(&stat, Op::Read);
     }
     let is_dir = stat.structured["kind"] == "directory";
     let mut token_bytes = [0u8; 16];
@@ -282,6 +263,9 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
         timeout,
         expires: Instant::now() + timeout,
     };
+    // The lock is taken before an unmapped URL's empty file is made (RFC 4918 §9.10.4), so a
+    // LOCK that conflicts or finds the table full creates nothing; it is given back when the
+    // file cannot be made.
     let granted = cx.dav.locks.with(|locks| {
         let conflict = locks.iter().any(|l| {
             l.tenant == new.tenant
@@ -298,17 +282,37 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
         locks.push(new.clone());
         Ok(())
     });
-    match granted {
-        Ok(()) => {
-            let status = if created {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            };
-            answer(status, &new.activelock(), Some(&token))
-        }
-        Err(status) => (status, "a conflicting lock is held on this resource\n").into_response(),
+    if let Err(status) = granted {
+        return (status, "a conflicting lock is held on this resource\n").into_response();
     }
+    if missing {
+        let empty = Upload {
+            source: Box::new(std::io::empty()),
+            max_bytes: 0,
+            announced: Some(0),
+        };
+        let (made, _) = cx
+            .dav
+            .call(
+                &cx.caller,
+                "write_file",
+                arguments,
+                Some(Transfer::upload(empty)),
+            )
+            .await;
+        if made.is_error {
+            cx.dav
+                .locks
+                .with(|locks| locks.retain(|l| l.token != new.token));
+            return status::failed(&made, Op::Create);
+        }
+    }
+    let status = if missing {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    answer(status, &new.activelock(), Some(&token))
 }
 
 /// `Timeout: Second-N` (capped), `Infinite` or absent → the cap.

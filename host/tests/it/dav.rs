@@ -377,6 +377,28 @@ fn curl_uses_the_one_pipeline_and_attacks_fail() {
         204
     );
     assert_eq!(chem(&["-T", upload, &format!("{ws}/data.bin")]).status, 204);
+    // A LOCK inside a collection another lock covers is refused before it creates anything;
+    // a granted LOCK of an unmapped URL creates the empty file.
+    assert_eq!(chem(&["-X", "MKCOL", &format!("{ws}/locked")]).status, 201);
+    let lock = |path: &str| {
+        chem(&[
+            "-X",
+            "LOCK",
+            "--data-binary",
+            lock_body,
+            &format!("{ws}/{path}"),
+        ])
+        .status
+    };
+    assert_eq!(lock("locked"), 200);
+    assert_eq!(lock("locked/new.txt"), 423);
+    assert!(!s.workspace.join("locked/new.txt").exists());
+    assert_eq!(lock("unmapped.txt"), 201);
+    assert!(s.workspace.join("unmapped.txt").exists());
+    // One whose file the policy refuses gives its lock back: a second LOCK meets the same 403,
+    // not a 423.
+    assert_eq!(lock("inputs/new.txt"), 403);
+    assert_eq!(lock("inputs/new.txt"), 403);
 
     crate::dav_attacks::attacks(&s, sc, &base, &chem);
 
