@@ -9,7 +9,8 @@
 //! through `write_file` (RFC 4918 §9.10.4), recorded like any write, once the lock is granted
 //! (a refused LOCK creates nothing). The table lives in the
 //! gateway's memory: a restart releases every lock (clients then re-lock), and several gateways
-//! sharing a state directory do not share locks.
+//! sharing a state directory do not share locks. It is bounded per resource, per tenant and
+//! in all (see `LockTable::grant`), so one tenant's locks cannot keep another from locking.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -30,6 +31,11 @@ use crate::gateway::{Transfer, Upload};
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Most locks held at once (all tenants); more are refused with 503.
 const MAX_LOCKS: usize = 10_000;
+/// Most locks one tenant holds at once, so that one tenant cannot fill the table and leave the
+/// others unable to lock (Finder, Windows and davfs2 lock before they write).
+const MAX_TENANT_LOCKS: usize = 1_000;
+/// Most shared locks on one resource: clients that share take one each, not hundreds.
+const MAX_SHARED_LOCKS: usize = 16;
 
 /// One held lock.
 #[derive(Debug, Clone)]
@@ -129,6 +135,45 @@ impl LockTable {
                     && l.token == token
                     && l.covers(view, false)
             })
+        })
+    }
+
+    /// Takes `new` unless a lock of its tenant conflicts (423) or the resource, the tenant or
+    /// the table holds the most locks allowed (503).
+    fn grant(&self, new: &Lock) -> Result<(), Refusal> {
+        let full = |why: String| Err((StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")));
+        self.with(|locks| {
+            let own = || locks.iter().filter(|l| l.tenant == new.tenant);
+            let conflict = own().any(|l| {
+                l.instance == new.instance
+                    && (l.exclusive || new.exclusive)
+                    && (l.covers(&new.path, false) || (new.infinite && new.path.contains(&l.path)))
+            });
+            if conflict {
+                let why = "a conflicting lock is held on this resource\n";
+                return Err((StatusCode::LOCKED, why.to_owned()));
+            }
+            let here = own()
+                .filter(|l| l.instance == new.instance && l.path == new.path)
+                .count();
+            if here >= MAX_SHARED_LOCKS {
+                return full(format!(
+                    "this resource holds {MAX_SHARED_LOCKS} shared locks, the most allowed; unlock one or wait for one to expire"
+                ));
+            }
+            if own().count() >= MAX_TENANT_LOCKS {
+                return full(format!(
+                    "tenant `{}` holds {MAX_TENANT_LOCKS} locks, the most allowed; unlock some or wait for them to expire",
+                    new.tenant
+                ));
+            }
+            if locks.len() >= MAX_LOCKS {
+                return full(format!(
+                    "the gateway holds {MAX_LOCKS} locks, the most it keeps; retry later"
+                ));
+            }
+            locks.push(new.clone());
+            Ok(())
         })
     }
 
@@ -264,26 +309,10 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
         expires: Instant::now() + timeout,
     };
     // The lock is taken before an unmapped URL's empty file is made (RFC 4918 §9.10.4), so a
-    // LOCK that conflicts or finds the table full creates nothing; it is given back when the
-    // file cannot be made.
-    let granted = cx.dav.locks.with(|locks| {
-        let conflict = locks.iter().any(|l| {
-            l.tenant == new.tenant
-                && l.instance == new.instance
-                && (l.exclusive || new.exclusive)
-                && (l.covers(&new.path, false) || (new.infinite && new.path.contains(&l.path)))
-        });
-        if conflict {
-            return Err(StatusCode::LOCKED);
-        }
-        if locks.len() >= MAX_LOCKS {
-            return Err(StatusCode::SERVICE_UNAVAILABLE);
-        }
-        locks.push(new.clone());
-        Ok(())
-    });
-    if let Err(status) = granted {
-        return (status, "a conflicting lock is held on this resource\n").into_response();
+    // LOCK that conflicts or meets a cap creates nothing; it is given back when the file
+    // cannot be made.
+    if let Err(refused) = cx.dav.locks.grant(&new) {
+        return refused.into_response();
     }
     if missing {
         let empty = Upload {
@@ -379,5 +408,61 @@ pub fn unlock(cx: &Cx<'_>, headers: &HeaderMap) -> Response {
         StatusCode::NO_CONTENT.into_response()
     } else {
         (StatusCode::CONFLICT, "no such lock on this resource\n").into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock(tenant: &str, file: &str, exclusive: bool) -> Lock {
+        Lock {
+            tenant: tenant.to_owned(),
+            instance: "run1".to_owned(),
+            path: SandboxView {
+                area: "workspace",
+                segments: vec![file.to_owned()],
+            },
+            href: String::new(),
+            token: format!("opaquelocktoken:{tenant}-{file}"),
+            owner: None,
+            exclusive,
+            infinite: false,
+            timeout: MAX_TIMEOUT,
+            expires: Instant::now() + MAX_TIMEOUT,
+        }
+    }
+
+    fn status(granted: Result<(), Refusal>) -> u16 {
+        granted.err().map_or(200, |(status, _)| status.as_u16())
+    }
+
+    #[test]
+    fn one_resource_takes_a_bounded_number_of_shared_locks() {
+        let table = LockTable::default();
+        for _ in 0..MAX_SHARED_LOCKS {
+            assert_eq!(status(table.grant(&lock("chem", "f", false))), 200);
+        }
+        let (code, why) = table.grant(&lock("chem", "f", false)).unwrap_err();
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(why.contains("16 shared locks"), "{why}");
+        assert_eq!(status(table.grant(&lock("chem", "f", true))), 423);
+        assert_eq!(status(table.grant(&lock("chem", "g", false))), 200);
+        assert_eq!(status(table.grant(&lock("bio", "f", false))), 200);
+    }
+
+    #[test]
+    fn one_tenant_cannot_fill_the_table_for_the_others() {
+        let table = LockTable::default();
+        for i in 0..MAX_TENANT_LOCKS {
+            assert_eq!(
+                status(table.grant(&lock("bio", &i.to_string(), false))),
+                200
+            );
+        }
+        let (code, why) = table.grant(&lock("bio", "more", true)).unwrap_err();
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(why.contains("tenant `bio` holds 1000 locks"), "{why}");
+        assert_eq!(status(table.grant(&lock("chem", "mine", true))), 200);
     }
 }

@@ -395,6 +395,26 @@ fn curl_uses_the_one_pipeline_and_attacks_fail() {
     assert!(!s.workspace.join("locked/new.txt").exists());
     assert_eq!(lock("unmapped.txt"), 201);
     assert!(s.workspace.join("unmapped.txt").exists());
+    // Shared locks on one resource are bounded (and the refusal says so).
+    let shared = lock_body.replace("exclusive", "shared");
+    for n in 1..=17 {
+        let reply = chem(&[
+            "-X",
+            "LOCK",
+            "--data-binary",
+            &shared,
+            &format!("{ws}/shared.txt"),
+        ]);
+        let expected = match n {
+            1 => 201,
+            17 => 503,
+            _ => 200,
+        };
+        assert_eq!(reply.status, expected, "LOCK {n}: {}", reply.body);
+        if n == 17 {
+            assert!(reply.body.contains("16 shared locks"), "{}", reply.body);
+        }
+    }
     // One whose file the policy refuses gives its lock back: a second LOCK meets the same 403,
     // not a 423.
     assert_eq!(lock("inputs/new.txt"), 403);
