@@ -36,6 +36,9 @@ const MAX_LOCKS: usize = 10_000;
 const MAX_TENANT_LOCKS: usize = 1_000;
 /// Most shared locks on one resource: clients that share take one each, not hundreds.
 const MAX_SHARED_LOCKS: usize = 16;
+/// Most bytes of a LOCK's `owner` text kept (clients send a name, an email or a URL): each lock
+/// is held in memory for up to an hour and shown in every PROPFIND of its resource.
+const MAX_OWNER_BYTES: usize = 256;
 
 /// One held lock.
 #[derive(Debug, Clone)]
@@ -302,7 +305,7 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
         path: view.clone(),
         href: cx.target.href(is_dir),
         token: token.clone(),
-        owner: super::xml::inner_text(&body, "owner"),
+        owner: super::xml::inner_text(&body, "owner").map(clipped),
         exclusive,
         infinite,
         timeout,
@@ -342,6 +345,16 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
         StatusCode::OK
     };
     answer(status, &new.activelock(), Some(&token))
+}
+
+/// `owner` cut to [`MAX_OWNER_BYTES`] (at a character boundary).
+fn clipped(mut owner: String) -> String {
+    let mut end = MAX_OWNER_BYTES.min(owner.len());
+    while !owner.is_char_boundary(end) {
+        end -= 1;
+    }
+    owner.truncate(end);
+    owner
 }
 
 /// `Timeout: Second-N` (capped), `Infinite` or absent → the cap.
@@ -435,6 +448,18 @@ mod tests {
 
     fn status(granted: Result<(), Refusal>) -> u16 {
         granted.err().map_or(200, |(status, _)| status.as_u16())
+    }
+
+    #[test]
+    fn owners_are_clipped_at_a_character_boundary() {
+        assert_eq!(clipped("alice".to_owned()), "alice");
+        let long = "é".repeat(MAX_OWNER_BYTES);
+        let kept = clipped(long);
+        assert_eq!(kept.len(), MAX_OWNER_BYTES);
+        assert_eq!(
+            clipped(format!("x{}", "é".repeat(200))).len(),
+            MAX_OWNER_BYTES - 1
+        );
     }
 
     #[test]

@@ -415,6 +415,26 @@ fn curl_uses_the_one_pipeline_and_attacks_fail() {
             assert!(reply.body.contains("16 shared locks"), "{}", reply.body);
         }
     }
+    // A LOCK's owner is kept (and shown back) clipped, not as the whole body sent.
+    let long_owner = lock_body.replace(
+        "</D:lockinfo>",
+        &format!("<D:owner>{}</D:owner></D:lockinfo>", "o".repeat(60_000)),
+    );
+    let owned = chem(&[
+        "-X",
+        "LOCK",
+        "--data-binary",
+        &long_owner,
+        &format!("{ws}/owned.txt"),
+    ]);
+    assert_eq!(owned.status, 201, "{}", owned.body);
+    assert!(
+        owned
+            .body
+            .contains(&format!("<D:owner>{}</D:owner>", "o".repeat(256))),
+        "{}",
+        owned.body
+    );
     // One whose file the policy refuses gives its lock back: a second LOCK meets the same 403,
     // not a 423.
     assert_eq!(lock("inputs/new.txt"), 403);
