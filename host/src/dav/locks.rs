@@ -4,7 +4,8 @@
 //! unless the request's `If` header holds the lock's token.
 //!
 //! Locks are per tenant and instance: a lock never covers, reveals or blocks another tenant's
-//! paths. A lock changes no file and runs no tool; LOCK first asks the pipeline for the
+//! paths. A lock belongs to the principal that took it (RFC 4918 §6.4): another principal of
+//! the tenant sees it and is blocked by it, but its token does not work for them. A lock changes no file and runs no tool; LOCK first asks the pipeline for the
 //! resource (`stat_path`, recorded), and a LOCK of an unmapped URL creates an empty file
 //! through `write_file` (RFC 4918 §9.10.4), recorded like any write, once the lock is granted
 //! (a refused LOCK creates nothing). The table lives in the
@@ -44,6 +45,8 @@ const MAX_OWNER_BYTES: usize = 256;
 #[derive(Debug, Clone)]
 struct Lock {
     tenant: String,
+    /// Who took it: only this principal may use its token, refresh it or unlock it.
+    principal: String,
     instance: String,
     path: SandboxView,
     href: String,
@@ -100,7 +103,8 @@ impl LockTable {
         f(&mut locks)
     }
 
-    /// Refuses (423) a change at `view` that a lock covers unless `If` holds its token.
+    /// Refuses (423) a change at `view` that a lock covers unless `If` holds its token and the
+    /// caller took it.
     pub fn check(
         &self,
         cx: &Cx<'_>,
@@ -116,7 +120,7 @@ impl LockTable {
                 l.tenant == cx.caller.tenant.as_ref()
                     && l.instance == instance
                     && l.covers(view, true)
-                    && !submitted.contains(&l.token)
+                    && !(submitted.contains(&l.token) && l.principal == cx.caller.principal)
             })
         });
         if blocked {
@@ -126,7 +130,7 @@ impl LockTable {
         Ok(())
     }
 
-    /// Whether a lock of the caller's with `token` covers `view` (an `If` condition).
+    /// Whether a lock the caller took, with `token`, covers `view` (an `If` condition).
     pub fn holds(&self, cx: &Cx<'_>, view: &SandboxView, token: &str) -> bool {
         let Some(instance) = instance_of(cx) else {
             return false;
@@ -134,6 +138,7 @@ impl LockTable {
         self.with(|locks| {
             locks.iter().any(|l| {
                 l.tenant == cx.caller.tenant.as_ref()
+                    && l.principal == cx.caller.principal
                     && l.instance == instance
                     && l.token == token
                     && l.covers(view, false)
@@ -253,6 +258,7 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
         let refreshed = cx.dav.locks.with(|locks| {
             let found = locks.iter_mut().find(|l| {
                 l.tenant == tenant
+                    && l.principal == cx.caller.principal
                     && l.instance == id.as_str()
                     && l.covers(view, false)
                     && submitted.contains(&l.token)
@@ -301,6 +307,7 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
     );
     let new = Lock {
         tenant,
+        principal: cx.caller.principal.clone(),
         instance: id.as_str().to_owned(),
         path: view.clone(),
         href: cx.target.href(is_dir),
@@ -389,7 +396,7 @@ fn answer(status: StatusCode, active: &str, token: Option<&str>) -> Response {
     response
 }
 
-/// UNLOCK: removes the lock named by `Lock-Token` if it is the caller's and covers the path.
+/// UNLOCK: removes the lock named by `Lock-Token` if the caller took it and it covers the path.
 pub fn unlock(cx: &Cx<'_>, headers: &HeaderMap) -> Response {
     let Target::File(id, view) = &cx.target else {
         return (StatusCode::CONFLICT, "nothing is locked here\n").into_response();
@@ -407,20 +414,27 @@ pub fn unlock(cx: &Cx<'_>, headers: &HeaderMap) -> Response {
         return (StatusCode::BAD_REQUEST, "a Lock-Token header is required\n").into_response();
     };
     let tenant = cx.caller.tenant.as_ref();
-    let removed = cx.dav.locks.with(|locks| {
-        let before = locks.len();
-        locks.retain(|l| {
-            !(l.tenant == tenant
+    let found = cx.dav.locks.with(|locks| {
+        let at = locks.iter().position(|l| {
+            l.tenant == tenant
                 && l.instance == id.as_str()
                 && l.token == token
-                && l.covers(view, false))
-        });
-        before != locks.len()
+                && l.covers(view, false)
+        })?;
+        let theirs = locks[at].principal == cx.caller.principal;
+        if theirs {
+            locks.remove(at);
+        }
+        Some(theirs)
     });
-    if removed {
-        StatusCode::NO_CONTENT.into_response()
-    } else {
-        (StatusCode::CONFLICT, "no such lock on this resource\n").into_response()
+    match found {
+        Some(true) => StatusCode::NO_CONTENT.into_response(),
+        Some(false) => (
+            StatusCode::FORBIDDEN,
+            "the lock was taken by another principal; only its owner may unlock it\n",
+        )
+            .into_response(),
+        None => (StatusCode::CONFLICT, "no such lock on this resource\n").into_response(),
     }
 }
 
@@ -431,6 +445,7 @@ mod tests {
     fn lock(tenant: &str, file: &str, exclusive: bool) -> Lock {
         Lock {
             tenant: tenant.to_owned(),
+            principal: "alice".to_owned(),
             instance: "run1".to_owned(),
             path: SandboxView {
                 area: "workspace",

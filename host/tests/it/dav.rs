@@ -14,9 +14,10 @@ use crate::support::served::{self, Served};
 use hpcgate::auth::bearer::{generate_token, hash_token};
 use serde_json::json;
 
-/// chem may write at most 1 MiB in a workspace; writes under `/workspace/inputs/` are denied.
-/// `dir/refdata` is an extra for every tenant, `dir/chemdata` one for chem only.
-fn config(dir: &Path, chem: &str, bio: &str) -> String {
+/// chem (tokens alice and carol) may write at most 1 MiB in a workspace; writes under
+/// `/workspace/inputs/` are denied. `dir/refdata` is an extra for every tenant, `dir/chemdata`
+/// one for chem only.
+fn config(dir: &Path, chem: &str, carol: &str, bio: &str) -> String {
     format!(
         r#"
 [dav]
@@ -28,7 +29,7 @@ path = "{}"
 tenants = ["chem"]
 
 [tenants.chem]
-tokens = [{{ label = "alice", sha256 = "{}" }}]
+tokens = [{{ label = "alice", sha256 = "{}" }}, {{ label = "carol", sha256 = "{}" }}]
 quotas = {{ max_workspace_bytes = 1048576 }}
 
 [tenants.bio]
@@ -43,6 +44,7 @@ deny_write = ["/workspace/inputs/**"]
         dir.join("refdata").display(),
         dir.join("chemdata").display(),
         hex::encode(hash_token(chem)),
+        hex::encode(hash_token(carol)),
         hex::encode(hash_token(bio)),
     )
 }
@@ -82,6 +84,8 @@ pub fn curl(scratch: &Path, args: &[&str]) -> Reply {
 pub struct Setup {
     pub dir: tempfile::TempDir,
     pub chem: String,
+    /// A second token of chem's, another principal of the same tenant.
+    pub carol: String,
     pub bio: String,
     /// chem's run1 workspace on the host, where a job could plant things.
     pub workspace: PathBuf,
@@ -91,13 +95,13 @@ pub struct Setup {
 /// gateway process started on the same state directory.
 fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
-    let (chem, bio) = (generate_token().unwrap(), generate_token().unwrap());
+    let [chem, carol, bio] = [(); 3].map(|()| generate_token().unwrap());
     for extra in ["refdata", "chemdata"] {
         std::fs::create_dir(dir.path().join(extra)).unwrap();
         std::fs::write(dir.path().join(extra).join("ref.txt"), extra).unwrap();
     }
     {
-        let gw = in_process::open(dir.path(), &config(dir.path(), &chem, &bio));
+        let gw = in_process::open(dir.path(), &config(dir.path(), &chem, &carol, &bio));
         let make = |tenant: &str, id: &str| {
             in_process::ok(gw.call(
                 &in_process::caller(tenant),
@@ -119,6 +123,7 @@ fn setup() -> Setup {
     Setup {
         dir,
         chem,
+        carol,
         bio,
         workspace,
     }
@@ -372,6 +377,22 @@ fn curl_uses_the_one_pipeline_and_attacks_fail() {
         204
     );
     let unlock = format!("Lock-Token: <{token}>");
+    // The lock is alice's, not her tenant's: carol (chem too) sees it and is blocked by it, but
+    // its token neither writes, refreshes nor unlocks for her.
+    let carol_auth = format!("Authorization: Bearer {}", s.carol);
+    let carol = |args: &[&str]| {
+        let mut all = vec!["-H", carol_auth.as_str()];
+        all.extend_from_slice(args);
+        curl(sc, &all)
+    };
+    let data = format!("{ws}/data.bin");
+    let seen = carol(&["-X", "PROPFIND", "-H", "Depth: 0", &data]);
+    assert!(seen.body.contains(&token), "{}", seen.body);
+    assert_eq!(carol(&["-T", upload, "-H", &with_token, &data]).status, 412);
+    assert_eq!(carol(&["-X", "LOCK", "-H", &with_token, &data]).status, 412);
+    let refused = carol(&["-X", "UNLOCK", "-H", &unlock, &data]);
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert_eq!(carol(&["-T", upload, &data]).status, 423);
     assert_eq!(
         chem(&["-X", "UNLOCK", "-H", &unlock, &format!("{ws}/data.bin")]).status,
         204
