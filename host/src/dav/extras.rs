@@ -34,7 +34,9 @@ pub async fn handle(cx: &Cx<'_>, request: Request) -> Response {
         let limits = cx.dav.gateway.snapshot().file_limits();
         let opened = cx
             .dav
-            .blocking(move || exec::open_file(&roots(&extra), &limits, &path))
+            .blocking(&cx.caller, move || {
+                exec::open_file(&roots(&extra), &limits, &path)
+            })
             .await;
         return match opened {
             Some(Ok(opened)) => {
@@ -106,7 +108,7 @@ pub async fn resources(cx: &Cx<'_>, depth: u8) -> Result<Vec<Resource>, Response
     let limits: FileLimits = cx.dav.gateway.snapshot().file_limits();
     let found = cx
         .dav
-        .blocking(move || {
+        .blocking(&cx.caller, move || {
             let roots = roots(&extra);
             let stat = exec::stat_path(&roots, &StatRequest { path: path.clone() })?;
             let listed = if depth == 1 && stat.facts.kind == exec::EntryKind::Directory {

@@ -14,6 +14,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 use tokio_util::io::{ReaderStream, StreamReader, SyncIoBridge};
 
+use super::min_rate::MinRate;
 use super::status::{self, Op};
 use super::target::{SandboxView, Target};
 use super::{Dav, Refusal};
@@ -218,7 +219,7 @@ pub async fn put(cx: &Cx<'_>, request: Request) -> Response {
         .into_body()
         .into_data_stream()
         .map_err(io::Error::other);
-    let source = SyncIoBridge::new(StreamReader::new(stream));
+    let source = SyncIoBridge::new(StreamReader::new(MinRate::new(stream)));
     let upload = Upload {
         source: Box::new(source),
         max_bytes: cx.dav.gateway.snapshot().dav().max_upload_bytes,

@@ -36,6 +36,7 @@ mod conditions;
 mod extras;
 mod locks;
 mod methods;
+mod min_rate;
 mod props;
 mod status;
 mod target;
@@ -51,10 +52,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use base64::Engine as _;
 use serde_json::{Map, Value};
-use tokio::sync::Semaphore;
 
 use crate::auth::Caller;
 use crate::gateway::{CallResult, Gateway, Request as CallRequest, Transfer};
+use crate::permits::Permits;
 use crate::policy::Via;
 
 pub use target::MOUNT;
@@ -63,15 +64,16 @@ use target::{BadTarget, Target};
 /// A request refused before any call: status and message (small, unlike a `Response`).
 type Refusal = (StatusCode, String);
 
-/// Blocking calls in flight at once from WebDAV; a streaming PUT or GET holds one for its
-/// duration (the file is read or written on that thread), others wait for a permit.
+/// Blocking calls in flight at once from WebDAV, a quarter of them for any one tenant (see
+/// [`crate::permits`]); a streaming PUT or GET holds one for its duration (the file is read or
+/// written on that thread), others wait for a place.
 const MAX_BLOCKING: usize = 32;
 
 /// The DAV door's shared parts.
 #[derive(Clone)]
 pub struct Dav {
     gateway: Arc<Gateway>,
-    bridge: Arc<Semaphore>,
+    bridge: Arc<Permits>,
     locks: Arc<locks::LockTable>,
 }
 
@@ -80,7 +82,7 @@ pub struct Dav {
 pub fn routes(gateway: Arc<Gateway>) -> Router {
     let dav = Dav {
         gateway,
-        bridge: Arc::new(Semaphore::new(MAX_BLOCKING)),
+        bridge: Arc::new(Permits::new(MAX_BLOCKING)),
         locks: Arc::new(locks::LockTable::default()),
     };
     Router::new()
@@ -165,9 +167,10 @@ impl Dav {
     /// when it could not run.
     async fn blocking<T: Send + 'static>(
         &self,
+        caller: &Caller,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Option<T> {
-        let _permit = self.bridge.clone().acquire_owned().await.ok()?;
+        let _permit = self.bridge.enter(&caller.tenant).await.ok()?;
         tokio::task::spawn_blocking(work).await.ok()
     }
 
@@ -180,7 +183,7 @@ impl Dav {
         arguments: Value,
         transfer: Option<Transfer>,
     ) -> (CallResult, Option<Transfer>) {
-        let Ok(_permit) = self.bridge.clone().acquire_owned().await else {
+        let Ok(_permit) = self.bridge.enter(&caller.tenant).await else {
             return (busy(), None);
         };
         let (gateway, caller) = (self.gateway.clone(), caller.clone());

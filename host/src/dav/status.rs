@@ -30,6 +30,9 @@ pub fn of(text: &str, op: Op) -> StatusCode {
         StatusCode::INSUFFICIENT_STORAGE
     } else if has("is too large") {
         StatusCode::PAYLOAD_TOO_LARGE
+    } else if has("(timed out)") && op == Op::Create {
+        // The body fell behind the door's minimum rate (`min_rate`).
+        StatusCode::REQUEST_TIMEOUT
     } else if has("does not exist") && op == Op::Create {
         StatusCode::CONFLICT
     } else if has("not found; list them") || has("is archived") || has("does not exist") {

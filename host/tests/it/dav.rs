@@ -654,3 +654,71 @@ fn rclone_syncs_both_ways_and_a_second_sync_transfers_nothing() {
     let (status, stderr) = runtime.block_on(served.stop());
     assert!(status.success(), "{status:?}: {stderr}");
 }
+
+/// One tenant's slow uploads neither stall another tenant's WebDAV nor hold its own places for
+/// good: chem opens 32 PUTs that promise a megabyte and send one byte, bio still gets its file
+/// while all of them wait, and each of chem's is given up once it falls behind the door's
+/// minimum body rate, leaving no file behind. Before, the door's 32 places were one pool with
+/// no rate: bio waited for as long as chem held its connections.
+#[test]
+fn slow_uploads_hold_only_their_tenants_places_and_are_given_up() {
+    use std::io::{Read as _, Write as _};
+    let s = setup();
+    let bio_file = find_workspace(&s.dir.path().join("state"), "bio", "run1").join("mine.txt");
+    std::fs::write(&bio_file, "bio's own").unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(
+        s.dir.path(),
+        &s.dir.path().join("gateway.toml"),
+    ));
+    let authority = served.authority();
+    let mut slow: Vec<_> = (0..32)
+        .map(|i| {
+            let mut tcp = std::net::TcpStream::connect(&authority).unwrap();
+            let head = format!(
+                "PUT /dav/instances/run1/workspace/slow{i} HTTP/1.1\r\nHost: localhost\r\n\
+                 Authorization: Bearer {}\r\nContent-Length: 1000000\r\n\r\nx",
+                s.chem
+            );
+            tcp.write_all(head.as_bytes()).unwrap();
+            tcp
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+
+    let scratch = tempfile::tempdir().unwrap();
+    let auth = format!("Authorization: Bearer {}", s.bio);
+    let url = format!("http://{authority}/dav/instances/run1/workspace/mine.txt");
+    let got = curl(scratch.path(), &["-H", &auth, &url]);
+    assert_eq!((got.status, got.body.as_str()), (200, "bio's own"));
+    for tcp in &mut slow {
+        tcp.set_nonblocking(true).unwrap();
+        let waiting = tcp.read(&mut [0; 1]).map_err(|e| e.kind());
+        assert_eq!(
+            waiting,
+            Err(std::io::ErrorKind::WouldBlock),
+            "chem's PUT is still open"
+        );
+        tcp.set_nonblocking(false).unwrap();
+    }
+    // The minimum rate gives each trickle up after its grace.
+    for tcp in &mut slow {
+        tcp.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        let mut answer = String::new();
+        let _ = tcp.read_to_string(&mut answer);
+        let status = answer.split(' ').nth(1).unwrap_or("none");
+        assert_eq!(
+            status, "408",
+            "a trickling PUT is refused once behind: {answer:?}"
+        );
+        assert!(answer.contains("(timed out)"), "{answer}");
+    }
+    let left: Vec<_> = (std::fs::read_dir(&s.workspace).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("slow") || name.contains("tmp"))
+        .collect();
+    assert!(left.is_empty(), "given-up uploads left {left:?}");
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{status:?}: {stderr}");
+}

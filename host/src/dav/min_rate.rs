@@ -1,0 +1,148 @@
+//! A request body that must keep coming: at least [`MIN_BYTES_PER_S`] on average after a grace
+//! of [`GRACE`], else it ends in an error.
+//!
+//! A PUT holds one of its tenant's places on the WebDAV door while its body streams in. A
+//! client that promises a large body and sends a byte now and then would hold that place for
+//! as long as it likes; with enough such uploads a tenant could stall its own door for good.
+//! Like Kestrel's minimum request body data rate, the body is given up once it falls behind a
+//! low average rate: the upload then fails like any interrupted one (nothing is left behind).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::Stream;
+use tokio::time::{Instant, Sleep};
+
+/// The average rate a body must keep after [`GRACE`].
+pub(super) const MIN_BYTES_PER_S: u64 = 1024;
+/// How long a body may take before the rate counts (a client's start, a slow first chunk).
+pub(super) const GRACE: Duration = Duration::from_secs(10);
+
+/// `inner`, ending in a `TimedOut` error once it falls behind the minimum rate.
+pub(super) struct MinRate<S> {
+    inner: S,
+    started: Instant,
+    bytes: u64,
+    /// When the body falls behind unless more arrives.
+    behind: Pin<Box<Sleep>>,
+    ended: bool,
+}
+
+impl<S> MinRate<S> {
+    pub(super) fn new(inner: S) -> MinRate<S> {
+        let started = Instant::now();
+        MinRate {
+            inner,
+            started,
+            bytes: 0,
+            behind: Box::pin(tokio::time::sleep_until(started + GRACE)),
+            ended: false,
+        }
+    }
+
+    fn falls_behind_at(&self) -> Instant {
+        let earned = Duration::from_secs_f64(self.bytes as f64 / MIN_BYTES_PER_S as f64);
+        self.started + GRACE + earned
+    }
+}
+
+impl<S, B, E> Stream for MinRate<S>
+where
+    S: Stream<Item = Result<B, E>> + Unpin,
+    B: AsRef<[u8]>,
+    E: Into<std::io::Error>,
+{
+    type Item = Result<B, std::io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut self.inner).poll_next(cx) {
+            Poll::Ready(Some(Ok(chunk))) => {
+                self.bytes += chunk.as_ref().len() as u64;
+                let at = self.falls_behind_at();
+                self.behind.as_mut().reset(at);
+                Poll::Ready(Some(Ok(chunk)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => match self.behind.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    self.ended = true;
+                    let why = format!(
+                        "the client sent the body slower than {MIN_BYTES_PER_S} bytes a second \
+                         on average ({} bytes in {} s): the upload was given up; send it again",
+                        self.bytes,
+                        self.started.elapsed().as_secs()
+                    );
+                    Poll::Ready(Some(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        why,
+                    ))))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt as _;
+
+    use super::*;
+
+    type Chunk = Result<Vec<u8>, std::io::Error>;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_keeps_the_rate_streams_whole() {
+        // 2 KiB a second for 30 s: above the minimum throughout.
+        let chunks = futures_util::stream::unfold(0, |sent| async move {
+            if sent == 30 {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Some((Ok(vec![0u8; 2048]) as Chunk, sent + 1))
+        });
+        let body: Vec<Chunk> = MinRate::new(Box::pin(chunks)).collect().await;
+        assert_eq!(body.len(), 30);
+        assert!(body.iter().all(Result::is_ok));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickle_is_given_up_once_it_falls_behind() {
+        // A byte every 5 s: within the grace at first, then behind.
+        let chunks = futures_util::stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Some((Ok(vec![0u8; 1]) as Chunk, ()))
+        });
+        let started = Instant::now();
+        let body: Vec<Chunk> = MinRate::new(Box::pin(chunks)).collect().await;
+        let (last, sent) = body.split_last().unwrap();
+        let e = last.as_ref().unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(
+            e.to_string().contains("slower than 1024 bytes a second"),
+            "{e}"
+        );
+        assert!(sent.iter().all(Result::is_ok));
+        // Given up just after the grace (a byte buys a millisecond), not at the first pause.
+        let waited = started.elapsed();
+        assert!(
+            waited >= GRACE && waited < GRACE + Duration::from_secs(1),
+            "{waited:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_body_is_given_up_after_the_grace() {
+        let silent = futures_util::stream::pending::<Chunk>();
+        let started = Instant::now();
+        let body: Vec<Chunk> = MinRate::new(Box::pin(silent)).collect().await;
+        assert_eq!(body.len(), 1);
+        assert!(body[0].is_err());
+        assert_eq!(started.elapsed(), GRACE);
+    }
+}
