@@ -6,7 +6,8 @@
 //! `propfind-finite-depth` precondition (RFC 4918 §9.1): a whole tree is walked by asking one
 //! level at a time, each level a bounded `list_directory`. A listing that reaches the
 //! `[files] max_list_entries` cap answers the entries it holds plus a `507` response for the
-//! collection, as RFC 4918 §9.1 provides for truncated results.
+//! collection, as RFC 4918 §9.1 provides for truncated results; so does `/dav/instances/`,
+//! whose instances are asked of `list_instances` a page at a time up to the same cap.
 
 use axum::body::{Body, to_bytes};
 use axum::extract::Request;
@@ -18,6 +19,7 @@ use super::methods::Cx;
 use super::status::{self, Op};
 use super::target::{SandboxView, Target};
 use super::xml::{self, DAV, Element, MULTISTATUS_CLOSE, MULTISTATUS_OPEN, escape};
+use crate::state::InstanceId;
 
 /// One resource in a multistatus answer.
 pub struct Resource {
@@ -113,6 +115,41 @@ fn collection(href: String) -> Resource {
     }
 }
 
+/// The largest page `list_instances` gives.
+const INSTANCES_PAGE: usize = 500;
+
+/// The caller's live instances, asked a page at a time, up to `[files] max_list_entries` as
+/// for a directory; true when there are more (answered as a 507 for the collection).
+async fn instance_ids(cx: &Cx<'_>) -> Result<(Vec<InstanceId>, bool), Response> {
+    let most = cx.dav.gateway.snapshot().file_limits().max_list_entries;
+    let mut ids = Vec::new();
+    let mut seen = 0;
+    loop {
+        if seen >= most {
+            return Ok((ids, true));
+        }
+        let arguments = json!({ "limit": INSTANCES_PAGE.min(most - seen), "offset": seen });
+        let (listed, _) = cx
+            .dav
+            .call(&cx.caller, "list_instances", arguments, None)
+            .await;
+        if listed.is_error {
+            return Err(status::failed(&listed, Op::Read));
+        }
+        let page = listed.structured["instances"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        seen += page.len();
+        let ids_on_page = page.iter().filter_map(|i| i["id"].as_str());
+        ids.extend(ids_on_page.filter_map(|id| InstanceId::parse(id).ok()));
+        let total = listed.structured["total"].as_u64().unwrap_or(0);
+        if page.is_empty() || seen as u64 >= total {
+            return Ok((ids, false));
+        }
+    }
+}
+
 /// The resources a PROPFIND of `depth` reports, each level asked of the pipeline.
 async fn resources(cx: &Cx<'_>, depth: u8) -> Result<Vec<Resource>, Response> {
     let mut out = vec![];
@@ -130,23 +167,14 @@ async fn resources(cx: &Cx<'_>, depth: u8) -> Result<Vec<Resource>, Response> {
         Target::Instances => {
             out.push(collection(cx.target.href(true)));
             if depth == 1 {
-                let (listed, _) = cx
-                    .dav
-                    .call(&cx.caller, "list_instances", json!({ "limit": 500 }), None)
-                    .await;
-                if listed.is_error {
-                    return Err(status::failed(&listed, Op::Read));
+                let (ids, cut) = instance_ids(cx).await?;
+                if cut {
+                    let mut cut = collection(cx.target.href(true));
+                    cut.truncated = true;
+                    out.push(cut);
                 }
-                for instance in listed.structured["instances"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(Ok(id)) =
-                        instance["id"].as_str().map(crate::state::InstanceId::parse)
-                    {
-                        out.push(collection(Target::Instance(id).href(true)));
-                    }
+                for id in ids {
+                    out.push(collection(Target::Instance(id).href(true)));
                 }
             }
         }

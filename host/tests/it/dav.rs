@@ -722,3 +722,52 @@ fn slow_uploads_hold_only_their_tenants_places_and_are_given_up() {
     let (status, stderr) = runtime.block_on(served.stop());
     assert!(status.success(), "{status:?}: {stderr}");
 }
+
+/// PROPFIND Depth 1 of `/dav/instances/` lists every instance past `list_instances`' page of
+/// 500, up to `[files] max_list_entries`; past that, a 507 for the collection says it is cut.
+#[test]
+fn a_propfind_of_the_instances_lists_them_all_or_says_it_is_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = generate_token().unwrap();
+    let config = format!(
+        "[dav]\nenabled = true\n[tenants.chem]\ntokens = [{{ label = \"a\", sha256 = \"{}\" }}]\n",
+        hex::encode(hash_token(&token))
+    );
+    {
+        let gw = in_process::open(dir.path(), &config);
+        for i in 0..505 {
+            in_process::ok(gw.call(
+                &in_process::caller("chem"),
+                "create_instance",
+                in_process::args(json!({ "instance_id": format!("run{i:03}") })),
+            ));
+        }
+    }
+    let file = dir.path().join("gateway.toml");
+    let sc = tempfile::tempdir().unwrap();
+    let auth = format!("Authorization: Bearer {token}");
+    for (cap, listed, cut) in [(None, 505, false), (Some(502), 502, true)] {
+        if let Some(cap) = cap {
+            let mut text = std::fs::read_to_string(&file).unwrap();
+            text.push_str(&format!("\n[files]\nmax_list_entries = {cap}\n"));
+            std::fs::write(&file, text).unwrap();
+        }
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let served = runtime.block_on(Served::http(dir.path(), &file));
+        let url = format!("http://{}/dav/instances/", served.authority());
+        let reply = curl(
+            sc.path(),
+            &["-H", &auth, "-X", "PROPFIND", "-H", "Depth: 1", &url],
+        );
+        let (status, stderr) = runtime.block_on(served.stop());
+        assert!(status.success(), "{status:?}: {stderr}");
+        assert_eq!(reply.status, 207, "{}", reply.body);
+        let instances = reply.body.matches("/dav/instances/run").count();
+        assert_eq!(instances, listed, "cap {cap:?}");
+        assert_eq!(
+            reply.body.contains("507 Insufficient Storage"),
+            cut,
+            "cap {cap:?}"
+        );
+    }
+}
