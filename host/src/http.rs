@@ -13,8 +13,11 @@
 //! [`Gateway::authenticate`] ([`crate::auth`]) with its `Authorization` and `Origin` headers and,
 //! on a Unix socket, the peer's `SO_PEERCRED`: a refusal is a 401 with `WWW-Authenticate` or a
 //! 403, before any MCP handling. Single-tenant (no `[tenants]`) listens only on loopback or a
-//! Unix socket, every caller being `stdio_tenant`; with tenants, TCP callers need a bearer token
-//! or JWT, and Unix-socket peers are mapped by uid (`unix_uids`). A Slurm job's token (code
+//! Unix socket, every caller being `stdio_tenant`, and serves only the gateway's own uid and
+//! root: a Unix peer by `SO_PEERCRED`, a TCP client by the owner of its socket in the kernel's
+//! socket table ([`tcp_owner`], looked up once per connection), since on a shared login node
+//! anyone can reach loopback. With tenants, TCP callers need a bearer token or JWT, and
+//! Unix-socket peers are mapped by uid (`unix_uids`). A Slurm job's token (code
 //! mode, [`crate::code_mode::remote`]) is recognised at the streamable MCP path only, where it
 //! attaches the job's fixed door beside its caller; every other route refuses it.
 //!
@@ -28,7 +31,7 @@
 
 use std::future::Future;
 use std::io::Write as _;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -40,10 +43,10 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::{IncomingStream, ListenerExt as _};
+use axum::serve::{IncomingStream, Listener};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{AuthRequest, PeerCredentials};
@@ -52,6 +55,10 @@ use crate::gateway::Gateway;
 use crate::mcp::McpServer;
 use crate::metrics::Access;
 use crate::state::TenantName;
+
+mod tcp_owner;
+
+pub(crate) use tcp_owner::TcpPeer;
 
 /// Which MCP transport the app serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,10 +151,7 @@ pub async fn serve(
                 .await
                 .with_context(|| format!("cannot listen on `{host}:{port}`"))?;
             let bound = listener.local_addr()?;
-            // Small request/response exchanges: never hold a segment back for Nagle.
-            let listener = listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
+            let listener = NoDelay(listener);
             announce(&format!("http://{bound}{path}"));
             if gateway.snapshot().dav().enabled {
                 announce_dav(&format!("http://{bound}{}/", crate::dav::MOUNT));
@@ -161,7 +165,7 @@ pub async fn serve(
             .layer(from_fn_with_state(Arc::new(hosts), check_host));
             axum::serve(
                 listener,
-                app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+                app.into_make_service_with_connect_info::<TcpPeer>(),
             )
             .with_graceful_shutdown(signalled)
             .await
@@ -361,6 +365,13 @@ async fn identify(
         )
             .into_response();
     }
+    // One snapshot decides both whether the owner is needed and who may call.
+    let snapshot = gateway.snapshot();
+    let tcp = (request.extensions().get::<ConnectInfo<TcpPeer>>()).map(|info| info.0.clone());
+    let tcp_owner = match tcp {
+        Some(peer) if snapshot.needs_tcp_owner() => Some(peer.owner().await),
+        _ => None,
+    };
     // In a block: the borrows of the request (whose body is not `Sync`) end before the await.
     let decided = {
         let header = |name| {
@@ -374,6 +385,7 @@ async fn identify(
             authorization,
             origin: header(header::ORIGIN),
             peer: unix.flatten(),
+            tcp_owner,
         };
         match authorization.and_then(crate::auth::job_token::job_token_of) {
             // The `Origin` rule holds for a job as for anyone.
@@ -381,7 +393,7 @@ async fn identify(
                 .check_origin(&auth)
                 .and_then(|()| gateway.authenticate_job(token))
                 .map(|(caller, job)| (caller, Some(job))),
-            _ => gateway
+            _ => snapshot
                 .authenticate_or_reject(&auth)
                 .map(|caller| (caller, None)),
         }
@@ -464,6 +476,26 @@ fn announce(address: &str) {
 /// The WebDAV line, when `[dav] enabled`.
 fn announce_dav(address: &str) {
     let _ = writeln!(std::io::stderr().lock(), "hpcgate: WebDAV on {address}");
+}
+
+/// The gateway's TCP listener, whose connections carry small request/response exchanges:
+/// never hold a segment back for Nagle. (A type of its own rather than axum's `tap_io`, so
+/// that [`TcpPeer`] can be the connection's `ConnectInfo`.)
+pub(crate) struct NoDelay(TcpListener);
+
+impl Listener for NoDelay {
+    type Io = TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (TcpStream, SocketAddr) {
+        let (tcp, remote) = Listener::accept(&mut self.0).await;
+        let _ = tcp.set_nodelay(true);
+        (tcp, remote)
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Listener::local_addr(&self.0)
+    }
 }
 
 /// The peer of one Unix-socket connection, from `SO_PEERCRED`.

@@ -27,6 +27,22 @@ pub enum AuthError {
         "uid {uid} may not use this gateway; ask the admin to add it to a tenant's `unix_uids`"
     )]
     UnknownPeer { uid: u32 },
+    /// Single-tenant, over TCP: a client socket owned by a uid that is neither the gateway's
+    /// nor root.
+    #[error(
+        "uid {uid} may not use this gateway: without `[tenants]` it serves only its owner's uid \
+         (and root) over TCP; connect from the owner's account, or ask the owner to configure \
+         `[tenants]` with tokens, or to serve `--uds` with `unix_uids`"
+    )]
+    ForeignTcpPeer { uid: u32 },
+    /// Single-tenant, over TCP: no socket on this host is the client's (closed, or remote).
+    #[error(
+        "the owner of this connection could not be found on this host: without `[tenants]` this \
+         gateway serves only its owner's uid (and root) over TCP, from this host; connect from \
+         the owner's account, or ask the owner to configure `[tenants]` with tokens, or to serve \
+         `--uds` with `unix_uids`"
+    )]
+    UnknownTcpPeer,
     /// A browser `Origin` not on the allow-list (DNS-rebinding defence).
     #[error(
         "origin `{origin}` is not a loopback origin nor in `[http] allowed_origins`; \
@@ -81,7 +97,10 @@ impl AuthError {
                 }
                 (403, Some(value))
             }
-            AuthError::UnknownPeer { .. } | AuthError::OriginDenied { .. } => (403, None),
+            AuthError::UnknownPeer { .. }
+            | AuthError::ForeignTcpPeer { .. }
+            | AuthError::UnknownTcpPeer
+            | AuthError::OriginDenied { .. } => (403, None),
         };
         Rejection {
             status,

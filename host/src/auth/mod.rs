@@ -6,8 +6,9 @@
 //! order is fixed:
 //!
 //! 1. `Origin`, if present, must be loopback or on `[http] allowed_origins` (else 403);
-//! 2. single-tenant gateway (no `[tenants]`): every caller is `stdio_tenant` (a Unix peer must
-//!    be the gateway's own uid or root);
+//! 2. single-tenant gateway (no `[tenants]`): every caller is `stdio_tenant`, but a Unix peer
+//!    must be the gateway's own uid or root, and so must the owner of a TCP client's socket
+//!    ([`SocketOwner`], which the transport finds), else 403;
 //! 3. an `Authorization: Bearer` token: a configured token (SHA-256, constant-time over every
 //!    hash; principal `token:<label>`), else, with `[auth.jwt]`, a JWT (principal
 //!    `jwt:<sub>`); anything else is 401 `invalid_token`;
@@ -67,6 +68,17 @@ pub struct AuthRequest<'a> {
     pub origin: Option<&'a str>,
     /// `SO_PEERCRED` of a Unix-socket connection; `None` over TCP.
     pub peer: Option<PeerCredentials>,
+    /// Over TCP, when the gateway is single-tenant: who owns the client's socket. A
+    /// multi-tenant gateway authenticates TCP callers by their token alone.
+    pub tcp_owner: Option<SocketOwner>,
+}
+
+/// Who owns the client's end of a TCP connection, as the kernel's socket table says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketOwner {
+    Uid(u32),
+    /// No socket held by a process on this host (in this network namespace) is the client's.
+    NotFound,
 }
 
 /// A Unix-socket peer's credentials.
@@ -135,12 +147,17 @@ impl Authenticator {
     pub fn authenticate(&self, request: &AuthRequest) -> Result<Caller, AuthError> {
         self.check_origin(request)?;
         if let Some(tenant) = &self.single {
-            return match request.peer {
-                Some(peer) if peer.uid != self.own_uid && peer.uid != 0 => {
+            let trusted = |uid| uid == self.own_uid || uid == 0;
+            return match (request.peer, request.tcp_owner) {
+                (Some(peer), _) if !trusted(peer.uid) => {
                     Err(AuthError::UnknownPeer { uid: peer.uid })
                 }
-                Some(peer) => Ok(caller(tenant.clone(), format!("uid:{}", peer.uid))),
-                None => Ok(caller(tenant.clone(), "anonymous".to_owned())),
+                (Some(peer), _) => Ok(caller(tenant.clone(), format!("uid:{}", peer.uid))),
+                (None, Some(SocketOwner::Uid(uid))) if !trusted(uid) => {
+                    Err(AuthError::ForeignTcpPeer { uid })
+                }
+                (None, Some(SocketOwner::NotFound)) => Err(AuthError::UnknownTcpPeer),
+                (None, _) => Ok(caller(tenant.clone(), "anonymous".to_owned())),
             };
         }
         if let Some(header) = request.authorization {

@@ -181,7 +181,7 @@ fn origins_loopback_and_listed_pass_others_are_403_and_absent_is_fine() {
     let with_origin = |origin| AuthRequest {
         authorization: Some(&header),
         origin: Some(origin),
-        peer: None,
+        ..AuthRequest::default()
     };
     for ok in [
         "https://notebook.example.org",
@@ -242,6 +242,47 @@ fn single_tenant_gateways_make_every_caller_the_stdio_tenant() {
             ..AuthRequest::default()
         })
         .is_err()
+    );
+}
+
+#[test]
+fn single_tenant_over_tcp_serves_only_the_owner_of_the_gateway_and_root() {
+    let a = auth("stdio_tenant = \"me\"\n");
+    let own = rustix::process::geteuid().as_raw();
+    let stranger = if own == 4242 { 4243 } else { 4242 };
+    let tcp = |owner| AuthRequest {
+        tcp_owner: Some(owner),
+        ..AuthRequest::default()
+    };
+    for uid in [own, 0] {
+        assert_eq!(
+            who(a.authenticate(&tcp(SocketOwner::Uid(uid)))),
+            ("me".into(), "anonymous".into()),
+            "uid {uid}"
+        );
+    }
+    let foreign = a
+        .authenticate(&tcp(SocketOwner::Uid(stranger)))
+        .unwrap_err();
+    assert_eq!(foreign, AuthError::ForeignTcpPeer { uid: stranger });
+    assert_eq!(foreign.rejection().status, 403);
+    assert!(
+        foreign.to_string().contains("`[tenants]`") && foreign.to_string().contains("--uds"),
+        "{foreign}"
+    );
+    let gone = a.authenticate(&tcp(SocketOwner::NotFound)).unwrap_err();
+    assert_eq!(gone, AuthError::UnknownTcpPeer);
+    assert_eq!(gone.rejection().status, 403);
+    // With tenants the token decides; the owner of the socket plays no part.
+    let multi = auth(&tenants(""));
+    let with_token = AuthRequest {
+        authorization: Some("Bearer chem-token"),
+        tcp_owner: Some(SocketOwner::Uid(stranger)),
+        ..AuthRequest::default()
+    };
+    assert_eq!(
+        who(multi.authenticate(&with_token)),
+        ("chem".into(), "token:alice".into())
     );
 }
 

@@ -88,6 +88,23 @@ impl Snapshot {
         self.settings.metrics
     }
 
+    /// Whether authenticating a TCP request needs the owner of the client's socket
+    /// ([`AuthRequest::tcp_owner`]): on a single-tenant gateway.
+    pub fn needs_tcp_owner(&self) -> bool {
+        self.settings.single_tenant()
+    }
+
+    /// Who is calling and, on refusal, the HTTP answer, both by this snapshot's settings (so a
+    /// challenge names the metadata URL of the settings that refused).
+    pub fn authenticate_or_reject(
+        &self,
+        request: &AuthRequest,
+    ) -> Result<Caller, crate::auth::Rejection> {
+        (self.auth)
+            .authenticate(request)
+            .map_err(|e| self.auth.rejection(&e))
+    }
+
     /// Whether a call of `tool` may run on the thread of a session's async runtime: a brief
     /// builtin tool (see [`Tool::brief`]) with no WASI policy in the chain (wasmtime-wasi's
     /// synchronous functions block on a Tokio runtime, see [`Chain::imports_wasi`]).
@@ -315,19 +332,6 @@ impl Gateway {
     /// the tenants and keys in force now.
     pub fn authenticate(&self, request: &AuthRequest) -> Result<Caller, AuthError> {
         self.snapshot().auth.authenticate(request)
-    }
-
-    /// [`Self::authenticate`] and, on refusal, the HTTP answer, both from one snapshot (so a
-    /// challenge names the metadata URL of the settings that refused).
-    pub fn authenticate_or_reject(
-        &self,
-        request: &AuthRequest,
-    ) -> Result<Caller, crate::auth::Rejection> {
-        let snapshot = self.snapshot();
-        snapshot
-            .auth
-            .authenticate(request)
-            .map_err(|e| snapshot.auth.rejection(&e))
     }
 
     /// The protected-resource metadata served at `path` (`[auth.oauth]`), if any.

@@ -8,7 +8,7 @@
 //! 401 (when a token is configured, with `WWW-Authenticate: Bearer`) or 403; with
 //! `[metrics] enabled = false`, 404.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
@@ -23,6 +23,7 @@ use subtle::ConstantTimeEq as _;
 use crate::auth::bearer::{bearer_token, hash_token};
 use crate::config::MetricsSettings;
 use crate::gateway::Gateway;
+use crate::http::TcpPeer;
 
 /// The content type of the Prometheus text format.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -30,7 +31,7 @@ const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Where scrapes come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
-    /// A TCP listener: loopback peers (`ConnectInfo<SocketAddr>`), or the token.
+    /// A TCP listener: loopback peers (`ConnectInfo<TcpPeer>`), or the token.
     Tcp,
     /// The gateway's Unix socket: any peer that could connect.
     Socket,
@@ -51,7 +52,7 @@ pub async fn serve(gateway: Arc<Gateway>, listener: std::net::TcpListener) -> an
     let app = router(gateway, Access::Tcp);
     axum::serve(
         listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
+        app.into_make_service_with_connect_info::<TcpPeer>(),
     )
     .await
     .context("the metrics listener failed")
@@ -81,8 +82,8 @@ async fn scrape(
 ) -> Response {
     let peer = request
         .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|peer| peer.0.ip());
+        .get::<ConnectInfo<TcpPeer>>()
+        .map(|peer| peer.0.remote.ip());
     let authorization = request
         .headers()
         .get(header::AUTHORIZATION)

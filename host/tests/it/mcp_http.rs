@@ -2,6 +2,7 @@
 //! policy, a file round trip, a denial as a tool error, `/healthz`, the Origin check, identity
 //! from the transport (uid → tenant on the socket), refusals at start, graceful shutdown.
 
+use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
@@ -323,6 +324,83 @@ async fn a_unix_socket_peer_in_no_tenant_is_refused() {
     assert!(body.contains("may not use this gateway"), "{body}");
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{status:?}: {stderr}");
+}
+
+/// A local user other than the gateway's owner reaches its loopback port as easily as the
+/// owner: a single-tenant gateway serves over TCP only its own uid and root, by the owner of the
+/// client's socket. Needs root (to run `curl` as uid 65534); elsewhere it says so and passes.
+#[tokio::test]
+async fn a_single_tenant_gateway_over_tcp_refuses_other_local_users() {
+    if !rustix::process::geteuid().is_root() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: running a client as another uid needs root"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), "policies = []\n");
+    let served = Served::http(dir.path(), &config).await;
+    let instances = dir.path().join("state/tenants/default/instances");
+
+    let Some((status, body)) = curl_create(&served.address, "stranger", Some(65534)).await else {
+        let _ = writeln!(std::io::stderr(), "skipped: no `curl` on PATH");
+        return;
+    };
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("uid 65534 may not use this gateway") && body.contains("`[tenants]`"),
+        "{body}"
+    );
+    assert!(!instances.join("stranger").exists());
+
+    let (status, body) = curl_create(&served.address, "owner", None).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("created instance `owner`"), "{body}");
+    assert!(instances.join("owner").is_dir());
+
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+}
+
+/// `create_instance` of `id` POSTed by `curl` to `url`, as `uid` (with no supplementary
+/// groups) or as ourselves: the status and the body; `None` without `curl`.
+async fn curl_create(url: &str, id: &str, uid: Option<u32>) -> Option<(u16, String)> {
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "create_instance", "arguments": {"instance_id": id}}});
+    let mut command = tokio::process::Command::new("curl");
+    command
+        .args([
+            "-q",
+            "-sS",
+            "--max-time",
+            "30",
+            "-X",
+            "POST",
+            "-w",
+            "\n%{http_code}",
+        ])
+        .args(
+            MCP_POST
+                .iter()
+                .flat_map(|(name, value)| ["-H".to_owned(), format!("{name}: {value}")]),
+        )
+        .args(["--data", &call.to_string(), url])
+        .current_dir("/");
+    if let Some(uid) = uid {
+        // std clears the supplementary groups when root sets a uid.
+        command.uid(uid).gid(uid);
+    }
+    let output = match command.output().await {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        output => output.unwrap(),
+    };
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let (body, status) = stdout.rsplit_once('\n').unwrap();
+    let status = status
+        .parse()
+        .unwrap_or_else(|_| panic!("curl: {stdout} {}", String::from_utf8_lossy(&output.stderr)));
+    Some((status, body.to_owned()))
 }
 
 /// `hpcgate run ARGS…` exits 2 before listening, saying `expected` on stderr.
