@@ -420,6 +420,7 @@ impl Gateway {
             events: RefCell::new(Vec::new()),
             measured: &call.measured,
             transfer: call.transfer,
+            room: &self.room,
         }
     }
 

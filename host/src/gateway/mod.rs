@@ -53,6 +53,8 @@ pub struct Gateway {
     telemetry: Telemetry,
     /// The doors of running jobs with tools (they serve once the gateway is [`Gateway::shared`]).
     code_mode: CodeMode,
+    /// Room under the space quotas held by uploads in flight.
+    room: crate::tools::Room,
 }
 
 /// The settings and policy chain in force when a request began (see [`Gateway::snapshot`]).
@@ -195,6 +197,7 @@ impl Gateway {
             metrics,
             telemetry,
             code_mode: CodeMode::new(&settings_state_dir, code_mode_url),
+            room: crate::tools::Room::default(),
         };
         if let Some(age) = gateway.snapshot().settings.job_retention {
             for tenant in gateway.state.tenants()? {

@@ -337,16 +337,18 @@ fn write_upload(
     area: Area,
 ) -> Result<Output, ToolError> {
     let instance = cx.instance()?;
-    let room = super::space_left(cx, instance, area)?;
-    if let Some(announced) = upload.announced {
-        super::check_space(cx, instance, area, announced)?;
-        if announced > upload.max_bytes {
-            return Err(ToolError(format!(
-                "`{}` is too large: {announced} bytes exceeds the limit of {} bytes for one upload; send a smaller file or ask the admin to raise `[dav] max_upload_bytes`",
-                args.path, upload.max_bytes
-            )));
-        }
+    if let Some(announced) = upload.announced
+        && announced > upload.max_bytes
+    {
+        return Err(ToolError(format!(
+            "`{}` is too large: {announced} bytes exceeds the limit of {} bytes for one upload; send a smaller file or ask the admin to raise `[dav] max_upload_bytes`",
+            args.path, upload.max_bytes
+        )));
     }
+    // The room it may fill, held until it is in place (or failed), so that uploads in flight
+    // together cannot pass the quota.
+    let hold = super::hold_room(cx, instance, area, upload.announced, upload.max_bytes)?;
+    let room = hold.as_ref().map(|hold| hold.bytes());
     let request = exec::StreamWriteRequest {
         path: args.path,
         max_bytes: room.map_or(upload.max_bytes, |room| room.min(upload.max_bytes)),
@@ -354,6 +356,7 @@ fn write_upload(
     };
     let written = match exec::write_stream(&roots(cx)?, &request, &mut upload.source) {
         Err(exec::FileError::TooLarge { size, .. }) if room.is_some_and(|r| size > r) => {
+            drop(hold);
             super::check_space(cx, instance, area, size)?;
             return Err(ToolError(format!(
                 "the upload passed the quota's room ({size} bytes)"

@@ -10,6 +10,7 @@ mod files;
 mod instances;
 mod jobs;
 pub mod results;
+mod room;
 pub mod text;
 
 use std::cell::RefCell;
@@ -28,6 +29,7 @@ use crate::state::{InstanceId, State, StateError, TenantName};
 use hpcgate_executors::files::{FileError, FileLimits};
 
 pub use jobs::MAX_WAIT_S;
+pub use room::Room;
 
 /// What a tool needs to run for one call, derived once by the gateway.
 pub struct Context<'a> {
@@ -53,6 +55,8 @@ pub struct Context<'a> {
     pub measured: &'a crate::usage::Measured,
     /// A streamed body lent by the door (see [`crate::gateway::Transfer`]).
     pub transfer: Option<&'a crate::gateway::Transfer>,
+    /// Room under the space quotas held by uploads in flight.
+    pub room: &'a Room,
 }
 
 impl Context<'_> {
@@ -304,7 +308,7 @@ impl Tool {
 }
 
 /// An instance's two writable areas, for the space quotas.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Area {
     Workspace,
     Output,
@@ -318,16 +322,57 @@ pub(crate) fn check_space(
     area: Area,
     adding: u64,
 ) -> Result<(), ToolError> {
-    match measure(cx, instance, area)? {
-        Some((used, max)) if used.bytes.saturating_add(adding) > max => {
-            let name = area.name();
-            Err(ToolError(format!(
-                "the {name} of `{instance}` holds {used} and may hold {max} bytes (the tenant's \
-                 max_{name}_bytes); delete files there before adding {adding} more"
-            )))
-        }
-        _ => Ok(()),
+    let Some((used, max)) = measure(cx, instance, area)? else {
+        return Ok(());
+    };
+    let held = cx.room.held(cx.tenant, instance, area);
+    if used.bytes.saturating_add(held).saturating_add(adding) > max {
+        return Err(full(instance, area, used, held, max, adding));
     }
+    Ok(())
+}
+
+/// Why `adding` bytes do not fit in `area`.
+fn full(
+    instance: &InstanceId,
+    area: Area,
+    used: crate::usage::Count,
+    held: u64,
+    max: u64,
+    adding: u64,
+) -> ToolError {
+    let name = area.name();
+    let uploads = match held {
+        0 => String::new(),
+        held => format!(", uploads in flight hold {held} more,"),
+    };
+    ToolError(format!(
+        "the {name} of `{instance}` holds {used}{uploads} and may hold {max} bytes (the tenant's \
+         max_{name}_bytes); delete files there before adding {adding} more"
+    ))
+}
+
+/// Holds room in `area` of `instance` for an upload ([`room`]): the `announced` size, else all
+/// the room left up to `cap`; `None` when the area has no quota. The area is measured afresh.
+pub(crate) fn hold_room(
+    cx: &Context<'_>,
+    instance: &InstanceId,
+    area: Area,
+    announced: Option<u64>,
+    cap: u64,
+) -> Result<Option<room::Hold>, ToolError> {
+    let Some(max) = quota(cx, area) else {
+        return Ok(None);
+    };
+    let measure = || walk(cx, instance, area, max).map(|used| (used, used.bytes, max));
+    let wanted = |used, left: u64, held| match announced {
+        Some(size) if size > left => Err(full(instance, area, used, held, max, size)),
+        Some(size) => Ok(size),
+        None => Ok(left.min(cap)),
+    };
+    cx.room
+        .take((cx.tenant, instance, area), measure, wanted)
+        .map(Some)
 }
 
 /// The bytes `area` of `instance` may still take under the tenant's quota; `None`: no quota.
@@ -336,7 +381,11 @@ pub(crate) fn space_left(
     instance: &crate::state::InstanceId,
     area: Area,
 ) -> Result<Option<u64>, ToolError> {
-    Ok(measure(cx, instance, area)?.map(|(used, max)| max.saturating_sub(used.bytes)))
+    let held = || cx.room.held(cx.tenant, instance, area);
+    let left = |(used, max): (crate::usage::Count, u64)| {
+        max.saturating_sub(used.bytes).saturating_sub(held())
+    };
+    Ok(measure(cx, instance, area)?.map(left))
 }
 
 /// The bytes used in `area` of `instance` and the tenant's `max_workspace_bytes` /
@@ -347,32 +396,44 @@ fn measure(
     instance: &crate::state::InstanceId,
     area: Area,
 ) -> Result<Option<(crate::usage::Count, u64)>, ToolError> {
-    let max = match area {
-        Area::Workspace => cx.quotas.max_workspace_bytes,
-        Area::Output => cx.quotas.max_output_bytes,
-    };
-    let Some(max) = max else {
+    let Some(max) = quota(cx, area) else {
         return Ok(None);
     };
     let used = match cx.measured.area(instance, area == Area::Workspace) {
         Some(used) => used,
-        None => {
-            let paths = cx.state.instance_paths_ambient(cx.tenant, instance)?;
-            let dir = match area {
-                Area::Workspace => paths.workspace,
-                Area::Output => paths.output,
-            };
-            let caps = crate::usage::Caps {
-                stop_above: Some(max),
-                ..crate::usage::Caps::default()
-            };
-            crate::usage::count(&dir, &caps).map_err(|_| {
-                let name = area.name();
-                ToolError(format!("cannot measure the {name} of `{instance}`; retry"))
-            })?
-        }
+        None => walk(cx, instance, area, max)?,
     };
     Ok(Some((used, max)))
+}
+
+/// The tenant's `max_workspace_bytes` / `max_output_bytes` for `area`.
+fn quota(cx: &Context<'_>, area: Area) -> Option<u64> {
+    match area {
+        Area::Workspace => cx.quotas.max_workspace_bytes,
+        Area::Output => cx.quotas.max_output_bytes,
+    }
+}
+
+/// The bytes in `area` of `instance` now (a walk that stops once past `max`).
+fn walk(
+    cx: &Context<'_>,
+    instance: &InstanceId,
+    area: Area,
+    max: u64,
+) -> Result<crate::usage::Count, ToolError> {
+    let paths = cx.state.instance_paths_ambient(cx.tenant, instance)?;
+    let dir = match area {
+        Area::Workspace => paths.workspace,
+        Area::Output => paths.output,
+    };
+    let caps = crate::usage::Caps {
+        stop_above: Some(max),
+        ..crate::usage::Caps::default()
+    };
+    crate::usage::count(&dir, &caps).map_err(|_| {
+        let name = area.name();
+        ToolError(format!("cannot measure the {name} of `{instance}`; retry"))
+    })
 }
 
 impl Area {

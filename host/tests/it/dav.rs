@@ -656,9 +656,9 @@ fn rclone_syncs_both_ways_and_a_second_sync_transfers_nothing() {
 }
 
 /// One tenant's slow uploads neither stall another tenant's WebDAV nor hold its own places for
-/// good: chem opens 32 PUTs that promise a megabyte and send one byte, bio still gets its file
-/// while all of them wait, and each of chem's is given up once it falls behind the door's
-/// minimum body rate, leaving no file behind. Before, the door's 32 places were one pool with
+/// good: chem opens 32 PUTs that promise 30 kB (all within its quota) and send one byte, bio
+/// still gets its file while all of them wait, and each of chem's is given up once it falls
+/// behind the door's minimum body rate, leaving no file behind. Before, the door's 32 places were one pool with
 /// no rate: bio waited for as long as chem held its connections.
 #[test]
 fn slow_uploads_hold_only_their_tenants_places_and_are_given_up() {
@@ -677,7 +677,7 @@ fn slow_uploads_hold_only_their_tenants_places_and_are_given_up() {
             let mut tcp = std::net::TcpStream::connect(&authority).unwrap();
             let head = format!(
                 "PUT /dav/instances/run1/workspace/slow{i} HTTP/1.1\r\nHost: localhost\r\n\
-                 Authorization: Bearer {}\r\nContent-Length: 1000000\r\n\r\nx",
+                 Authorization: Bearer {}\r\nContent-Length: 30000\r\n\r\nx",
                 s.chem
             );
             tcp.write_all(head.as_bytes()).unwrap();
@@ -770,4 +770,79 @@ fn a_propfind_of_the_instances_lists_them_all_or_says_it_is_cut() {
             "cap {cap:?}"
         );
     }
+}
+
+/// Uploads in flight together cannot pass a space quota: while chem's first PUT of 700 KiB is
+/// still arriving, the room it announced is held, so a second of 700 KiB into the same 1 MiB
+/// workspace is refused at once (507) and a third small one fits; the first then lands whole.
+/// Before, each upload saw the room as it was when it started and both landed (1.4 MiB).
+#[test]
+fn uploads_in_flight_together_cannot_pass_the_quota() {
+    use std::io::{Read as _, Write as _};
+    let s = setup();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(
+        s.dir.path(),
+        &s.dir.path().join("gateway.toml"),
+    ));
+    let authority = served.authority();
+    let size = 700 * 1024;
+    let mut first = std::net::TcpStream::connect(&authority).unwrap();
+    let head = format!(
+        "PUT /dav/instances/run1/workspace/first.bin HTTP/1.1\r\nHost: localhost\r\n\
+         Authorization: Bearer {}\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n",
+        s.chem
+    );
+    first.write_all(head.as_bytes()).unwrap();
+    first.write_all(&vec![b'a'; 100 * 1024]).unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+
+    let scratch = tempfile::tempdir().unwrap();
+    let body = scratch.path().join("second.bin");
+    std::fs::write(&body, vec![b'b'; size]).unwrap();
+    let auth = format!("Authorization: Bearer {}", s.chem);
+    let ws = format!("http://{authority}/dav/instances/run1/workspace");
+    let second = curl(
+        scratch.path(),
+        &[
+            "-H",
+            &auth,
+            "-T",
+            body.to_str().unwrap(),
+            &format!("{ws}/second.bin"),
+        ],
+    );
+    assert_eq!(second.status, 507, "{}", second.body);
+    assert!(
+        second.body.contains("uploads in flight hold"),
+        "{}",
+        second.body
+    );
+    let small = scratch.path().join("small.txt");
+    std::fs::write(&small, "fits").unwrap();
+    let third = curl(
+        scratch.path(),
+        &[
+            "-H",
+            &auth,
+            "-T",
+            small.to_str().unwrap(),
+            &format!("{ws}/small.txt"),
+        ],
+    );
+    assert_eq!(third.status, 201, "{}", third.body);
+
+    first.write_all(&vec![b'a'; size - 100 * 1024]).unwrap();
+    let mut answer = String::new();
+    first.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    assert_eq!(
+        std::fs::metadata(s.workspace.join("first.bin"))
+            .unwrap()
+            .len(),
+        size as u64
+    );
+    assert!(!s.workspace.join("second.bin").exists());
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{status:?}: {stderr}");
 }
