@@ -14,19 +14,26 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use served::{Served, config};
 
-#[test]
-fn two_bearer_tenants_see_nothing_of_each_other() {
-    let dir = tempfile::tempdir().unwrap();
-    let (chem_token, bio_token) = (generate_token().unwrap(), generate_token().unwrap());
+/// A gateway config with tenants chem (token label alice) and bio (bob), no policies: their
+/// tokens and the config's path.
+fn two_tenants(dir: &std::path::Path) -> (String, String, std::path::PathBuf) {
+    let (chem, bio) = (generate_token().unwrap(), generate_token().unwrap());
     let config = config(
-        dir.path(),
+        dir,
         &format!(
             "policies = []\n[tenants.chem]\ntokens = [{{ label = \"alice\", sha256 = \"{}\" }}]\n\
              [tenants.bio]\ntokens = [{{ label = \"bob\", sha256 = \"{}\" }}]\n",
-            hex::encode(hash_token(&chem_token)),
-            hex::encode(hash_token(&bio_token)),
+            hex::encode(hash_token(&chem)),
+            hex::encode(hash_token(&bio)),
         ),
     );
+    (chem, bio, config)
+}
+
+#[test]
+fn two_bearer_tenants_see_nothing_of_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let (chem_token, bio_token, config) = two_tenants(dir.path());
     let runtime = tokio::runtime::Runtime::new().unwrap();
     // rmcp's transport spawns its worker when built: inside the runtime.
     let _inside = runtime.enter();
@@ -83,16 +90,7 @@ fn call(name: &'static str, arguments: serde_json::Value) -> rmcp::model::CallTo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_tenants_long_calls_leave_room_for_another_tenant() {
     let dir = tempfile::tempdir().unwrap();
-    let (chem_token, bio_token) = (generate_token().unwrap(), generate_token().unwrap());
-    let config = config(
-        dir.path(),
-        &format!(
-            "policies = []\n[tenants.chem]\ntokens = [{{ label = \"alice\", sha256 = \"{}\" }}]\n\
-             [tenants.bio]\ntokens = [{{ label = \"bob\", sha256 = \"{}\" }}]\n",
-            hex::encode(hash_token(&chem_token)),
-            hex::encode(hash_token(&bio_token)),
-        ),
-    );
+    let (chem_token, bio_token, config) = two_tenants(dir.path());
     let served = Served::http(dir.path(), &config).await;
     let connect = |token: String| {
         ().serve(StreamableHttpClientTransport::from_config(
