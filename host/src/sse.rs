@@ -40,6 +40,9 @@ pub const MESSAGES_PATH: &str = "/messages";
 const QUEUE: usize = 64;
 /// Largest message body accepted (the same bound as the job doors').
 const MAX_BODY: usize = 32 * 1024 * 1024;
+/// Sessions one tenant may have open at once: each holds a server, two queues and a stream,
+/// so without a bound one tenant could grow the gateway's memory at will.
+pub const MAX_SESSIONS_PER_TENANT: usize = 64;
 
 /// The open sessions, by id.
 #[derive(Default)]
@@ -96,13 +99,25 @@ async fn open(State(shared): State<Shared>, request: Request) -> Response {
     };
     let (to_server, from_client) = mpsc::channel::<ClientJsonRpcMessage>(QUEUE);
     let (to_client, from_server) = mpsc::channel::<ServerJsonRpcMessage>(QUEUE);
-    lock(&shared.sessions).insert(
-        id.clone(),
-        Session {
+    {
+        let mut sessions = lock(&shared.sessions);
+        let open = (sessions.values())
+            .filter(|session| session.owner.tenant == caller.tenant)
+            .count();
+        if open >= MAX_SESSIONS_PER_TENANT {
+            let why = format!(
+                "tenant `{}` has {open} SSE sessions open, the most one tenant may: close one \
+                 (or use the streamable HTTP transport, which keeps no session)",
+                caller.tenant
+            );
+            return refuse(StatusCode::TOO_MANY_REQUESTS, &why);
+        }
+        let session = Session {
             owner: caller.clone(),
             to_server,
-        },
-    );
+        };
+        sessions.insert(id.clone(), session);
+    }
     let server = shared.server.in_session(caller);
     let sink =
         PollSender::new(to_client).sink_map_err(|_| std::io::Error::other("the stream closed"));

@@ -239,3 +239,43 @@ async fn sse_sessions_are_authenticated_and_answer_only_their_caller() {
     let (status, stderr) = gw.served.stop().await;
     assert!(status.success(), "{status:?}: {stderr}");
 }
+
+/// One tenant may have at most `MAX_SESSIONS_PER_TENANT` sessions open (each holds a server,
+/// queues and a stream): the next is refused with 429 and what to do, another tenant still
+/// opens one, and a closed session makes room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenant_cannot_open_sessions_without_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(dir.path()).await;
+    let a = gw.authority.as_str();
+    let (chem, bio) = (format!("Bearer {}", gw.chem), format!("Bearer {}", gw.bio));
+    let mut held = Vec::new();
+    for _ in 0..hpcgate::sse::MAX_SESSIONS_PER_TENANT {
+        let (status, session) = open(a, &[("Authorization", &chem)]).await;
+        assert_eq!(status, 200);
+        held.push(session.unwrap());
+    }
+    let (status, _) = open(a, &[("Authorization", &chem)]).await;
+    assert_eq!(status, 429, "one session past the bound");
+    let (status, other) = open(a, &[("Authorization", &bio)]).await;
+    assert_eq!(status, 200, "another tenant is not counted against chem");
+    drop(other);
+    drop(held.pop());
+    // The closed stream is noticed when the server next writes to it (a keep-alive at the
+    // latest): chem may open one again once it is forgotten.
+    let reopened = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let (status, session) = open(a, &[("Authorization", &chem)]).await;
+            if status == 200 {
+                return session;
+            }
+            assert_eq!(status, 429);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("a closed session makes room");
+    drop((reopened, held));
+    let (status, stderr) = gw.served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+}
