@@ -81,17 +81,24 @@ lint=(env "RUSTC_WORKSPACE_WRAPPER=$(rustc --print sysroot)/bin/clippy-driver"
 # beside the rest of the build: they are about 100 s of waiting on Slurm (its time limits are
 # whole minutes) for 8 s of CPU, and they need neither the policy guests nor the gateway, which
 # the build's last minutes are spent on.
+# They also run `hpcgate-supervisor`, which cargo may link after their test binary (it orders
+# the two only for running them): the lane starts once both are reported.
 binaries=() # "PACKAGE-DIR TAB NAME TAB EXECUTABLE" for each test binary but the executors'
 build_tests() {
-    local dir name exe status=
+    local dir name exe status= executors_it= supervisor=
     while IFS=$'\t' read -r dir name exe; do
         if [ "$dir" = exit ]; then
             status="$name"
+        elif [ "$dir" = bin ]; then
+            [ "$name" != hpcgate-supervisor ] || supervisor=yes
         elif [ "$dir" = "$PWD/executors" ] && [ "$name" = it ]; then
-            executors_lane "$dir"$'\t'"$name"$'\t'"$exe" </dev/null >"$executors_log" 2>&1 &
-            executors_pid=$!
+            executors_it="$dir"$'\t'"$name"$'\t'"$exe"
         else
             binaries+=("$dir"$'\t'"$name"$'\t'"$exe")
+        fi
+        if [ -n "$executors_it" ] && [ -n "$supervisor" ] && [ -z "$executors_pid" ]; then
+            executors_lane "$executors_it" </dev/null >"$executors_log" 2>&1 &
+            executors_pid=$!
         fi
     done < <(
         status=0
@@ -100,14 +107,18 @@ build_tests() {
 import json, os, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["profile"]["test"] and m.get("executable"):
-        print(os.path.dirname(m["manifest_path"]), m["target"]["name"], m["executable"], sep="\t")' \
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    if m["profile"]["test"]:
+        print(os.path.dirname(m["manifest_path"]), m["target"]["name"], m["executable"], sep="\t")
+    elif "bin" in m["target"]["kind"]:
+        print("bin", m["target"]["name"], m["executable"], sep="\t")' \
             || status=$?
         printf 'exit\t%s\n' "$status"
     )
     [ "$status" = 0 ] || { echo "test.sh: the build failed" >&2; return 1; }
     [ -n "$executors_pid" ] \
-        || { echo "test.sh: the build made no integration test binary of executors/" >&2; return 1; }
+        || { echo "test.sh: the build made no integration test binary of executors/, or no hpcgate-supervisor" >&2; return 1; }
 }
 # Most tests wait on other processes (bwrap, Slurm, MCP servers and clients) more than they
 # compute. Beside the executors' tests, started during the build, the step runs two lanes: the
