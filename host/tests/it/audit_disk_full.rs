@@ -52,8 +52,7 @@ fn fill(dir: &Path) -> PathBuf {
 
 #[test]
 fn a_full_audit_disk_refuses_the_call_and_serving_resumes_when_space_returns() {
-    if !rustix::process::geteuid().is_root() {
-        let _ = writeln!(std::io::stderr(), "skipped: mounting a tmpfs needs root");
+    if !crate::support::root_else_skip("mounting a tmpfs") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

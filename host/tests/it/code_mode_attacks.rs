@@ -234,12 +234,7 @@ print(s.makefile("rb").readline().decode().split()[1])
 
 #[tokio::test]
 async fn another_uid_is_refused_at_a_jobs_door() {
-    if !rustix::process::geteuid().is_root() {
-        use std::io::Write as _;
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped: running a client as another uid needs root"
-        );
+    if !crate::support::root_else_skip("running a client as another uid") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

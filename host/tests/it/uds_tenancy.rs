@@ -36,11 +36,7 @@ const JOB_LINE: &str = "uds-tenancy-job=";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_uids_on_one_socket_see_nothing_of_each_other() {
-    if !rustix::process::geteuid().is_root() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped: running clients as other uids needs root"
-        );
+    if !crate::support::root_else_skip("running clients as other uids") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -22,3 +22,14 @@ pub fn reexec(test: &str) -> Command {
     command.args(["--exact", test, "--ignored"]);
     command
 }
+
+/// Whether this test runs as root, which `needs` (what the test does that needs it); if not,
+/// it says on stderr that it skipped, so that a pass without root is not mistaken for a check.
+pub fn root_else_skip(needs: &str) -> bool {
+    use std::io::Write as _;
+    let root = rustix::process::geteuid().is_root();
+    if !root {
+        let _ = writeln!(std::io::stderr(), "skipped: {needs} needs root");
+    }
+    root
+}
