@@ -40,7 +40,7 @@ impl Permits {
     }
 
     /// How many places one tenant may hold at once.
-    pub(crate) fn per_tenant(&self) -> usize {
+    fn per_tenant(&self) -> usize {
         (self.size / 4).max(1)
     }
 
