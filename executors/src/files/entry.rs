@@ -69,6 +69,8 @@ pub struct EntryFacts {
     pub size: u64,
     /// Last modification, seconds since the Unix epoch.
     pub modified_unix: i64,
+    /// The nanoseconds of the last modification within its second (`st_mtime_nsec`).
+    pub modified_nsec: u32,
     /// Permission bits (`0o7777` mask).
     pub mode: u32,
     /// Number of hard links.
@@ -82,10 +84,16 @@ impl EntryFacts {
             kind: EntryKind::of(md.file_type()),
             size: md.len(),
             modified_unix: md.mtime(),
+            modified_nsec: nsec(md),
             mode: md.mode() & 0o7777,
             hard_links: md.nlink(),
         }
     }
+}
+
+/// The nanoseconds of `md`'s modification time within its second (0 if the kernel says more).
+pub(crate) fn nsec(md: &Metadata) -> u32 {
+    u32::try_from(md.mtime_nsec()).unwrap_or(0)
 }
 
 /// Refuses anything but a regular file with (unless allowed) a single hard link. Called on the

@@ -25,6 +25,8 @@ pub struct OpenedFile {
     pub size: u64,
     /// Last modification, seconds since the Unix epoch.
     pub modified_unix: i64,
+    /// The nanoseconds of the last modification within its second.
+    pub modified_nsec: u32,
 }
 
 /// Opens a regular file beneath the instance roots for reading.
@@ -40,6 +42,7 @@ pub fn open_file(
         file: file.into_std(),
         size: md.len(),
         modified_unix: md.mtime(),
+        modified_nsec: super::entry::nsec(&md),
     })
 }
 

@@ -202,6 +202,7 @@ async fn current(
             super::props::etag(
                 facts["size"].as_u64().unwrap_or(0),
                 facts["modified_unix"].as_i64().unwrap_or(0),
+                super::props::nsec(facts),
             )
         })
     })

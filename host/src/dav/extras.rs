@@ -138,6 +138,7 @@ pub async fn resources(cx: &Cx<'_>, depth: u8) -> Result<Vec<Resource>, Response
             collection,
             size: facts.size,
             modified_unix: facts.modified_unix,
+            modified_nsec: facts.modified_nsec,
             locks: String::new(),
             truncated: false,
         }

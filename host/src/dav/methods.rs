@@ -91,7 +91,7 @@ const CHUNK: usize = 256 * 1024;
 /// Sends an opened file: `If-None-Match`, one `Range`, `ETag`, `Last-Modified`; the bytes
 /// stream from the descriptor.
 pub async fn send(opened: OpenedFile, headers: &HeaderMap, head_only: bool) -> Response {
-    let etag = super::props::etag(opened.size, opened.modified_unix);
+    let etag = super::props::etag(opened.size, opened.modified_unix, opened.modified_nsec);
     let size = opened.size;
     if headers
         .get(header::IF_NONE_MATCH)

@@ -27,6 +27,7 @@ pub struct Resource {
     pub collection: bool,
     pub size: u64,
     pub modified_unix: i64,
+    pub modified_nsec: u32,
     /// Active locks, as `<D:activelock>` elements.
     pub locks: String,
     /// The listing of this collection was cut at `[files] max_list_entries`: answered as a
@@ -110,6 +111,7 @@ fn collection(href: String) -> Resource {
         collection: true,
         size: 0,
         modified_unix: 0,
+        modified_nsec: 0,
         locks: String::new(),
         truncated: false,
     }
@@ -266,6 +268,7 @@ fn resource(
         collection: is_dir,
         size: facts["size"].as_u64().unwrap_or(0),
         modified_unix: facts["modified_unix"].as_i64().unwrap_or(0),
+        modified_nsec: nsec(facts),
         locks: cx.dav.locks.discovery(cx, view),
         truncated: false,
     }
@@ -279,7 +282,11 @@ fn live(resource: &Resource, local: &str) -> Option<String> {
         "resourcetype" => String::new(),
         "getcontentlength" if file => resource.size.to_string(),
         "getcontenttype" if file => "application/octet-stream".to_owned(),
-        "getetag" if file => escape(&etag(resource.size, resource.modified_unix)),
+        "getetag" if file => escape(&etag(
+            resource.size,
+            resource.modified_unix,
+            resource.modified_nsec,
+        )),
         "getlastmodified" => http_date(resource.modified_unix),
         "displayname" => {
             let name = resource.href.trim_end_matches('/').rsplit('/').next().unwrap_or("");
@@ -404,9 +411,19 @@ pub async fn collection_page(_cx: &Cx<'_>) -> Response {
         .into_response()
 }
 
-/// A strong entity tag from size and modification time.
-pub fn etag(size: u64, modified_unix: i64) -> String {
-    format!("\"{size:x}-{modified_unix:x}\"")
+/// A strong entity tag from size and modification time to the nanosecond. Whole seconds were
+/// not enough: two writes of one size within a second shared a tag, so an `If-Match` written
+/// against the first overwrote the second.
+pub fn etag(size: u64, modified_unix: i64, modified_nsec: u32) -> String {
+    format!("\"{size:x}-{modified_unix:x}.{modified_nsec:x}\"")
+}
+
+/// The `modified_nsec` of a file tool's facts.
+pub fn nsec(facts: &Value) -> u32 {
+    facts["modified_nsec"]
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(0)
 }
 
 /// An HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`).

@@ -265,14 +265,16 @@ fn curl_uses_the_one_pipeline_and_attacks_fail() {
         std::fs::read_to_string(s.workspace.join("cond.txt")).unwrap(),
         "version 1"
     );
-    let etag = chem(&["-I", &cond])
-        .headers
-        .lines()
-        .find_map(|l| l.strip_prefix("etag: "))
-        .expect("an ETag header")
-        .trim()
-        .to_owned();
-    assert_eq!(put_with(&format!("If-Match: {etag}"), "version 2"), 204);
+    let etag = || {
+        chem(&["-I", &cond])
+            .headers
+            .lines()
+            .find_map(|l| l.strip_prefix("etag: "))
+            .expect("an ETag header")
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(put_with(&format!("If-Match: {}", etag()), "version 2"), 204);
     assert_eq!(put_with("If-Match: *", "version 3"), 204);
     assert_eq!(
         chem(&[
@@ -290,6 +292,16 @@ fn curl_uses_the_one_pipeline_and_attacks_fail() {
     assert_eq!(
         std::fs::read_to_string(s.workspace.join("cond.txt")).unwrap(),
         "version 3"
+    );
+    // Another write of the same size within the same second still changes the tag, so a
+    // client holding the old tag cannot overwrite it unseen (a lost update).
+    let seen = etag();
+    assert_eq!(put_with("If-Match: *", "version 4"), 204);
+    assert_ne!(etag(), seen, "a write of the same size kept the tag");
+    assert_eq!(put_with(&format!("If-Match: {seen}"), "clobbered"), 412);
+    assert_eq!(
+        std::fs::read_to_string(s.workspace.join("cond.txt")).unwrap(),
+        "version 4"
     );
     // PROPFIND one level; infinity refused.
     let listing = chem(&["-X", "PROPFIND", "-H", "Depth: 1", &format!("{ws}/")]);

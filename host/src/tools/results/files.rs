@@ -153,6 +153,8 @@ pub struct Facts {
     pub size: u64,
     /// Last modification, seconds since the Unix epoch.
     pub modified_unix: i64,
+    /// The nanoseconds of the last modification within its second.
+    pub modified_nsec: u32,
     /// Permission bits (`0o7777` mask), as a number.
     pub mode: u32,
     pub hard_links: u64,
@@ -164,6 +166,7 @@ impl From<exec::EntryFacts> for Facts {
             kind,
             size,
             modified_unix,
+            modified_nsec,
             mode,
             hard_links,
         } = facts;
@@ -171,6 +174,7 @@ impl From<exec::EntryFacts> for Facts {
             kind: kind.into(),
             size,
             modified_unix,
+            modified_nsec,
             mode,
             hard_links,
         }
