@@ -302,10 +302,15 @@ pub async fn mkcol(cx: &Cx<'_>, request: Request) -> Response {
 /// move the pipeline let through: a file is replaced by the tool itself (`overwrite`, one
 /// call and one decision); a collection, or a destination of the other kind, which the tools do
 /// not replace, is first moved aside, put back when the copy or move fails, and deleted once it
-/// succeeded.
+/// succeeded. A COPY of a collection with `Depth: 0` makes the collection alone
+/// (`make_directory`).
 pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Response {
     let (id, view) = match cx.file(true) {
         Ok(found) => found,
+        Err(refused) => return refused.into_response(),
+    };
+    let members = match with_members(headers, moving) {
+        Ok(members) => members,
         Err(refused) => return refused.into_response(),
     };
     let destination = match destination(headers, id) {
@@ -370,13 +375,18 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
     } else {
         None
     };
-    let tool = if moving { "move_path" } else { "copy_path" };
-    let arguments = json!({
-        "instance_id": id.as_str(),
-        "source": view.path(),
-        "destination": destination.path(),
-        "overwrite": existed && aside.is_none(),
-    });
+    let (tool, arguments) = if !members && is_dir(&source) {
+        ("make_directory", at(destination.path()))
+    } else {
+        let tool = if moving { "move_path" } else { "copy_path" };
+        let arguments = json!({
+            "instance_id": id.as_str(),
+            "source": view.path(),
+            "destination": destination.path(),
+            "overwrite": existed && aside.is_none(),
+        });
+        (tool, arguments)
+    };
     let (result, _) = cx.dav.call(&cx.caller, tool, arguments, None).await;
     if result.is_error {
         let op = if result.text.contains("does not exist") && !result.text.contains(&view.path()) {
@@ -424,6 +434,23 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
         StatusCode::CREATED
     }
     .into_response()
+}
+
+/// Whether a COPY or MOVE of a collection takes its members: COPY's `Depth` is `infinity` (the
+/// default) or `0`, for the collection alone; MOVE's only `infinity` (RFC 4918 §9.8.3, §9.9.2).
+fn with_members(headers: &HeaderMap, moving: bool) -> Result<bool, Refusal> {
+    match headers.get("Depth").map(|v| v.as_bytes()) {
+        None | Some(b"infinity") => Ok(true),
+        Some(b"0") if !moving => Ok(false),
+        Some(_) if moving => Err((
+            StatusCode::BAD_REQUEST,
+            "MOVE takes no Depth but infinity: leave the header out\n".to_owned(),
+        )),
+        Some(_) => Err((
+            StatusCode::BAD_REQUEST,
+            "COPY takes Depth: infinity (the default: the collection and its members) or 0 (the collection alone)\n".to_owned(),
+        )),
+    }
 }
 
 /// Moves the destination of an overwriting COPY or MOVE to a fresh hidden name beside it (a

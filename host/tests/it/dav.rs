@@ -251,6 +251,29 @@ fn curl_uses_the_one_pipeline_and_attacks_fail() {
         .status,
         201
     );
+    // COPY with Depth: 0 makes the collection alone; any other Depth is refused, as is a MOVE
+    // of anything but the whole tree, and nothing is made or moved.
+    let copy_at_depth = |method: &str, depth: &str, to: &str| {
+        let depth = format!("Depth: {depth}");
+        let to = dest(to);
+        chem(&[
+            "-X",
+            method,
+            "-H",
+            &depth,
+            "-H",
+            &to,
+            &format!("{ws}/results"),
+        ])
+        .status
+    };
+    assert_eq!(copy_at_depth("COPY", "0", "workspace/results3"), 201);
+    let made = std::fs::read_dir(s.workspace.join("results3")).unwrap();
+    assert_eq!(made.count(), 0, "Depth: 0 copied the members too");
+    assert_eq!(copy_at_depth("COPY", "1", "workspace/results4"), 400);
+    assert_eq!(copy_at_depth("MOVE", "0", "workspace/results4"), 400);
+    assert!(!s.workspace.join("results4").exists());
+    assert!(s.workspace.join("results/b.bin").is_file());
     // A partial PUT (Content-Range) is refused whole; If-None-Match: * creates only, and
     // If-Match writes only over the tag it names.
     let cond = format!("{ws}/cond.txt");
