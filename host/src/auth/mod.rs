@@ -215,16 +215,22 @@ impl Authenticator {
     /// a multi-tenant gateway whose `stdio_tenant` is not a configured tenant, the tenant that
     /// lists the gateway's own uid in `unix_uids` is used instead, if there is one.
     pub fn local_caller(&self) -> Caller {
-        let tenant = match &self.single {
-            Some(tenant) => tenant.clone(),
-            None if self.tenants.contains(&self.stdio_tenant) => self.stdio_tenant.clone(),
-            None => self
-                .uids
-                .get(&self.own_uid)
-                .unwrap_or(&self.stdio_tenant)
-                .clone(),
-        };
-        caller(tenant, local_principal())
+        caller(self.local_tenant().clone(), local_principal())
+    }
+
+    fn local_tenant(&self) -> &TenantName {
+        match &self.single {
+            Some(tenant) => tenant,
+            None if self.tenants.contains(&self.stdio_tenant) => &self.stdio_tenant,
+            None => self.uids.get(&self.own_uid).unwrap_or(&self.stdio_tenant),
+        }
+    }
+
+    /// Whether this configuration serves `tenant`: a configured tenant, or the local caller's
+    /// (the single tenant without `[tenants]`). A job's calls are refused once a reload took
+    /// its tenant out: its token or door was made under the configuration before.
+    pub fn serves(&self, tenant: &TenantName) -> bool {
+        self.tenants.contains(tenant) || self.local_tenant() == tenant
     }
 
     /// How many static tokens are configured (for the startup log line).

@@ -305,6 +305,18 @@ fn the_local_caller_is_the_stdio_tenant_or_the_tenant_of_our_own_uid() {
     assert_eq!(by_uid.local_caller().principal, local_principal());
 }
 
+#[test]
+fn a_configuration_serves_its_tenants_and_the_local_callers_only() {
+    let name = |n: &str| TenantName::parse(n).unwrap();
+    let single = auth("stdio_tenant = \"me\"\n");
+    assert!(single.serves(&name("me")));
+    assert!(!single.serves(&name("chem")));
+    let many = auth(&tenants(""));
+    assert!(many.serves(&name("chem")) && many.serves(&name("bio")));
+    assert!(many.serves(&name("default")), "the local caller's tenant");
+    assert!(!many.serves(&name("gone")));
+}
+
 mod jwt;
 mod oauth;
 

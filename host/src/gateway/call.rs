@@ -291,9 +291,16 @@ impl Gateway {
             )),
             result: CallResult::error(message),
         };
-        // A job's code: its door's limits, and its own instance (filled in or checked).
+        // A job's code: its tenant still served (a job outlives the reload that takes its
+        // tenant out), its door's limits, and its own instance (filled in or checked).
         let job = match job {
             None => None,
+            Some(scope) if !live.auth.serves(&scope.tenant) => {
+                return Err(stop(format!(
+                    "refused: tenant `{}` is no longer configured on this gateway (ask the admin)",
+                    scope.tenant
+                )));
+            }
             Some(scope) => match scope.admit(&live.settings.code_mode, &tool, &mut arguments) {
                 Ok(()) => Some(JobCall { scope }),
                 Err(message) => return Err(stop(message)),

@@ -616,3 +616,60 @@ async fn a_slurm_job_with_tools_needs_the_url() {
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{stderr}");
 }
+
+/// A reload that takes a tenant out of the configuration takes its running jobs' tools with
+/// it: the job's token is refused (and the refusal audited) while the tenant is gone, though
+/// the job runs on; put back, the tenant's job calls tools again.
+#[tokio::test]
+async fn a_tenant_taken_out_by_a_reload_takes_its_jobs_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let agent_token = generate_token().unwrap();
+    let config = slurm_config(dir.path(), &agent_token, &code_mode_url(port));
+    let served = serve(dir.path(), &config, port).await;
+    let agent = client(&served, &agent_token).await;
+    let job_id = submit_with_tools(&agent, "sleep 300").await;
+    let token =
+        std::fs::read_to_string(dir.path().join(format!("state/run/{job_id}/token"))).unwrap();
+    let job = client(&served, token.trim()).await;
+    let listing = json!({"path": "."});
+    ok(&job, "list_directory", listing.clone()).await;
+
+    let reloads = |dir: &Path| {
+        (audit_records(dir).iter())
+            .filter(|r| r["event"] == "policies.reloaded")
+            .count()
+    };
+    let reload_with = async |text: String| {
+        let before = reloads(dir.path());
+        std::fs::write(&config, text).unwrap();
+        let pid = rustix::process::Pid::from_raw(served.child.id().unwrap() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+        wait_until("a reload record", || reloads(dir.path()) > before).await;
+    };
+    let with_chem = std::fs::read_to_string(&config).unwrap();
+    reload_with(with_chem.replace("[tenants.chem]", "[tenants.bio]")).await;
+    let (is_error, refused) = call(&job, "list_directory", listing.clone()).await;
+    assert!(is_error, "{refused}");
+    assert!(
+        refused
+            .as_str()
+            .unwrap()
+            .contains("tenant `chem` is no longer configured"),
+        "{refused}"
+    );
+    let audited = audit_records(dir.path()).into_iter().any(|r| {
+        let error = r["outcome"]["error"].as_str().unwrap_or_default();
+        r["tenant"] == "chem" && r["tool"] == "list_directory" && error.contains("no longer")
+    });
+    assert!(audited, "the refusal is audited");
+
+    reload_with(with_chem).await;
+    ok(&job, "list_directory", listing).await;
+    let cancelled = json!({"instance_id": "run1", "job_id": job_id});
+    ok(&agent, "cancel_job", cancelled).await;
+    job.cancel().await.unwrap();
+    agent.cancel().await.unwrap();
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+}
