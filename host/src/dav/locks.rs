@@ -10,9 +10,11 @@
 //! through `write_file` (RFC 4918 §9.10.4), recorded like any write, once the lock is granted
 //! (a refused LOCK creates nothing). The table lives in the
 //! gateway's memory: a restart releases every lock (clients then re-lock), and several gateways
-//! sharing a state directory do not share locks. It is bounded per resource, per tenant and
-//! in all (see `LockTable::grant`), so one tenant's locks cannot keep another from locking.
+//! sharing a state directory do not share locks. It is bounded per resource and per tenant (see
+//! `LockTable::grant`), so one tenant's locks, or several tenants' together, cannot keep
+//! another from locking; in all, by the configured tenants (well under 1 MB of locks each).
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -30,10 +32,9 @@ use crate::gateway::{Transfer, Upload};
 
 /// The longest lock, and the timeout of one asked for without a limit.
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
-/// Most locks held at once (all tenants); more are refused with 503.
-const MAX_LOCKS: usize = 10_000;
-/// Most locks one tenant holds at once, so that one tenant cannot fill the table and leave the
-/// others unable to lock (Finder, Windows and davfs2 lock before they write).
+/// Most locks one tenant holds at once (more are refused with 503): the table's memory is
+/// bounded by the tenants, and no tenant's locks count against another's (Finder, Windows and
+/// davfs2 lock before they write).
 const MAX_TENANT_LOCKS: usize = 1_000;
 /// Most shared locks on one resource: clients that share take one each, not hundreds.
 const MAX_SHARED_LOCKS: usize = 16;
@@ -88,19 +89,24 @@ impl Lock {
     }
 }
 
-/// The locks held, for every tenant.
+/// The locks held, by tenant.
 #[derive(Debug, Default)]
 pub struct LockTable {
-    locks: Mutex<Vec<Lock>>,
+    locks: Mutex<HashMap<String, Vec<Lock>>>,
 }
 
 impl LockTable {
-    /// The live locks of the caller's instance at `cx`, after dropping expired ones.
-    fn with<T>(&self, f: impl FnOnce(&mut Vec<Lock>) -> T) -> T {
-        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+    /// `f` on the live locks of `tenant`, after dropping expired ones.
+    fn with<T>(&self, tenant: &str, f: impl FnOnce(&mut Vec<Lock>) -> T) -> T {
+        let mut tables = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        let locks = tables.entry(tenant.to_owned()).or_default();
         let now = Instant::now();
         locks.retain(|l| l.expires > now);
-        f(&mut locks)
+        let result = f(locks);
+        if locks.is_empty() {
+            tables.remove(tenant);
+        }
+        result
     }
 
     /// Refuses (423) a change at `view` that a lock covers unless `If` holds its token and the
@@ -115,10 +121,9 @@ impl LockTable {
             return Ok(());
         };
         let submitted = submitted_tokens(headers);
-        let blocked = self.with(|locks| {
+        let blocked = self.with(cx.caller.tenant.as_ref(), |locks| {
             locks.iter().any(|l| {
-                l.tenant == cx.caller.tenant.as_ref()
-                    && l.instance == instance
+                l.instance == instance
                     && l.covers(view, true)
                     && !(submitted.contains(&l.token) && l.principal == cx.caller.principal)
             })
@@ -135,10 +140,9 @@ impl LockTable {
         let Some(instance) = instance_of(cx) else {
             return false;
         };
-        self.with(|locks| {
+        self.with(cx.caller.tenant.as_ref(), |locks| {
             locks.iter().any(|l| {
-                l.tenant == cx.caller.tenant.as_ref()
-                    && l.principal == cx.caller.principal
+                l.principal == cx.caller.principal
                     && l.instance == instance
                     && l.token == token
                     && l.covers(view, false)
@@ -146,13 +150,12 @@ impl LockTable {
         })
     }
 
-    /// Takes `new` unless a lock of its tenant conflicts (423) or the resource, the tenant or
-    /// the table holds the most locks allowed (503).
+    /// Takes `new` unless a lock of its tenant conflicts (423) or the resource or the tenant
+    /// holds the most locks allowed (503).
     fn grant(&self, new: &Lock) -> Result<(), Refusal> {
         let full = |why: String| Err((StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")));
-        self.with(|locks| {
-            let own = || locks.iter().filter(|l| l.tenant == new.tenant);
-            let conflict = own().any(|l| {
+        self.with(&new.tenant, |locks| {
+            let conflict = locks.iter().any(|l| {
                 l.instance == new.instance
                     && (l.exclusive || new.exclusive)
                     && (l.covers(&new.path, false) || (new.infinite && new.path.contains(&l.path)))
@@ -161,7 +164,7 @@ impl LockTable {
                 let why = "a conflicting lock is held on this resource\n";
                 return Err((StatusCode::LOCKED, why.to_owned()));
             }
-            let here = own()
+            let here = (locks.iter())
                 .filter(|l| l.instance == new.instance && l.path == new.path)
                 .count();
             if here >= MAX_SHARED_LOCKS {
@@ -169,15 +172,10 @@ impl LockTable {
                     "this resource holds {MAX_SHARED_LOCKS} shared locks, the most allowed; unlock one or wait for one to expire"
                 ));
             }
-            if own().count() >= MAX_TENANT_LOCKS {
+            if locks.len() >= MAX_TENANT_LOCKS {
                 return full(format!(
                     "tenant `{}` holds {MAX_TENANT_LOCKS} locks, the most allowed; unlock some or wait for them to expire",
                     new.tenant
-                ));
-            }
-            if locks.len() >= MAX_LOCKS {
-                return full(format!(
-                    "the gateway holds {MAX_LOCKS} locks, the most it keeps; retry later"
                 ));
             }
             locks.push(new.clone());
@@ -190,12 +188,8 @@ impl LockTable {
         let Some(instance) = instance_of(cx) else {
             return;
         };
-        self.with(|locks| {
-            locks.retain(|l| {
-                !(l.tenant == cx.caller.tenant.as_ref()
-                    && l.instance == instance
-                    && view.contains(&l.path))
-            })
+        self.with(cx.caller.tenant.as_ref(), |locks| {
+            locks.retain(|l| !(l.instance == instance && view.contains(&l.path)))
         });
     }
 
@@ -204,14 +198,10 @@ impl LockTable {
         let Some(instance) = instance_of(cx) else {
             return String::new();
         };
-        self.with(|locks| {
+        self.with(cx.caller.tenant.as_ref(), |locks| {
             locks
                 .iter()
-                .filter(|l| {
-                    l.tenant == cx.caller.tenant.as_ref()
-                        && l.instance == instance
-                        && l.covers(view, false)
-                })
+                .filter(|l| l.instance == instance && l.covers(view, false))
                 .map(Lock::activelock)
                 .collect()
         })
@@ -255,10 +245,9 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
     let tenant = cx.caller.tenant.as_ref().to_owned();
     if elements.is_empty() {
         let submitted = submitted_tokens(&headers);
-        let refreshed = cx.dav.locks.with(|locks| {
+        let refreshed = cx.dav.locks.with(&tenant, |locks| {
             let found = locks.iter_mut().find(|l| {
-                l.tenant == tenant
-                    && l.principal == cx.caller.principal
+                l.principal == cx.caller.principal
                     && l.instance == id.as_str()
                     && l.covers(view, false)
                     && submitted.contains(&l.token)
@@ -342,7 +331,7 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
         if made.is_error {
             cx.dav
                 .locks
-                .with(|locks| locks.retain(|l| l.token != new.token));
+                .with(&new.tenant, |locks| locks.retain(|l| l.token != new.token));
             return status::failed(&made, Op::Create);
         }
     }
@@ -414,13 +403,10 @@ pub fn unlock(cx: &Cx<'_>, headers: &HeaderMap) -> Response {
         return (StatusCode::BAD_REQUEST, "a Lock-Token header is required\n").into_response();
     };
     let tenant = cx.caller.tenant.as_ref();
-    let found = cx.dav.locks.with(|locks| {
-        let at = locks.iter().position(|l| {
-            l.tenant == tenant
-                && l.instance == id.as_str()
-                && l.token == token
-                && l.covers(view, false)
-        })?;
+    let found = cx.dav.locks.with(tenant, |locks| {
+        let at = locks
+            .iter()
+            .position(|l| l.instance == id.as_str() && l.token == token && l.covers(view, false))?;
         let theirs = locks[at].principal == cx.caller.principal;
         if theirs {
             locks.remove(at);
@@ -503,6 +489,18 @@ mod tests {
         let (code, why) = table.grant(&lock("bio", "more", true)).unwrap_err();
         assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
         assert!(why.contains("tenant `bio` holds 1000 locks"), "{why}");
+        assert_eq!(status(table.grant(&lock("chem", "mine", true))), 200);
+    }
+
+    #[test]
+    fn tenants_together_cannot_fill_the_table_for_another() {
+        let table = LockTable::default();
+        for tenant in 0..12 {
+            for i in 0..MAX_TENANT_LOCKS {
+                let new = lock(&format!("t{tenant}"), &i.to_string(), false);
+                assert_eq!(status(table.grant(&new)), 200);
+            }
+        }
         assert_eq!(status(table.grant(&lock("chem", "mine", true))), 200);
     }
 }
