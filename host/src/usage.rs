@@ -6,6 +6,11 @@
 //! count, by their size (hard links count once per link: over, never under). The walk is
 //! bounded: it stops after [`Caps::max_entries`] entries, below [`Caps::max_depth`] levels, or
 //! once the total passes [`Caps::stop_above`], and then says the figure is a lower bound.
+//!
+//! The walk also deletes what a gateway killed in the middle of a write left behind: a
+//! temporary file or directory of the executors' atomic placement (named with
+//! [`exec::TEMP_PREFIX`]) that no writer holds under its `flock` and that nothing touched for a
+//! minute. Such leftovers would otherwise count against the quota until someone found them.
 
 use std::collections::BTreeMap;
 use std::ffi::CStr;
@@ -14,7 +19,8 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use rustix::fs::{AtFlags, CWD, Dir, FileType, Mode, OFlags};
+use hpcgate_executors::files as exec;
+use rustix::fs::{AtFlags, CWD, Dir, FileType, FlockOperation, Mode, OFlags, Stat};
 
 use crate::state::{InstanceId, State, TenantName};
 
@@ -159,6 +165,11 @@ fn walk(fd: OwnedFd, depth: usize, caps: &Caps, total: &mut Count) -> io::Result
             Err(rustix::io::Errno::NOENT) => continue,
             Err(e) => return Err(e.into()),
         };
+        if name.to_bytes().starts_with(exec::TEMP_PREFIX.as_bytes())
+            && swept(&fd, name, &stat, caps.max_depth.saturating_sub(depth))
+        {
+            continue;
+        }
         match FileType::from_raw_mode(stat.st_mode) {
             FileType::RegularFile => {
                 total.files += 1;
@@ -190,6 +201,63 @@ fn walk(fd: OwnedFd, depth: usize, caps: &Caps, total: &mut Count) -> io::Result
         }
     }
     Ok(false)
+}
+
+/// How long a temporary must be left untouched before it can be a leftover: its writer takes
+/// its `flock` right after making it, so only a moment needs covering.
+const LEFTOVER_AFTER_S: i64 = 60;
+
+/// Deletes `name` in `fd` (found as `stat`), a temporary of an atomic placement, if it is a
+/// leftover: untouched for [`LEFTOVER_AFTER_S`] and held by no writer (its `flock` can be
+/// taken). True when it is gone. Anything unexpected leaves it in place, to be counted.
+fn swept(fd: &OwnedFd, name: &CStr, stat: &Stat, depth_left: usize) -> bool {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    let now = now.map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    if now.saturating_sub(stat.st_mtime) < LEFTOVER_AFTER_S {
+        return false;
+    }
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let Ok(held) = rustix::fs::openat(fd, name, flags, Mode::empty()) else {
+        return false;
+    };
+    let free = rustix::fs::flock(&held, FlockOperation::NonBlockingLockExclusive).is_ok();
+    let same = rustix::fs::fstat(&held).is_ok_and(|now| {
+        (now.st_dev, now.st_ino, now.st_mode) == (stat.st_dev, stat.st_ino, stat.st_mode)
+    });
+    if !free || !same {
+        return false;
+    }
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => rustix::fs::unlinkat(fd, name, AtFlags::empty()).is_ok(),
+        FileType::Directory => {
+            remove_tree(&held, depth_left).is_ok()
+                && rustix::fs::unlinkat(fd, name, AtFlags::REMOVEDIR).is_ok()
+        }
+        _ => false,
+    }
+}
+
+/// Empties the directory `fd`, never following a symlink, at most `depth_left` levels down.
+fn remove_tree(fd: &OwnedFd, depth_left: usize) -> io::Result<()> {
+    let mut dir = Dir::read_from(fd)?;
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        let name: &CStr = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let stat = rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        if FileType::from_raw_mode(stat.st_mode) == FileType::Directory {
+            if depth_left == 0 {
+                return Err(io::Error::other("too deep to remove"));
+            }
+            remove_tree(&open_dir(fd, name)?, depth_left - 1)?;
+            rustix::fs::unlinkat(fd, name, AtFlags::REMOVEDIR)?;
+        } else {
+            rustix::fs::unlinkat(fd, name, AtFlags::empty())?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -274,5 +342,48 @@ mod tests {
     fn a_missing_directory_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         assert!(workspace_bytes(&dir.path().join("nope")).is_err());
+    }
+
+    /// Sets `path`'s modification time `seconds` back.
+    fn age(path: &Path, seconds: u64) {
+        let then = std::time::SystemTime::now() - std::time::Duration::from_secs(seconds);
+        std::fs::File::open(path)
+            .unwrap()
+            .set_modified(then)
+            .unwrap();
+    }
+
+    /// A crash's leftovers are deleted as the walk finds them, and nothing else: not a fresh
+    /// temporary, not one a writer holds, not a name without the prefix, not what a symlink in
+    /// a leftover directory points at.
+    #[test]
+    fn the_walk_deletes_only_leftovers_no_writer_holds() {
+        let dir = tree();
+        let root = dir.path();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep"), b"outside").unwrap();
+        let temp = |name: &str| root.join(format!("{}{name}", exec::TEMP_PREFIX));
+        std::fs::write(temp("left"), vec![0u8; 1000]).unwrap();
+        age(&temp("left"), 120);
+        std::fs::write(temp("fresh"), vec![0u8; 10]).unwrap();
+        std::fs::write(temp("held"), vec![0u8; 10_000]).unwrap();
+        age(&temp("held"), 120);
+        let writer = std::fs::File::open(temp("held")).unwrap();
+        rustix::fs::flock(&writer, FlockOperation::NonBlockingLockExclusive).unwrap();
+        std::fs::create_dir_all(temp("tree").join("a/b")).unwrap();
+        std::fs::write(temp("tree").join("a/b/c"), vec![0u8; 100_000]).unwrap();
+        symlink(outside.path(), temp("tree").join("a/out")).unwrap();
+        age(&temp("tree"), 120);
+        std::fs::write(root.join("old"), vec![0u8; 7]).unwrap();
+        age(&root.join("old"), 120);
+
+        let c = count(root, &Caps::default()).unwrap();
+        assert_eq!(c.bytes, 123 + 10 + 10_000 + 7, "{c:?}");
+        assert!(!temp("left").exists() && !temp("tree").exists());
+        assert!(temp("fresh").exists() && temp("held").exists() && root.join("old").exists());
+        assert!(outside.path().join("keep").exists());
+        drop(writer);
+        let c = count(root, &Caps::default()).unwrap();
+        assert_eq!(c.bytes, 123 + 10 + 7, "a leftover once its writer is gone");
     }
 }

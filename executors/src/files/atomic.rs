@@ -4,14 +4,22 @@
 //! crosses filesystems. Nothing is ever written into an existing inode, and a rename replaces a
 //! directory entry without following it, so a symlink swapped in at the target at any moment is
 //! replaced, never written through.
+//!
+//! A temporary file or directory is named with [`TEMP_PREFIX`] and held under an exclusive
+//! `flock` for as long as it is being written, so that a gateway killed half-way leaves a
+//! leftover that nothing holds: the usage walk deletes such leftovers ([`claim`] says how a
+//! sweeper tells them from a live writer's).
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cap_fs_ext::{DirExt, OpenOptionsMaybeDirExt};
+use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt};
 use cap_std::fs::{Dir, File, OpenOptions, OpenOptionsExt};
-use rustix::fs::{RenameFlags, renameat_with};
+use rustix::fs::{FlockOperation, RenameFlags, flock, renameat_with};
 use rustix::io::Errno;
+
+/// How the names of temporary files and directories begin.
+pub const TEMP_PREFIX: &str = ".hpcgate-tmp-";
 
 /// Creates `name` in `dir` with the content `fill` writes. With `no_replace`, an existing
 /// `name` fails with `AlreadyExists` (atomically where the filesystem has `RENAME_NOREPLACE`;
@@ -55,13 +63,27 @@ fn sync_dir(dir: &Dir) -> io::Result<()> {
 }
 
 /// Creates a fresh, empty temporary directory in `dir` (for a tree copy that is renamed into
-/// place once complete), returned with its name.
-pub(crate) fn create_temp_dir(dir: &Dir) -> io::Result<(String, Dir)> {
+/// place once complete), returned with its name and the claim on it, to be held until it is
+/// placed or removed.
+pub(crate) fn create_temp_dir(dir: &Dir) -> io::Result<(String, Dir, File)> {
     let mut last = None;
     for _ in 0..8 {
         let tmp_name = temp_name();
         match dir.create_dir(&tmp_name) {
-            Ok(()) => return Ok((tmp_name.clone(), dir.open_dir_nofollow(&tmp_name)?)),
+            Ok(()) => {
+                let mut opts = OpenOptions::new();
+                opts.read(true).maybe_dir(true).follow(FollowSymlinks::No);
+                let opened = (dir.open_with(&tmp_name, &opts))
+                    .and_then(|held| claim(&held).map(|()| held))
+                    .and_then(|held| Ok((dir.open_dir_nofollow(&tmp_name)?, held)));
+                return match opened {
+                    Ok((tmp, held)) => Ok((tmp_name, tmp, held)),
+                    Err(e) => {
+                        let _ = dir.remove_dir(&tmp_name);
+                        Err(e)
+                    }
+                };
+            }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
             Err(e) => return Err(e),
         }
@@ -77,7 +99,19 @@ fn temp_name() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    format!(".hpcgate-tmp-{}-{n}-{nanos}", std::process::id())
+    format!("{TEMP_PREFIX}{}-{n}-{nanos}", std::process::id())
+}
+
+/// Takes the exclusive `flock` that marks a temporary file or directory as being written. The
+/// kernel lets it go when the descriptor closes or the process dies, so a sweeper that can
+/// take it (`LOCK_NB`) knows no writer holds the temporary. Where the filesystem has no
+/// locks, writing goes on unclaimed, and a sweeper, which cannot take a lock there either,
+/// leaves every temporary alone.
+pub(crate) fn claim(held: &impl std::os::fd::AsFd) -> io::Result<()> {
+    match flock(held, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) | Err(Errno::NOLCK | Errno::OPNOTSUPP) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Creates a fresh temporary file next to the target. `O_EXCL` means a name planted in advance
@@ -89,10 +123,60 @@ fn create_temp(dir: &Dir) -> io::Result<(String, File)> {
     for _ in 0..8 {
         let tmp_name = temp_name();
         match dir.open_with(&tmp_name, &opts) {
-            Ok(f) => return Ok((tmp_name, f)),
+            Ok(f) => {
+                if let Err(e) = claim(&f) {
+                    let _ = dir.remove_file(&tmp_name);
+                    return Err(e);
+                }
+                return Ok((tmp_name, f));
+            }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
             Err(e) => return Err(e),
         }
     }
     Err(last.unwrap_or_else(|| io::ErrorKind::AlreadyExists.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The temporaries in `dir`, by path.
+    fn temporaries(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let entries = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
+        let temporary = |p: &std::path::PathBuf| {
+            (p.file_name().unwrap().to_str()).is_some_and(|n| n.starts_with(TEMP_PREFIX))
+        };
+        entries.filter(temporary).collect()
+    }
+
+    /// Whether another descriptor can take the claim on `path` now.
+    fn free(path: &std::path::Path) -> bool {
+        let other = std::fs::File::open(path).unwrap();
+        flock(&other, FlockOperation::NonBlockingLockExclusive).is_ok()
+    }
+
+    #[test]
+    fn temporaries_are_claimed_while_they_are_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
+        place_atomically(&dir, "f", false, |_| {
+            let written = temporaries(tmp.path());
+            assert_eq!(written.len(), 1);
+            assert!(!free(&written[0]), "a file being written is claimed");
+            Ok(())
+        })
+        .unwrap();
+        assert!(temporaries(tmp.path()).is_empty());
+        let (name, _tree, claim) = create_temp_dir(&dir).unwrap();
+        assert!(
+            !free(&tmp.path().join(&name)),
+            "a tree being copied is claimed"
+        );
+        drop(claim);
+        assert!(
+            free(&tmp.path().join(&name)),
+            "a dead writer's claim is gone"
+        );
+    }
 }

@@ -326,7 +326,7 @@ fn copy_tree(
     (to_dir, to_name, to): Dest<'_>,
     req: &CopyRequest,
 ) -> Result<(), FileError> {
-    let (tmp_name, tmp) =
+    let (tmp_name, tmp, _claim) =
         create_temp_dir(to_dir).map_err(|e| FileError::from_io("copy to", to, e))?;
     let result = (|| {
         let mut left = budget;

@@ -78,6 +78,7 @@ mod walk;
 mod write;
 mod write_stream;
 
+pub use atomic::TEMP_PREFIX;
 pub use copy::{CopyRequest, CopyResult, copy_path};
 pub use delete::{DeleteRequest, DeleteResult, delete_path};
 pub use encoding::{Encoding, decode, encode};

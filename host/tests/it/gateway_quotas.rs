@@ -172,3 +172,42 @@ fn byte_quotas_refuse_writes_and_new_jobs_once_full() {
         args(json!({"instance_id": "run1", "command": "true"})),
     ));
 }
+
+/// What a gateway killed in the middle of a write leaves (a temporary no writer holds) stops
+/// counting against the quota once it is a minute old: the next measure deletes it. A
+/// temporary still being written (here: one too fresh to tell) counts.
+#[test]
+fn a_crashed_writes_leftover_does_not_hold_the_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = support::open(dir.path(), CONFIG);
+    let chem = caller("chem");
+    ok(gw.call(
+        &chem,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    let workspace = crate::dav::find_workspace(&dir.path().join("state"), "chem", "run1");
+    let plant = |name: &str, age_s: u64| {
+        let path = workspace.join(name);
+        std::fs::write(&path, [0u8; 90]).unwrap();
+        let then = std::time::SystemTime::now() - std::time::Duration::from_secs(age_s);
+        std::fs::File::open(&path)
+            .unwrap()
+            .set_modified(then)
+            .unwrap();
+        path
+    };
+    let write = || {
+        gw.call(
+            &chem,
+            "write_file",
+            args(json!({"instance_id": "run1", "path": "a.txt", "content": "x".repeat(60)})),
+        )
+    };
+    let fresh = plant(".hpcgate-tmp-4242-0-1", 0);
+    assert!(err(write()).contains("max_workspace_bytes"));
+    std::fs::remove_file(fresh).unwrap();
+    let leftover = plant(".hpcgate-tmp-4242-0-2", 120);
+    ok(write());
+    assert!(!leftover.exists(), "the leftover is deleted");
+}
