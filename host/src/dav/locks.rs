@@ -99,7 +99,14 @@ impl LockTable {
     /// `f` on the live locks of `tenant`, after dropping expired ones.
     fn with<T>(&self, tenant: &str, f: impl FnOnce(&mut Vec<Lock>) -> T) -> T {
         let mut tables = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        let locks = tables.entry(tenant.to_owned()).or_default();
+        let Some(locks) = tables.get_mut(tenant) else {
+            let mut first = Vec::new();
+            let result = f(&mut first);
+            if !first.is_empty() {
+                tables.insert(tenant.to_owned(), first);
+            }
+            return result;
+        };
         let now = Instant::now();
         locks.retain(|l| l.expires > now);
         let result = f(locks);

@@ -309,10 +309,6 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
         Ok(found) => found,
         Err(refused) => return refused.into_response(),
     };
-    let members = match with_members(headers, moving) {
-        Ok(members) => members,
-        Err(refused) => return refused.into_response(),
-    };
     let destination = match destination(headers, id) {
         Ok(destination) => destination,
         Err(refused) => return refused.into_response(),
@@ -367,6 +363,11 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
             .into_response();
     }
     let is_dir = |stat: &CallResult| stat.structured["kind"] == "directory";
+    let members = match with_members(headers, moving) {
+        Ok(members) => members,
+        Err(refused) if is_dir(&source) => return refused.into_response(),
+        Err(_) => true,
+    };
     let aside = if existed && (is_dir(&source) || is_dir(&stat)) {
         match set_aside(cx, id, &destination).await {
             Ok(aside) => Some(aside),
@@ -438,6 +439,7 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
 
 /// Whether a COPY or MOVE of a collection takes its members: COPY's `Depth` is `infinity` (the
 /// default) or `0`, for the collection alone; MOVE's only `infinity` (RFC 4918 §9.8.3, §9.9.2).
+/// A file's COPY or MOVE has no use for `Depth`, and ignores it.
 fn with_members(headers: &HeaderMap, moving: bool) -> Result<bool, Refusal> {
     match headers.get("Depth").map(|v| v.as_bytes()) {
         None | Some(b"infinity") => Ok(true),

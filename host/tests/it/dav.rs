@@ -252,7 +252,7 @@ fn curl_uses_the_one_pipeline_and_attacks_fail() {
         201
     );
     // COPY with Depth: 0 makes the collection alone; any other Depth is refused, as is a MOVE
-    // of anything but the whole tree, and nothing is made or moved.
+    // of anything but the whole tree, and nothing is made or moved. A file has no depth.
     let copy_at_depth = |method: &str, depth: &str, to: &str| {
         let depth = format!("Depth: {depth}");
         let to = dest(to);
@@ -273,6 +273,16 @@ fn curl_uses_the_one_pipeline_and_attacks_fail() {
     assert_eq!(copy_at_depth("COPY", "1", "workspace/results4"), 400);
     assert_eq!(copy_at_depth("MOVE", "0", "workspace/results4"), 400);
     assert!(!s.workspace.join("results4").exists());
+    let file_at_depth = chem(&[
+        "-X",
+        "COPY",
+        "-H",
+        "Depth: 1",
+        "-H",
+        &dest("workspace/depth.bin"),
+        &format!("{ws}/data.bin"),
+    ]);
+    assert_eq!(file_at_depth.status, 201, "a file's COPY ignores Depth");
     assert!(s.workspace.join("results/b.bin").is_file());
     // A partial PUT (Content-Range) is refused whole; If-None-Match: * creates only, and
     // If-Match writes only over the tag it names.
