@@ -4,8 +4,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::{Map, Value, json};
-
 use super::raw::{Config, EngineConfig, PolicyConfig, all_tenants};
 use crate::policy::{Chain, ChainPolicy, EngineSettings, Mode, ModuleSource, PolicyEngine};
 
@@ -42,60 +40,42 @@ impl Config {
         settings
     }
 
-    /// The configured policies, with `proxied_mcps.<name>.include/exclude` fed into the proxy
-    /// filter: merged into the `servers` of the one `stock:proxy-filter` policy when there is
-    /// exactly one (its own entry for a server wins), else appended as an implicit policy named
-    /// `proxied_mcps`.
+    /// The configured policies, with `proxied_mcps.<name>.include/exclude` as an implicit
+    /// `stock:proxy-filter` policy of their own, named `proxied_mcps`, appended: enforced for
+    /// every tenant and scoped to its servers' tools. It is never merged into a filter the
+    /// admin configured, whose `tenants`, `tools` or `mode` would then decide where a server's
+    /// `exclude` holds.
     pub fn policies_with_proxy_filters(&self) -> Vec<PolicyConfig> {
         let mut entries = self.policies.clone();
-        let filters: Vec<(String, Value)> = self
-            .proxied_mcps
-            .iter()
+        let globs =
+            |globs: &[String]| toml::Value::Array(globs.iter().cloned().map(Into::into).collect());
+        let servers: toml::Table = (self.proxied_mcps.iter())
             .filter(|(_, p)| !p.include.is_empty() || !p.exclude.is_empty())
             .map(|(name, p)| {
-                (
-                    name.clone(),
-                    json!({ "include": p.include, "exclude": p.exclude }),
-                )
+                let filter = toml::Table::from_iter([
+                    ("include".to_owned(), globs(&p.include)),
+                    ("exclude".to_owned(), globs(&p.exclude)),
+                ]);
+                (name.clone(), toml::Value::Table(filter))
             })
             .collect();
-        if filters.is_empty() {
+        if servers.is_empty() {
             return entries;
         }
-        let mut stock = entries
-            .iter_mut()
-            .filter(|e| e.module == "stock:proxy-filter");
-        if let (Some(only), None) = (stock.next(), stock.next()) {
-            let servers = only
-                .config
-                .entry("servers")
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            if let toml::Value::Table(servers) = servers {
-                for (name, filter) in filters {
-                    if let Ok(filter) = toml::Value::try_from(filter) {
-                        servers.entry(name).or_insert(filter);
-                    }
-                }
-            }
-            return entries;
-        }
-        let servers: Map<String, Value> = filters.into_iter().collect();
-        if let Ok(config) = toml::Table::try_from(json!({ "servers": servers })) {
-            entries.push(PolicyConfig {
-                name: "proxied_mcps".to_owned(),
-                module: "stock:proxy-filter".to_owned(),
-                mode: Mode::Enforce,
-                tenants: all_tenants(),
-                // A proxied tool is exposed as `<server>__<tool>`; the filter judges only
-                // calls to the servers it has entries for.
-                tools: servers.keys().map(|name| format!("{name}__*")).collect(),
-                deadline_ms: None,
-                memory_limit_mb: None,
-                // Stateless like every stock policy (see `default-config.toml`).
-                reuse_instance: true,
-                config,
-            });
-        }
+        entries.push(PolicyConfig {
+            name: "proxied_mcps".to_owned(),
+            module: "stock:proxy-filter".to_owned(),
+            mode: Mode::Enforce,
+            tenants: all_tenants(),
+            // A proxied tool is exposed as `<server>__<tool>`; the filter judges only calls to
+            // the servers it has entries for.
+            tools: servers.keys().map(|name| format!("{name}__*")).collect(),
+            deadline_ms: None,
+            memory_limit_mb: None,
+            // Stateless like every stock policy (see `default-config.toml`).
+            reuse_instance: true,
+            config: toml::Table::from_iter([("servers".to_owned(), toml::Value::Table(servers))]),
+        });
         entries
     }
 }
@@ -145,6 +125,7 @@ pub(crate) fn load_policies(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn proxied_mcps_include_exclude_feed_the_proxy_filter() {
@@ -162,19 +143,31 @@ mod tests {
             json!({"servers": {"fs": {"include": ["read_*"], "exclude": ["*_dangerous"]}}})
         );
 
+        // Beside a filter of the admin's own, scoped or not, never merged into it.
         let both = format!(
             "{ns_hpc}[proxied_mcps.web]\ncommand = \"w\"\nexclude = [\"*\"]\n\
              [[policies]]\nname = \"proxy\"\nmodule = \"stock:proxy-filter\"\n\
+             tenants = [\"bio\"]\nmode = \"monitor\"\n\
              [policies.config.servers.fs]\ninclude = [\"list_*\"]\n"
         );
         let policies = Config::parse(&both, "x.toml")
             .unwrap()
             .policies_with_proxy_filters();
-        assert_eq!(policies.len(), 1, "merged into the one proxy filter");
+        let names: Vec<_> = policies.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["proxy", "proxied_mcps"]);
         let json = serde_json::to_value(&policies[0].config).unwrap();
+        assert_eq!(json, json!({"servers": {"fs": {"include": ["list_*"]}}}));
+        let implicit = &policies[1];
+        assert_eq!(implicit.mode, Mode::Enforce);
+        assert_eq!(implicit.tenants, all_tenants());
+        assert_eq!(implicit.tools, ["fs__*", "web__*"]);
+        let json = serde_json::to_value(&implicit.config).unwrap();
         assert_eq!(
             json,
-            json!({"servers": {"fs": {"include": ["list_*"]}, "web": {"include": [], "exclude": ["*"]}}})
+            json!({"servers": {
+                "fs": {"include": ["read_*"], "exclude": ["*_dangerous"]},
+                "web": {"include": [], "exclude": ["*"]},
+            }})
         );
     }
 }

@@ -349,8 +349,8 @@ impl Gateway {
         })
     }
 
-    /// Write-ahead: a call that may change something is durable before it runs. A read-only
-    /// (or only observing) call's decision waits for its outcome, and a denial's for nothing
+    /// Write-ahead: a call that may change something is durable before it runs. A built-in
+    /// read-only (or only observing) call's decision waits for its outcome, and a denial's for nothing
     /// (nothing reaches the caller before its records are durable, and a call that does not
     /// run, or only reads, had no effect to record first). `Err` is the refusal to return
     /// when the log cannot record the call.
@@ -360,7 +360,10 @@ impl Gateway {
         decided: &ChainOutcome,
     ) -> Result<Recorded, CallResult> {
         let record = Entry::call(&call.input, decided);
-        if decided.is_denied() || call.input.read_only || call.observes {
+        // A proxied tool's `readOnlyHint` is the server's claim: enough for the policies, not
+        // for running before the decision is durable.
+        let read_only = call.input.read_only && matches!(call.target, Target::Builtin(_));
+        if decided.is_denied() || read_only || call.observes {
             return Ok(Recorded::Deferred(Box::new(record)));
         }
         match self.audit.append(record) {

@@ -12,13 +12,14 @@ use std::time::{Duration, Instant};
 use hpcgate_executors::sandbox::{ExitInfo, SandboxSpec, Service};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
-    Implementation, Tool,
+    Implementation, PaginatedRequestParams, Tool,
 };
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
 use serde_json::{Map, Value};
 use tokio::io::AsyncReadExt;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::capped::{CappedLines, MESSAGE_MARGIN};
 use super::error::ProxyError;
@@ -29,6 +30,14 @@ use super::spawner::Spawner;
 /// Bytes of a server's stderr kept for the log.
 const STDERR_TAIL: usize = 4096;
 
+/// Pages of one `tools/list` read at most, and tools taken at most: a server that pages
+/// without end, or lists without end, is cut off with an error.
+const MAX_LIST_PAGES: usize = 64;
+const MAX_LISTED_TOOLS: usize = 2048;
+
+/// How long a listing after `list_changed` may take.
+const RELIST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The rmcp client side: identifies hpcgate and, on `list_changed`, records the server's new
 /// list for its own (tenant, instance).
 #[derive(Clone)]
@@ -38,6 +47,38 @@ pub struct Handler {
     pub announcer: Option<Announcer>,
     /// The audit records of a call server's life; `None` for a discovery client.
     pub lifecycle: Option<Arc<Lifecycle>>,
+    /// Notifications not yet listed: any number of them make one more listing, never more
+    /// than one at a time.
+    relist: Arc<Relist>,
+    /// Ends the lister when the last clone of the handler (the client's) is dropped.
+    _alive: Arc<DropGuard>,
+}
+
+struct Relist {
+    wanted: tokio::sync::Notify,
+    started: AtomicBool,
+    gone: CancellationToken,
+}
+
+impl Handler {
+    pub fn new(
+        proxy: String,
+        announcer: Option<Announcer>,
+        lifecycle: Option<Arc<Lifecycle>>,
+    ) -> Handler {
+        let gone = CancellationToken::new();
+        Handler {
+            proxy,
+            announcer,
+            lifecycle,
+            relist: Arc::new(Relist {
+                wanted: tokio::sync::Notify::new(),
+                started: AtomicBool::new(false),
+                gone: gone.clone(),
+            }),
+            _alive: Arc::new(gone.drop_guard()),
+        }
+    }
 }
 
 impl ClientHandler for Handler {
@@ -52,26 +93,69 @@ impl ClientHandler for Handler {
         let Some(announcer) = self.announcer.clone() else {
             return;
         };
-        let (proxy, peer) = (self.proxy.clone(), context.peer);
-        // Not inline: the reply to `tools/list` is read by the same service loop that runs
-        // this handler.
+        self.relist.wanted.notify_one();
+        let (proxy, peer, relist) = (self.proxy.clone(), context.peer, self.relist.clone());
+        // One lister per server, started by its first notification; not inline, as the reply
+        // to `tools/list` is read by the same service loop that runs this handler. It ends
+        // with the client, or when a listing finds the server gone.
+        if self.relist.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
         tokio::spawn(async move {
-            match peer.list_all_tools().await {
-                Ok(tools) => {
-                    let n = announcer
-                        .overlays
-                        .announce(&announcer.key, announcer.server, &tools);
-                    let key = &announcer.key;
-                    super::log(&format!(
-                        "proxied server `{proxy}` of tenant `{}` instance `{}` changed its tools: {n} now, for that instance only",
-                        key.tenant, key.instance
-                    ));
+            loop {
+                tokio::select! {
+                    () = relist.wanted.notified() => {}
+                    () = relist.gone.cancelled() => return,
                 }
-                Err(e) => super::log(&format!(
-                    "proxied server `{proxy}` changed its tools but listing them failed: {e}"
-                )),
+                match list_tools(&peer, RELIST_TIMEOUT).await {
+                    Ok(tools) => {
+                        let n =
+                            (announcer.overlays).announce(&announcer.key, announcer.server, &tools);
+                        let key = &announcer.key;
+                        super::log(&format!(
+                            "proxied server `{proxy}` of tenant `{}` instance `{}` changed its tools: {n} now, for that instance only",
+                            key.tenant, key.instance
+                        ));
+                    }
+                    Err(_) if peer.is_transport_closed() => return,
+                    Err(e) => super::log(&format!(
+                        "proxied server `{proxy}` changed its tools but listing them failed: {e}"
+                    )),
+                }
             }
         });
+    }
+}
+
+/// Every tool `peer` lists, page after page, within `timeout`, [`MAX_LIST_PAGES`] and
+/// [`MAX_LISTED_TOOLS`].
+async fn list_tools(peer: &Peer<RoleClient>, timeout: Duration) -> Result<Vec<Tool>, String> {
+    let pages = async {
+        let mut tools = Vec::new();
+        let mut cursor = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let params = PaginatedRequestParams::default().with_cursor(cursor);
+            let page = (peer.list_tools(Some(params)).await)
+                .map_err(|e| format!("`tools/list` failed: {e}"))?;
+            tools.extend(page.tools);
+            if tools.len() > MAX_LISTED_TOOLS {
+                return Err(format!(
+                    "`tools/list` lists more than {MAX_LISTED_TOOLS} tools"
+                ));
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(tools),
+            }
+        }
+        Err(format!("`tools/list` goes on past {MAX_LIST_PAGES} pages"))
+    };
+    match tokio::time::timeout(timeout, pages).await {
+        Ok(listed) => listed,
+        Err(_) => Err(format!(
+            "`tools/list` got no answer within {}s",
+            timeout.as_secs_f64()
+        )),
     }
 }
 
@@ -167,16 +251,9 @@ impl Client {
         })
     }
 
-    /// Every tool the server lists (all pages).
+    /// Every tool the server lists (all pages, within bounds).
     pub async fn list_tools(&self, timeout: Duration) -> Result<Vec<Tool>, String> {
-        match tokio::time::timeout(timeout, self.peer.list_all_tools()).await {
-            Ok(Ok(tools)) => Ok(tools),
-            Ok(Err(e)) => Err(format!("`tools/list` failed: {e}")),
-            Err(_) => Err(format!(
-                "`tools/list` got no answer within {}s",
-                timeout.as_secs_f64()
-            )),
-        }
+        list_tools(&self.peer, timeout).await
     }
 
     /// Calls `remote` (exposed as `exposed`) with `arguments`, continuing the gateway's trace

@@ -389,15 +389,15 @@ impl Inner {
         }
         let spec = self.spec(settings, paths.workspace, paths.output);
         let n = self.starts.fetch_add(1, Ordering::SeqCst);
-        let handler = Handler {
-            proxy: key.proxy.clone(),
-            announcer: Some(Announcer {
+        let handler = Handler::new(
+            key.proxy.clone(),
+            Some(Announcer {
                 overlays: self.overlays.clone(),
                 key: key.clone(),
                 server: n,
             }),
-            lifecycle: Some(Arc::new(Lifecycle::new(self.audit.clone(), key.clone(), n))),
-        };
+            Some(Arc::new(Lifecycle::new(self.audit.clone(), key.clone(), n))),
+        );
         let client = Client::start(
             &self.spawner,
             spec,
@@ -494,11 +494,7 @@ async fn discover_tools(
             .map_err(|e| format!("cannot create its scratch directories: {e}"))?;
     }
     let spec = inner.spec(settings, workspace, output);
-    let handler = Handler {
-        proxy: settings.name.clone(),
-        announcer: None,
-        lifecycle: None,
-    };
+    let handler = Handler::new(settings.name.clone(), None, None);
     let started = Client::start(
         &inner.spawner,
         spec,

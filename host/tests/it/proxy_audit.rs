@@ -159,3 +159,36 @@ fn failed_discovery_is_retried_until_the_server_starts() {
     ));
     assert_eq!(echo.text, "finally");
 }
+
+/// A proxied tool's decision is durable before the server runs it, whatever its
+/// `readOnlyHint` says (the hint is the server's claim); a built-in read-only call is one
+/// record written after it ran.
+#[test]
+fn a_proxied_calls_decision_is_written_before_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path(), &test_proxy("t", ""));
+    discovered(&gw);
+    ok(call(&gw, "create_instance", "run1"));
+    let echo = args(json!({"instance_id": "run1", "message": "x"}));
+    ok(gw.call(&caller("chem"), "t__echo", echo));
+    ok(gw.call(&caller("chem"), "list_instances", args(json!({}))));
+    let log = std::fs::read_to_string(dir.path().join("state/audit/audit-000001.jsonl")).unwrap();
+    let records: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |tool: &str| -> Vec<&Value> { records.iter().filter(|r| r["tool"] == tool).collect() };
+    let echo = of("t__echo");
+    assert_eq!(
+        echo.len(),
+        2,
+        "the decision ahead, then the outcome: {echo:#?}"
+    );
+    assert!(echo[0]["decision"].is_object() && echo[0]["outcome"].is_null());
+    assert_eq!(echo[1]["detail"]["decision_seq"], echo[0]["seq"]);
+    assert_eq!(
+        of("list_instances").len(),
+        1,
+        "a built-in read-only call: one record"
+    );
+}

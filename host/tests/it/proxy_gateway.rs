@@ -276,6 +276,38 @@ fn proxy_filter_hides_and_refuses() {
     ));
 }
 
+/// A server's `exclude` holds for every tenant beside a filter of the admin's own, whatever
+/// that filter's scope or mode: it is never merged into it.
+#[test]
+fn a_servers_exclude_holds_beside_an_admins_scoped_filter() {
+    for scope in [
+        "tenants = [\"bio\"]",
+        "mode = \"monitor\"",
+        "tools = [\"fs__*\"]",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!(
+            "{}[[policies]]\nname = \"admins\"\nmodule = \"stock:proxy-filter\"\n{scope}\n\
+             [policies.config.servers.fs]\ninclude = [\"read_*\"]\n",
+            test_proxy("t", "exclude = [\"add\"]")
+        );
+        let gw = gateway(dir.path(), &config);
+        discovered(&gw);
+        assert!(
+            !names(&gw, "chem").contains(&"t__add".to_owned()),
+            "{scope}"
+        );
+        create(&gw, "chem", "run1");
+        let add = args(json!({"instance_id": "run1", "a": 1, "b": 2}));
+        let denied = err(gw.call(&caller("chem"), "t__add", add));
+        assert!(
+            denied.contains("denied by policy `proxied_mcps`"),
+            "{scope}: {denied}"
+        );
+        assert_eq!(gw.proxies().starts(), 0, "{scope}: nothing excluded ran");
+    }
+}
+
 #[test]
 fn path_rules_apply_to_proxied_arguments() {
     let dir = tempfile::tempdir().unwrap();
@@ -494,6 +526,41 @@ fn list_changed_refreshes_the_tools() {
         args(json!({"instance_id": "run1"})),
     ));
     assert_eq!(extra.text, "extra works");
+}
+
+/// A storm of `list_changed` from a server whose every `tools/list` page names another is
+/// listed one listing at a time (one running, one wanted), each cut off after a bounded number
+/// of pages: the server is asked a bounded number of times, and calls go on.
+#[test]
+fn a_storm_of_list_changed_makes_few_bounded_listings() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path(), &test_proxy("t", ""));
+    discovered(&gw);
+    create(&gw, "chem", "run1");
+    let chem = caller("chem");
+    let lists = || {
+        let whoami = ok(gw.call(&chem, "t__whoami", args(json!({"instance_id": "run1"}))));
+        whoami.structured["lists"].as_u64().expect("a count")
+    };
+    let storm = args(json!({"instance_id": "run1", "count": 1000}));
+    ok(gw.call(&chem, "t__list_storm", storm));
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut seen = lists();
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = lists();
+        if now == seen {
+            break;
+        }
+        assert!(Instant::now() < until, "the listings never stop: {now}");
+        seen = now;
+    }
+    assert!(seen <= 2 * 64, "{seen} pages of tools/list for one storm");
+    ok(gw.call(
+        &chem,
+        "t__echo",
+        args(json!({"instance_id": "run1", "message": "x"})),
+    ));
 }
 
 /// The start and the first builtin call do not wait for discovery: `stalls` (a server that

@@ -14,9 +14,10 @@
 //! | `nested` | a schema with `$defs`, `$ref`, `format` and `additionalProperties: false` |
 //! | `own_instance_id` | a schema with its own `instance_id` property |
 //! | `enable_extra` | adds tool `extra` and sends `notifications/tools/list_changed` |
+//! | `list_storm` | sends `count` `list_changed` notifications, and from then on every `tools/list` page names a next one: a storm of listings, each without end |
 //! | `crash` | exits the process with code 3 in the middle of the call |
 //! | `read_text` | reads a file (paths as the sandbox sees them): mounts and path rules |
-//! | `whoami` | this process's nonce, cancelled-request count, `TEST_MARK`, its whole environment (names and values) and the request as received (`_meta` included): isolation, and that no credential reaches a server |
+//! | `whoami` | this process's nonce, cancelled-request and `tools/list` counts, `TEST_MARK`, its whole environment (names and values) and the request as received (`_meta` included): isolation, and that no credential reaches a server |
 //!
 //! Every tool's result echoes nothing of the host: it runs inside hpcgate's sandbox.
 
@@ -42,6 +43,10 @@ struct TestServer {
     extra: Arc<AtomicBool>,
     nonce: u64,
     cancelled: Arc<AtomicU64>,
+    /// `tools/list` requests answered.
+    lists: Arc<AtomicU64>,
+    /// Set by `list_storm`: every page of `tools/list` names a next one.
+    endless: Arc<AtomicBool>,
 }
 
 fn tools(extra: bool) -> Vec<Tool> {
@@ -82,6 +87,8 @@ fn tools(extra: bool) -> Vec<Tool> {
                                "required": ["instance_id"]}}),
         json!({"name": "enable_extra", "description": "Add the tool `extra` and notify tools/list_changed.",
                "inputSchema": {"type": "object", "properties": {}}}),
+        json!({"name": "list_storm", "description": "Send `count` list_changed; list without end from then on.",
+               "inputSchema": {"type": "object", "properties": {"count": {"type": "integer", "minimum": 0}}, "required": ["count"]}}),
         json!({"name": "crash", "description": "Exit the process (code 3).",
                "inputSchema": {"type": "object", "properties": {}}}),
         json!({"name": "read_text", "description": "Read a text file (sandbox paths).",
@@ -134,9 +141,12 @@ impl ServerHandler for TestServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools(
-            self.extra.load(Ordering::SeqCst),
-        )))
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        let mut page = ListToolsResult::with_all_items(tools(self.extra.load(Ordering::SeqCst)));
+        if self.endless.load(Ordering::SeqCst) {
+            page.next_cursor = Some("more".to_owned());
+        }
+        Ok(page)
     }
 
     async fn on_cancelled(
@@ -218,6 +228,13 @@ impl ServerHandler for TestServer {
                 let _ = context.peer.notify_tool_list_changed().await;
                 text("extra enabled")
             }
+            "list_storm" => {
+                self.endless.store(true, Ordering::SeqCst);
+                for _ in 0..int(&args, "count")? {
+                    let _ = context.peer.notify_tool_list_changed().await;
+                }
+                text("storm sent")
+            }
             "crash" => std::process::exit(3),
             "read_text" => {
                 let path = args.get("path").and_then(Value::as_str).unwrap_or("");
@@ -234,6 +251,7 @@ impl ServerHandler for TestServer {
                 "structuredContent": {
                     "nonce": self.nonce,
                     "cancelled": self.cancelled.load(Ordering::SeqCst),
+                    "lists": self.lists.load(Ordering::SeqCst),
                     "mark": std::env::var("TEST_MARK").ok(),
                     "home": std::env::var("HOME").ok(),
                     "cwd": std::env::current_dir().ok().map(|p| p.display().to_string()),
@@ -299,6 +317,8 @@ fn main() -> std::process::ExitCode {
         extra: Arc::new(AtomicBool::new(false)),
         nonce,
         cancelled: Arc::new(AtomicU64::new(0)),
+        lists: Arc::new(AtomicU64::new(0)),
+        endless: Arc::new(AtomicBool::new(false)),
     };
     let served = runtime.block_on(async {
         let running = server.serve(rmcp::transport::stdio()).await?;
