@@ -48,6 +48,7 @@
 #[cfg(test)]
 mod ahead_tests;
 pub mod bench;
+mod bound;
 pub mod canonical;
 mod checkpoint;
 mod compress;

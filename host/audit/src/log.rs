@@ -25,7 +25,7 @@ use std::task::{Context, Poll, Waker};
 
 use serde_json::{Map, Value};
 
-use super::canonical::encode_body;
+use super::bound::bounded_body;
 use super::checkpoint::Checkpoint;
 use super::compress::Compressor;
 use super::error::{AuditError, arc};
@@ -278,7 +278,7 @@ impl AuditLog {
             .into_iter()
             .map(|mut entry| {
                 self.redaction.apply(&mut entry);
-                encode_body(&entry)
+                bounded_body(&mut entry)
             })
             .collect();
         let mut queue = self.core.lock_queue();

@@ -17,7 +17,7 @@ use super::log::{AuditLog, AuditOptions};
 use super::record::{Entry, Event};
 use super::segment::{self, LOCK_FILE, Segment};
 use super::tail::read_tail;
-use super::verify::verify;
+use super::verify::{Problem, verify};
 use crate::time::Timestamp;
 
 pub(crate) const ANCHOR_FILE: &str = "audit-anchor.json";
@@ -69,10 +69,15 @@ pub struct PruneReport {
 }
 
 /// Removes the segments whose every record is older than `before` (never the newest one),
-/// after checking that the log verifies (pruning a broken log would destroy the evidence).
+/// after checking that the log verifies (pruning a broken log would destroy the evidence). A
+/// prune cut short after its anchor, before its `audit.pruned` record, is recorded now.
 pub fn prune(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
     let report = verify(dir, None)?;
-    if let Some(broken) = &report.first_broken {
+    let unrecorded = (report.first_broken.as_ref())
+        .is_some_and(|b| matches!(b.problem, Problem::UnrecordedAnchor { .. }));
+    if let Some(broken) = &report.first_broken
+        && !unrecorded
+    {
         return Err(AuditError::Unreadable {
             path: dir.join(&broken.file),
             at: format!("line {}", broken.line),
@@ -94,7 +99,7 @@ pub fn prune(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
     let _ = lock.unlock();
     let _ = compressing.unlock();
     let report = result?;
-    if report.removed_segments > 0 {
+    if report.removed_segments > 0 || unrecorded {
         let anchor = report.anchor.as_ref().expect("an anchor after removing");
         // No rotation from here: a file this process created could belong to another user.
         let log = AuditLog::open(
@@ -117,7 +122,7 @@ pub fn prune(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
     Ok(report)
 }
 
-fn prune_locked(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
+pub(crate) fn prune_locked(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
     let old = read_anchor(dir)?;
     let first = old.as_ref().map_or(1, |a| a.first_segment);
     let segments: Vec<_> = segment::list(dir)?

@@ -152,6 +152,19 @@ fn redact(value: &mut Value) {
     });
 }
 
+/// Replaces a whole argument object by its digest form (the object becomes `{"redacted": true,
+/// "sha256", "bytes"}`, the digest of its compact JSON text), unless it already is one.
+pub(crate) fn redact_whole(arguments: &mut Map<String, Value>) {
+    if is_redacted(arguments) {
+        return;
+    }
+    let mut value = Value::Object(std::mem::take(arguments));
+    redact(&mut value);
+    if let Value::Object(digest) = value {
+        *arguments = digest;
+    }
+}
+
 fn is_redacted(object: &Map<String, Value>) -> bool {
     object.len() == 3
         && object.get("redacted") == Some(&Value::Bool(true))

@@ -290,6 +290,41 @@ fn prune_removes_old_segments_and_the_rest_still_verifies_against_checkpoints() 
     assert_eq!(made.records, 3000);
 }
 
+/// An anchor no `audit.pruned` record names hides history: a prune cut short before it
+/// recorded itself, or an anchor written by hand. Verify says so, and the next prune records
+/// the anchor in force.
+#[test]
+fn an_anchor_without_its_record_is_caught_and_the_next_prune_records_it() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    let fourth: SegmentIndex =
+        serde_json::from_slice(&std::fs::read(dir.path().join("audit-000004.idx")).unwrap())
+            .unwrap();
+    let cut_short = super::prune::prune_locked(dir.path(), fourth.first_ts).unwrap();
+    assert_eq!(cut_short.removed_segments, 3);
+    let broken = verify(dir.path(), None).unwrap().first_broken.unwrap();
+    assert!(
+        matches!(
+            broken.problem,
+            Problem::UnrecordedAnchor {
+                first_segment: 4,
+                ..
+            }
+        ),
+        "{broken:?}"
+    );
+    assert_eq!(
+        prune(dir.path(), fourth.first_ts).unwrap().removed_segments,
+        0
+    );
+    let report = verify(dir.path(), None).unwrap();
+    assert!(report.intact, "{report:#?}");
+    assert_eq!(report.first_seq, fourth.first_seq);
+    let last = all(dir.path(), Filter::default()).pop().unwrap();
+    assert_eq!(last.entry.event, Event::AuditPruned);
+    assert_eq!(last.entry.detail.unwrap()["first_seq"], fourth.first_seq);
+}
+
 #[test]
 fn prune_refuses_a_log_that_does_not_verify() {
     let dir = tempfile::tempdir().unwrap();

@@ -38,6 +38,9 @@ pub struct VerifyReport {
     /// The last verified record: the checkpoint to export next.
     pub last: Option<Checkpoint>,
     pub first_broken: Option<Broken>,
+    /// The `seq` the chain starts at: 1, or after a prune its anchor's. A checkpoint of an
+    /// earlier record names what was pruned, and cannot be checked any more.
+    pub first_seq: u64,
 }
 
 /// Where the chain first breaks.
@@ -104,6 +107,12 @@ pub enum Problem {
     Compression {
         message: String,
     },
+    /// The log starts at an anchor (`audit-anchor.json`) that no `audit.pruned` record in the
+    /// chain names: the anchor was written by hand, or a prune stopped before recording itself.
+    UnrecordedAnchor {
+        first_segment: u64,
+        next_seq: u64,
+    },
 }
 
 impl fmt::Display for Problem {
@@ -151,6 +160,13 @@ impl fmt::Display for Problem {
                 f,
                 "time went backwards: `ts` {ts} is before the previous record's {previous} (the writer never does that)"
             ),
+            Problem::UnrecordedAnchor {
+                first_segment,
+                next_seq,
+            } => write!(
+                f,
+                "the log starts at segment {first_segment}, seq {next_seq}, but no `audit.pruned` record says so: the records before it were removed without a record (if a prune was cut short, run `hpcgate audit prune` again to record it)"
+            ),
             Problem::Compression { message } => write!(
                 f,
                 "the compressed segment does not decompress after this point ({message}): it was edited or truncated"
@@ -196,6 +212,7 @@ pub fn verify_against(dir: &Path, checkpoints: &[Checkpoint]) -> Result<VerifyRe
     let results = check_segments(&files, &expected)?;
     let mut walk = match &anchor {
         None => Link {
+            first_seq: 1,
             expected_seq: 1,
             prev: GENESIS.to_owned(),
             prev_ts: None,
@@ -203,6 +220,7 @@ pub fn verify_against(dir: &Path, checkpoints: &[Checkpoint]) -> Result<VerifyRe
             last: None,
         },
         Some(a) => Link {
+            first_seq: a.next_seq,
             expected_seq: a.next_seq,
             prev: a.prev.clone(),
             prev_ts: Some(a.prev_ts),
@@ -212,6 +230,8 @@ pub fn verify_against(dir: &Path, checkpoints: &[Checkpoint]) -> Result<VerifyRe
     };
     let first_number = anchor.as_ref().map_or(1, |a| a.first_segment);
     let mut last_file = (String::new(), 0);
+    // Whether the chain holds the `audit.pruned` record of the anchor it starts at.
+    let mut recorded = false;
     // A checkpoint of the last pruned record must be the anchor's `prev`; older ones are gone.
     if let Some(a) = &anchor
         && let Some(hash) = expected.get(&(a.next_seq - 1))
@@ -257,6 +277,10 @@ pub fn verify_against(dir: &Path, checkpoints: &[Checkpoint]) -> Result<VerifyRe
             return broken(walk, at);
         }
         walk.records += result.records;
+        recorded |= (anchor.as_ref()).is_some_and(|a| {
+            let named = (a.first_segment, a.next_seq, a.prev.clone());
+            result.prunes.contains(&named)
+        });
         if let Some(last) = &result.last {
             walk.expected_seq = last.seq + 1;
             walk.prev = last.hash.clone();
@@ -286,17 +310,33 @@ pub fn verify_against(dir: &Path, checkpoints: &[Checkpoint]) -> Result<VerifyRe
         };
         return Ok(walk.report(files.len(), at));
     }
+    if let Some(a) = &anchor
+        && !recorded
+    {
+        let at = Broken {
+            file: super::prune::ANCHOR_FILE.to_owned(),
+            line: 1,
+            seq: Some(a.next_seq),
+            problem: Problem::UnrecordedAnchor {
+                first_segment: a.first_segment,
+                next_seq: a.next_seq,
+            },
+        };
+        return Ok(walk.report(files.len(), at));
+    }
     Ok(VerifyReport {
         intact: true,
         files: files.len(),
         records: walk.records,
         last: walk.last,
         first_broken: None,
+        first_seq: walk.first_seq,
     })
 }
 
 /// The chain so far, while linking segments.
 struct Link {
+    first_seq: u64,
     expected_seq: u64,
     prev: String,
     prev_ts: Option<Timestamp>,
@@ -345,6 +385,7 @@ impl Link {
             records: self.records,
             last: self.last,
             first_broken: Some(broken),
+            first_seq: self.first_seq,
         }
     }
 }
@@ -361,6 +402,8 @@ struct Seen {
 /// One segment checked on its own.
 #[derive(Debug, Default)]
 struct SegmentCheck {
+    /// The anchors its `audit.pruned` records name.
+    prunes: Vec<Anchored>,
     /// Its first record, if that line is a valid record.
     first: Option<Seen>,
     /// Its last record before any problem.
@@ -370,6 +413,25 @@ struct SegmentCheck {
     /// Complete lines.
     lines: u64,
     broken: Option<Broken>,
+}
+
+/// Where an `audit.pruned` record says the chain starts: (`first_segment`, `first_seq`,
+/// `prev`).
+type Anchored = (u64, u64, String);
+
+/// The anchor an `audit.pruned` record names (a verified line).
+fn pruned(line: &[u8]) -> Option<Anchored> {
+    const EVENT: &[u8] = br#""event":"audit.pruned""#;
+    if !line.windows(EVENT.len()).any(|w| w == EVENT) {
+        return None;
+    }
+    let record: serde_json::Value = serde_json::from_slice(line).ok()?;
+    let detail = &record["detail"];
+    Some((
+        detail["first_segment"].as_u64()?,
+        detail["first_seq"].as_u64()?,
+        detail["prev"].as_str()?.to_owned(),
+    ))
 }
 
 /// Checks every segment, in parallel; the results are in the order of `files`.
@@ -513,6 +575,9 @@ fn check_segment(
             };
             check.broken = Some(at(Some(seen.seq), problem));
             break;
+        }
+        if let Some(anchored) = pruned(line) {
+            check.prunes.push(anchored);
         }
         check.lines += 1;
         check.records += 1;

@@ -449,9 +449,15 @@ fn describe(dir: &Path, report: &VerifyReport, checkpoint: Option<&Checkpoint>) 
     });
     match &report.first_broken {
         None => {
-            let against = checkpoint.map_or(String::new(), |c| {
-                format!("; checkpoint at seq {} matched", c.seq)
-            });
+            let against = match checkpoint {
+                None => String::new(),
+                // Its record was pruned: only the anchor's own record is still checked.
+                Some(c) if c.seq + 1 < report.first_seq => format!(
+                    "; checkpoint at seq {} is of a pruned record (the log starts at seq {}) and was not checked",
+                    c.seq, report.first_seq
+                ),
+                Some(c) => format!("; checkpoint at seq {} matched", c.seq),
+            };
             format!(
                 "intact: {} records in {} files under `{}`, {last}{against}",
                 report.records,

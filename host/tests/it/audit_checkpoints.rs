@@ -297,6 +297,26 @@ fn verify_with_checkpoints_catches_every_forgery() {
             Some(20),
             "checkpoint_mismatch",
         ),
+        (
+            "hide segments 1 and 2 behind a hand-written anchor (the files kept, or deleted)",
+            |d| {
+                let segs = read_all(d);
+                let first: serde_json::Value = serde_json::from_str(&segs[2][0]).unwrap();
+                let last: serde_json::Value =
+                    serde_json::from_str(segs[1].last().unwrap()).unwrap();
+                let anchor = serde_json::json!({
+                    "first_segment": 3,
+                    "next_seq": first["seq"],
+                    "prev": first["prev"],
+                    "prev_ts": last["ts"],
+                });
+                std::fs::write(d.join("audit-anchor.json"), anchor.to_string()).unwrap();
+                std::fs::remove_file(file(d, 1)).unwrap();
+            },
+            false,
+            None,
+            "unrecorded_anchor",
+        ),
     ];
     for (name, tamper, chain_alone_passes, seq, kind) in rows {
         let dir = tempfile::tempdir().unwrap();

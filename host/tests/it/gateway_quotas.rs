@@ -211,3 +211,55 @@ fn a_crashed_writes_leftover_does_not_hold_the_quota() {
     ok(write());
     assert!(!leftover.exists(), "the leftover is deleted");
 }
+
+/// What a caller sends cannot swell the audit log: a refused call (an unknown tool with a
+/// 1 MiB name, a write with a 1 MiB path, both past the rate limit) is still recorded, in a
+/// record of a few KiB that keeps the name's start and the arguments' digest.
+#[test]
+fn a_callers_bytes_cannot_swell_the_audit_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = support::open(dir.path(), CONFIG);
+    let chem = caller("chem");
+    ok(gw.call(
+        &chem,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    let audit = dir.path().join("state/audit/audit-000001.jsonl");
+    let before = std::fs::metadata(&audit).unwrap().len();
+    let huge = "x".repeat(1 << 20);
+    for _ in 0..10 {
+        err(gw.call(&chem, &huge, args(json!({"instance_id": "run1"}))));
+        let write = args(json!({"instance_id": "run1", "path": huge, "content": "x"}));
+        err(gw.call(&chem, "write_file", write));
+    }
+    let grown = std::fs::metadata(&audit).unwrap().len() - before;
+    assert!(
+        grown < 128 << 10,
+        "20 refused calls took {grown} bytes of audit log"
+    );
+    let log = std::fs::read_to_string(&audit).unwrap();
+    let records: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let unknown = records
+        .iter()
+        .filter(|r| r["tool"].as_str().is_some_and(|t| t.starts_with("xxx")));
+    assert_eq!(unknown.count(), 10, "every refusal is still recorded");
+    let writes: Vec<_> = records
+        .iter()
+        .filter(|r| r["tool"] == "write_file" && r["call"].is_object())
+        .collect();
+    assert_eq!(writes.len(), 10, "each write's decision, written ahead");
+    assert_eq!(
+        writes[0]["call"]["arguments"]["redacted"], true,
+        "{}",
+        writes[0]
+    );
+    assert!(
+        hpcgate::audit::verify(&dir.path().join("state/audit"), None)
+            .unwrap()
+            .intact
+    );
+}
