@@ -80,12 +80,19 @@ impl McpServer {
         }
     }
 
-    /// The server behind one job's socket: every request is that job, whatever it sends.
-    pub fn for_job(gateway: Arc<Gateway>, scope: Arc<JobScope>) -> McpServer {
+    /// The server behind one job's socket: every request is that job, whatever it sends. The
+    /// door makes one per request (it holds the gateway only while serving one), all sharing
+    /// the door's `places`.
+    pub(crate) fn for_job(
+        gateway: Arc<Gateway>,
+        scope: Arc<JobScope>,
+        places: Arc<Permits>,
+    ) -> McpServer {
         McpServer {
+            gateway,
             caller: Some(scope.caller()),
+            bridge: places,
             job: Some(scope),
-            ..McpServer::per_request(gateway)
         }
     }
 

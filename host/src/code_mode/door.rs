@@ -87,6 +87,21 @@ impl JobScope {
                 "refused: a job's code may not start jobs (`{tool}`) unless the admin sets `[code_mode] allow_submit = true`; return the work to the agent, which can submit it"
             ));
         }
+        // A job a job's code starts gets no tools of its own: jobs with tools do not nest, so
+        // its calls stay within this job's `max_calls_per_job`.
+        if SUBMITTING_TOOLS.contains(&tool) {
+            match arguments.get("tools") {
+                None | Some(Value::Null) => {
+                    arguments.insert("tools".to_owned(), Value::Bool(false));
+                }
+                Some(Value::Bool(false)) => {}
+                Some(_) => {
+                    return Err(format!(
+                        "refused: a job started by a job's code cannot call tools itself (`{tool}` with `tools`); leave `tools` out or set it to false, and make the calls from this job"
+                    ));
+                }
+            }
+        }
         match arguments.get("instance_id") {
             // A tool without `instance_id` (`list_instances`, `cluster_status`) gets none.
             None | Some(Value::Null) if !takes_instance(tool) => {}
@@ -187,6 +202,19 @@ mod tests {
             .admit(&limits, "submit_job", &mut Map::new())
             .unwrap_err();
         assert!(e.contains("allow_submit"), "{e}");
+        let nesting = CodeModeSettings {
+            allow_submit: true,
+            ..CodeModeSettings::default()
+        };
+        let mut run = args(json!({"code": "print(1)"}));
+        fresh.admit(&nesting, "run_python", &mut run).unwrap();
+        fresh.release();
+        assert_eq!(run["tools"], json!(false), "a child gets no tools");
+        let mut with_tools = args(json!({"command": "true", "tools": true}));
+        let e = fresh
+            .admit(&nesting, "submit_job", &mut with_tools)
+            .unwrap_err();
+        assert!(e.contains("cannot call tools itself"), "{e}");
         fresh.close();
         let e = fresh
             .admit(&limits, "stat_path", &mut Map::new())

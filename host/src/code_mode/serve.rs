@@ -3,7 +3,7 @@
 //!
 //! Who may connect: the socket sits in a 0700 directory that only the job's sandbox sees (bound
 //! at `/run/hpcgate`), and every request's peer must be a uid the job's processes run as
-//! (`SO_PEERCRED`: the gateway's own, or the `run_as` user); anyone else gets 403 before MCP.
+//! (`SO_PEERCRED`: the gateway's own); anyone else gets 403 before MCP.
 //! The caller is the door's, never anything a request carries.
 
 use std::sync::{Arc, Weak};
@@ -14,18 +14,30 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::JobScope;
 use crate::gateway::Gateway;
 use crate::http::{UnixPeer, mcp_service, stateless_config};
 use crate::mcp::McpServer;
+use crate::permits::Permits;
 
 /// Where MCP is mounted on a door (the module and `hpcgate-call` post there).
 pub const DOOR_PATH: &str = "/mcp";
 
 /// The largest request body a door accepts: the largest file write (base64) with room to spare.
 const MAX_BODY_BYTES: usize = 32 << 20;
+
+/// Requests a door reads and answers at once; more wait their turn. rmcp reads a body whole and
+/// parses it into a JSON tree (many times its size for a body of small values) before any of
+/// the job's limits are checked, so it is the door, not the call, that bounds this. Twice the
+/// default `[code_mode] max_concurrent_calls`, so a job past that limit is still told so.
+const REQUESTS: usize = 8;
+
+/// The door's places for calls in flight (one tenant, so a quarter of them: as many as
+/// `[code_mode] max_concurrent_calls` allows by default), shared by every request.
+const PLACES: usize = 16;
 
 /// Serves the door on `listener` until `stop` is cancelled.
 pub(super) async fn serve(
@@ -39,14 +51,17 @@ pub(super) async fn serve(
         return;
     };
     let config = stateless_config(stop.clone()).with_max_request_body_bytes(MAX_BODY_BYTES);
+    let places = Arc::new(Permits::new(PLACES));
     let make = move || {
         let gateway = gateway.upgrade().ok_or_else(|| {
             std::io::Error::other("the gateway is stopping; the job's tools are gone with it")
         })?;
-        Ok(McpServer::for_job(gateway, scope.clone()))
+        Ok(McpServer::for_job(gateway, scope.clone(), places.clone()))
     };
+    let requests = Arc::new(Semaphore::new(REQUESTS));
     let app = Router::new()
         .nest_service(DOOR_PATH, mcp_service(make, config))
+        .layer(from_fn_with_state(requests, one_of_few))
         .layer(from_fn_with_state(peers, check_peer));
     let _ = axum::serve(
         listener,
@@ -54,6 +69,18 @@ pub(super) async fn serve(
     )
     .with_graceful_shutdown(stop.cancelled_owned())
     .await;
+}
+
+/// Holds one of the door's few request places while a request is read and answered.
+async fn one_of_few(
+    State(requests): State<Arc<Semaphore>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match requests.acquire().await {
+        Ok(_place) => next.run(request).await,
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "the door is closing").into_response(),
+    }
 }
 
 /// Lets through only the uids the job's processes run as.

@@ -22,7 +22,8 @@ pub struct CodeModeConfig {
     pub url: Option<String>,
 }
 
-/// `[code_mode]`, resolved. A job keeps the values in force when it started.
+/// `[code_mode]`, resolved. A job's calls are held to the values in force when each is made
+/// (a reload applies to running jobs too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CodeModeSettings {
     pub max_calls_per_job: u64,
