@@ -27,6 +27,10 @@ pub enum ProxyError {
         tool: String,
         how: String,
     },
+    #[error(
+        "tenant `{tenant}` already runs {limit} proxied servers, each busy with a call; retry when one of them ends"
+    )]
+    Busy { tenant: String, limit: usize },
     #[error("proxied server `{proxy}` rejected `{tool}`: {message}")]
     Remote {
         proxy: String,

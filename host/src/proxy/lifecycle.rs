@@ -30,6 +30,9 @@ pub enum Stop {
     Crashed,
     /// A discovery server, done listing.
     Discovered,
+    /// Its tenant's least recently used idle server, stopped to start another past
+    /// `MAX_TENANT_SERVERS`.
+    Evicted,
 }
 
 impl Stop {
@@ -41,6 +44,7 @@ impl Stop {
             Stop::Overflow => "overflow",
             Stop::Crashed => "crashed",
             Stop::Discovered => "discovered",
+            Stop::Evicted => "evicted",
         }
     }
 }

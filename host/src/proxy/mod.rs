@@ -14,7 +14,9 @@
 //!   the sandbox's limits, environment = `[sandbox] env_allow` + the proxy's `env`, the
 //!   proxy's network and binds). Concurrent first calls start one server (each key has a slot
 //!   whose async lock is held while starting). A server idle for `idle_timeout` is stopped; a
-//!   crashed one fails the call in flight and is replaced on the next call.
+//!   crashed one fails the call in flight and is replaced on the next call. A tenant runs at
+//!   most [`MAX_TENANT_SERVERS`] at once: the next start stops its least recently used idle
+//!   one, or is refused while all of them are busy.
 //!
 //! The gateway's core is synchronous; the manager runs its own small tokio runtime, and its
 //! blocking methods hand work to it and wait ([`ProxyManager::block`]), so they can be called
@@ -38,7 +40,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hpcgate_executors::sandbox::SandboxSpec;
 use rmcp::model::CallToolResult;
@@ -67,6 +69,11 @@ struct Key {
 
 /// Held while a server starts, so concurrent first calls start exactly one.
 type Slot = tokio::sync::Mutex<Option<Arc<Client>>>;
+
+/// Proxied servers one tenant runs at once, over all its instances and proxies: each is a
+/// sandbox with the sandbox's memory and process limits, so a tenant's instances must not
+/// multiply them without bound.
+pub const MAX_TENANT_SERVERS: usize = 16;
 
 struct Inner {
     proxies: BTreeMap<String, ProxySettings>,
@@ -175,8 +182,8 @@ impl ProxyManager {
         let Some(inner) = self.inner.as_ref() else {
             return;
         };
-        let until = std::time::Instant::now() + bound;
-        while inner.catalog.any_pending() && std::time::Instant::now() < until {
+        let until = Instant::now() + bound;
+        while inner.catalog.any_pending() && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -195,7 +202,7 @@ impl ProxyManager {
         let (proxy, _) = name.split_once("__")?;
         let settings = inner.proxies.get(proxy)?;
         let until = std::time::Instant::now() + settings.start_timeout * 2;
-        while inner.catalog.is_pending(proxy) && std::time::Instant::now() < until {
+        while inner.catalog.is_pending(proxy) && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(10));
         }
         inner.overlays.find(tenant, instance, name)
@@ -387,6 +394,7 @@ impl Inner {
             client.stop(Stop::Idle).await;
             *current = None;
         }
+        self.make_room(key).await?;
         let spec = self.spec(settings, paths.workspace, paths.output);
         let n = self.starts.fetch_add(1, Ordering::SeqCst);
         let handler = Handler::new(
@@ -415,6 +423,54 @@ impl Inner {
         client.started();
         *current = Some(client.clone());
         Ok(client)
+    }
+
+    /// Makes room for one more server of `key`'s tenant: with [`MAX_TENANT_SERVERS`] running
+    /// (or starting), its least recently used idle one is stopped; with none idle, the start
+    /// is refused. Concurrent starts of one tenant may each find room: the bound is soft by
+    /// the calls that tenant has in flight.
+    async fn make_room(&self, key: &Key) -> Result<(), ProxyError> {
+        let slots: Vec<Arc<Slot>> = (lock(&self.clients).iter())
+            .filter(|(k, _)| k.tenant == key.tenant && *k != key)
+            .map(|(_, slot)| slot.clone())
+            .collect();
+        let mut running = 0;
+        let mut idlest: Option<(Instant, Arc<Slot>)> = None;
+        for slot in slots {
+            let Ok(current) = slot.try_lock() else {
+                running += 1; // starting
+                continue;
+            };
+            let Some(client) = current.as_ref().filter(|c| c.is_alive()) else {
+                continue;
+            };
+            running += 1;
+            if let Some(since) = client.idle_since()
+                && idlest.as_ref().is_none_or(|(oldest, _)| since < *oldest)
+            {
+                idlest = Some((since, slot.clone()));
+            }
+        }
+        if running < MAX_TENANT_SERVERS {
+            return Ok(());
+        }
+        let busy = || ProxyError::Busy {
+            tenant: key.tenant.to_string(),
+            limit: MAX_TENANT_SERVERS,
+        };
+        let (_, slot) = idlest.ok_or_else(busy)?;
+        let mut current = slot.try_lock().map_err(|_| busy())?;
+        match current.take() {
+            Some(client) if client.idle_since().is_some() => {
+                client.stop(Stop::Evicted).await;
+                Ok(())
+            }
+            // Called meanwhile: it stays.
+            other => {
+                *current = other;
+                Err(busy())
+            }
+        }
     }
 
     /// The instance's sandbox with the proxy's network, binds and environment.

@@ -563,6 +563,66 @@ fn a_storm_of_list_changed_makes_few_bounded_listings() {
     ));
 }
 
+/// A tenant runs at most `MAX_TENANT_SERVERS` proxied servers: one more stops its least
+/// recently used idle one (audited as `evicted`), and while all of them are busy a start is
+/// refused. Another tenant is not affected.
+#[test]
+fn a_tenant_runs_a_bounded_number_of_servers() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path(), &test_proxy("t", ""));
+    discovered(&gw);
+    let max = hpcgate::proxy::MAX_TENANT_SERVERS;
+    let run = |i: usize| format!("run{i}");
+    let whoami = |tenant: &str, i: usize| {
+        gw.call(
+            &caller(tenant),
+            "t__whoami",
+            args(json!({"instance_id": run(i)})),
+        )
+    };
+    for i in 0..=max {
+        create(&gw, "chem", &run(i));
+    }
+    for i in 0..max {
+        ok(whoami("chem", i));
+    }
+    assert_eq!(gw.proxies().running(), max);
+    ok(whoami("chem", max));
+    assert_eq!(gw.proxies().running(), max, "one was stopped for it");
+    let log = std::fs::read_to_string(dir.path().join("state/audit/audit-000001.jsonl")).unwrap();
+    let evicted: Vec<Value> = (log.lines())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["event"] == "proxy.stopped" && r["detail"]["reason"] == "evicted")
+        .collect();
+    assert_eq!(evicted.len(), 1, "{evicted:#?}");
+    assert_eq!(evicted[0]["instance"], "run0", "the least recently used");
+
+    // run1..=run<max> all busy: run0 cannot start; bio can.
+    std::thread::scope(|scope| {
+        let slow: Vec<_> = (1..=max)
+            .map(|i| {
+                let (gw, run) = (&gw, run(i));
+                scope.spawn(move || {
+                    let slow = args(json!({"instance_id": run, "ms": 3000}));
+                    gw.call(&caller("chem"), "t__slow", slow)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(1000));
+        let refused = err(whoami("chem", 0));
+        assert!(
+            refused.contains(&format!("already runs {max} proxied servers")),
+            "{refused}"
+        );
+        create(&gw, "bio", "run0");
+        ok(whoami("bio", 0));
+        for call in slow {
+            ok(call.join().unwrap());
+        }
+    });
+    ok(whoami("chem", 0));
+}
+
 /// The start and the first builtin call do not wait for discovery: `stalls` (a server that
 /// never answers, with a 10-minute `start_timeout`) is still pending after both; then only the
 /// other servers' discovery is awaited.
