@@ -193,6 +193,52 @@ pub fn run_case(chain: &Chain, case: &Case) -> Option<Mismatch> {
     })
 }
 
+/// Whether `actual` (a replayed rewrite's arguments) is what `recorded` holds, where the audit
+/// log kept a redacted value (`{"redacted": true, "sha256", "bytes"}`) as its digest: the
+/// replayed value matches it if its digest is the same (of a string's UTF-8 bytes, of the
+/// compact JSON text of anything else, as the log computes it).
+fn same_as_recorded(recorded: &Map<String, Value>, actual: &Map<String, Value>) -> bool {
+    if recorded == actual {
+        return true;
+    }
+    if let Some(digest) = redacted(recorded) {
+        return digest == digest_of(&Value::Object(actual.clone()));
+    }
+    recorded.len() == actual.len()
+        && (recorded.iter()).all(|(key, r)| actual.get(key).is_some_and(|a| same_value(r, a)))
+}
+
+fn same_value(recorded: &Value, actual: &Value) -> bool {
+    match (recorded, actual) {
+        (Value::Object(r), Value::Object(a)) => same_as_recorded(r, a),
+        (Value::Object(r), a) => redacted(r).is_some_and(|digest| digest == digest_of(a)),
+        (Value::Array(r), Value::Array(a)) => {
+            r.len() == a.len() && r.iter().zip(a).all(|(r, a)| same_value(r, a))
+        }
+        (r, a) => r == a,
+    }
+}
+
+/// The (sha256, bytes) of a redacted value's record.
+fn redacted(object: &Map<String, Value>) -> Option<(String, u64)> {
+    if object.len() != 3 || object.get("redacted") != Some(&Value::Bool(true)) {
+        return None;
+    }
+    Some((
+        object.get("sha256")?.as_str()?.to_owned(),
+        object.get("bytes")?.as_u64()?,
+    ))
+}
+
+fn digest_of(value: &Value) -> (String, u64) {
+    use sha2::{Digest, Sha256};
+    let bytes = match value {
+        Value::String(s) => s.as_bytes().to_vec(),
+        other => serde_json::to_vec(other).unwrap_or_default(),
+    };
+    (hex::encode(Sha256::digest(&bytes)), bytes.len() as u64)
+}
+
 fn compare(expect: &Expect, actual: &FinalDecision) -> Option<String> {
     let show = |kind: DecisionKind, policy: Option<&String>| match policy {
         Some(p) => format!("{} by `{p}`", kind_name(kind)),
@@ -219,7 +265,7 @@ fn compare(expect: &Expect, actual: &FinalDecision) -> Option<String> {
         ));
     }
     if let Some(arguments) = &expect.arguments
-        && actual.arguments.as_ref() != Some(arguments)
+        && !(actual.arguments.as_ref()).is_some_and(|actual| same_as_recorded(arguments, actual))
     {
         return Some(format!(
             "expected rewrite to {}, got {} (another rewrite)",
@@ -455,5 +501,46 @@ pub fn run_stream<R: std::io::BufRead + Send>(
     match failure {
         Some(e) => Err(e),
         None => Ok(summary),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(value: Value) -> Map<String, Value> {
+        value.as_object().unwrap().clone()
+    }
+
+    /// A value as the audit log redacts it.
+    fn redacted_form(value: &Value) -> Value {
+        let (sha256, bytes) = digest_of(value);
+        json!({"redacted": true, "sha256": sha256, "bytes": bytes})
+    }
+
+    #[test]
+    fn a_replayed_rewrite_matches_its_redacted_record() {
+        let replayed = map(json!({"command": "make", "env": {"API_TOKEN": "s3cret", "n": [1, 2]}}));
+        let mut recorded = replayed.clone();
+        recorded["env"]["API_TOKEN"] = redacted_form(&json!("s3cret"));
+        assert!(same_as_recorded(&recorded, &replayed));
+        assert!(
+            same_as_recorded(&recorded, &recorded.clone()),
+            "passed through as recorded"
+        );
+        let mut other = replayed.clone();
+        other["env"]["API_TOKEN"] = json!("other");
+        assert!(!same_as_recorded(&recorded, &other), "another secret");
+        other["env"]["API_TOKEN"] = json!("s3cret");
+        other["env"]["n"] = json!([1]);
+        assert!(
+            !same_as_recorded(&recorded, &other),
+            "a plain value differs"
+        );
+        // Arguments kept whole as their digest (a record that was too large).
+        let whole = map(redacted_form(&Value::Object(replayed.clone())));
+        assert!(same_as_recorded(&whole, &replayed));
+        assert!(!same_as_recorded(&whole, &other));
     }
 }
