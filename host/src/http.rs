@@ -49,7 +49,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{AuthRequest, PeerCredentials};
+use crate::auth::{AuthRequest, Caller, PeerCredentials};
 use crate::config::{Settings, WELL_KNOWN};
 use crate::gateway::Gateway;
 use crate::mcp::McpServer;
@@ -296,6 +296,13 @@ async fn healthz() -> impl IntoResponse {
     }))
 }
 
+/// Who a request is, as far as it can be told without reading files.
+enum Identified {
+    Caller(Caller),
+    /// A job's token, to be checked by code mode.
+    Job(String),
+}
+
 /// Authenticates one request and attaches its [`Caller`], or answers 401/403. Where `jobs`
 /// (streamable MCP), a job's token (code mode) is taken to code mode instead, and the job's
 /// door ([`crate::code_mode::JobScope`]) is attached beside its caller; elsewhere the
@@ -342,12 +349,28 @@ async fn identify(
             // The `Origin` rule holds for a job as for anyone.
             Some(token) if jobs => gateway
                 .check_origin(&auth)
-                .and_then(|()| gateway.authenticate_job(token))
-                .map(|(caller, job)| (caller, Some(job))),
+                .map(|()| Identified::Job(token.to_owned())),
             _ => snapshot
                 .authenticate_or_reject(&auth)
-                .map(|caller| (caller, None)),
+                .map(Identified::Caller),
         }
+    };
+    let decided = match decided {
+        Ok(Identified::Caller(caller)) => Ok((caller, None)),
+        // A job's token is checked against its job's files (and, with another gateway's
+        // jobs, its stored hash): file reads, off the runtime's threads.
+        Ok(Identified::Job(token)) => {
+            let gateway = gateway.clone();
+            let checked = tokio::task::spawn_blocking(move || gateway.authenticate_job(&token));
+            match checked.await {
+                Ok(checked) => checked.map(|(caller, job)| (caller, Some(job))),
+                Err(_) => {
+                    let why = "checking the job's token failed; retry";
+                    return (StatusCode::SERVICE_UNAVAILABLE, why).into_response();
+                }
+            }
+        }
+        Err(rejection) => Err(rejection),
     };
     match decided {
         Ok((caller, job)) => {
