@@ -83,6 +83,7 @@ pub(crate) fn run(args: BenchProxyArgs) -> anyhow::Result<ExitCode> {
             .arg("--config")
             .arg(&config)
             .env("HOME", scratch.path().join("home"))
+            .env_remove("XDG_CONFIG_HOME")
             .env_remove("HPCGATE_CONFIG");
         let client = connect(&mut command)
             .await
@@ -221,24 +222,25 @@ fn gateway_config(dir: &Path, server: &Path) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// A private directory for the benchmark's state, removed at the end.
-struct Scratch(PathBuf);
+/// A private directory for the benchmark's state (a fresh name, 0700: the gateway it starts
+/// reads its config and its user layer from there), removed at the end.
+struct Scratch(tempfile::TempDir);
 
 impl Scratch {
     fn create() -> anyhow::Result<Scratch> {
-        let dir = std::env::temp_dir().join(format!("hpcgate-bench-proxy-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("home")).context("cannot create a scratch directory")?;
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("hpcgate-bench-proxy-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()
+            .context("cannot create a scratch directory")?;
+        std::fs::create_dir(dir.path().join("home"))
+            .context("cannot create a scratch directory")?;
         Ok(Scratch(dir))
     }
 
     fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.0.path()
     }
 }
 
@@ -246,5 +248,27 @@ fn object(value: Value) -> Map<String, Value> {
     match value {
         Value::Object(map) => map,
         _ => Map::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    /// A directory another user made in advance under the old, guessable name is not used: the
+    /// gateway the bench starts reads its config and user layer from the scratch directory.
+    #[test]
+    fn the_scratch_directory_is_fresh_and_private() {
+        let planted =
+            std::env::temp_dir().join(format!("hpcgate-bench-proxy-{}", std::process::id()));
+        std::fs::create_dir_all(planted.join("home")).unwrap();
+        std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let scratch = Scratch::create().unwrap();
+        assert_ne!(scratch.path(), planted);
+        let md = std::fs::metadata(scratch.path()).unwrap();
+        assert_eq!(md.permissions().mode() & 0o777, 0o700);
+        assert_eq!(md.uid(), rustix::process::geteuid().as_raw());
+        std::fs::remove_dir_all(planted).unwrap();
     }
 }

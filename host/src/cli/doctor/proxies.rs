@@ -18,7 +18,23 @@ pub(super) fn proxied_mcps(settings: &Settings) -> Check {
             hint: None,
         };
     }
-    let scratch = std::env::temp_dir().join(format!("hpcgate-doctor-{}", std::process::id()));
+    // A fresh private directory: the servers' sandboxes mount directories made below it.
+    use std::os::unix::fs::PermissionsExt;
+    let private = std::fs::Permissions::from_mode(0o700);
+    let scratch = match (tempfile::Builder::new().prefix("hpcgate-doctor-"))
+        .permissions(private)
+        .tempdir()
+    {
+        Ok(scratch) => scratch,
+        Err(e) => {
+            return Check {
+                name: NAME,
+                status: Status::Fail,
+                detail: format!("cannot create a scratch directory: {e}"),
+                hint: Some("check that TMPDIR is writable".to_owned()),
+            };
+        }
+    };
     let longest = settings
         .fixed
         .proxied_mcps
@@ -29,7 +45,7 @@ pub(super) fn proxied_mcps(settings: &Settings) -> Check {
     let mut manager = ProxyManager::start(
         &settings.fixed.proxied_mcps,
         &settings.fixed.sandbox,
-        scratch.clone(),
+        scratch.path().to_owned(),
         None,
     );
     // Discovery waits for the start, then for `tools/list`: each bounded by `start_timeout`.
@@ -44,7 +60,7 @@ pub(super) fn proxied_mcps(settings: &Settings) -> Check {
     }
     let status = manager.status();
     manager.shutdown();
-    let _ = std::fs::remove_dir_all(&scratch);
+    drop(scratch);
     let mut ready = Vec::new();
     let mut failed = Vec::new();
     for (name, discovery) in status {
