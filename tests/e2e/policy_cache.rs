@@ -2,7 +2,7 @@
 //! module's digest; a corrupt artifact is recompiled, and a directory others can write is never
 //! trusted.
 
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use hpcgate::policy::{EngineSettings, ModuleSource, PolicyEngine};
@@ -63,26 +63,52 @@ fn compiled_modules_are_cached_by_digest_and_corruption_is_survived() {
 #[test]
 fn a_cache_directory_others_can_write_is_not_used() {
     let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("cache");
-    std::fs::DirBuilder::new()
-        .mode(0o777)
-        .create(&root)
-        .unwrap();
-    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let engine = engine_with_cache(&root);
-    // The hash directory is created private, so the artifact is written...
-    engine
-        .load(&ModuleSource::Stock("proxy-filter".into()))
-        .unwrap();
-    let files = artifacts(&root);
-    assert_eq!(files.len(), 1);
-    // ...but once the hash directory itself is opened to others, nothing in it is trusted.
+    let open = |path: &Path, mode: u32| {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .create(path)
+            .unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let load = |root: &Path| {
+        engine_with_cache(root)
+            .load(&ModuleSource::Stock("proxy-filter".into()))
+            .unwrap();
+    };
+    // A root others can write, or one below a directory others can write (where the root
+    // could be swapped between a check and a load), is neither written nor read...
+    let shared = tmp.path().join("shared");
+    open(&shared, 0o777);
+    load(&shared);
+    assert!(artifacts(&shared).is_empty(), "a root others can write");
+    let below = tmp.path().join("open/cache");
+    open(&below, 0o700);
+    std::fs::set_permissions(
+        tmp.path().join("open"),
+        std::fs::Permissions::from_mode(0o777),
+    )
+    .unwrap();
+    load(&below);
+    assert!(
+        artifacts(&below).is_empty(),
+        "a root below a directory others can write"
+    );
+    // ...while one below a sticky directory (as /tmp) is used.
+    let sticky = tmp.path().join("sticky/cache");
+    open(&sticky, 0o700);
+    std::fs::set_permissions(
+        tmp.path().join("sticky"),
+        std::fs::Permissions::from_mode(0o1777),
+    )
+    .unwrap();
+    load(&sticky);
+    let files = artifacts(&sticky);
+    assert_eq!(files.len(), 1, "a private root below a sticky directory");
+    // Once the hash directory itself is opened to others, nothing in it is trusted.
     let hash_dir = files[0].parent().unwrap();
     std::fs::set_permissions(hash_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::write(&files[0], b"planted").unwrap();
-    engine_with_cache(&root)
-        .load(&ModuleSource::Stock("proxy-filter".into()))
-        .unwrap();
+    load(&sticky);
     assert_eq!(
         std::fs::read(&files[0]).unwrap(),
         b"planted",

@@ -2,8 +2,9 @@
 //! engine's compatibility hash (wasmtime version and every setting that affects code).
 //!
 //! Loading a cached artifact runs native code that was compiled earlier, so the cache is only
-//! used from a directory that belongs to the current user and that nobody else can write; a
-//! cache that fails that check is ignored, and the module is compiled instead.
+//! used from a directory that belongs to the current user and that nobody else can write, with
+//! no directory above it that another user could use to swap it ([`trusted_dir`]); a cache
+//! that fails that check is ignored, and the module is compiled instead.
 //!
 //! Artifacts are never rewritten, and some are made per (module, settings) — configured
 //! snapshots, about 12 MB for `stock:cedar` — so every edit of a policy's settings, and every
@@ -53,11 +54,12 @@ impl CompileCache {
     /// The cached component for `digest`, if there is a trustworthy one.
     pub(crate) fn get(&self, engine: &Engine, digest: &str) -> Option<Component> {
         let path = self.path(digest);
-        if !private_dir(&self.dir) || !private_file(&path) {
+        if !trusted_dir(&self.dir) || !private_file(&path) {
             return None;
         }
         // SAFETY: `deserialize_file` trusts the file to be an artifact wasmtime produced. It is:
-        // the file sits in a directory only this user can write (checked above), named by the
+        // the file sits in a directory only this user can write, on a path nobody else can
+        // change between the check and the load (both checked above), named by the
         // digest of the module it was compiled from, and written by `put` below via
         // temp + rename, so a half-written artifact is never visible under its final name.
         #[allow(unsafe_code)]
@@ -77,7 +79,7 @@ impl CompileCache {
             .recursive(true)
             .mode(0o700)
             .create(&self.dir)?;
-        if !private_dir(&self.dir) {
+        if !trusted_dir(&self.dir) {
             return Ok(());
         }
         let bytes = component.serialize().map_err(std::io::Error::other)?;
@@ -114,7 +116,7 @@ impl FunctionCache {
             .mode(0o700)
             .create(&dir)
             .ok()?;
-        if !private_dir(&dir) {
+        if !trusted_dir(&dir) {
             return None;
         }
         prune_functions(&dir, SystemTime::now());
@@ -189,7 +191,7 @@ fn prune(root: &Path, now: SystemTime) {
     };
     for dir in configurations.flatten().map(|entry| entry.path()) {
         // The function cache (tens of thousands of entries) prunes itself, once a day.
-        if dir.file_name() == Some(FUNCTIONS.as_ref()) || !private_dir(&dir) {
+        if dir.file_name() == Some(FUNCTIONS.as_ref()) || !trusted_dir(&dir) {
             continue;
         }
         for path in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
@@ -240,6 +242,36 @@ fn private(meta: &std::fs::Metadata) -> bool {
 
 fn private_dir(dir: &Path) -> bool {
     std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && private(&m))
+}
+
+/// Whether nobody but this user (and root) can change what `dir` holds or where it leads:
+/// `dir` is private, and every directory above it, as written and as resolved, belongs to this
+/// user or root and is writable by nobody else unless sticky (as `/tmp` is: there, others can
+/// neither rename nor delete what is not theirs). Otherwise another user who can write a
+/// directory above could swap the cache's directory between the check of a file and its load.
+fn trusted_dir(dir: &Path) -> bool {
+    if !private_dir(dir) {
+        return false;
+    }
+    let Ok(resolved) = dir.canonicalize() else {
+        return false;
+    };
+    let above = |path: &Path| {
+        (path.ancestors().skip(1))
+            .filter(|a| !a.as_os_str().is_empty())
+            .all(safe_above)
+    };
+    dir.is_absolute() && above(dir) && above(&resolved)
+}
+
+/// A directory above a trusted one (or a symlink to follow there): this user's or root's, and
+/// writable by no one else unless sticky.
+fn safe_above(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| {
+        let mode = m.permissions().mode();
+        let only_ours = mode & 0o022 == 0 || mode & 0o1000 != 0 || m.file_type().is_symlink();
+        (m.uid() == 0 || owned_by_me(&m)) && only_ours
+    })
 }
 
 fn private_file(path: &Path) -> bool {

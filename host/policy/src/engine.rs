@@ -73,7 +73,11 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+        .or_else(|| {
+            (std::env::var_os("HOME").map(PathBuf::from))
+                .filter(|h| h.is_absolute())
+                .map(|h| h.join(".cache"))
+        })?;
     Some(base.join("hpcgate").join("policies"))
 }
 

@@ -53,7 +53,7 @@ impl Environment {
         }
     }
 
-    fn home(&self) -> Option<&Path> {
+    pub(super) fn home(&self) -> Option<&Path> {
         self.home.as_deref().filter(|h| h.is_absolute())
     }
 
@@ -228,7 +228,7 @@ fn merge(into: &mut toml::Table, layer: toml::Table, prefix: &str, file: &str, o
 
 /// Expands `~` and joins relative paths to `dir` (the layer file's directory), for every key
 /// that holds a host path.
-fn absolutize(table: &mut toml::Table, dir: Option<&Path>, home: Option<&Path>) {
+pub(super) fn absolutize(table: &mut toml::Table, dir: Option<&Path>, home: Option<&Path>) {
     let fix = |value: &mut toml::Value| {
         if let toml::Value::String(s) = value
             && let Some(fixed) = absolute(s, dir, home)

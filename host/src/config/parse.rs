@@ -9,14 +9,28 @@ use super::raw::Config;
 
 impl Config {
     /// Reads one file, without layering (what `hpcgate policy test --config` uses). Returns the
-    /// config and the file's directory, against which relative module paths resolve.
+    /// config and the file's directory, against which relative module paths resolve. Paths
+    /// (`state_dir`, `cache_dir`, …) and `~` are made absolute against that directory and
+    /// `HOME`, as the layers' are, not left to the working directory.
     pub fn load(path: &Path) -> Result<(Config, PathBuf), ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
-        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        Ok((Config::parse(&text, &path.display().to_string())?, base))
+        let file = path.display().to_string();
+        let mut table: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| ConfigError::Syntax {
+                    file: file.clone(),
+                    message: e.message().to_owned(),
+                })?;
+        let base = std::path::absolute(path)
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_default();
+        let env = super::Environment::from_process(None);
+        super::layers::absolutize(&mut table, Some(&base), env.home());
+        Ok((Config::from_table(table, &file)?, base))
     }
 
     /// Parses TOML text; `file` names it in errors.

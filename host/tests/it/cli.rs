@@ -159,6 +159,31 @@ fn test_passes_the_example_rules_in_rego_and_cedar() {
 
 const EXAMPLE_CONFIGS: [&str; 2] = ["rego.toml", "cedar.toml"];
 
+/// A relative `cache_dir` is the config file's, not the working directory's: the compile cache
+/// holds native code, and another user's directory must not become it by where the command
+/// runs.
+#[test]
+fn a_relative_cache_dir_is_the_config_files() {
+    let (home, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let config = home.path().join("p.toml");
+    std::fs::write(
+        &config,
+        "[policy_engine]\ncache_dir = \"cache\"\n[[policies]]\nname = \"tools\"\nmodule = \"stock:tool-filter\"\n",
+    )
+    .unwrap();
+    let calls = case_file("stock.jsonl");
+    let output = Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+        .args(["policy", "test", "--config"])
+        .arg(&config)
+        .args(["--calls", &calls])
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    assert!(output.status.code().is_some(), "{output:?}");
+    assert!(home.path().join("cache").is_dir(), "{output:?}");
+    assert!(!elsewhere.path().join("cache").exists());
+}
+
 #[test]
 fn test_names_the_file_and_line_of_a_bad_rego_module() {
     let dir = tempfile::tempdir().unwrap();
