@@ -463,15 +463,22 @@ async fn a_slurm_jobs_script_calls_tools_with_its_token_across_a_restart_and_not
 
 /// Ended by `cancel_job` rather than by itself: the token stops at once, and its hash and file
 /// are gone.
+/// A gateway in `dir` for tenant `chem` with code mode's URL, and a Slurm job with tools that
+/// sleeps 300 s in `run1`: the config's path, the gateway, the agent and the job's id.
+async fn sleeping_job(dir: &Path) -> (PathBuf, Served, RunningService<RoleClient, ()>, String) {
+    let port = free_port();
+    let agent_token = generate_token().unwrap();
+    let config = slurm_config(dir, &agent_token, &code_mode_url(port));
+    let served = serve(dir, &config, port).await;
+    let agent = client(&served, &agent_token).await;
+    let job_id = submit_with_tools(&agent, "sleep 300").await;
+    (config, served, agent, job_id)
+}
+
 #[tokio::test]
 async fn a_cancelled_slurm_jobs_token_stops_working() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let agent_token = generate_token().unwrap();
-    let config = slurm_config(dir.path(), &agent_token, &code_mode_url(port));
-    let served = serve(dir.path(), &config, port).await;
-    let agent = client(&served, &agent_token).await;
-    let job_id = submit_with_tools(&agent, "sleep 300").await;
+    let (_, served, agent, job_id) = sleeping_job(dir.path()).await;
     let state = dir.path().join("state");
     let token_file = state.join(format!("run/{job_id}/token"));
     let token = std::fs::read_to_string(&token_file).unwrap();
@@ -623,12 +630,7 @@ async fn a_slurm_job_with_tools_needs_the_url() {
 #[tokio::test]
 async fn a_tenant_taken_out_by_a_reload_takes_its_jobs_tools() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let agent_token = generate_token().unwrap();
-    let config = slurm_config(dir.path(), &agent_token, &code_mode_url(port));
-    let served = serve(dir.path(), &config, port).await;
-    let agent = client(&served, &agent_token).await;
-    let job_id = submit_with_tools(&agent, "sleep 300").await;
+    let (config, served, agent, job_id) = sleeping_job(dir.path()).await;
     let token =
         std::fs::read_to_string(dir.path().join(format!("state/run/{job_id}/token"))).unwrap();
     let job = client(&served, token.trim()).await;

@@ -22,16 +22,22 @@ module = "stock:path-rules"
 deny_read = ["**/.ssh/**"]
 "#;
 
-#[test]
-fn rate_limits_apply_after_policy_per_tenant_and_say_when_to_retry() {
-    let dir = tempfile::tempdir().unwrap();
-    let gw = support::open(dir.path(), CONFIG);
+/// A gateway on [`CONFIG`] in `dir`, with chem's instance `run1`, and chem.
+fn with_chems_run1(dir: &std::path::Path) -> (hpcgate::gateway::Gateway, hpcgate::gateway::Caller) {
+    let gw = support::open(dir, CONFIG);
     let chem = caller("chem");
     ok(gw.call(
         &chem,
         "create_instance",
         args(json!({"instance_id": "run1"})),
     ));
+    (gw, chem)
+}
+
+#[test]
+fn rate_limits_apply_after_policy_per_tenant_and_say_when_to_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gw, chem) = with_chems_run1(dir.path());
     // Denied by policy: these must not use up the bucket.
     for _ in 0..5 {
         let denied = err(gw.call(
@@ -88,13 +94,7 @@ fn rate_limits_apply_after_policy_per_tenant_and_say_when_to_retry() {
 #[test]
 fn byte_quotas_refuse_writes_and_new_jobs_once_full() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = support::open(dir.path(), CONFIG);
-    let chem = caller("chem");
-    ok(gw.call(
-        &chem,
-        "create_instance",
-        args(json!({"instance_id": "run1"})),
-    ));
+    let (gw, chem) = with_chems_run1(dir.path());
     let write = |path: &str, bytes: usize| {
         gw.call(
             &chem,
@@ -179,13 +179,7 @@ fn byte_quotas_refuse_writes_and_new_jobs_once_full() {
 #[test]
 fn a_crashed_writes_leftover_does_not_hold_the_quota() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = support::open(dir.path(), CONFIG);
-    let chem = caller("chem");
-    ok(gw.call(
-        &chem,
-        "create_instance",
-        args(json!({"instance_id": "run1"})),
-    ));
+    let (gw, chem) = with_chems_run1(dir.path());
     let workspace = crate::dav::find_workspace(&dir.path().join("state"), "chem", "run1");
     let plant = |name: &str, age_s: u64| {
         let path = workspace.join(name);
@@ -218,13 +212,7 @@ fn a_crashed_writes_leftover_does_not_hold_the_quota() {
 #[test]
 fn a_callers_bytes_cannot_swell_the_audit_log() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = support::open(dir.path(), CONFIG);
-    let chem = caller("chem");
-    ok(gw.call(
-        &chem,
-        "create_instance",
-        args(json!({"instance_id": "run1"})),
-    ));
+    let (gw, chem) = with_chems_run1(dir.path());
     let audit = dir.path().join("state/audit/audit-000001.jsonl");
     let before = std::fs::metadata(&audit).unwrap().len();
     let huge = "x".repeat(1 << 20);
