@@ -116,6 +116,8 @@ impl Jobs {
         if let Some(time_limit_s) = r.time_limit_s {
             spec.limits.wall_time = Duration::from_secs(time_limit_s);
         }
+        // Refused before anything is recorded.
+        sandbox::validate_limits(&spec.limits).map_err(|e| JobError(sandbox_message(&e)))?;
         Ok(spec)
     }
 
@@ -462,6 +464,7 @@ fn sandbox_message(e: &sandbox::SandboxError) -> String {
             "the sandbox (bubblewrap) is not installed on the gateway host; ask the admin to run `hpcgate doctor`".to_owned()
         }
         E::ZeroLimit => "a resource limit is zero; ask for at least 1".to_owned(),
+        E::LimitTooLarge { .. } => e.to_string(),
         E::Spawn(_) | E::SupervisorStart { .. } => {
             "the sandbox could not be started; ask the admin to run `hpcgate doctor`".to_owned()
         }

@@ -22,6 +22,12 @@ pub enum SandboxError {
     InvalidEnvName { name: String },
     #[error("wall time, cpus, memory and pids limits must be greater than zero")]
     ZeroLimit,
+    #[error("`{what}` is {value}, more than a sandbox takes (at most {max}); ask for less")]
+    LimitTooLarge {
+        what: &'static str,
+        value: u64,
+        max: u64,
+    },
     #[error("bubblewrap not found at `{}`: install it with `apt-get install bubblewrap`", path.display())]
     BwrapMissing { path: PathBuf },
     #[error(

@@ -61,4 +61,4 @@ pub use spec::{
     Bind, DEFAULT_BWRAP, ETC_ESSENTIALS, EnvSpec, HostUser, Limits, Network, OUTPUT_MOUNT,
     SandboxIdentity, SandboxSpec, SystemMount, WORKSPACE_MOUNT,
 };
-pub use validate::validate;
+pub use validate::{validate, validate_limits};

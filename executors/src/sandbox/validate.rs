@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use super::error::SandboxError;
-use super::spec::{OUTPUT_MOUNT, SandboxSpec, WORKSPACE_MOUNT};
+use super::spec::{Limits, OUTPUT_MOUNT, SandboxSpec, WORKSPACE_MOUNT};
 
 /// Validates the spec and the command; the runners call this before every launch.
 pub fn validate(spec: &SandboxSpec, command: &[String]) -> Result<(), SandboxError> {
@@ -45,12 +45,35 @@ pub fn validate(spec: &SandboxSpec, command: &[String]) -> Result<(), SandboxErr
     if let Some(name) = spec.env.allow.iter().find(|n| !env_name_ok(n)) {
         return Err(SandboxError::InvalidEnvName { name: name.clone() });
     }
-    let l = &spec.limits;
+    validate_limits(&spec.limits)
+}
+
+/// Checks the limits alone (what a job's caller asked for), as [`validate`] does.
+pub fn validate_limits(l: &Limits) -> Result<(), SandboxError> {
     if l.wall_time.is_zero() || l.pids == 0 || l.memory_mb == 0 || l.cpus == 0 {
         return Err(SandboxError::ZeroLimit);
     }
+    // Past these, a limit is no limit: the kernel refuses a `cpu.max` quota over about 2^44
+    // µs (and the cgroup with it, leaving only the rlimit fallback), a deadline past the
+    // clock's range cannot be kept.
+    for (what, value, max) in [
+        ("cpus", u64::from(l.cpus), MAX_CPUS),
+        ("time_limit_s", l.wall_time.as_secs(), MAX_WALL_TIME_S),
+        ("memory_mb", l.memory_mb, MAX_MEMORY_MB),
+    ] {
+        if value > max {
+            return Err(SandboxError::LimitTooLarge { what, value, max });
+        }
+    }
     Ok(())
 }
+
+/// The most CPUs a sandbox is given (a `cpu.max` quota of 6.5 · 10^9 µs per period).
+pub const MAX_CPUS: u64 = 65_536;
+/// The longest wall time of a sandbox: a year.
+pub const MAX_WALL_TIME_S: u64 = 366 * 86_400;
+/// The most memory of a sandbox: 1 PiB.
+pub const MAX_MEMORY_MB: u64 = 1 << 30;
 
 fn absolute(path: &Path) -> Result<(), SandboxError> {
     if path.is_absolute() && !path.as_os_str().as_encoded_bytes().contains(&0) {
@@ -124,5 +147,19 @@ mod tests {
         let mut s = ok.clone();
         s.limits.pids = 0;
         assert!(matches!(validate(&s, &cmd()), Err(SandboxError::ZeroLimit)));
+        // A limit too large to be one: refused, naming the argument.
+        for set in [
+            |s: &mut SandboxSpec| s.limits.cpus = u32::MAX,
+            |s: &mut SandboxSpec| s.limits.wall_time = std::time::Duration::from_secs(u64::MAX),
+            |s: &mut SandboxSpec| s.limits.memory_mb = u64::MAX,
+        ] {
+            let mut s = ok.clone();
+            set(&mut s);
+            let e = validate(&s, &cmd()).unwrap_err();
+            assert!(matches!(e, SandboxError::LimitTooLarge { .. }), "{e}");
+        }
+        let mut s = ok.clone();
+        s.limits.cpus = MAX_CPUS as u32;
+        assert!(validate(&s, &cmd()).is_ok(), "the most is allowed");
     }
 }

@@ -505,3 +505,29 @@ fn finished_jobs_past_retention_are_pruned_at_start_and_running_ones_kept() {
         args(json!({"instance_id": "run1", "job_id": running})),
     ));
 }
+
+/// A limit too large to be one is refused where no policy caps it: the cgroup would refuse a
+/// `cpu.max` past about 2^44 µs and leave only rlimits; a deadline past the clock's range
+/// would end the job as lost.
+#[test]
+fn a_limit_too_large_to_be_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = support::open(dir.path(), "policies = []\n");
+    let alice = caller("default");
+    ok(gw.call(
+        &alice,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    for (resources, expected) in [
+        (
+            json!({"cpus": 4_294_967_295u64}),
+            "`cpus` is 4294967295, more than a sandbox takes (at most 65536)",
+        ),
+        (json!({"time_limit_s": u64::MAX}), "`time_limit_s` is"),
+    ] {
+        let run = json!({"instance_id": "run1", "command": "true", "resources": resources});
+        let message = err(gw.call(&alice, "submit_job", args(run)));
+        assert!(message.contains(expected), "{message}");
+    }
+}
