@@ -27,7 +27,7 @@ use crate::code_mode::CodeMode;
 use crate::config::{SandboxSettings, SlurmSettings};
 use crate::metrics::Metrics;
 use crate::state::{
-    ExecutorHandle, JobMode, JobRecord, NewJob, Observation, Refreshed, State, TenantName,
+    ExecutorHandle, JobId, JobMode, JobRecord, NewJob, Observation, Refreshed, State, TenantName,
 };
 
 /// Why a job operation failed: a message for the agent that says what to do.
@@ -223,7 +223,7 @@ impl Jobs {
         }
         let r = &record.resources;
         let job = SlurmJobSpec {
-            job_name: format!("hpcgate-{}", record.job_id),
+            job_name: job_name(&record.job_id),
             partition: settings.partition.clone(),
             account: settings.account.clone(),
             qos: settings.qos.clone(),
@@ -348,8 +348,9 @@ impl Jobs {
                             .to_owned(),
                     ));
                 };
+                let name = job_name(&record.job_id);
                 runner
-                    .cancel(*slurm_job_id)
+                    .cancel(*slurm_job_id, &name)
                     .map_err(|e| JobError(slurm_message(&e)))?;
             }
         }
@@ -447,6 +448,12 @@ pub fn last_lines(text: &str, n: usize) -> String {
         return String::new();
     }
     trimmed[start..].to_owned()
+}
+
+/// The Slurm job name of a job: its own id, so that the cluster's jobs say whose they are and a
+/// cancel can name the job it means.
+fn job_name(job_id: &JobId) -> String {
+    format!("hpcgate-{job_id}")
 }
 
 fn create_private_dir(dir: &Path) -> io::Result<()> {

@@ -1,4 +1,9 @@
-//! `cancel`: `scancel <id>`; cancelling a job that already ended is not an error.
+//! `cancel`: `scancel --name=<name> <id>`; cancelling a job that already ended is not an error.
+//!
+//! The name is the job's own (`--job-name` at submission): Slurm cancels the id only if the job
+//! under it has that name, atomically. Every tenant's jobs run as the gateway's user, so a bare
+//! id that Slurm had given to another job since (its ids wrap, or a reset controller starts
+//! again) would otherwise cancel that job.
 
 use std::ffi::OsString;
 
@@ -17,15 +22,24 @@ pub enum CancelOutcome {
 }
 
 impl SlurmRunner {
-    /// Cancels a job.
-    pub fn cancel(&self, job_id: u64) -> Result<CancelOutcome, SlurmError> {
+    /// Cancels job `job_id` if it is the one named `name` (see the module doc).
+    pub fn cancel(&self, job_id: u64, name: &str) -> Result<CancelOutcome, SlurmError> {
+        super::validate::name("job_name", name)?;
         // Without `-v` scancel says nothing (and exits 0) for finished or unknown jobs; with it,
         // it names the problem on stderr (22.05 still exits 0).
         let output = self.client.run(
             "scancel",
-            &[OsString::from("-v"), OsString::from(job_id.to_string())],
+            &[
+                OsString::from("-v"),
+                OsString::from(format!("--name={name}")),
+                OsString::from(job_id.to_string()),
+            ],
         )?;
-        if output.stderr.contains("already completing or completed") {
+        // No active job has this id and name: ours ended (or Slurm never had it, or the id is
+        // another job's now).
+        if output.stderr.contains("already completing or completed")
+            || output.stderr.contains("No active jobs match")
+        {
             return Ok(CancelOutcome::AlreadyFinished);
         }
         if output.stderr.contains("Invalid job id") {

@@ -11,7 +11,7 @@ mod harness;
 
 use std::time::Duration;
 
-use hpcgate_executors::slurm::{CancelOutcome, JobPhase, SlurmError};
+use hpcgate_executors::slurm::{CancelOutcome, JobPhase};
 
 use harness::{JobDirs, memory_enforced_by_cgroup, scontrol_record, wait_final, wait_running};
 
@@ -120,14 +120,24 @@ fn cancel_ends_as_cancelled() {
     let runner = dirs.runner();
     let job = runner.submit(&dirs.spec(&["/bin/sleep", "600"])).unwrap();
     wait_running(&runner, job.id);
-    assert_eq!(runner.cancel(job.id).unwrap(), CancelOutcome::Requested);
+    let name = "hpcgate-test";
+    // Another name: not this job, which runs on.
+    assert_eq!(
+        runner.cancel(job.id, "someone-else").unwrap(),
+        CancelOutcome::AlreadyFinished
+    );
+    wait_running(&runner, job.id);
+    assert_eq!(
+        runner.cancel(job.id, name).unwrap(),
+        CancelOutcome::Requested
+    );
     let status = wait_final(&runner, job.id, Duration::from_secs(30));
     assert_eq!(status.phase, JobPhase::Cancelled, "{status:?}");
     let both = runner.statuses(&[60_000_000, job.id]).unwrap();
     let phases: Vec<&JobPhase> = both.iter().map(|s| &s.phase).collect();
     assert_eq!(phases, [&JobPhase::Lost, &JobPhase::Cancelled]);
     assert_eq!(
-        runner.cancel(job.id).unwrap(),
+        runner.cancel(job.id, name).unwrap(),
         CancelOutcome::AlreadyFinished
     );
 }
@@ -141,10 +151,11 @@ fn a_job_slurm_never_heard_of_is_lost_not_completed() {
         assert_eq!(status.phase, JobPhase::Lost, "{id}");
         assert!(!status.phase.is_final());
     }
-    assert!(matches!(
-        runner.cancel(60_000_000),
-        Err(SlurmError::JobNotFound { job_id: 60_000_000 })
-    ));
+    assert_eq!(
+        runner.cancel(60_000_000, "run1").unwrap(),
+        CancelOutcome::AlreadyFinished,
+        "nothing of that id and name is active"
+    );
 }
 
 #[test]
