@@ -14,9 +14,10 @@
 //!    checks the parent is still there, so bwrap dies with its parent even before bwrap's own
 //!    `--die-with-parent` is armed.
 //!
-//! bwrap itself gets an empty environment and its own process group, plus one extra fd: the
-//! write end of an `--info-fd` pipe (its own number, so nothing is `dup2`ed over an fd std
-//! uses). bwrap writes the host pid of the pid-namespace init there; [`read_init_pid`] gets
+//! bwrap itself gets an empty environment and its own process group, plus two extra fds: the
+//! read end of a pipe holding the seccomp filter (`--seccomp`, [`super::seccomp`]) and the
+//! write end of an `--info-fd` pipe (each its own number, so nothing is `dup2`ed over an fd
+//! std uses). bwrap writes the host pid of the pid-namespace init there; [`read_init_pid`] gets
 //! it so the sandbox can be killed through its init even in the instant before bwrap has
 //! armed `--die-with-parent`.
 
@@ -44,6 +45,8 @@ pub(crate) struct Prepared {
     /// Read end of the `--info-fd` pipe; the write end is dropped with `command`'s spawn.
     pub info: std::fs::File,
     info_write: Option<OwnedFd>,
+    /// Read end of the `--seccomp` pipe (the filter is in it already); dropped with the spawn.
+    filter: Option<OwnedFd>,
 }
 
 impl Prepared {
@@ -51,6 +54,7 @@ impl Prepared {
     pub(crate) fn spawn(&mut self) -> std::io::Result<std::process::Child> {
         let child = self.command.spawn();
         self.info_write = None;
+        self.filter = None;
         child
     }
 }
@@ -93,10 +97,13 @@ pub(crate) fn prepare(
 
     let (info_read, info_write) = pipe().map_err(SandboxError::Spawn)?;
     let info_fd = info_write.as_raw_fd();
+    let filter = seccomp_filter().map_err(SandboxError::Spawn)?;
+    let filter_fd = filter.as_raw_fd();
     let argv = bwrap_argv(spec, command);
     #[allow(clippy::disallowed_methods)] // the sandbox executor's spawn: bwrap from a typed spec
     let mut cmd = Command::new(&argv[0]);
     cmd.args(["--info-fd".to_owned(), info_fd.to_string()])
+        .args(["--seccomp".to_owned(), filter_fd.to_string()])
         .args(&argv[1..])
         .env_clear()
         .stdin(stdin)
@@ -115,6 +122,7 @@ pub(crate) fn prepare(
         cmd.pre_exec(move || {
             cloexec_from_3()?;
             keep_open(info_fd)?;
+            keep_open(filter_fd)?;
             if let Some(cg) = &join {
                 cg.join_self()?;
             }
@@ -131,6 +139,7 @@ pub(crate) fn prepare(
         cgroup,
         info: std::fs::File::from(info_read),
         info_write: Some(info_write),
+        filter: Some(filter),
     })
 }
 
@@ -211,6 +220,16 @@ pub(crate) fn wait_until_running(child: &mut std::process::Child, init_pid: i32)
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// A pipe's read end holding the sandbox's seccomp filter ([`super::seccomp`]), the write end
+/// closed, for bwrap's `--seccomp`.
+fn seccomp_filter() -> std::io::Result<OwnedFd> {
+    use std::io::Write;
+    let (read, write) = pipe()?;
+    // A few hundred bytes: within the pipe's buffer, so this cannot block.
+    std::fs::File::from(write).write_all(&super::seccomp::program())?;
+    Ok(read)
 }
 
 /// A close-on-exec pipe: (read, write).

@@ -8,6 +8,7 @@
 //! | list host processes | only the sandbox's own pids in `/proc` |
 //! | use capabilities / gain privileges | CapEff/CapPrm 0, NoNewPrivs 1 |
 //! | nested user namespace | refused |
+//! | read, add or use up kernel keys (keyrings are not namespaced) | `keyctl`, `add_key` fail with `ENOSYS` |
 //! | read an inherited 0600 fd | fd absent in the sandbox (run_sync and jobs) |
 //! | TCP to a host listener on 127.0.0.1 / DNS | refused, listener never sees a connection |
 //! | fork bomb | processes capped at `pids`, killed at wall time, host still forks |
@@ -115,6 +116,39 @@ fn nested_user_namespaces_are_refused() {
         "unshare -U true && echo nested-ok || echo refused; unshare -Ur true && echo root-ok || echo refused",
     );
     assert_eq!(out, "refused\nrefused\n", "stderr: {err}");
+}
+
+/// Kernel keyrings are not namespaced: a sandbox could read the session keyring of whoever
+/// started the gateway, leave keys for another tenant's sandbox, or use up the user's key
+/// quota. The seccomp filter answers the key calls `ENOSYS`, and nothing else.
+#[test]
+fn keyrings_are_out_of_reach() {
+    let inst = Instance::create();
+    let script = format!(
+        "grep '^Seccomp:' /proc/self/status; /usr/bin/python3 -c \"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+for name, nr, args in [('keyctl', {keyctl}, (0, -3, 0)), ('add_key', {add_key}, (b'user', b'k', b'v', 1, -3))]:
+    r = libc.syscall(nr, *args)
+    print(name, r, os.strerror(ctypes.get_errno()) if r < 0 else 'ok')
+print('getpid', libc.syscall({getpid}) > 0)
+\"",
+        keyctl = libc::SYS_keyctl,
+        add_key = libc::SYS_add_key,
+        getpid = libc::SYS_getpid,
+    );
+    let (out, err, _) = run(&inst, &script);
+    assert!(
+        out.contains("Seccomp:\t2"),
+        "a filter is in force: {out} {err}"
+    );
+    for call in ["keyctl", "add_key"] {
+        assert!(
+            out.contains(&format!("{call} -1 Function not implemented")),
+            "{call}: {out} {err}"
+        );
+    }
+    assert!(out.contains("getpid True"), "other calls work: {out} {err}");
 }
 
 #[allow(unsafe_code)]
