@@ -94,6 +94,9 @@ pub enum StateError {
     /// The job record is final and cannot be given a new executor handle.
     #[error("job `{id}` already has an executor handle; it was started once already")]
     HandleAlreadySet { id: String },
+    /// The state directory is not this gateway's alone (found when it is opened).
+    #[error("the state directory `{path}` {why}")]
+    NotPrivate { path: String, why: String },
     /// A filesystem operation failed.
     #[error("state directory error while trying to {op}; check the gateway's state directory")]
     Io {

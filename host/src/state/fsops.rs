@@ -45,6 +45,49 @@ pub(crate) fn ensure_dir_private(path: &Path) -> io::Result<()> {
     }
 }
 
+/// Refuses a state directory another user could change: `root` or `tenants` not this user's
+/// or writable by others, or `root` below a directory anyone may write that is not sticky
+/// (there anyone could move it away and put theirs in its place). Everything the gateway keeps
+/// is reached through it by path: instances, job records, the sockets of jobs' doors.
+pub(crate) fn check_private_root(root: &Path, tenants: &Path) -> Result<(), StateError> {
+    use std::os::unix::fs::MetadataExt;
+    let refuse = |why: String| {
+        Err(StateError::NotPrivate {
+            path: root.display().to_string(),
+            why,
+        })
+    };
+    let euid = rustix::process::geteuid().as_raw();
+    for dir in [root, tenants] {
+        let meta =
+            fs::symlink_metadata(dir).map_err(StateError::io("check the state directory"))?;
+        if meta.uid() != euid {
+            return refuse(format!(
+                "(or its `tenants`) belongs to uid {}, not to this gateway's ({euid}): give it to this user or choose another `state_dir`",
+                meta.uid()
+            ));
+        }
+        if meta.mode() & 0o022 != 0 {
+            return refuse(
+                "(or its `tenants`) may be written by other users: `chmod go-w` it".to_owned(),
+            );
+        }
+    }
+    let resolved = root
+        .canonicalize()
+        .map_err(StateError::io("check the state directory"))?;
+    for above in resolved.ancestors().skip(1) {
+        let meta = fs::metadata(above).map_err(StateError::io("check the state directory"))?;
+        if meta.mode() & 0o002 != 0 && meta.mode() & 0o1000 == 0 {
+            return refuse(format!(
+                "is below `{}`, which anyone may write and which is not sticky: choose a `state_dir` elsewhere",
+                above.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Whether `path` is a directory itself (not a symlink to one).
 pub(crate) fn is_real_dir(path: &Path) -> io::Result<bool> {
     match fs::symlink_metadata(path) {

@@ -84,11 +84,13 @@ struct Memos {
 }
 
 impl State {
-    /// Opens (creating, mode 0700) the state directory and its `tenants/` directory.
+    /// Opens (creating, mode 0700) the state directory and its `tenants/` directory, refusing
+    /// one another user could change ([`fsops::check_private_root`]).
     pub fn open(state_dir: impl Into<PathBuf>) -> Result<State, StateError> {
         let root = state_dir.into();
         ensure_dir_private(&root.join(TENANTS))
             .map_err(StateError::io("create the state directory"))?;
+        fsops::check_private_root(&root, &root.join(TENANTS))?;
         let memos = Arc::new(Memos {
             instances: Memo::new(),
             running_jobs: Memo::new(),

@@ -4,7 +4,7 @@
 use std::fs;
 
 use hpcgate::state::{
-    InstanceId, JobId, NewInstance, PageRequest, StateError, TenantName, Timestamp,
+    InstanceId, JobId, NewInstance, PageRequest, State, StateError, TenantName, Timestamp,
 };
 
 use crate::support::state as support;
@@ -370,4 +370,40 @@ fn directories_are_private_and_symlinks_are_not_instances() {
         StateError::NotFound { .. }
     ));
     assert_eq!(state.list(&chem, page(10, 0)).unwrap().total, 1);
+}
+
+/// A state directory another user could change is refused when it is opened: one others may
+/// write, or one below a directory anyone may write that is not sticky (there it could be
+/// moved away and replaced). Below a sticky one (as `/tmp`) it is fine.
+#[test]
+fn a_state_directory_others_could_change_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let mode = |path: &std::path::Path, mode: u32| {
+        fs::create_dir_all(path).unwrap();
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let shared = tmp.path().join("shared");
+    mode(&shared, 0o777);
+    let refused = State::open(&shared).expect_err("refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("may be written by other users"),
+        "{refused}"
+    );
+
+    let open = tmp.path().join("open");
+    mode(&open.join("state"), 0o700);
+    mode(&open, 0o777);
+    let refused = State::open(open.join("state")).expect_err("refused");
+    assert!(
+        refused.to_string().contains("which anyone may write"),
+        "{refused}"
+    );
+
+    let sticky = tmp.path().join("sticky");
+    mode(&sticky.join("state"), 0o700);
+    mode(&sticky, 0o1777);
+    assert!(State::open(sticky.join("state")).is_ok());
 }
