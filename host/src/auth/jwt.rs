@@ -89,6 +89,14 @@ impl JwtVerifier {
                                 "this is a PEM key, not a shared secret; use `algorithm = \"RS256\"` or `\"ES256\"` for public keys".to_owned(),
                             ));
                         }
+                        // Whoever reads the secret can sign tokens for any tenant.
+                        use std::os::unix::fs::PermissionsExt;
+                        let mode = std::fs::metadata(path).map_or(0, |m| m.permissions().mode());
+                        if mode & 0o004 != 0 {
+                            return Err(unusable(
+                                "an HS256 secret that every user may read lets anyone sign tokens: `chmod o-r` it (600 is best)".to_owned(),
+                            ));
+                        }
                         DecodingKey::from_secret(secret)
                     }
                     JwtAlgorithm::Rs256 => DecodingKey::from_rsa_pem(&bytes)

@@ -12,6 +12,8 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    #[error("config file `{}` {why}", path.display())]
+    Untrusted { path: PathBuf, why: String },
     #[error("`{file}` is not valid TOML: {message}")]
     Syntax { file: String, message: String },
     #[error("`{file}`: unknown key `{key}`; remove it or check its spelling")]

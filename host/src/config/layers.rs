@@ -137,10 +137,11 @@ pub fn load(env: &Environment) -> Result<LoadedConfig, ConfigError> {
         read: true,
     }];
     if let Some(user) = env.user_config_file() {
-        match std::fs::read_to_string(&user) {
+        match read_layer(&user) {
             Ok(text) => texts.push((Some(user.clone()), text)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(ConfigError::Read { path: user, source }),
+            Err(ConfigError::Read { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
         }
         layers.push(Layer {
             read: texts.len() == 2,
@@ -150,10 +151,7 @@ pub fn load(env: &Environment) -> Result<LoadedConfig, ConfigError> {
     if let Some(path) = &env.explicit {
         // Relative to the working directory, like any command-line path.
         let path = &std::path::absolute(path).unwrap_or_else(|_| path.clone());
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.clone(),
-            source,
-        })?;
+        let text = read_layer(path)?;
         texts.push((Some(path.clone()), text));
         layers.push(Layer {
             path: Some(path.clone()),
@@ -169,6 +167,50 @@ pub fn load(env: &Environment) -> Result<LoadedConfig, ConfigError> {
         origins,
         env: env.clone(),
     })
+}
+
+/// Reads a layer, refusing one another user could have written: a layer is code in effect
+/// (`[sandbox] bwrap`, `host_commands`, a proxied server's `command`), so the file, as
+/// resolved, must be this user's or root's and not writable by everyone, in a directory
+/// everyone may write only if it is sticky.
+fn read_layer(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let read = |source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let untrusted = |why: String| ConfigError::Untrusted {
+        path: path.to_owned(),
+        why,
+    };
+    let mut file = std::fs::File::open(path).map_err(read)?;
+    let meta = file.metadata().map_err(read)?;
+    let euid = rustix::process::geteuid().as_raw();
+    if meta.uid() != euid && meta.uid() != 0 {
+        return Err(untrusted(format!(
+            "belongs to uid {}, neither this user ({euid}) nor root: a config is code in effect; copy it, or have root own it",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o002 != 0 {
+        return Err(untrusted(
+            "may be written by anyone: `chmod o-w` it".to_owned(),
+        ));
+    }
+    let resolved = path.canonicalize().map_err(read)?;
+    if let Some(dir) = resolved.parent() {
+        let dir_meta = std::fs::metadata(dir).map_err(read)?;
+        if dir_meta.mode() & 0o002 != 0 && dir_meta.mode() & 0o1000 == 0 {
+            return Err(untrusted(format!(
+                "is in `{}`, which anyone may write and which is not sticky: move it",
+                dir.display()
+            )));
+        }
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(read)?;
+    Ok(text)
 }
 
 /// Parses and merges layer texts, lowest first (`None` path: the built-in layer).

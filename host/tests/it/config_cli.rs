@@ -164,6 +164,53 @@ fn an_unknown_key_names_the_file_it_came_from_and_the_dotted_key() {
     );
 }
 
+/// A config layer is code in effect (`[sandbox] bwrap`, host commands, proxied servers): one
+/// everybody may write, or one in a directory everybody may write that is not sticky, is
+/// refused by name, not read.
+#[test]
+fn a_config_others_could_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let set = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let planted = "[sandbox]\nbwrap = \"/bin/true\"\n";
+    let open = write(&home.path().join("open.toml"), planted);
+    set(&open, 0o666);
+    let output = hpcgate(
+        home.path(),
+        &[],
+        &["config", "check", "--config", open.to_str().unwrap()],
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stdout(&output).contains("may be written by anyone: `chmod o-w` it"),
+        "{output:?}"
+    );
+
+    let shared = home.path().join("shared");
+    let inside = write(&shared.join("config.toml"), planted);
+    set(&shared, 0o777);
+    let output = hpcgate(
+        home.path(),
+        &[],
+        &["config", "check", "--config", inside.to_str().unwrap()],
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stdout(&output).contains("which anyone may write and which is not sticky"),
+        "{output:?}"
+    );
+
+    set(&open, 0o644);
+    let output = hpcgate(
+        home.path(),
+        &[],
+        &["config", "check", "--config", open.to_str().unwrap()],
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+}
+
 #[test]
 fn a_bad_policy_or_a_missing_file_is_reported_by_name() {
     let home = tempfile::tempdir().unwrap();

@@ -45,6 +45,8 @@ impl Keys {
         );
         openssl(p, &["pkey", "-in", "ec.key", "-pubout", "-out", "ec.pub"]);
         std::fs::write(p.join("hs.secret"), format!("{SECRET}\n")).unwrap();
+        let private = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+        std::fs::set_permissions(p.join("hs.secret"), private).unwrap();
         Keys { dir }
     }
 
@@ -281,6 +283,18 @@ fn alg_none_and_algorithm_confusion_are_refused() {
             .contains("PEM key, not a shared secret"),
         "{pem_as_secret}"
     );
+    // A secret every user may read would let anyone sign tokens.
+    let readable = keys.dir.path().join("readable.secret");
+    std::fs::write(&readable, format!("{SECRET}\n")).unwrap();
+    let everyone = std::os::unix::fs::PermissionsExt::from_mode(0o644);
+    std::fs::set_permissions(&readable, everyone).unwrap();
+    let refused = Authenticator::from_settings(&settings(&jwt_config(
+        "HS256",
+        &format!("key_file = \"{}\"", readable.display()),
+        "",
+    )))
+    .unwrap_err();
+    assert!(refused.to_string().contains("`chmod o-r` it"), "{refused}");
     // ES256 with its own key works; with a wrong key (RSA public key as EC) setup fails or
     // verification fails.
     let ec = auth(&jwt_config(

@@ -12,6 +12,8 @@ use crate::config::WELL_KNOWN;
 fn oauth_config(dir: &std::path::Path, issuer: &str, resource: &str, oauth: &str) -> String {
     let secret = dir.join("hs.secret");
     std::fs::write(&secret, SECRET).unwrap();
+    let private = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+    std::fs::set_permissions(&secret, private).unwrap();
     tenants(&format!(
         "[auth.jwt]\nalgorithm = \"HS256\"\nkey_file = {:?}\nissuer = \"{issuer}\"\n\
          audience = [\"{resource}\"]\ntenant_claim = \"scope\"\n\
