@@ -75,6 +75,15 @@ impl Jobs {
         let slurm = slurm.map(|settings| {
             let mut runner = SlurmRunner::new(state_dir.join("slurm-scripts"));
             runner.client = settings.client.clone();
+            // A job that ended is in `scontrol` for `MinJobAge` only (5 minutes by default):
+            // one polled later is found in the accounting database, where the cluster has one.
+            // Asked once, at the start; a controller that does not answer then leaves it off.
+            runner.accounting = runner.accounting_available().unwrap_or_else(|e| {
+                crate::proxy::log(&format!(
+                    "Slurm did not say whether it keeps job accounting ({e}); jobs that ended more than `MinJobAge` before they are polled will show as missing until a restart finds it"
+                ));
+                false
+            });
             (runner, settings)
         });
         Jobs {
