@@ -224,12 +224,7 @@ pub fn merge_texts(
         let label = path
             .as_ref()
             .map_or_else(|| DEFAULTS_LABEL.to_owned(), |p| p.display().to_string());
-        let mut table: toml::Table =
-            text.parse()
-                .map_err(|e: toml::de::Error| ConfigError::Syntax {
-                    file: label.clone(),
-                    message: e.message().to_owned(),
-                })?;
+        let mut table = super::parse::toml_table(text, &label)?;
         let dir = path.as_deref().and_then(Path::parent);
         absolutize(&mut table, dir, env.home());
         merge(&mut merged, table, "", &label, &mut origins);

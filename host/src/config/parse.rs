@@ -7,6 +7,15 @@ use super::error::ConfigError;
 use super::origins::Origins;
 use super::raw::Config;
 
+/// TOML text as a table; `file` names it in the error.
+pub(super) fn toml_table(text: &str, file: &str) -> Result<toml::Table, ConfigError> {
+    text.parse()
+        .map_err(|e: toml::de::Error| ConfigError::Syntax {
+            file: file.to_owned(),
+            message: e.message().to_owned(),
+        })
+}
+
 impl Config {
     /// Reads one file, without layering (what `hpcgate policy test --config` uses). Returns the
     /// config and the file's directory, against which relative module paths resolve. Paths
@@ -18,12 +27,7 @@ impl Config {
             source,
         })?;
         let file = path.display().to_string();
-        let mut table: toml::Table =
-            text.parse()
-                .map_err(|e: toml::de::Error| ConfigError::Syntax {
-                    file: file.clone(),
-                    message: e.message().to_owned(),
-                })?;
+        let mut table = toml_table(&text, &file)?;
         let base = std::path::absolute(path)
             .ok()
             .and_then(|p| p.parent().map(Path::to_path_buf))
@@ -35,13 +39,7 @@ impl Config {
 
     /// Parses TOML text; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
-        let table: toml::Table =
-            text.parse()
-                .map_err(|e: toml::de::Error| ConfigError::Syntax {
-                    file: file.to_owned(),
-                    message: e.message().to_owned(),
-                })?;
-        Config::from_table(table, file)
+        Config::from_table(toml_table(text, file)?, file)
     }
 
     /// Builds the config from one file's table.
