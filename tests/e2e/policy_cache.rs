@@ -83,11 +83,7 @@ fn a_cache_directory_others_can_write_is_not_used() {
     assert!(artifacts(&shared).is_empty(), "a root others can write");
     let below = tmp.path().join("open/cache");
     open(&below, 0o700);
-    std::fs::set_permissions(
-        tmp.path().join("open"),
-        std::fs::Permissions::from_mode(0o777),
-    )
-    .unwrap();
+    open(&tmp.path().join("open"), 0o777);
     load(&below);
     assert!(
         artifacts(&below).is_empty(),
@@ -96,11 +92,7 @@ fn a_cache_directory_others_can_write_is_not_used() {
     // ...while one below a sticky directory (as /tmp) is used.
     let sticky = tmp.path().join("sticky/cache");
     open(&sticky, 0o700);
-    std::fs::set_permissions(
-        tmp.path().join("sticky"),
-        std::fs::Permissions::from_mode(0o1777),
-    )
-    .unwrap();
+    open(&tmp.path().join("sticky"), 0o1777);
     load(&sticky);
     let files = artifacts(&sticky);
     assert_eq!(files.len(), 1, "a private root below a sticky directory");
