@@ -587,7 +587,8 @@ fn idle_tick(proxies: &BTreeMap<String, ProxySettings>) -> Option<Duration> {
 }
 
 /// Stops servers idle for their proxy's `idle_timeout` and forgets dead ones. A slot being
-/// started or called (locked) is skipped this round.
+/// started (locked) is skipped this round, as is a server with a call in flight, dead or
+/// not: that call ends it, and its record names the tool it was running.
 async fn reap_idle(inner: std::sync::Weak<Inner>, tick: Duration) {
     loop {
         tokio::time::sleep(tick).await;
@@ -606,7 +607,8 @@ async fn reap_idle(inner: std::sync::Weak<Inner>, tick: Duration) {
                 continue;
             };
             let expired = current.as_ref().is_some_and(|c| {
-                !c.is_alive() || c.idle_since().is_some_and(|t| t.elapsed() >= idle)
+                c.idle_since()
+                    .is_some_and(|t| !c.is_alive() || t.elapsed() >= idle)
             });
             if expired && let Some(client) = current.take() {
                 client.stop(Stop::Idle).await;
