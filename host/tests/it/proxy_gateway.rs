@@ -610,12 +610,13 @@ fn a_tenant_runs_a_bounded_number_of_servers() {
             .map(|i| {
                 let (gw, run) = (&gw, run(i));
                 scope.spawn(move || {
-                    let slow = args(json!({"instance_id": run, "ms": 3000}));
+                    let slow = args(json!({"instance_id": run, "ms": 6000}));
                     gw.call(&caller("chem"), "t__slow", slow)
                 })
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(1000));
+        // Time for all of them to be in flight, even on a loaded machine.
+        std::thread::sleep(Duration::from_millis(2500));
         let refused = err(whoami("chem", 0));
         assert!(
             refused.contains(&format!("already runs {max} proxied servers")),
