@@ -419,10 +419,12 @@ struct SegmentCheck {
 /// `prev`).
 type Anchored = (u64, u64, String);
 
-/// The anchor an `audit.pruned` record names (a verified line).
+/// The anchor an `audit.pruned` record names (a verified line). `event` follows the header
+/// (`seq`, `ts`, `prev`), well within a line's first 256 bytes: only those are searched.
 fn pruned(line: &[u8]) -> Option<Anchored> {
     const EVENT: &[u8] = br#""event":"audit.pruned""#;
-    if !line.windows(EVENT.len()).any(|w| w == EVENT) {
+    let head = &line[..line.len().min(256)];
+    if !head.windows(EVENT.len()).any(|w| w == EVENT) {
         return None;
     }
     let record: serde_json::Value = serde_json::from_slice(line).ok()?;
