@@ -59,6 +59,7 @@ mod error;
 mod fault_tests;
 mod index;
 mod log;
+mod problem;
 mod prune;
 mod query;
 mod record;

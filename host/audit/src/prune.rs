@@ -189,6 +189,28 @@ pub(crate) fn prune_locked(dir: &Path, before: Timestamp) -> Result<PruneReport,
     })
 }
 
+/// Where an `audit.pruned` record says the chain starts: (`first_segment`, `first_seq`,
+/// `prev`).
+pub(crate) type Anchored = (u64, u64, String);
+
+/// The anchor an `audit.pruned` record names (a verified line): what [`prune`] writes in its
+/// `detail`, read back by `verify`. `event` follows the header
+/// (`seq`, `ts`, `prev`), well within a line's first 256 bytes: only those are searched.
+pub(crate) fn pruned(line: &[u8]) -> Option<Anchored> {
+    const EVENT: &[u8] = br#""event":"audit.pruned""#;
+    let head = &line[..line.len().min(256)];
+    if !head.windows(EVENT.len()).any(|w| w == EVENT) {
+        return None;
+    }
+    let record: serde_json::Value = serde_json::from_slice(line).ok()?;
+    let detail = &record["detail"];
+    Some((
+        detail["first_segment"].as_u64()?,
+        detail["first_seq"].as_u64()?,
+        detail["prev"].as_str()?.to_owned(),
+    ))
+}
+
 fn write_anchor(dir: &Path, anchor: &Anchor) -> Result<(), AuditError> {
     let fail = |source| AuditError::Write(arc(source));
     let temp = dir.join(format!("{ANCHOR_FILE}.tmp"));
