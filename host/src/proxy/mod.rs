@@ -15,7 +15,7 @@
 //!   proxy's network and binds). Concurrent first calls start one server (each key has a slot
 //!   whose async lock is held while starting). A server idle for `idle_timeout` is stopped; a
 //!   crashed one fails the call in flight and is replaced on the next call. A tenant runs at
-//!   most [`MAX_TENANT_SERVERS`] at once: the next start stops its least recently used idle
+//!   most [`MAX_TENANT_SERVERS`] at once ([`running`]): the next start stops its least recently used idle
 //!   one, or is refused while all of them are busy.
 //!
 //! The gateway's core is synchronous; the manager runs its own small tokio runtime, and its
@@ -33,10 +33,14 @@ mod error;
 mod lifecycle;
 mod overlay;
 mod run;
+mod running;
 mod schema;
 mod spawner;
 
 use std::collections::{BTreeMap, HashMap};
+
+pub use running::MAX_TENANT_SERVERS;
+use running::{idle_tick, reap_idle};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -69,11 +73,6 @@ struct Key {
 
 /// Held while a server starts, so concurrent first calls start exactly one.
 type Slot = tokio::sync::Mutex<Option<Arc<Client>>>;
-
-/// Proxied servers one tenant runs at once, over all its instances and proxies: each is a
-/// sandbox with the sandbox's memory and process limits, so a tenant's instances must not
-/// multiply them without bound.
-pub const MAX_TENANT_SERVERS: usize = 16;
 
 struct Inner {
     proxies: BTreeMap<String, ProxySettings>,
@@ -425,54 +424,6 @@ impl Inner {
         Ok(client)
     }
 
-    /// Makes room for one more server of `key`'s tenant: with [`MAX_TENANT_SERVERS`] running
-    /// (or starting), its least recently used idle one is stopped; with none idle, the start
-    /// is refused. Concurrent starts of one tenant may each find room: the bound is soft by
-    /// the calls that tenant has in flight.
-    async fn make_room(&self, key: &Key) -> Result<(), ProxyError> {
-        let slots: Vec<Arc<Slot>> = (lock(&self.clients).iter())
-            .filter(|(k, _)| k.tenant == key.tenant && *k != key)
-            .map(|(_, slot)| slot.clone())
-            .collect();
-        let mut running = 0;
-        let mut idlest: Option<(Instant, Arc<Slot>)> = None;
-        for slot in slots {
-            let Ok(current) = slot.try_lock() else {
-                running += 1; // starting
-                continue;
-            };
-            let Some(client) = current.as_ref().filter(|c| c.is_alive()) else {
-                continue;
-            };
-            running += 1;
-            if let Some(since) = client.idle_since()
-                && idlest.as_ref().is_none_or(|(oldest, _)| since < *oldest)
-            {
-                idlest = Some((since, slot.clone()));
-            }
-        }
-        if running < MAX_TENANT_SERVERS {
-            return Ok(());
-        }
-        let busy = || ProxyError::Busy {
-            tenant: key.tenant.to_string(),
-            limit: MAX_TENANT_SERVERS,
-        };
-        let (_, slot) = idlest.ok_or_else(busy)?;
-        let mut current = slot.try_lock().map_err(|_| busy())?;
-        match current.take() {
-            Some(client) if client.idle_since().is_some() => {
-                client.stop(Stop::Evicted).await;
-                Ok(())
-            }
-            // Called meanwhile: it stays.
-            other => {
-                *current = other;
-                Err(busy())
-            }
-        }
-    }
-
     /// The instance's sandbox with the proxy's network, binds and environment.
     fn spec(&self, settings: &ProxySettings, workspace: PathBuf, output: PathBuf) -> SandboxSpec {
         let mut spec = self.sandbox.spec(workspace, output);
@@ -575,44 +526,6 @@ async fn stop_slots(slots: Vec<Arc<Slot>>, why: Stop) {
     for slot in slots {
         if let Some(client) = slot.lock().await.take() {
             client.stop(why).await;
-        }
-    }
-}
-
-/// How often idle servers are looked for: a quarter of the shortest `idle_timeout`, between
-/// 10 ms and 1 s; `None` when no proxy has one.
-fn idle_tick(proxies: &BTreeMap<String, ProxySettings>) -> Option<Duration> {
-    let shortest = proxies.values().filter_map(|p| p.idle_timeout).min()?;
-    Some((shortest / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)))
-}
-
-/// Stops servers idle for their proxy's `idle_timeout` and forgets dead ones. A slot being
-/// started (locked) is skipped this round, as is a server with a call in flight, dead or
-/// not: that call ends it, and its record names the tool it was running.
-async fn reap_idle(inner: std::sync::Weak<Inner>, tick: Duration) {
-    loop {
-        tokio::time::sleep(tick).await;
-        let Some(inner) = inner.upgrade() else {
-            return;
-        };
-        let slots: Vec<(Key, Arc<Slot>)> = lock(&inner.clients)
-            .iter()
-            .map(|(k, s)| (k.clone(), s.clone()))
-            .collect();
-        for (key, slot) in slots {
-            let Some(idle) = inner.proxies.get(&key.proxy).and_then(|p| p.idle_timeout) else {
-                continue;
-            };
-            let Ok(mut current) = slot.try_lock() else {
-                continue;
-            };
-            let expired = current.as_ref().is_some_and(|c| {
-                c.idle_since()
-                    .is_some_and(|t| !c.is_alive() || t.elapsed() >= idle)
-            });
-            if expired && let Some(client) = current.take() {
-                client.stop(Stop::Idle).await;
-            }
         }
     }
 }
