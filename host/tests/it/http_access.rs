@@ -148,13 +148,7 @@ async fn a_unix_socket_peer_is_its_uid_and_tenant() {
         .mode();
     assert_eq!(mode & 0o777, 0o600, "socket mode {mode:o}");
 
-    let client = ()
-        .serve(StreamableHttpClientTransport::from_unix_socket(
-            socket.to_str().unwrap(),
-            "http://localhost/mcp",
-        ))
-        .await
-        .unwrap();
+    let client = crate::support::served::unix_client(&socket).await;
     exercise(&client).await;
     client.cancel().await.unwrap();
 

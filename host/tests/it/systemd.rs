@@ -6,8 +6,6 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use rmcp::ServiceExt as _;
-use rmcp::transport::StreamableHttpClientTransport;
 use tokio::io::AsyncBufReadExt as _;
 
 use crate::support::served::config;
@@ -62,13 +60,7 @@ async fn the_gateway_serves_on_the_socket_systemd_passes() {
     let socket = dir.path().join("hpcgate.sock");
     let mut activator = activate(dir.path(), &config, &socket, &socket);
     wait_for_socket(&socket).await;
-    let client = ()
-        .serve(StreamableHttpClientTransport::from_unix_socket(
-            socket.to_str().unwrap(),
-            "http://localhost/mcp",
-        ))
-        .await
-        .unwrap();
+    let client = crate::support::served::unix_client(&socket).await;
     let tools = client.list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name == "create_instance"));
     client.cancel().await.unwrap();

@@ -16,8 +16,6 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 
-use rmcp::ServiceExt;
-use rmcp::transport::StreamableHttpClientTransport;
 use serde_json::Value;
 use served::{INITIALIZE, MCP_POST, Served, config, exchange};
 
@@ -133,12 +131,7 @@ fn client() {
         assert!(body.contains("may not use this gateway"), "{body}");
         return;
     }
-    let client = runtime
-        .block_on(().serve(StreamableHttpClientTransport::from_unix_socket(
-            socket.as_str(),
-            "http://localhost/mcp",
-        )))
-        .unwrap();
+    let client = runtime.block_on(crate::support::served::unix_client(Path::new(&socket)));
     let mut mcp =
         |tool: &str, arguments: Value| matrix::mcp_call(&runtime, &client, tool, arguments);
     match role.as_str() {

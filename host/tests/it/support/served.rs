@@ -182,3 +182,15 @@ pub fn audit_text(dir: &Path) -> String {
         .map(|path| std::fs::read_to_string(path).unwrap())
         .collect()
 }
+
+/// An rmcp client of the gateway's MCP endpoint on the Unix socket `socket`.
+pub async fn unix_client(socket: &Path) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
+    use rmcp::ServiceExt;
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_unix_socket(
+        socket.to_str().expect("a UTF-8 socket path"),
+        "http://localhost/mcp",
+    );
+    ().serve(transport)
+        .await
+        .expect("an MCP session over the socket")
+}
