@@ -275,7 +275,7 @@ impl Jobs {
             Some(ExecutorHandle::Slurm { slurm_job_id, .. }) => {
                 let (runner, _) = self.slurm.as_ref()?;
                 runner
-                    .status(*slurm_job_id)
+                    .status(*slurm_job_id, &job_name(&record.job_id))
                     .ok()
                     .map(|s| Observation::from(&s))
             }

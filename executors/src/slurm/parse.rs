@@ -1,10 +1,16 @@
 //! Parsers for the job queries' text output, tested against outputs recorded on a real cluster
 //! (`fixtures/`).
 //!
-//! - `squeue -h -j <id> -o %i|%T|%r`: `id|STATE|reason`, one line per job.
+//! - `squeue -h -j <id> -o %i|%T|%r|%j`: `id|STATE|reason|name`, one line per job.
 //! - `scontrol -o show job <id>`: one line of `Key=value` pairs; values may contain spaces
 //!   (e.g. `JobName`), so a word without `Key=` belongs to the previous value.
-//! - `sacct -n -P -X -j <id> -o JobIDRaw,State,ExitCode,Reason`: `|`-separated, one line per job.
+//! - `sacct -n -P -X -j <id> -o JobIDRaw,State,ExitCode,Reason,JobName`: `|`-separated, one
+//!   line per job.
+//!
+//! Each parser returns the job's name beside its status: a Slurm id names one job only until
+//! Slurm gives it to another (its ids wrap, a reset controller starts again), so the caller
+//! takes a line as its job's only when the name matches too. The name comes last in the two
+//! `|`-separated formats: it is the one field another user's job can fill with `|`.
 
 use std::collections::HashMap;
 
@@ -12,29 +18,37 @@ use super::SlurmError;
 use super::state::{JobStatus, StatusSource};
 
 /// The `squeue -o` format [`squeue_line`] reads.
-pub const SQUEUE_FORMAT: &str = "%i|%T|%r";
+pub const SQUEUE_FORMAT: &str = "%i|%T|%r|%j";
 
 /// The `sacct -o` fields [`sacct_line`] reads.
-pub const SACCT_FIELDS: &str = "JobIDRaw,State,ExitCode,Reason";
+pub const SACCT_FIELDS: &str = "JobIDRaw,State,ExitCode,Reason,JobName";
+
+/// One job as a query listed it: its status and the name it runs under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub status: JobStatus,
+    pub name: String,
+}
 
 /// Parses one `squeue` line in [`SQUEUE_FORMAT`].
-pub fn squeue_line(line: &str) -> Result<JobStatus, SlurmError> {
-    let fields: Vec<&str> = line.trim().splitn(3, '|').collect();
-    let [id, state, reason] = fields[..] else {
-        return Err(unparsable("squeue", line, "expected `id|state|reason`"));
+pub fn squeue_line(line: &str) -> Result<Listed, SlurmError> {
+    let fields: Vec<&str> = line.trim().splitn(4, '|').collect();
+    let [id, state, reason, name] = fields[..] else {
+        return Err(unparsable(
+            "squeue",
+            line,
+            "expected `id|state|reason|name`",
+        ));
     };
     let id = job_number(id).ok_or_else(|| unparsable("squeue", line, "bad job id"))?;
-    Ok(JobStatus::from_slurm(
-        id,
-        state,
-        Some(reason),
-        None,
-        StatusSource::Squeue,
-    ))
+    Ok(Listed {
+        status: JobStatus::from_slurm(id, state, Some(reason), None, StatusSource::Squeue),
+        name: name.to_owned(),
+    })
 }
 
 /// Parses the single line of `scontrol -o show job <id>`.
-pub fn scontrol_line(line: &str) -> Result<JobStatus, SlurmError> {
+pub fn scontrol_line(line: &str) -> Result<Listed, SlurmError> {
     let pairs = key_values(line);
     let id = pairs
         .get("JobId")
@@ -43,29 +57,32 @@ pub fn scontrol_line(line: &str) -> Result<JobStatus, SlurmError> {
     let state = pairs
         .get("JobState")
         .ok_or_else(|| unparsable("scontrol", line, "no `JobState=`"))?;
-    Ok(JobStatus::from_slurm(
+    let status = JobStatus::from_slurm(
         id,
         state,
         pairs.get("Reason").map(String::as_str),
         pairs.get("ExitCode").map(String::as_str),
         StatusSource::Scontrol,
-    ))
+    );
+    let name = pairs.get("JobName").cloned().unwrap_or_default();
+    Ok(Listed { status, name })
 }
 
 /// Parses one `sacct -P` line with [`SACCT_FIELDS`].
-pub fn sacct_line(line: &str) -> Result<JobStatus, SlurmError> {
-    let fields: Vec<&str> = line.trim().splitn(4, '|').collect();
-    let [id, state, exit, reason] = fields[..] else {
-        return Err(unparsable("sacct", line, "expected `id|state|exit|reason`"));
+pub fn sacct_line(line: &str) -> Result<Listed, SlurmError> {
+    let fields: Vec<&str> = line.trim().splitn(5, '|').collect();
+    let [id, state, exit, reason, name] = fields[..] else {
+        return Err(unparsable(
+            "sacct",
+            line,
+            "expected `id|state|exit|reason|name`",
+        ));
     };
     let id = job_number(id).ok_or_else(|| unparsable("sacct", line, "bad job id"))?;
-    Ok(JobStatus::from_slurm(
-        id,
-        state,
-        Some(reason),
-        Some(exit),
-        StatusSource::Sacct,
-    ))
+    Ok(Listed {
+        status: JobStatus::from_slurm(id, state, Some(reason), Some(exit), StatusSource::Sacct),
+        name: name.to_owned(),
+    })
 }
 
 /// `Key=value Key2=a b` → {Key: value, Key2: "a b"}; the first occurrence of a key wins.
@@ -119,7 +136,9 @@ mod tests {
     use super::*;
 
     fn scontrol(fixture: &str) -> JobStatus {
-        scontrol_line(fixture.lines().next().unwrap()).unwrap()
+        scontrol_line(fixture.lines().next().unwrap())
+            .unwrap()
+            .status
     }
 
     #[test]
@@ -207,6 +226,8 @@ mod tests {
             "JobId=7 JobName=x y JobState=OUT_OF_MEMORY Reason=OutOfMemory ExitCode=0:125",
         )
         .unwrap();
+        assert_eq!(status.name, "x y");
+        let status = status.status;
         assert_eq!(status.phase, JobPhase::Oom);
         assert_eq!(status.signal, Some(125));
         assert!(scontrol_line("garbage").is_err());
@@ -214,26 +235,35 @@ mod tests {
 
     #[test]
     fn squeue_fixtures_from_a_real_cluster() {
-        let statuses: Vec<JobStatus> = include_str!("fixtures/squeue_running_pending.txt")
+        let listed: Vec<Listed> = include_str!("fixtures/squeue_running_pending.txt")
             .lines()
             .map(|l| squeue_line(l).unwrap())
             .collect();
-        let summary: Vec<(u64, JobPhase, Option<&str>)> = statuses
+        let summary: Vec<(u64, JobPhase, Option<&str>, &str)> = listed
             .iter()
-            .map(|s| (s.job_id, s.phase.clone(), s.reason.as_deref()))
+            .map(|l| {
+                let s = &l.status;
+                (s.job_id, s.phase.clone(), s.reason.as_deref(), &*l.name)
+            })
             .collect();
         assert_eq!(
             summary,
             [
-                (7, JobPhase::Pending, Some("Resources")),
-                (6, JobPhase::Pending, Some("JobHeldUser")),
-                (5, JobPhase::Running, None),
+                (7, JobPhase::Pending, Some("Resources"), "s.sh"),
+                (6, JobPhase::Pending, Some("JobHeldUser"), "s.sh"),
+                (5, JobPhase::Running, None, "s.sh"),
             ]
         );
-        assert!(squeue_line("12|RUNNING").is_err());
+        assert!(squeue_line("12|RUNNING|None").is_err(), "no name");
         assert_eq!(
-            squeue_line("9|SOMETHING_NEW|x").unwrap().phase,
+            squeue_line("9|SOMETHING_NEW|x|n").unwrap().status.phase,
             JobPhase::Unknown("SOMETHING_NEW".into())
+        );
+        // Another user's job can put `|` in its name: it stays in the name.
+        let odd = squeue_line("9|RUNNING|None|a|b").unwrap();
+        assert_eq!(
+            (odd.name.as_str(), odd.status.phase),
+            ("a|b", JobPhase::Running)
         );
     }
 
@@ -242,29 +272,41 @@ mod tests {
     #[test]
     fn sacct_lines() {
         let table = [
-            ("41|COMPLETED|0:0|None", JobPhase::Completed, Some(0), None),
             (
-                "42|OUT_OF_MEMORY|0:125|OutOfMemory",
+                "41|COMPLETED|0:0|None|j",
+                JobPhase::Completed,
+                Some(0),
+                None,
+            ),
+            (
+                "42|OUT_OF_MEMORY|0:125|OutOfMemory|j",
                 JobPhase::Oom,
                 Some(0),
                 Some(125),
             ),
             (
-                "43|CANCELLED by 1000|0:15|None",
+                "43|CANCELLED by 1000|0:15|None|j",
                 JobPhase::Cancelled,
                 Some(0),
                 Some(15),
             ),
             (
-                "44|NODE_FAIL|1:0|NodeDown",
+                "44|NODE_FAIL|1:0|NodeDown|j",
                 JobPhase::NodeFail,
                 Some(1),
                 None,
             ),
-            ("45|PREEMPTED|0:0|None", JobPhase::Preempted, Some(0), None),
+            (
+                "45|PREEMPTED|0:0|None|j",
+                JobPhase::Preempted,
+                Some(0),
+                None,
+            ),
         ];
         for (line, phase, exit, signal) in table {
-            let status = sacct_line(line).unwrap();
+            let listed = sacct_line(line).unwrap();
+            assert_eq!(listed.name, "j");
+            let status = listed.status;
             assert_eq!(
                 (status.phase, status.exit_code, status.signal),
                 (phase, exit, signal),
@@ -272,8 +314,9 @@ mod tests {
             );
         }
         assert_eq!(
-            sacct_line("43|CANCELLED by 1000|0:15|None")
+            sacct_line("43|CANCELLED by 1000|0:15|None|j")
                 .unwrap()
+                .status
                 .slurm_state
                 .as_deref(),
             Some("CANCELLED by 1000")

@@ -143,6 +143,17 @@ impl JobStatus {
             source: StatusSource::Nowhere,
         }
     }
+
+    /// Slurm lists the id only under another job's name: it has given the id to another job.
+    pub fn lost_to_another(job_id: u64) -> JobStatus {
+        JobStatus {
+            reason: Some(
+                "Slurm has given this job's id to another job, and keeps no record of this one"
+                    .to_owned(),
+            ),
+            ..JobStatus::lost(job_id)
+        }
+    }
 }
 
 /// `3:0` → (Some(3), None); `0:9` → (Some(0), Some(9)); garbage → (None, None).

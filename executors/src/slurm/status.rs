@@ -16,42 +16,55 @@ use super::{JobStatus, SlurmError, SlurmRunner, parse};
 const UNKNOWN_JOB: &str = "Invalid job id";
 
 impl SlurmRunner {
-    /// The current status of a job.
-    pub fn status(&self, job_id: u64) -> Result<JobStatus, SlurmError> {
-        let mut statuses = self.statuses(&[job_id])?;
+    /// The current status of the job `job_id` submitted as `name` (its `--job-name`).
+    pub fn status(&self, job_id: u64, name: &str) -> Result<JobStatus, SlurmError> {
+        let mut statuses = self.statuses(&[(job_id, name)])?;
         Ok(statuses.pop().unwrap_or_else(|| JobStatus::lost(job_id)))
     }
 
-    /// The current status of several jobs, in the order asked: one `squeue` call for all of
-    /// them, then `scontrol` (and `sacct`) for each job no longer in the queue.
-    pub fn statuses(&self, job_ids: &[u64]) -> Result<Vec<JobStatus>, SlurmError> {
-        if job_ids.is_empty() {
+    /// The current status of several jobs, each an id and the name it was submitted as, in the
+    /// order asked: one `squeue` call for all of them, then `scontrol` (and `sacct`) for each
+    /// job no longer in the queue.
+    ///
+    /// A line is a job's only when its name matches too. Every tenant's jobs run as the
+    /// gateway's user, and an id Slurm has given to another job since (its ids wrap, a reset
+    /// controller starts again) would otherwise report that job's state as this one's: a job
+    /// under its id but another name is [`JobPhase::Lost`](super::JobPhase::Lost), saying so.
+    pub fn statuses(&self, jobs: &[(u64, &str)]) -> Result<Vec<JobStatus>, SlurmError> {
+        if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let list: Vec<String> = job_ids.iter().map(u64::to_string).collect();
+        let list: Vec<String> = jobs.iter().map(|(id, _)| id.to_string()).collect();
         let queue = self.query_or_unknown(
             "squeue",
             &["-h", "-j", &list.join(","), "-o", parse::SQUEUE_FORMAT],
         )?;
         let mut live = HashMap::new();
         for line in queue.lines().filter(|l| !l.trim().is_empty()) {
-            let status = parse::squeue_line(line)?;
-            live.insert(status.job_id, status);
+            let listed = parse::squeue_line(line)?;
+            live.insert(listed.status.job_id, listed);
         }
-        job_ids
-            .iter()
-            .map(|&id| match live.remove(&id) {
-                Some(status) => Ok(status),
-                None => self.status_after_queue(id),
+        jobs.iter()
+            .map(|&(id, name)| {
+                let mut seen = Seen::default();
+                if let Some(status) = live.remove(&id).and_then(|l| seen.take(l, id, name)) {
+                    return Ok(status);
+                }
+                self.status_after_queue(id, name, seen)
             })
             .collect()
     }
 
-    /// A job `squeue` no longer lists: `scontrol`, then `sacct`, then lost.
-    fn status_after_queue(&self, job_id: u64) -> Result<JobStatus, SlurmError> {
+    /// A job `squeue` no longer lists under its name: `scontrol`, then `sacct`, then lost.
+    fn status_after_queue(
+        &self,
+        job_id: u64,
+        name: &str,
+        mut seen: Seen,
+    ) -> Result<JobStatus, SlurmError> {
         let id = job_id.to_string();
         let record = self.query_or_unknown("scontrol", &["-o", "show", "job", &id])?;
-        if let Some(status) = find(&record, job_id, parse::scontrol_line)? {
+        if let Some(status) = seen.find(&record, job_id, name, parse::scontrol_line)? {
             return Ok(status);
         }
         if self.accounting {
@@ -59,11 +72,15 @@ impl SlurmRunner {
                 "sacct",
                 &["-n", "-P", "-X", "-j", &id, "-o", parse::SACCT_FIELDS],
             )?;
-            if let Some(status) = find(&history, job_id, parse::sacct_line)? {
+            if let Some(status) = seen.find(&history, job_id, name, parse::sacct_line)? {
                 return Ok(status);
             }
         }
-        Ok(JobStatus::lost(job_id))
+        Ok(if seen.other {
+            JobStatus::lost_to_another(job_id)
+        } else {
+            JobStatus::lost(job_id)
+        })
     }
 
     /// Whether the cluster keeps job history in a database (`AccountingStorageType` other than
@@ -85,20 +102,42 @@ impl SlurmRunner {
     }
 }
 
-/// The last line describing `job_id` (sacct may list a job once per requeue).
-fn find(
-    text: &str,
-    job_id: u64,
-    parse_line: fn(&str) -> Result<JobStatus, SlurmError>,
-) -> Result<Option<JobStatus>, SlurmError> {
-    let mut found = None;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let status = parse_line(line)?;
-        if status.job_id == job_id {
-            found = Some(status);
+/// Whether a query listed the id under another name: the id is another job's now.
+#[derive(Debug, Default)]
+struct Seen {
+    other: bool,
+}
+
+impl Seen {
+    /// `listed`'s status if it is the job `job_id` named `name`.
+    fn take(&mut self, listed: parse::Listed, job_id: u64, name: &str) -> Option<JobStatus> {
+        if listed.status.job_id != job_id {
+            return None;
         }
+        if listed.name != name {
+            self.other = true;
+            return None;
+        }
+        Some(listed.status)
     }
-    Ok(found)
+
+    /// The last line describing the job `job_id` named `name` (sacct may list a job once per
+    /// requeue, and keeps an earlier job that had the id).
+    fn find(
+        &mut self,
+        text: &str,
+        job_id: u64,
+        name: &str,
+        parse_line: fn(&str) -> Result<parse::Listed, SlurmError>,
+    ) -> Result<Option<JobStatus>, SlurmError> {
+        let mut found = None;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            if let Some(status) = self.take(parse_line(line)?, job_id, name) {
+                found = Some(status);
+            }
+        }
+        Ok(found)
+    }
 }
 
 /// Reads `AccountingStorageType = …` from `scontrol show config` output.
@@ -116,6 +155,22 @@ fn accounting_in_config(config: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `sacct` keeps every job that had an id: the one with this job's name is this job's.
+    #[test]
+    fn history_is_matched_by_name_too() {
+        let history = "41|COMPLETED|0:0|None|hpcgate-a\n41|RUNNING|0:0|None|someone\n";
+        let mut seen = Seen::default();
+        let found = seen
+            .find(history, 41, "hpcgate-a", parse::sacct_line)
+            .unwrap();
+        assert_eq!(found.unwrap().phase, super::super::JobPhase::Completed);
+        let mut seen = Seen::default();
+        let found = seen
+            .find(history, 41, "hpcgate-b", parse::sacct_line)
+            .unwrap();
+        assert!(found.is_none() && seen.other);
+    }
 
     #[test]
     fn accounting_from_config() {

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use hpcgate_executors::slurm::{CancelOutcome, JobPhase};
 
-use harness::{JobDirs, memory_enforced_by_cgroup, scontrol_record, wait_final, wait_running};
+use harness::{
+    JobDirs, NAME, memory_enforced_by_cgroup, scontrol_record, wait_final, wait_running,
+};
 
 #[test]
 fn true_in_bwrap_completes() {
@@ -120,7 +122,7 @@ fn cancel_ends_as_cancelled() {
     let runner = dirs.runner();
     let job = runner.submit(&dirs.spec(&["/bin/sleep", "600"])).unwrap();
     wait_running(&runner, job.id);
-    let name = "hpcgate-test";
+    let name = NAME;
     // Another name: not this job, which runs on.
     assert_eq!(
         runner.cancel(job.id, "someone-else").unwrap(),
@@ -133,7 +135,9 @@ fn cancel_ends_as_cancelled() {
     );
     let status = wait_final(&runner, job.id, Duration::from_secs(30));
     assert_eq!(status.phase, JobPhase::Cancelled, "{status:?}");
-    let both = runner.statuses(&[60_000_000, job.id]).unwrap();
+    let both = runner
+        .statuses(&[(60_000_000, NAME), (job.id, NAME)])
+        .unwrap();
     let phases: Vec<&JobPhase> = both.iter().map(|s| &s.phase).collect();
     assert_eq!(phases, [&JobPhase::Lost, &JobPhase::Cancelled]);
     assert_eq!(
@@ -142,12 +146,42 @@ fn cancel_ends_as_cancelled() {
     );
 }
 
+/// A job's id under another name is another job's (Slurm's ids wrap, and a reset controller
+/// starts again): its state is not this job's, in the queue or after it.
+#[test]
+fn an_id_under_another_name_is_not_this_job() {
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    let job = runner.submit(&dirs.spec(&["/bin/sleep", "600"])).unwrap();
+    wait_running(&runner, job.id);
+    let other = "hpcgate-another-job";
+    let queued = runner.statuses(&[(job.id, other), (job.id, NAME)]).unwrap();
+    let phases: Vec<&JobPhase> = queued.iter().map(|s| &s.phase).collect();
+    assert_eq!(phases, [&JobPhase::Lost, &JobPhase::Running], "{queued:?}");
+    assert!(
+        queued[0].reason.as_deref().unwrap().contains("another job"),
+        "{queued:?}"
+    );
+    assert_eq!(
+        runner.cancel(job.id, NAME).unwrap(),
+        CancelOutcome::Requested
+    );
+    assert_eq!(
+        wait_final(&runner, job.id, Duration::from_secs(30)).phase,
+        JobPhase::Cancelled
+    );
+    // Out of the queue, `scontrol` still remembers it: under its own name only.
+    let ended = runner.status(job.id, other).unwrap();
+    assert_eq!(ended.phase, JobPhase::Lost, "{ended:?}");
+    assert!(ended.reason.unwrap().contains("another job"));
+}
+
 #[test]
 fn a_job_slurm_never_heard_of_is_lost_not_completed() {
     let dirs = JobDirs::new();
     let runner = dirs.runner();
     for id in [60_000_000, 4_000_000_000] {
-        let status = runner.status(id).unwrap();
+        let status = runner.status(id, NAME).unwrap();
         assert_eq!(status.phase, JobPhase::Lost, "{id}");
         assert!(!status.phase.is_final());
     }

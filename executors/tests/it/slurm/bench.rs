@@ -59,7 +59,7 @@ fn measure(
         let job = runner.submit(spec).unwrap();
         submit.push(start.elapsed());
         loop {
-            let status = runner.status(job.id).unwrap();
+            let status = runner.status(job.id, super::harness::NAME).unwrap();
             if status.phase.is_final() {
                 assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
                 break;

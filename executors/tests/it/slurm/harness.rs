@@ -61,7 +61,7 @@ impl JobDirs {
     /// A small sandboxed job running `command`.
     pub fn spec(&self, command: &[&str]) -> SlurmJobSpec {
         SlurmJobSpec {
-            job_name: "hpcgate-test".to_owned(),
+            job_name: NAME.to_owned(),
             partition: None,
             account: None,
             qos: None,
@@ -88,11 +88,14 @@ impl JobDirs {
     }
 }
 
+/// The name every test job is submitted as.
+pub const NAME: &str = "hpcgate-test";
+
 /// Polls until the job reaches a final phase (or `limit` passes, which fails the test).
 pub fn wait_final(runner: &SlurmRunner, job: u64, limit: Duration) -> JobStatus {
     let deadline = Instant::now() + limit;
     loop {
-        let status = runner.status(job).unwrap();
+        let status = runner.status(job, NAME).unwrap();
         if status.phase.is_final() {
             return status;
         }
@@ -106,7 +109,7 @@ pub fn wait_final(runner: &SlurmRunner, job: u64, limit: Duration) -> JobStatus 
 
 pub fn wait_running(runner: &SlurmRunner, job: u64) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while runner.status(job).unwrap().phase != JobPhase::Running {
+    while runner.status(job, NAME).unwrap().phase != JobPhase::Running {
         assert!(Instant::now() < deadline, "job {job} never ran");
         thread::sleep(Duration::from_millis(100));
     }
