@@ -219,7 +219,10 @@ fn mcp_routes(
     let mcp = match flavor {
         Flavor::Streamable(path) => {
             let server = McpServer::per_request(gateway.clone());
-            Router::new().nest_service(path, mcp_service(move || Ok(server.clone()), config))
+            let max_bytes = config.max_request_body_bytes;
+            Router::new()
+                .nest_service(path, mcp_service(move || Ok(server.clone()), config))
+                .layer(from_fn_with_state(max_bytes, crate::bounded_json::bounded))
         }
         Flavor::Sse => crate::sse::routes(gateway.clone()),
     };

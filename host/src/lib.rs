@@ -30,6 +30,7 @@ pub use hpcgate_policy_engine as policy;
 
 pub mod activation;
 pub mod auth;
+mod bounded_json;
 pub mod cli;
 pub mod code_mode;
 pub mod config;

@@ -223,6 +223,9 @@ async fn message(State(shared): State<Shared>, request: Request) -> Response {
             );
         }
     };
+    if let Err(why) = crate::bounded_json::check_values(&body, crate::bounded_json::MAX_VALUES) {
+        return refuse(StatusCode::PAYLOAD_TOO_LARGE, &why);
+    }
     let message: ClientJsonRpcMessage = match serde_json::from_slice(&body) {
         Ok(message) => message,
         Err(e) => {

@@ -30,8 +30,8 @@ pub const DOOR_PATH: &str = "/mcp";
 const MAX_BODY_BYTES: usize = 32 << 20;
 
 /// Requests a door reads and answers at once; more wait their turn. rmcp reads a body whole and
-/// parses it into a JSON tree (many times its size for a body of small values) before any of
-/// the job's limits are checked, so it is the door, not the call, that bounds this. Twice the
+/// parses it into a JSON tree before any of the job's limits are checked (its values are
+/// counted first, [`crate::bounded_json`]), so it is the door, not the call, that bounds this. Twice the
 /// default `[code_mode] max_concurrent_calls`, so a job past that limit is still told so.
 const REQUESTS: usize = 8;
 
@@ -61,6 +61,10 @@ pub(super) async fn serve(
     let requests = Arc::new(Semaphore::new(REQUESTS));
     let app = Router::new()
         .nest_service(DOOR_PATH, mcp_service(make, config))
+        .layer(from_fn_with_state(
+            MAX_BODY_BYTES,
+            crate::bounded_json::bounded,
+        ))
         .layer(from_fn_with_state(requests, one_of_few))
         .layer(from_fn_with_state(peers, check_peer));
     let _ = axum::serve(

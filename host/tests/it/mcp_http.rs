@@ -141,6 +141,51 @@ async fn an_mcp_client_works_over_streamable_http() {
     assert_audited(dir.path(), "\"anonymous\"");
 }
 
+/// A body of many small values would parse into many times its size before any limit of the
+/// gateway's applies: it is refused unparsed, while a file's content of the same size, one
+/// string full of brackets and commas, is written.
+#[tokio::test]
+async fn a_body_of_many_small_values_is_refused_before_it_is_parsed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), POLICIES);
+    let served = Served::http(dir.path(), &config).await;
+    let client = ()
+        .serve(StreamableHttpClientTransport::from_uri(
+            served.address.as_str(),
+        ))
+        .await
+        .unwrap();
+    let content = "[0,{".repeat(700_000);
+    for (tool, arguments) in [
+        ("create_instance", json!({ "instance_id": "run1" })),
+        (
+            "write_file",
+            json!({ "instance_id": "run1", "path": "data.txt", "content": content }),
+        ),
+    ] {
+        let result = client.call_tool(call(tool, arguments)).await.unwrap();
+        assert_ne!(result.is_error, Some(true), "{tool}: {result:?}");
+    }
+    let stat = json!({ "instance_id": "run1", "path": "data.txt" });
+    let stat = client.call_tool(call("stat_path", stat)).await.unwrap();
+    let facts = stat.structured_content.unwrap();
+    assert_eq!(facts["size"], 2_800_000, "{facts}");
+    client.cancel().await.unwrap();
+
+    let zeros = vec!["0"; 300_000].join(",");
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"write_file","arguments":{{"instance_id":"run1","path":"zeros.txt","content":[{zeros}]}}}}}}"#
+    );
+    let tcp = TcpStream::connect(served.authority().as_str())
+        .await
+        .unwrap();
+    let (status, answer) = exchange(tcp, "POST", "/mcp", &MCP_POST, &body).await;
+    assert_eq!(status, 413, "{answer}");
+    assert!(answer.contains("JSON values"), "{answer}");
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+}
+
 /// `hpcgate run ARGS…` exits 2 before listening, saying `expected` on stderr.
 async fn refuses(dir: &Path, config: &Path, args: &[&str], expected: &str) {
     let output = support::command(dir, config, args)
