@@ -38,7 +38,7 @@ use super::limits::FileLimits;
 use super::names::escape_os;
 use super::path::SandboxPath;
 use super::remove_tree::remove_tree;
-use super::roots::InstanceRoots;
+use super::roots::{InstanceRoots, open_dir_beneath};
 
 /// A request to copy `from` to `to`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,7 +169,17 @@ fn open_source(
     opts.read(true)
         .custom_flags(nonblocking_flags())
         .follow(FollowSymlinks::No);
-    let file = dir.open_with(name, &opts).map_err(io_err)?;
+    // A file deep in a tree: its directory is opened following no link on the way either.
+    let parent = match name.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => {
+            Some(open_dir_beneath(dir, parent).map_err(io_err)?)
+        }
+        _ => None,
+    };
+    let file_name = name.file_name().unwrap_or(name.as_os_str());
+    let file = (parent.as_ref().unwrap_or(dir))
+        .open_with(file_name, &opts)
+        .map_err(io_err)?;
     let md = file.metadata().map_err(io_err)?;
     require_regular(shown, &md, limits.allow_read_hard_linked)?;
     Ok((file, md))
@@ -240,7 +250,7 @@ fn plan_tree(
         let dir = if rel.as_os_str().is_empty() {
             source.try_clone()
         } else {
-            source.open_dir_nofollow(&rel)
+            open_dir_beneath(source, &rel)
         }
         .map_err(|e| FileError::from_io("copy", &shown(&rel), e))?;
         let mut names = Vec::new();

@@ -1,7 +1,7 @@
 //! `list_directory`: entries of a directory, optionally recursive, with a cap.
 //!
-//! The directory named by the request is resolved like any path (in-root symlinks followed);
-//! inside it nothing is followed: symlinks are listed as `symlink` and never descended into.
+//! The directory named by the request is opened following no symlink (a link to a directory is
+//! refused, naming it); inside it nothing is followed either: symlinks are listed as `symlink` and never descended into.
 
 use std::ops::ControlFlow;
 
@@ -91,8 +91,5 @@ pub(crate) fn open_start_dir(
     roots: &InstanceRoots,
     path: &SandboxPath,
 ) -> Result<cap_std::fs::Dir, FileError> {
-    roots
-        .dir(path.root())?
-        .open_dir(path.relative())
-        .map_err(|e| FileError::from_io("open directory", path, e))
+    roots.open_directory(path, "open directory")
 }

@@ -1,8 +1,8 @@
 //! `make_directory`: create a directory, optionally with its missing parents.
 //!
-//! Parents are created by cap-std beneath the root (existing in-root symlinked directories are
-//! followed, escapes refused); without `parents` the parent is opened once and the final name
-//! created in it.
+//! Parents are created one at a time beneath the root, following no symlink (a link on the way
+//! is refused, [`super::roots`]); without `parents` the parent is opened once and the final
+//! name created in it.
 
 use super::error::FileError;
 use super::path::SandboxPath;
@@ -35,16 +35,7 @@ pub fn make_directory(
     path.check_creatable()?;
     let io_err = |e| FileError::from_io("create directory", &path, e);
     let created = if req.parents {
-        let dir = roots.dir(path.root())?;
-        let rel = path.relative();
-        let existed = dir.symlink_metadata(&rel).is_ok();
-        dir.create_dir_all(&rel).map_err(io_err)?;
-        if !dir.metadata(&rel).map_err(io_err)?.is_dir() {
-            return Err(FileError::NotADirectory {
-                path: path.to_string(),
-            });
-        }
-        !existed
+        roots.make_dirs(&path, path.components().len())?
     } else {
         let (dir, name) = roots.open_parent(&path, "created")?;
         dir.create_dir(name).map_err(io_err)?;

@@ -8,16 +8,17 @@
 //!
 //! 1. lexical: `..`, other absolute paths, NUL, empty and over-long paths are refused before any
 //!    system call;
-//! 2. structural: every path is resolved by the kernel beneath a capability `Dir`
-//!    (`RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`), so symlinks that leave the root — absolute,
-//!    `../..`, `/proc/self/root` — are refused at the moment of use, with no check-then-use gap.
+//! 2. structural: every directory a path names is opened by the kernel beneath a capability
+//!    `Dir` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` (`roots.rs`), so no symlink on the way
+//!    is followed — one that leaves the root (absolute, `../..`, `/proc/self/root`) or one that
+//!    stays in it — at the moment of use, with no check-then-use gap.
 //!
-//! **Symlink policy.** Symlinks whose target stays beneath the same root are followed when they
-//! are intermediate components, and by `read_file` and the start directory of `list_directory`
-//! / `search_files`. A *final* symlink is never followed by `write_file` (refused), `stat_path`
-//! (reported as a link), `delete_path` (the link is removed), `move_path` (the link is moved),
-//! nor by walks (listed, never descended). A symlink from `/workspace` into `/output` counts as
-//! leaving its root and is refused.
+//! **Symlink policy.** No file tool follows a symlink: path rules judge a path as written, and
+//! a link a job planted (`alias -> inputs`) must not make one name a way into another. A link
+//! on the way is refused with [`FileError::SymlinkNotFollowed`] naming the link; `stat_path`
+//! reports a final link with its target text, so an agent can name the path it points to.
+//! `delete_path` and `move_path` act on a final link itself; walks list links and never
+//! descend into them.
 //!
 //! **Hard links.** Writing a regular file with more than one link is always refused; reading one
 //! is refused unless [`FileLimits::allow_read_hard_linked`] is set, because its inode may be a

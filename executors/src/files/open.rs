@@ -1,12 +1,13 @@
 //! `open_file`: an opened regular file for a caller that streams it (a WebDAV GET), with the
 //! same checks as `read_file`.
 //!
-//! The file is resolved beneath its root (in-root symlinks followed, escapes refused by the
-//! kernel), its type checked before opening (a FIFO or device is never opened) and again on the
+//! The file is resolved beneath its root following no symlink ([`super::roots`]), its type
+//! checked before opening (a FIFO or device is never opened) and again on the
 //! opened descriptor; a hard-linked file is refused unless reads of those are allowed. The
 //! caller then reads from the descriptor: whatever the name points to later, the bytes are
 //! those of the inode checked here.
 
+use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
 use cap_std::fs::{File, Metadata, MetadataExt, OpenOptions, OpenOptionsExt};
 
 use super::entry::{EntryKind, nonblocking_flags, require_regular};
@@ -52,11 +53,20 @@ pub(crate) fn open_regular(
     limits: &FileLimits,
     path: &SandboxPath,
 ) -> Result<(File, Metadata), FileError> {
-    let dir = roots.dir(path.root())?;
-    let rel = path.relative();
+    if path.is_root() {
+        return Err(FileError::NotAFile {
+            path: path.to_string(),
+        });
+    }
+    let (dir, name) = roots.open_parent(path, "read")?;
     let io_err = |e| FileError::from_io("read", path, e);
-    let pre = dir.metadata(&rel).map_err(io_err)?;
+    let pre = dir.symlink_metadata(name).map_err(io_err)?;
     let kind = EntryKind::of(pre.file_type());
+    if kind == EntryKind::Symlink {
+        return Err(FileError::SymlinkNotFollowed {
+            path: path.to_string(),
+        });
+    }
     if kind.is_special() {
         return Err(FileError::SpecialFile {
             path: path.to_string(),
@@ -64,8 +74,10 @@ pub(crate) fn open_regular(
         });
     }
     let mut opts = OpenOptions::new();
-    opts.read(true).custom_flags(nonblocking_flags());
-    let file = dir.open_with(&rel, &opts).map_err(io_err)?;
+    opts.read(true)
+        .custom_flags(nonblocking_flags())
+        .follow(FollowSymlinks::No);
+    let file = dir.open_with(name, &opts).map_err(io_err)?;
     let md = file.metadata().map_err(io_err)?;
     require_regular(path, &md, limits.allow_read_hard_linked)?;
     Ok((file, md))

@@ -121,6 +121,19 @@ impl SandboxPath {
         Some((parent, last.as_str()))
     }
 
+    /// The path's names below its root.
+    pub(crate) fn components(&self) -> &[String] {
+        &self.components
+    }
+
+    /// The path of the first `depth` names (the root for 0).
+    pub(crate) fn ancestor(&self, depth: usize) -> SandboxPath {
+        SandboxPath {
+            root: self.root,
+            components: self.components[..depth.min(self.components.len())].to_vec(),
+        }
+    }
+
     /// Refuses names that the gateway must never create: anything [`super::names`] would escape
     /// (control characters, backslashes, bidi overrides; such names could not be passed back as
     /// listed) and names over 255 bytes.

@@ -1,7 +1,7 @@
 //! `read_file`: a byte range of a regular file.
 //!
-//! In-root symlinks are followed (cap-std keeps resolution beneath the root, atomically); the
-//! type is checked before opening, so a FIFO or device is never opened, and checked again on the
+//! No symlink is followed, final or on the way ([`super::roots`]); the type is checked before
+//! opening, so a FIFO or device is never opened, and checked again on the
 //! opened descriptor, so a swap between the two checks is caught. Files with several hard links
 //! are refused unless [`FileLimits::allow_read_hard_linked`] is set.
 

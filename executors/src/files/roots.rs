@@ -1,16 +1,27 @@
 //! An instance's two capability directories, and the one place that opens them from host paths.
 //!
-//! Everything after [`InstanceRoots::ambient`] works relative to these `Dir`s: cap-std
-//! resolves every path beneath them (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`,
-//! or component-by-component `O_NOFOLLOW` walking where `openat2` is unavailable), so `..`,
-//! absolute symlinks, `/proc/self/…` magic links and symlinks that climb out are refused by the
-//! kernel at the moment of use, not checked beforehand. There is no window for a swap.
+//! Everything after [`InstanceRoots::ambient`] works relative to these `Dir`s, and the
+//! directories a path names are opened with [`open_dir_beneath`]: `openat2` with
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` (component-by-component `O_NOFOLLOW` opens where
+//! `openat2` is unavailable), so `..`, absolute paths and **every** symbolic link on the way are
+//! refused by the kernel at the moment of use, not checked beforehand. There is no window for
+//! a swap. Operations then act on the final name relative to that directory, not following a
+//! final link either where they would read or list through it.
+//!
+//! Following no link, not even one that stays inside the instance, is what lets path rules
+//! mean what they say: they judge the path as written (`deny_write = ["/workspace/inputs/**"]`),
+//! and a job that planted `alias -> inputs` must not make `alias/x` a way into `inputs`. An
+//! agent told that a name is a link reads where it points with `stat_path` and uses that path.
 
-use std::path::{Path, PathBuf};
+use std::io;
+use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
+use cap_fs_ext::DirExt;
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 
 use super::error::FileError;
 use super::path::{Root, SandboxPath};
@@ -67,7 +78,7 @@ impl InstanceRoots {
         Ok(lazy.dir.get_or_init(|| dir))
     }
 
-    /// Opens the parent directory of `path` (following in-root symlinks, beneath the root) and
+    /// Opens the parent directory of `path` (beneath the root, following no symlink) and
     /// returns it with the final name. Operations on the final name then use this pinned handle,
     /// so a later swap of any ancestor for a symlink cannot redirect them.
     pub(crate) fn open_parent<'p>(
@@ -79,10 +90,105 @@ impl InstanceRoots {
             path: path.to_string(),
             action,
         })?;
-        let dir = self
-            .dir(path.root())?
-            .open_dir(&parent)
-            .map_err(|e| FileError::from_io("open the parent of", path, e))?;
+        let dir = self.open_within(path, &parent, "open the parent of")?;
         Ok((dir, name))
     }
+
+    /// Opens the directory `path` names (its root for a root), following no symlink.
+    pub(crate) fn open_directory(
+        &self,
+        path: &SandboxPath,
+        op: &'static str,
+    ) -> Result<Dir, FileError> {
+        self.open_within(path, &path.relative(), op)
+    }
+
+    /// Creates the directories `path`'s first `depth` components name, where missing, following
+    /// no symlink: a link on the way is refused, not created through. Whether the last of them
+    /// was created (false if it existed, or for no component).
+    pub(crate) fn make_dirs(&self, path: &SandboxPath, depth: usize) -> Result<bool, FileError> {
+        let mut dir = self
+            .dir(path.root())?
+            .try_clone()
+            .map_err(|e| FileError::from_io("open", &path.ancestor(0), e))?;
+        let mut created = false;
+        for (i, name) in path.components().iter().take(depth).enumerate() {
+            let here = || path.ancestor(i + 1);
+            match dir.create_dir(name) {
+                Ok(()) => created = true,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => created = false,
+                Err(e) => return Err(FileError::from_io("create directory", &here(), e)),
+            }
+            dir = open_dir_beneath(&dir, Path::new(name))
+                .map_err(|e| FileError::from_io("open directory", &here(), e))?;
+        }
+        Ok(created)
+    }
+
+    /// `rel` (a prefix of `path`'s components) opened beneath `path`'s root as a directory; a
+    /// symlink on the way is [`FileError::SymlinkNotFollowed`], naming the link.
+    fn open_within(
+        &self,
+        path: &SandboxPath,
+        rel: &Path,
+        op: &'static str,
+    ) -> Result<Dir, FileError> {
+        let root = self.dir(path.root())?;
+        open_dir_beneath(root, rel).map_err(|e| {
+            let error = FileError::from_io(op, path, e);
+            match error {
+                FileError::SymlinkNotFollowed { .. } => first_link(root, path).unwrap_or(error),
+                error => error,
+            }
+        })
+    }
+}
+
+/// Opens the directory `rel` beneath `dir` following no symbolic link, final or not, and
+/// never leaving `dir`: one `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, or one
+/// `O_NOFOLLOW` open a component where the kernel has no `openat2` (before Linux 5.6).
+/// A link on the way is `ELOOP`.
+pub(crate) fn open_dir_beneath(dir: &Dir, rel: &Path) -> io::Result<Dir> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    match rustix::fs::openat2(dir, rel, flags, Mode::empty(), resolve) {
+        Ok(fd) => Ok(Dir::from_std_file(std::fs::File::from(fd))),
+        Err(Errno::NOSYS) => {
+            let mut here = dir.try_clone()?;
+            for part in rel.components() {
+                match part {
+                    Component::CurDir => {}
+                    Component::Normal(name) => {
+                        here = here.open_dir_nofollow(name).map_err(|e| {
+                            // `O_DIRECTORY | O_NOFOLLOW` on a link is `ENOTDIR`: say `ELOOP`,
+                            // as `openat2` does.
+                            match here.symlink_metadata(name) {
+                                Ok(md) if md.file_type().is_symlink() => Errno::LOOP.into(),
+                                _ => e,
+                            }
+                        })?
+                    }
+                    _ => return Err(io::Error::from(io::ErrorKind::PermissionDenied)),
+                }
+            }
+            Ok(here)
+        }
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+/// The first symlink among `path`'s components, as the error that names it; `None` if the
+/// walk finds none (it changed since, or the failure was something else).
+fn first_link(root: &Dir, path: &SandboxPath) -> Option<FileError> {
+    let mut dir = root.try_clone().ok()?;
+    for (i, name) in path.components().iter().enumerate() {
+        let kind = dir.symlink_metadata(name).ok()?.file_type();
+        if kind.is_symlink() {
+            return Some(FileError::SymlinkNotFollowed {
+                path: path.ancestor(i + 1).to_string(),
+            });
+        }
+        dir = dir.open_dir_nofollow(name).ok()?;
+    }
+    None
 }

@@ -1,13 +1,12 @@
 //! `stat_path`: facts about one path, without following a final symlink.
 //!
-//! Intermediate in-root symlinks are followed (beneath the root); a final symlink is reported as
-//! a `symlink` with its target text (escaped), not resolved.
+//! No symlink on the way is followed ([`super::roots`]); a final symlink is reported as a
+//! `symlink` with its target text (escaped), not resolved: how an agent told that a path goes
+//! through a link learns where it points.
 
 use std::path::Path;
 
-use cap_std::fs::Dir;
-
-use super::entry::{EntryFacts, EntryKind};
+use super::entry::EntryFacts;
 use super::error::FileError;
 use super::names::escape_os;
 use super::path::SandboxPath;
@@ -34,21 +33,26 @@ pub struct StatResult {
 /// Reports facts about a path beneath the instance roots.
 pub fn stat_path(roots: &InstanceRoots, req: &StatRequest) -> Result<StatResult, FileError> {
     let path = SandboxPath::parse(&req.path)?;
-    let dir: &Dir = roots.dir(path.root())?;
     let io_err = |e| FileError::from_io("stat", &path, e);
-    let md = if path.is_root() {
-        dir.dir_metadata()
-    } else {
-        dir.symlink_metadata(path.relative())
-    }
-    .map_err(io_err)?;
-    let facts = EntryFacts::from_metadata(&md);
-    let link_target = if facts.kind == EntryKind::Symlink {
-        let target = dir.read_link_contents(path.relative()).map_err(io_err)?;
-        Some(escape_os(Path::new(&target).as_os_str()).0)
-    } else {
-        None
+    // The final name is described, not followed: a link is reported with what it holds.
+    let (md, link_target) = match path.split_last() {
+        None => (
+            roots.dir(path.root())?.dir_metadata().map_err(io_err)?,
+            None,
+        ),
+        Some(_) => {
+            let (dir, name) = roots.open_parent(&path, "stat")?;
+            let md = dir.symlink_metadata(name).map_err(io_err)?;
+            let target = if md.file_type().is_symlink() {
+                Some(dir.read_link_contents(name).map_err(io_err)?)
+            } else {
+                None
+            };
+            (md, target)
+        }
     };
+    let facts = EntryFacts::from_metadata(&md);
+    let link_target = link_target.map(|target| escape_os(Path::new(&target).as_os_str()).0);
     Ok(StatResult {
         path: path.to_string(),
         facts,

@@ -12,7 +12,6 @@ use std::ffi::OsString;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 
-use cap_fs_ext::DirExt;
 use cap_std::fs::Dir;
 
 use super::entry::{EntryFacts, EntryKind};
@@ -52,7 +51,7 @@ pub(crate) fn walk(
         let dir = if depth == 0 {
             start.try_clone()?
         } else {
-            match start.open_dir_nofollow(&rel) {
+            match super::roots::open_dir_beneath(start, &rel) {
                 Ok(d) => d,
                 // Swapped or removed since it was listed: skip it, never follow it.
                 Err(_) => continue,

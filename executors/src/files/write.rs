@@ -160,13 +160,8 @@ fn replace(
     })
 }
 
-/// Creates the directories above `path` (beneath its root, as cap-std resolves them).
+/// Creates the directories above `path` that are missing, following no symlink.
 pub(crate) fn make_parents(roots: &InstanceRoots, path: &SandboxPath) -> Result<(), FileError> {
-    match path.split_last() {
-        Some((parent, _)) if parent.as_os_str() != "." => roots
-            .dir(path.root())?
-            .create_dir_all(&parent)
-            .map_err(|e| FileError::from_io("create the parent directories of", path, e)),
-        _ => Ok(()),
-    }
+    let depth = path.components().len().saturating_sub(1);
+    roots.make_dirs(path, depth).map(drop)
 }

@@ -70,13 +70,33 @@ fn read_ranges_report_size_and_eof() {
     );
 }
 
+/// A link is not followed, even inside the instance; the refusal names the link, and
+/// `stat_path` tells where it points, so the agent can name that path instead.
 #[test]
-fn read_follows_in_root_symlinks_and_refuses_directories() {
+fn read_refuses_symlinks_and_directories() {
     let mut fx = Fixture::new();
     fx.symlink("sub/deep.txt", "link");
     fx.symlink("sub", "subdir");
-    assert_eq!(read(&fx, "link", 0, None).unwrap().data, INSIDE);
-    assert_eq!(read(&fx, "subdir/deep.txt", 0, None).unwrap().data, INSIDE);
+    assert_eq!(read(&fx, "sub/deep.txt", 0, None).unwrap().data, INSIDE);
+    for (path, link) in [
+        ("link", "/workspace/link"),
+        ("subdir/deep.txt", "/workspace/subdir"),
+    ] {
+        let refused = read(&fx, path, 0, None).unwrap_err();
+        assert_eq!(variant(&refused), "SymlinkNotFollowed", "{path}");
+        assert!(
+            refused.to_string().contains(&format!("`{link}`")),
+            "{refused}"
+        );
+        let stat = StatRequest { path: link.into() };
+        let facts = stat_path(&fx.roots, &stat).unwrap();
+        assert_eq!(facts.facts.kind, EntryKind::Symlink, "{path}");
+    }
+    let stat = StatRequest {
+        path: "link".into(),
+    };
+    let target = stat_path(&fx.roots, &stat).unwrap().link_target;
+    assert_eq!(target.as_deref(), Some("sub/deep.txt"));
     assert_eq!(variant(&read(&fx, "sub", 0, None).unwrap_err()), "NotAFile");
     assert_eq!(
         variant(&read(&fx, "/output/none", 0, None).unwrap_err()),

@@ -4,7 +4,7 @@
 //! An extra is not an instance, so no tool serves it and its reads are not calls of the
 //! pipeline; they go through the same cap-std executor all the same: the directory is opened as
 //! a capability per request (the one ambient step, from the admin's configuration) and every
-//! path is resolved beneath it, so `..`, absolute and symlink escapes are refused by the kernel,
+//! path is resolved beneath it, so `..`, absolute paths and symlinks are refused by the kernel,
 //! FIFOs and devices are never opened, and hard-linked files are refused as in an instance.
 //! Only GET, HEAD, PROPFIND and OPTIONS are served; every method that would change something is
 //! 403. (Writable extras are refused by the configuration until their writes can be calls.)

@@ -14,7 +14,7 @@
 //! `write_file`'s run step streams into a temporary file beside the target, cut at the
 //! `[dav] max_upload_bytes` cap or the quota's room and renamed into place only when complete; a
 //! GET lends a download slot that `read_file`'s run step fills with the file it opened beneath
-//! the instance root (no symlink out, no FIFO, no hard link), which is then sent from its
+//! the instance root (no symlink followed, no FIFO, no hard link), which is then sent from its
 //! descriptor, ranges included. The lending is [`Transfer`], the only addition to the core,
 //! and it holds std types only.
 //!
