@@ -55,11 +55,17 @@ pub(crate) fn place_atomically(
 }
 
 /// Fsyncs a directory. cap-std holds directories as `O_PATH` descriptors, on which `fsync` fails
-/// with `EBADF`, so `.` is opened for reading first.
+/// with `EBADF`, so `.` is opened for reading first. A directory nobody may read (a job's
+/// `chmod 0333`) cannot be opened so: the rename stands, and reporting it as failed would have
+/// the caller undo or repeat what was done (a move across filesystems would keep its source).
 fn sync_dir(dir: &Dir) -> io::Result<()> {
     let mut opts = OpenOptions::new();
     opts.read(true).maybe_dir(true);
-    dir.open_with(".", &opts)?.sync_all()
+    match dir.open_with(".", &opts) {
+        Ok(this) => this.sync_all(),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Creates a fresh, empty temporary directory in `dir` (for a tree copy that is renamed into

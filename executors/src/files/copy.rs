@@ -187,7 +187,7 @@ fn open_source(
 
 /// Copies `len` bytes at most from `src` into `dst`; more means the file grew since it was
 /// planned, which fails the copy.
-fn copy_capped(src: &mut File, dst: &mut File, len: u64) -> io::Result<u64> {
+pub(crate) fn copy_capped(src: &mut File, dst: &mut File, len: u64) -> io::Result<u64> {
     let copied = io::copy(&mut src.take(len), dst)?;
     let mut probe = [0u8; 1];
     if src.read(&mut probe)? != 0 {
@@ -209,7 +209,9 @@ fn copy_file(
     let mut copied = 0;
     place_atomically(to_dir, to_name, !req.overwrite, |tmp| {
         copied = copy_capped(&mut src, tmp, md.len())?;
-        tmp.set_permissions(md.permissions())
+        tmp.set_permissions(cap_std::fs::Permissions::from_mode(
+            md.permissions().mode() & 0o777,
+        ))
     })
     .map_err(|e| placement_error(e, to, req.overwrite))?;
     Ok(copied)

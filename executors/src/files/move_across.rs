@@ -7,12 +7,11 @@
 //! file could duplicate an inode shared with a file outside the instance into it). Directories,
 //! symlinks and special files are refused with [`FileError::CrossFilesystem`].
 
-use std::io;
-
 use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
-use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt, Permissions, PermissionsExt};
 
 use super::atomic::place_atomically;
+use super::copy::copy_capped;
 use super::entry::{nonblocking_flags, require_regular};
 use super::error::FileError;
 use super::path::SandboxPath;
@@ -24,11 +23,14 @@ pub(crate) struct End<'a> {
     pub path: &'a SandboxPath,
 }
 
-/// Copies the regular file `from` to `to` atomically, then removes `from`.
+/// Copies the regular file `from` to `to` atomically, then removes `from`. `max_bytes` (the
+/// room under the destination's quota) is checked on the opened file, whose bytes are the ones
+/// copied: a file swapped in or grown since the caller measured the name cannot pass it.
 pub(crate) fn move_file_across(
     from: End<'_>,
     to: End<'_>,
     overwrite: bool,
+    max_bytes: Option<u64>,
 ) -> Result<(), FileError> {
     let src_err = |e| FileError::from_io("move", from.path, e);
     let mut opts = OpenOptions::new();
@@ -38,9 +40,17 @@ pub(crate) fn move_file_across(
     let mut src = from.dir.open_with(from.name, &opts).map_err(src_err)?;
     let md = src.metadata().map_err(src_err)?;
     require_regular(from.path, &md, false)?;
+    if let Some(limit) = max_bytes.filter(|&limit| md.len() > limit) {
+        return Err(FileError::TooLarge {
+            path: from.path.to_string(),
+            size: md.len(),
+            limit,
+            hint: "that is more than the room left under the destination's quota; delete files there first",
+        });
+    }
     place_atomically(to.dir, to.name, !overwrite, |tmp| {
-        io::copy(&mut src, tmp)?;
-        tmp.set_permissions(md.permissions())
+        copy_capped(&mut src, tmp, md.len())?;
+        tmp.set_permissions(Permissions::from_mode(md.permissions().mode() & 0o777))
     })
     .map_err(|e| FileError::from_io("move to", to.path, e))?;
     from.dir

@@ -106,7 +106,7 @@ pub fn move_path(
             name: to_name,
             path: &to,
         };
-        move_file_across(from_end, to_end, req.overwrite)?;
+        move_file_across(from_end, to_end, req.overwrite, req.max_bytes)?;
         return Ok(MoveResult {
             from: from.to_string(),
             to: to.to_string(),

@@ -136,7 +136,8 @@ impl SandboxPath {
 
     /// Refuses names that the gateway must never create: anything [`super::names`] would escape
     /// (control characters, backslashes, bidi overrides; such names could not be passed back as
-    /// listed) and names over 255 bytes.
+    /// listed), names of its own temporary files (the usage walk deletes one left behind) and
+    /// names over 255 bytes.
     pub fn check_creatable(&self) -> Result<(), FileError> {
         for name in &self.components {
             if name.chars().any(super::names::needs_escape) {
@@ -145,6 +146,16 @@ impl SandboxPath {
                     reason:
                         "new names may not contain control characters, backslashes or bidirectional overrides"
                             .into(),
+                });
+            }
+            if name.starts_with(super::atomic::TEMP_PREFIX) {
+                return Err(FileError::InvalidPath {
+                    path: self.to_string(),
+                    reason: format!(
+                        "names starting with `{}` are the gateway's own temporary files, deleted \
+                         when left behind; choose another name",
+                        super::atomic::TEMP_PREFIX
+                    ),
                 });
             }
             if name.len() > 255 {

@@ -17,7 +17,7 @@
 use std::io::Write;
 
 use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
-use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt, Permissions};
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt, Permissions, PermissionsExt};
 
 use super::atomic::place_atomically;
 use super::entry::{nonblocking_flags, require_regular};
@@ -93,7 +93,8 @@ pub fn write_file(
 }
 
 /// Checks what is at `name` now (without following it); returns its permissions if it is a
-/// writable regular file, `None` if nothing is there.
+/// writable regular file, `None` if nothing is there. Only the permission bits are kept for the
+/// file that replaces it: never set-user-id, set-group-id or sticky, whoever set them.
 pub(crate) fn existing_file(
     dir: &Dir,
     name: &str,
@@ -102,7 +103,9 @@ pub(crate) fn existing_file(
     match dir.symlink_metadata(name) {
         Ok(md) => {
             require_regular(path, &md, false)?;
-            Ok(Some(md.permissions()))
+            Ok(Some(Permissions::from_mode(
+                md.permissions().mode() & 0o777,
+            )))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(FileError::from_io("inspect", path, e)),

@@ -45,6 +45,17 @@ fn moves_across_filesystems_copy_regular_files_only() {
         0o640
     );
 
+    // The set-user-id bit a job set on its file is not carried to a copy the gateway makes.
+    fs::write(fx.ws.join("suid"), b"#!/bin/sh\n").unwrap();
+    fs::set_permissions(fx.ws.join("suid"), fs::Permissions::from_mode(0o4755)).unwrap();
+    mv("suid", "/output/suid", false).unwrap();
+    let mode = fs::metadata(shm.path().join("suid"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o755);
+    fs::remove_file(shm.path().join("suid")).unwrap();
+
     fs::write(fx.ws.join("second.txt"), b"second").unwrap();
     assert_eq!(
         variant(&mv("second.txt", "/output/moved.txt", false).unwrap_err()),

@@ -130,6 +130,19 @@ fn replace_is_atomic_keeps_mode_and_leaves_no_temp_files() {
             & 0o777,
         0o600
     );
+    // Permission bits are kept; set-user-id, set-group-id and sticky are not.
+    fs::set_permissions(fx.ws.join("inside.txt"), fs::Permissions::from_mode(0o6755)).unwrap();
+    write(&fx, "inside.txt", b"newer", WriteMode::Replace, false).unwrap();
+    let mode = fs::metadata(fx.ws.join("inside.txt"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o755);
+    // The gateway's temporary names cannot be created: the usage walk deletes such leftovers.
+    for name in [".hpcgate-tmp-keep.txt", ".hpcgate-tmp-dir/x.txt"] {
+        let refused = write(&fx, name, b"x", WriteMode::Replace, true).unwrap_err();
+        assert_eq!(variant(&refused), "InvalidPath", "{name}: {refused}");
+    }
     let r = write(
         &fx,
         "/output/result.csv",
