@@ -80,16 +80,28 @@ pub struct Measured {
 }
 
 impl Measured {
-    /// Walks both areas of `instance`, a live instance of `tenant`; nothing if it is not one.
-    pub(crate) fn of(state: &State, tenant: &TenantName, id: &InstanceId) -> Measured {
+    /// Walks both areas of `instance`, a live instance of `tenant`; nothing if it is not one
+    /// (the call then fails on the instance). A walk that fails is an error, naming the area:
+    /// a job can make a directory unreadable, and a policy must not judge its call as if the
+    /// area held nothing.
+    pub(crate) fn of(
+        state: &State,
+        tenant: &TenantName,
+        id: &InstanceId,
+    ) -> Result<Measured, String> {
         let Ok(paths) = state.instance_paths_ambient(tenant, id) else {
-            return Measured::default();
+            return Ok(Measured::default());
         };
-        Measured {
-            workspace: count(&paths.workspace, &Caps::default()).ok(),
-            output: count(&paths.output, &Caps::default()).ok(),
+        let area = |dir: &Path, name: &str| {
+            count(dir, &Caps::default()).map_err(|e| {
+                format!("{name} of `{id}` could not be walked: {e}; a job can make its directories readable again with `chmod -R u+rwX {name}`")
+            })
+        };
+        Ok(Measured {
+            workspace: Some(area(&paths.workspace, "/workspace")?),
+            output: Some(area(&paths.output, "/output")?),
             instance: Some(id.clone()),
-        }
+        })
     }
 
     /// Adds the byte counters to a policy's `usage`.

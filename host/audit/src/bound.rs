@@ -5,16 +5,17 @@
 //! job's door). Written whole, a refused call would cost the shared audit disk many times its
 //! own bytes with one `fdatasync`, whatever the caller's rate limit (refusals are recorded
 //! before the limit is counted). A record whose encoding passes the bound is cut down before it
-//! is written: argument objects over [`MAX_ARGUMENTS_BYTES`] become their digest, in the
-//! redaction's form (`{"redacted": true, "sha256", "bytes"}`, so a replay treats them as
-//! redacted), and texts over [`MAX_TEXT_BYTES`] keep their start and say how much was cut.
+//! is written: in argument objects over [`MAX_ARGUMENTS_BYTES`], values over [`MAX_TEXT_BYTES`]
+//! become their digest, in the redaction's form (`{"redacted": true, "sha256", "bytes"}`, so a
+//! replay treats them as redacted; the whole object if that is not enough), and texts over
+//! [`MAX_TEXT_BYTES`] keep their start and say how much was cut.
 //! Records within the bound, every ordinary one, are written as they are.
 
 use serde_json::{Map, Value, json};
 
 use super::canonical::encode_body;
 use super::record::Entry;
-use super::redact::redact_whole;
+use super::redact::{redact, redact_whole};
 
 /// The largest record body written as it is.
 pub const MAX_RECORD_BYTES: usize = 64 << 10;
@@ -89,9 +90,21 @@ fn cut_down(entry: &mut Entry) {
     }
 }
 
-/// Replaces an argument object larger than [`MAX_ARGUMENTS_BYTES`] by its digest.
+/// Cuts an argument object larger than [`MAX_ARGUMENTS_BYTES`]: each of its values larger
+/// than [`MAX_TEXT_BYTES`] becomes its digest, so that a replay still sees the small ones a
+/// policy judges (a `path`, a job's `resources`) beside the digest of a script or a file; the
+/// whole object becomes its digest only if that was not enough (many keys, or long ones).
 fn digest_if_large(arguments: &mut Map<String, Value>) {
-    if serde_json::to_vec(arguments).is_ok_and(|b| b.len() > MAX_ARGUMENTS_BYTES) {
+    let size = |value: &Map<String, Value>| serde_json::to_vec(value).map_or(0, |b| b.len());
+    if size(arguments) <= MAX_ARGUMENTS_BYTES {
+        return;
+    }
+    for value in arguments.values_mut() {
+        if serde_json::to_vec(value).is_ok_and(|b| b.len() > MAX_TEXT_BYTES) {
+            redact(value);
+        }
+    }
+    if size(arguments) > MAX_ARGUMENTS_BYTES {
         redact_whole(arguments);
     }
 }
@@ -150,8 +163,9 @@ mod tests {
         assert!(body.len() < 16 << 10, "{} bytes", body.len());
         let record: Value = serde_json::from_slice(&body).unwrap();
         let arguments = &record["call"]["arguments"];
-        assert_eq!(arguments["redacted"], true, "{arguments}");
-        assert!(arguments["bytes"].as_u64().unwrap() > 4 << 20);
+        assert_eq!(arguments["path"]["redacted"], true, "{arguments}");
+        assert_eq!(arguments["path"]["bytes"], 4 << 20, "{arguments}");
+        assert_eq!(arguments["pad"]["redacted"], true, "{arguments}");
         let tool = record["tool"].as_str().unwrap();
         assert!(
             tool.starts_with("xxx")
@@ -163,6 +177,28 @@ mod tests {
                 .unwrap()
                 .ends_with("bytes cut)")
         );
+        // Many small keys: the whole object becomes its digest.
+        let keys: Map<String, Value> = (0..20_000).map(|i| (format!("k{i}"), json!(i))).collect();
+        let mut entry = refused("stat_path", Value::Object(keys));
+        let body = bounded_body(&mut entry);
+        assert!(body.len() < 16 << 10, "{} bytes", body.len());
+        let record: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(record["call"]["arguments"]["redacted"], true);
+    }
+
+    /// A large script is cut to its digest; what a policy judges beside it stays, so a replay
+    /// of the record decides as the live call did.
+    #[test]
+    fn the_small_arguments_of_a_large_call_are_kept() {
+        let code = "print(1)\n".repeat(10_000);
+        let arguments = json!({"instance_id": "run1", "code": code, "resources": {"cpus": 64}});
+        let mut entry = refused("run_python", arguments);
+        let body = bounded_body(&mut entry);
+        let record: Value = serde_json::from_slice(&body).unwrap();
+        let arguments = &record["call"]["arguments"];
+        assert_eq!(arguments["resources"], json!({"cpus": 64}), "{arguments}");
+        assert_eq!(arguments["instance_id"], "run1");
+        assert_eq!(arguments["code"]["bytes"], 90_000);
     }
 
     #[test]

@@ -137,7 +137,7 @@ impl RedactionRules {
 }
 
 /// Replaces a value by its digest form, unless it already is one.
-fn redact(value: &mut Value) {
+pub(crate) fn redact(value: &mut Value) {
     if matches!(value, Value::Object(o) if is_redacted(o)) {
         return;
     }

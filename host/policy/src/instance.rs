@@ -38,7 +38,11 @@ impl Limits {
 
 /// The data a policy's store carries.
 pub(crate) struct GuestState {
+    /// The bytes all of the instance's linear memories may hold together.
     memory_cap: usize,
+    /// The bytes they hold now.
+    memory_used: usize,
+    /// Whether this evaluation (or `configure`) asked for more than the cap.
     memory_cap_hit: bool,
     logs: Vec<String>,
     /// Set for a component that imports WASI (made here if a call comes without it).
@@ -52,6 +56,7 @@ impl GuestState {
         let inner = &module.inner;
         let state = GuestState {
             memory_cap: limits.memory_bytes,
+            memory_used: 0,
             memory_cap_hit: false,
             logs: Vec::new(),
             wasi: inner.imports_wasi.then(|| Box::new(WasiState::new())),
@@ -73,16 +78,20 @@ impl wasmtime_wasi::WasiView for GuestState {
 }
 
 impl ResourceLimiter for GuestState {
+    /// The cap holds for the instance's memories together: a component can hold several core
+    /// instances, each with a memory of its own, and a cap per memory would multiply by them.
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _max: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.memory_cap {
+        let after = (self.memory_used - current.min(self.memory_used)).saturating_add(desired);
+        if after > self.memory_cap {
             self.memory_cap_hit = true;
             return Ok(false);
         }
+        self.memory_used = after;
         Ok(true)
     }
 
@@ -182,6 +191,7 @@ impl Instance {
     /// Calls `configure(settings)` under the limits.
     pub(crate) fn configure(&mut self, settings: &str, limits: &Limits) -> Result<(), Fault> {
         let _ticking = self.ticker.guest_run();
+        self.store.data_mut().memory_cap_hit = false;
         self.store.set_epoch_deadline(limits.deadline_ticks());
         match self.policy.call_configure(&mut self.store, settings) {
             Ok(Ok(())) => Ok(()),
@@ -198,6 +208,7 @@ impl Instance {
     ) -> (Result<Verdict, Fault>, Vec<String>) {
         let state = self.store.data_mut();
         state.logs.clear();
+        state.memory_cap_hit = false;
         if let Some(wasi) = &mut state.wasi {
             // What `configure` or an earlier evaluation wrote is not this evaluation's.
             wasi.take_output();

@@ -320,16 +320,24 @@ impl Gateway {
         let mut input = target.input(&caller, via, Phase::Call, arguments);
         input.instance = instance.as_ref().map(|id| id.as_str().to_owned());
         input.job = job.as_ref().map(|j| j.scope.job_id.to_string());
-        if let Ok(instances) = self.state.count(&caller.tenant) {
-            input.usage.insert("instances".to_owned(), instances as u64);
-        }
-        if let Ok(jobs) = self.state.running_job_count(&caller.tenant) {
-            (input.usage).insert("running_jobs".to_owned(), jobs as u64);
-        }
+        // The counters a quota policy judges: one the host cannot take refuses the call, since a
+        // policy would read a missing counter as nothing used.
+        let uncounted = |what: &str, e: &dyn std::fmt::Display| {
+            stop(format!(
+                "refused: the gateway could not count {what} ({e}), which the policies judge; retry, or ask the admin if it persists"
+            ))
+        };
+        let instances = (self.state.count(&caller.tenant))
+            .map_err(|e| uncounted("the tenant's instances", &e))?;
+        input.usage.insert("instances".to_owned(), instances as u64);
+        let jobs = (self.state.running_job_count(&caller.tenant))
+            .map_err(|e| uncounted("the tenant's running jobs", &e))?;
+        (input.usage).insert("running_jobs".to_owned(), jobs as u64);
         // A call that can add bytes to its instance: the policies see the instance's usage,
         // and the space quotas reuse the walk.
         let measured = match &instance {
-            Some(id) if target.adds_bytes() => Measured::of(&self.state, &caller.tenant, id),
+            Some(id) if target.adds_bytes() => Measured::of(&self.state, &caller.tenant, id)
+                .map_err(|e| uncounted("the bytes the instance holds", &e))?,
             _ => Measured::default(),
         };
         measured.report(&mut input.usage);
