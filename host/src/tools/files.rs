@@ -317,7 +317,8 @@ fn write_file(cx: &Context<'_>, args: Write) -> Result<Output, ToolError> {
     } else {
         WriteMode::Replace
     };
-    super::check_space(cx, cx.instance()?, area, data.len() as u64)?;
+    // Held until the file is in place, so that writes in flight together cannot pass the quota.
+    let _hold = super::hold_room(cx, cx.instance()?, area, Some(data.len() as u64), u64::MAX)?;
     let request = WriteRequest {
         path: args.path,
         data,
@@ -423,11 +424,14 @@ fn move_path(cx: &Context<'_>, args: Move) -> Result<Output, ToolError> {
     // Within an area a move adds no bytes; between areas it adds the source's to the
     // destination's, which must have the room under its quota.
     let (instance, from, area) = (cx.instance()?, area(&args.source), area(&args.destination));
-    let room = if from == area {
+    // The room left is held until the move is done, so that calls in flight together cannot
+    // pass the quota.
+    let hold = if from == area {
         None
     } else {
-        super::space_left(cx, instance, area)?
+        super::hold_room(cx, instance, area, None, u64::MAX)?
     };
+    let room = hold.as_ref().map(|hold| hold.bytes());
     let request = MoveRequest {
         from: args.source,
         to: args.destination,
@@ -437,6 +441,7 @@ fn move_path(cx: &Context<'_>, args: Move) -> Result<Output, ToolError> {
     let moved = match exec::move_path(&roots(cx)?, cx.files, &request) {
         // The only byte cap of a move is the quota's room: say so in the quota's words.
         Err(exec::FileError::TooLarge { size, .. }) if room.is_some() => {
+            drop(hold);
             super::check_space(cx, instance, area, size)?;
             return Err(ToolError(format!("the move needs {size} bytes; retry")));
         }
@@ -448,7 +453,9 @@ fn move_path(cx: &Context<'_>, args: Move) -> Result<Output, ToolError> {
 
 fn copy_path(cx: &Context<'_>, args: Copy) -> Result<Output, ToolError> {
     let (instance, area) = (cx.instance()?, area(&args.destination));
-    let room = super::space_left(cx, instance, area)?;
+    // The room left is held until the copy is in place (see `move_path`).
+    let hold = super::hold_room(cx, instance, area, None, u64::MAX)?;
+    let room = hold.as_ref().map(|hold| hold.bytes());
     let request = CopyRequest {
         from: args.source,
         to: args.destination,
@@ -458,6 +465,7 @@ fn copy_path(cx: &Context<'_>, args: Copy) -> Result<Output, ToolError> {
     let copied = match exec::copy_path(&roots(cx)?, cx.files, &request) {
         // The only byte cap of a copy is the quota's room: say so in the quota's words.
         Err(exec::FileError::TooLarge { size, .. }) if room.is_some() => {
+            drop(hold);
             super::check_space(cx, instance, area, size)?;
             return Err(ToolError(format!("the copy needs {size} bytes; retry")));
         }

@@ -55,7 +55,7 @@ pub struct Context<'a> {
     pub measured: &'a crate::usage::Measured,
     /// A streamed body lent by the door (see [`crate::gateway::Transfer`]).
     pub transfer: Option<&'a crate::gateway::Transfer>,
-    /// Room under the space quotas held by uploads in flight.
+    /// Room under the space quotas held by writes in flight.
     pub room: &'a Room,
 }
 
@@ -344,7 +344,7 @@ fn full(
     let name = area.name();
     let uploads = match held {
         0 => String::new(),
-        held => format!(", uploads in flight hold {held} more,"),
+        held => format!(", writes in flight hold {held} more,"),
     };
     ToolError(format!(
         "the {name} of `{instance}` holds {used}{uploads} and may hold {max} bytes (the tenant's \
@@ -352,7 +352,7 @@ fn full(
     ))
 }
 
-/// Holds room in `area` of `instance` for an upload ([`room`]): the `announced` size, else all
+/// Holds room in `area` of `instance` for a write ([`room`]): the `announced` size, else all
 /// the room left up to `cap`; `None` when the area has no quota. The area is measured afresh.
 pub(crate) fn hold_room(
     cx: &Context<'_>,
@@ -373,19 +373,6 @@ pub(crate) fn hold_room(
     cx.room
         .take((cx.tenant, instance, area), measure, wanted)
         .map(Some)
-}
-
-/// The bytes `area` of `instance` may still take under the tenant's quota; `None`: no quota.
-pub(crate) fn space_left(
-    cx: &Context<'_>,
-    instance: &crate::state::InstanceId,
-    area: Area,
-) -> Result<Option<u64>, ToolError> {
-    let held = || cx.room.held(cx.tenant, instance, area);
-    let left = |(used, max): (crate::usage::Count, u64)| {
-        max.saturating_sub(used.bytes).saturating_sub(held())
-    };
-    Ok(measure(cx, instance, area)?.map(left))
 }
 
 /// The bytes used in `area` of `instance` and the tenant's `max_workspace_bytes` /

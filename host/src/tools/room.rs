@@ -1,12 +1,14 @@
-//! Room under a space quota held for uploads in flight.
+//! Room under a space quota held for writes in flight.
 //!
 //! A streamed upload (a WebDAV `PUT`) learns how much room its area has when it starts and may
-//! take seconds or hours to arrive; checked only at its start, two uploads in flight at once
-//! could each take all of it and together pass the quota. So an upload first *holds* the room
-//! it needs — the size its client announced, else all the room there is — and every writer's
-//! room (see [`super::space_left`], [`super::check_space`]) is what the quota leaves after the
-//! bytes on disk and the room others hold. The area is measured afresh, one upload of an area
-//! at a time, when room is taken; a hold ends when the upload is in place or failed.
+//! take seconds or hours to arrive; a copy of a tree takes a while too. Checked only at their
+//! start, two such writes in flight at once could each take all of the room and together pass
+//! the quota. So every write that adds bytes under a quota first *holds* the room it needs —
+//! an inline write its size, an upload the size its client announced, else (an upload without
+//! one, a copy, a move between areas) all the room there is — and every writer's room (see
+//! [`super::check_space`]) is what the quota leaves after the bytes on disk and the room others
+//! hold. The area is measured afresh, one writer of an area at a time, when room is taken; a
+//! hold ends when the write is in place or failed.
 //!
 //! Holds are this process's: gateways sharing one state directory each hold their own.
 
@@ -25,7 +27,7 @@ pub struct Room {
     held: Mutex<HashMap<Key, Arc<Mutex<u64>>>>,
 }
 
-/// Room held by one upload, given back when it is dropped.
+/// Room held by one write, given back when it is dropped.
 pub(crate) struct Hold {
     held: Arc<Mutex<u64>>,
     bytes: u64,

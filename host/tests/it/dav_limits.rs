@@ -168,7 +168,7 @@ fn uploads_in_flight_together_cannot_pass_the_quota() {
     );
     assert_eq!(second.status, 507, "{}", second.body);
     assert!(
-        second.body.contains("uploads in flight hold"),
+        second.body.contains("writes in flight hold"),
         "{}",
         second.body
     );

@@ -173,6 +173,71 @@ fn byte_quotas_refuse_writes_and_new_jobs_once_full() {
     ));
 }
 
+/// Writes, copies and moves in flight together cannot pass a quota: each holds the room it
+/// may fill until it is in place, so of several that each fit alone only as many as fit
+/// together succeed.
+#[test]
+fn writes_in_flight_together_cannot_pass_the_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gw, chem) = with_chems_run1(dir.path());
+    ok(gw.call(
+        &chem,
+        "write_file",
+        args(json!({"instance_id": "run1", "path": "/output/src.txt", "content": "x".repeat(60)})),
+    ));
+    for round in 0..4 {
+        let calls = 8;
+        let start = std::sync::Barrier::new(calls);
+        let outputs = crate::dav::find_workspace(&dir.path().join("state"), "chem", "run1")
+            .with_file_name("output");
+        let outputs = &outputs;
+        let done: Vec<bool> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..calls)
+                .map(|i| {
+                    let (gw, chem, start) = (&gw, &chem, &start);
+                    s.spawn(move || {
+                        let path = format!("r{round}-{i}.txt");
+                        let (tool, mut arguments) = match i % 3 {
+                            0 => (
+                                "copy_path",
+                                json!({"source": "/output/src.txt", "destination": path}),
+                            ),
+                            1 => (
+                                "write_file",
+                                json!({"path": path, "content": "y".repeat(60)}),
+                            ),
+                            _ => {
+                                let from = format!("/output/m{round}-{i}.txt");
+                                std::fs::write(
+                                    outputs.join(from.trim_start_matches("/output/")),
+                                    "z".repeat(60),
+                                )
+                                .unwrap();
+                                ("move_path", json!({"source": from, "destination": path}))
+                            }
+                        };
+                        arguments["instance_id"] = json!("run1");
+                        start.wait();
+                        !gw.call(chem, tool, args(arguments)).is_error
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let succeeded = done.iter().filter(|&&ok| ok).count();
+        assert_eq!(
+            succeeded, 1,
+            "round {round}: 60-byte writes under a 100-byte quota"
+        );
+        let workspace = crate::dav::find_workspace(&dir.path().join("state"), "chem", "run1");
+        let used = hpcgate::usage::workspace_bytes(&workspace).unwrap();
+        assert_eq!(used, 60, "round {round}");
+        for entry in std::fs::read_dir(&workspace).unwrap() {
+            std::fs::remove_file(entry.unwrap().path()).unwrap();
+        }
+    }
+}
+
 /// What a gateway killed in the middle of a write leaves (a temporary no writer holds) stops
 /// counting against the quota once it is a minute old: the next measure deletes it. A
 /// temporary still being written (here: one too fresh to tell) counts.
@@ -240,11 +305,9 @@ fn a_callers_bytes_cannot_swell_the_audit_log() {
         .filter(|r| r["tool"] == "write_file" && r["call"].is_object())
         .collect();
     assert_eq!(writes.len(), 10, "each write's decision, written ahead");
-    assert_eq!(
-        writes[0]["call"]["arguments"]["redacted"], true,
-        "{}",
-        writes[0]
-    );
+    let arguments = &writes[0]["call"]["arguments"];
+    assert_eq!(arguments["path"]["redacted"], true, "{}", writes[0]);
+    assert_eq!(arguments["instance_id"], "run1", "small values are kept");
     assert!(
         hpcgate::audit::verify(&dir.path().join("state/audit"), None)
             .unwrap()
