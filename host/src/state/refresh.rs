@@ -6,6 +6,9 @@
 //! - reaching a final phase sets `finished_at` — the executor's time if it gave one, else
 //!   now, never before `submitted_at` — for cancelled jobs too;
 //! - `started_at` is set once, from the executor or at the first `running` observation;
+//! - a job its executor has not found for [`MISSING_FOR`] in a row is `lost`, final: Slurm
+//!   forgets an ended job `MinJobAge` after its end where no accounting database keeps it, and
+//!   a job missing for good would count against `max_running_jobs` for ever;
 //! - the record is rewritten only when something changed; [`Refreshed`] says what changed,
 //!   so the gateway audits each transition exactly once.
 
@@ -80,16 +83,33 @@ impl State {
     }
 }
 
+/// How long a job may stay `missing` (its executor finds it nowhere) before it is `lost`.
+pub const MISSING_FOR: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
 /// Applies `observation` to `record`; returns `(changed, became_final)`.
 pub(crate) fn apply(
     record: &mut JobRecord,
-    observation: Observation,
+    mut observation: Observation,
     now: Timestamp,
 ) -> (bool, bool) {
     if record.is_final() {
         return (false, false);
     }
     let before = record.clone();
+    // Missing again, as it has been since the record last changed, for long enough.
+    if observation.status.phase == JobPhase::Missing
+        && record.status.phase == JobPhase::Missing
+        && record.updated_at <= now.minus(MISSING_FOR)
+    {
+        let status = &mut observation.status;
+        status.phase = JobPhase::Lost;
+        status.message = Some(format!(
+            "the executor has not found this job for {} minutes (Slurm forgets an ended job \
+             after its MinJobAge unless an accounting database keeps it); its outcome is unknown: \
+             check its output",
+            MISSING_FOR.as_secs() / 60
+        ));
+    }
     let Observation {
         status,
         started_at,
@@ -133,6 +153,25 @@ mod tests {
             finished_at: None,
             updated_at: Timestamp::from_unix_ms(1000),
         }
+    }
+
+    /// A job missing for [`MISSING_FOR`] in a row is lost for good; a job found again in
+    /// between starts the count again.
+    #[test]
+    fn a_job_missing_long_enough_is_lost() {
+        let mut r = record();
+        let at = |minutes: u64| Timestamp::from_unix_ms(1000 + minutes * 60_000);
+        let missing = || Observation::new(JobStatus::new(JobPhase::Missing));
+        let running = Observation::new(JobStatus::new(JobPhase::Running));
+        assert_eq!(apply(&mut r, missing(), at(1)), (true, false));
+        assert_eq!(apply(&mut r, missing(), at(10)), (false, false));
+        assert_eq!(apply(&mut r, running, at(12)), (true, false));
+        assert_eq!(apply(&mut r, missing(), at(13)), (true, false));
+        assert_eq!(apply(&mut r, missing(), at(27)), (false, false));
+        assert_eq!(apply(&mut r, missing(), at(28)), (true, true));
+        assert_eq!(r.status.phase, JobPhase::Lost);
+        assert!(r.status.message.as_deref().unwrap().contains("15 minutes"));
+        assert_eq!(r.finished_at, Some(at(28)));
     }
 
     #[test]
