@@ -23,7 +23,7 @@
 //! while it is copied) cannot make the copy run away.
 
 use std::collections::VecDeque;
-use std::io::{self, Read};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt};
@@ -185,15 +185,46 @@ fn open_source(
     Ok((file, md))
 }
 
-/// Copies `len` bytes at most from `src` into `dst`; more means the file grew since it was
-/// planned, which fails the copy.
+/// Copies `len` bytes at most from `src` into `dst` (a new, empty file); more means the file
+/// grew since it was planned, which fails the copy. Only the data is copied, holes staying
+/// holes: a sparse file (`truncate -s 1T`) costs its data, not its apparent size, in time and
+/// in disk. Returns `len`, the size the copy has.
 pub(crate) fn copy_capped(src: &mut File, dst: &mut File, len: u64) -> io::Result<u64> {
-    let copied = io::copy(&mut src.take(len), dst)?;
+    use rustix::fs::{SeekFrom as At, seek};
+    let mut at = 0;
+    while at < len {
+        // The next data at or after `at`, and where it ends.
+        let start = match seek(&*src, At::Data(at)) {
+            Ok(start) => start,
+            // No data past `at`: the rest is a hole.
+            Err(rustix::io::Errno::NXIO) => break,
+            // A filesystem without `SEEK_DATA`: everything is data.
+            Err(rustix::io::Errno::INVAL) if at == 0 => 0,
+            Err(e) => return Err(e.into()),
+        };
+        if start >= len {
+            break;
+        }
+        let end = match seek(&*src, At::Hole(start)) {
+            Ok(end) => end.min(len),
+            Err(rustix::io::Errno::INVAL) => len,
+            Err(e) => return Err(e.into()),
+        };
+        src.seek(SeekFrom::Start(start))?;
+        dst.seek(SeekFrom::Start(start))?;
+        let copied = io::copy(&mut (&mut *src).take(end - start), dst)?;
+        if copied < end - start {
+            return Err(io::Error::other("the file shrank while it was copied"));
+        }
+        at = end;
+    }
+    dst.set_len(len)?;
+    src.seek(SeekFrom::Start(len))?;
     let mut probe = [0u8; 1];
     if src.read(&mut probe)? != 0 {
         return Err(io::Error::other("the file grew while it was copied"));
     }
-    Ok(copied)
+    Ok(len)
 }
 
 fn copy_file(

@@ -8,7 +8,7 @@
 //! symlinks and special files are refused with [`FileError::CrossFilesystem`].
 
 use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
-use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt, Permissions, PermissionsExt};
+use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt, Permissions, PermissionsExt};
 
 use super::atomic::place_atomically;
 use super::copy::copy_capped;
@@ -53,7 +53,13 @@ pub(crate) fn move_file_across(
         tmp.set_permissions(Permissions::from_mode(md.permissions().mode() & 0o777))
     })
     .map_err(|e| FileError::from_io("move to", to.path, e))?;
-    from.dir
-        .remove_file(from.name)
-        .map_err(|e| FileError::from_io("remove the moved source", from.path, e))
+    // The name is unlinked only if it still names the file copied: one a job put there during
+    // the copy is not what was moved, and stays.
+    match from.dir.symlink_metadata(from.name) {
+        Ok(now) if (now.dev(), now.ino()) == (md.dev(), md.ino()) => from
+            .dir
+            .remove_file(from.name)
+            .map_err(|e| FileError::from_io("remove the moved source", from.path, e)),
+        _ => Ok(()),
+    }
 }

@@ -16,7 +16,7 @@
 use std::ops::ControlFlow;
 
 use cap_fs_ext::DirExt;
-use cap_std::fs::{Dir, Metadata};
+use cap_std::fs::{Dir, Metadata, MetadataExt};
 use rustix::fs::{RenameFlags, renameat, renameat_with};
 use rustix::io::Errno;
 
@@ -79,6 +79,22 @@ pub fn move_path(
         }
     }
 
+    // Two names of one file: `rename` succeeds and does nothing, so the source would stay.
+    // The move's effect is the source's name gone.
+    if req.overwrite
+        && kind == EntryKind::File
+        && let Ok(target) = to_dir.symlink_metadata(to_name)
+        && (target.dev(), target.ino()) == (md.dev(), md.ino())
+    {
+        from_dir
+            .remove_file(from_name)
+            .map_err(|e| FileError::from_io("move", &from, e))?;
+        return Ok(MoveResult {
+            from: from.to_string(),
+            to: to.to_string(),
+            kind,
+        });
+    }
     let plain = || renameat(&from_dir, from_name, &to_dir, to_name);
     let outcome = if req.overwrite {
         plain()

@@ -311,3 +311,47 @@ fn deep_and_wide_trees_are_refused_within_the_limits() {
     assert_eq!(variant(&e), "InvalidRequest", "{e}");
     assert!(!fx.ws.join("d2").exists() && !fx.ws.join("w2").exists());
 }
+
+/// A sparse file is copied as its data: its holes stay holes. A job's `truncate -s 8G` costs
+/// nothing to make, and a copy that wrote its zeros would fill the disk with them.
+#[test]
+fn a_sparse_file_copies_as_its_data() {
+    use std::io::{Seek, SeekFrom, Write};
+    use std::os::unix::fs::MetadataExt;
+    let fx = Fixture::new();
+    let size = 8u64 << 30;
+    let mut file = fs::File::create(fx.ws.join("sparse.bin")).unwrap();
+    file.set_len(size).unwrap();
+    for at in [0, 4 << 30, size - 5] {
+        file.seek(SeekFrom::Start(at)).unwrap();
+        file.write_all(b"hello").unwrap();
+    }
+    drop(file);
+    fs::create_dir(fx.ws.join("tree")).unwrap();
+    fs::copy(fx.ws.join("inside.txt"), fx.ws.join("tree/plain.txt")).unwrap();
+    fs::rename(fx.ws.join("sparse.bin"), fx.ws.join("tree/sparse.bin")).unwrap();
+    for (from, to) in [("tree/sparse.bin", "copy.bin"), ("tree", "/output/tree")] {
+        copy(&fx, from, to, false).unwrap();
+    }
+    for copied in [fx.ws.join("copy.bin"), fx.out.join("tree/sparse.bin")] {
+        let md = fs::metadata(&copied).unwrap();
+        assert_eq!(md.len(), size, "{copied:?}");
+        assert!(
+            md.blocks() * 512 < 1 << 20,
+            "{copied:?}: {} blocks",
+            md.blocks()
+        );
+        let mut file = fs::File::open(&copied).unwrap();
+        for (at, expected) in [(0, b"hello"), (4 << 30, b"hello"), (size - 5, b"hello")] {
+            let mut data = [0u8; 5];
+            file.seek(SeekFrom::Start(at)).unwrap();
+            std::io::Read::read_exact(&mut file, &mut data).unwrap();
+            assert_eq!(&data, expected, "{copied:?} at {at}");
+        }
+        let mut gap = [1u8; 5];
+        file.seek(SeekFrom::Start(1 << 30)).unwrap();
+        std::io::Read::read_exact(&mut file, &mut gap).unwrap();
+        assert_eq!(gap, [0; 5], "{copied:?}");
+    }
+    assert_eq!(fs::read(fx.out.join("tree/plain.txt")).unwrap(), INSIDE);
+}

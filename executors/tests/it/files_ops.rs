@@ -384,6 +384,12 @@ fn move_refuses_overwrite_unless_asked_and_crosses_roots() {
         ("/output/final.txt", EntryKind::File)
     );
     assert_eq!(fs::read(fx.out.join("final.txt")).unwrap(), b"other");
+    // Onto another name of the same file: `rename` alone would leave the source.
+    fs::write(fx.ws.join("one.txt"), b"same").unwrap();
+    fs::hard_link(fx.ws.join("one.txt"), fx.ws.join("two.txt")).unwrap();
+    mv("one.txt", "two.txt", true).unwrap();
+    assert!(!fx.ws.join("one.txt").exists(), "the source's name is gone");
+    assert_eq!(fs::read(fx.ws.join("two.txt")).unwrap(), b"same");
     assert_eq!(
         variant(&mv("sub", "sub/inner", false).unwrap_err()),
         "InvalidRequest"
