@@ -286,11 +286,22 @@ fn plan_tree(
             open_dir_beneath(source, &rel)
         }
         .map_err(|e| FileError::from_io("copy", &shown(&rel), e))?;
+        let too_many = || FileError::InvalidRequest {
+            path: from.to_string(),
+            reason: format!(
+                "the tree has more than {} entries; copy its parts separately",
+                limits.max_walk_entries
+            ),
+        };
         let mut names = Vec::new();
         for entry in dir
             .entries()
             .map_err(|e| FileError::from_io("list", &shown(&rel), e))?
         {
+            // A directory of millions of names is refused as it is read, not once all are held.
+            if plan.len() + names.len() >= limits.max_walk_entries {
+                return Err(too_many());
+            }
             names.push(
                 entry
                     .map_err(|e| FileError::from_io("list", &shown(&rel), e))?
@@ -335,13 +346,7 @@ fn plan_tree(
                 }
             }
             if plan.len() >= limits.max_walk_entries {
-                return Err(FileError::InvalidRequest {
-                    path: from.to_string(),
-                    reason: format!(
-                        "the tree has more than {} entries; copy its parts separately",
-                        limits.max_walk_entries
-                    ),
-                });
+                return Err(too_many());
             }
             let size = if facts.kind == EntryKind::File {
                 facts.size
