@@ -199,7 +199,10 @@ fn prune(root: &Path, now: SystemTime) {
             let unused = std::fs::symlink_metadata(&path)
                 .and_then(|m| m.modified())
                 .is_ok_and(|used| used < cutoff);
-            if unused && path.extension().is_some_and(|e| e == "cwasm") && private_file(&path) {
+            // A module, or a write a crash left unfinished (`tempfile_in`).
+            let ours = path.extension().is_some_and(|e| e == "cwasm")
+                || (path.file_name()).is_some_and(|n| n.to_string_lossy().starts_with(".tmp-"));
+            if unused && ours && private_file(&path) {
                 let _ = std::fs::remove_file(&path);
             }
         }
@@ -208,20 +211,34 @@ fn prune(root: &Path, now: SystemTime) {
     }
 }
 
+/// A new file in `dir` for a module being written, under a name nobody else holds: created
+/// with `O_EXCL` (a name taken, by another thread, process or host sharing the directory, or a
+/// symlink, is never opened), named by process, time and a counter, tried again if taken.
 fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join(format!(
-        ".tmp-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&path)?;
-    Ok((path, file))
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut tries = 0;
+    loop {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let path = dir.join(format!(
+            ".tmp-{}-{nanos}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
+            Ok(file) => return Ok((path, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn owned_by_me(meta: &std::fs::Metadata) -> bool {
@@ -448,6 +465,12 @@ mod tests {
             .unwrap();
         let other_old = other.join("x.cwasm");
         std::fs::write(&other_old, b"artifact").unwrap();
+        // A write a crash left unfinished, under a name no later write takes again.
+        let (left, _) = tempfile_in(&other).unwrap();
+        let (next, _) = tempfile_in(&other).unwrap();
+        assert_ne!(left, next, "each write has a name of its own");
+        std::fs::remove_file(&next).unwrap();
+        age(&left, 31);
         let not_ours = root.path().join("notes");
         std::fs::DirBuilder::new()
             .mode(0o700)
@@ -473,9 +496,10 @@ mod tests {
             !other.exists(),
             "the other configuration's directory went with its artifact"
         );
+        assert!(!left.exists(), "an unfinished write went too");
         assert!(
             not_ours.join("keep.txt").exists(),
-            "only `.cwasm` files are deleted"
+            "only `.cwasm` and unfinished files are deleted"
         );
     }
 }
