@@ -133,6 +133,34 @@ fn a_missing_bwrap_is_an_error_that_says_what_to_install() {
     assert!(matches!(err, SandboxError::BwrapMissing { .. }), "{err}");
 }
 
+/// A start that does not answer within its time is reported failed, and what it started so
+/// far is killed with it: nothing goes on to run the job untracked. Here a supervisor that
+/// never answers: its child is gone once `spawn_job` has returned (after 10 s).
+#[test]
+fn a_start_that_never_answers_leaves_nothing_running() {
+    use hpcgate_executors::sandbox::{SandboxError, SupervisorCommand};
+    let inst = Instance::create();
+    // Like the real one, the first process leaves a child behind and exits; this child keeps
+    // the answer pipe open and says nothing. Its `sleep` argument is the marker to find it by.
+    let marker = format!("600.{}", std::process::id());
+    let silent = SupervisorCommand {
+        program: "/bin/sh".into(),
+        args: vec![
+            "-c".into(),
+            format!("sleep {marker} & exit 0").into(),
+            "sh".into(),
+        ],
+    };
+    let err = spawn_job(&inst.job_dir("silent"), &inst.spec, &sh("true"), &silent)
+        .expect_err("no answer");
+    assert!(matches!(err, SandboxError::SupervisorStart { .. }), "{err}");
+    assert!(err.to_string().contains("no answer"), "{err}");
+    assert!(
+        gone_within(&marker, Duration::from_secs(2)),
+        "a silent start's processes still run"
+    );
+}
+
 #[test]
 fn a_job_dir_cannot_be_reused() {
     use hpcgate_executors::sandbox::SandboxError;

@@ -140,6 +140,15 @@ pub fn spawn_job(
         // The supervisor writes one line and closes its end.
         let _ = (&mut pipe).take(4096).read_to_end(&mut reply);
     }
+    if reply.is_empty() {
+        // No answer: the start is reported failed, so nothing of it may go on to run the job
+        // untracked. The supervisor and what it started so far are in the session `setsid`
+        // made, whose id is the first process's: not yet reaped, so no other group has it.
+        let _ = rustix::process::kill_process_group(
+            rustix::process::Pid::from_child(&child),
+            rustix::process::Signal::KILL,
+        );
+    }
     // The first process only forks and exits; reap it.
     let _ = child.wait();
     let reply = String::from_utf8_lossy(&reply);
