@@ -53,6 +53,9 @@ struct Sessions {
 struct Session {
     owner: Caller,
     to_server: mpsc::Sender<ClientJsonRpcMessage>,
+    /// The session's answers on their way to its stream: full when the client does not read
+    /// them, and then it may send no more (each call's answer would wait in memory).
+    answers: mpsc::WeakSender<ServerJsonRpcMessage>,
 }
 
 #[derive(Clone)]
@@ -115,6 +118,7 @@ async fn open(State(shared): State<Shared>, request: Request) -> Response {
         let session = Session {
             owner: caller.clone(),
             to_server,
+            answers: to_client.downgrade(),
         };
         sessions.insert(id.clone(), session);
     }
@@ -209,6 +213,13 @@ async fn message(State(shared): State<Shared>, request: Request) -> Response {
                 if session.owner.tenant == caller.tenant
                     && session.owner.principal == caller.principal =>
             {
+                if (session.answers.upgrade()).is_some_and(|answers| answers.capacity() == 0) {
+                    return refuse(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "this session's answers are not being read: read its event stream \
+                         before sending more",
+                    );
+                }
                 session.to_server.clone()
             }
             _ => return unknown(),

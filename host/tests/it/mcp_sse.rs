@@ -279,3 +279,50 @@ async fn one_tenant_cannot_open_sessions_without_bound() {
     let (status, stderr) = gw.served.stop().await;
     assert!(status.success(), "{status:?}: {stderr}");
 }
+
+/// A client that sends calls but does not read its stream gets 429 once its answers back up,
+/// rather than the gateway keeping every answer in memory; reading them lets it send again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_answers_are_not_read_may_send_no_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(dir.path()).await;
+    let a = gw.authority.as_str();
+    let chem = format!("Bearer {}", gw.chem);
+    let (_, session) = open(a, &[("Authorization", &chem)]).await;
+    let (endpoint, mut events) = session.unwrap();
+    assert_eq!(post(a, &endpoint, &gw.chem, INITIALIZE).await, 202);
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    assert_eq!(post(a, &endpoint, &gw.chem, initialized).await, 202);
+    let mut refused = None;
+    for id in 2..5000 {
+        let list = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#);
+        let status = post(a, &endpoint, &gw.chem, &list).await;
+        if status == 429 {
+            refused = Some(id);
+            break;
+        }
+        assert_eq!(status, 202, "tools/list {id}");
+    }
+    let refused = refused.expect("answers nobody reads back up into a refusal");
+    // Reading the stream drains them: the session takes calls again.
+    let drained = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut line = String::new();
+        let mut answers = 0;
+        while answers < refused - 1 {
+            line.clear();
+            events.read_line(&mut line).await.unwrap();
+            if line.starts_with("data: ") {
+                answers += 1;
+            }
+        }
+        answers
+    })
+    .await
+    .expect("every accepted call is answered");
+    assert_eq!(drained, refused - 1);
+    let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    assert_eq!(post(a, &endpoint, &gw.chem, list).await, 202);
+    drop(events);
+    let (status, stderr) = gw.served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+}
