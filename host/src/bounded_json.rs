@@ -16,8 +16,9 @@ use axum::response::{IntoResponse, Response};
 /// The most JSON values one message may hold: a few megabytes of parsed tree.
 pub const MAX_VALUES: usize = 1 << 18;
 
-/// Counts the values of the JSON text `bytes` (each `[`, `{` and `,` outside strings starts
-/// one), refusing more than `max` with a message that says what to do. The text is not
+/// Counts the values of the JSON text `bytes` (each `[`, `{`, `,` and `:` outside strings
+/// starts one: a member's key costs as much as a value), refusing more than `max` with a
+/// message that says what to do. The text is not
 /// otherwise checked: the parser that follows does that.
 pub fn check_values(bytes: &[u8], max: usize) -> Result<(), String> {
     let (mut values, mut in_string, mut escaped) = (1usize, false, false);
@@ -32,7 +33,7 @@ pub fn check_values(bytes: &[u8], max: usize) -> Result<(), String> {
         } else {
             match byte {
                 b'"' => in_string = true,
-                b'[' | b'{' | b',' => {
+                b'[' | b'{' | b',' | b':' => {
                     values += 1;
                     if values > max {
                         return Err(format!(
@@ -79,10 +80,10 @@ mod tests {
         let ok = |text: &str, max| check_values(text.as_bytes(), max).is_ok();
         assert!(ok("[0,0,0]", 4));
         assert!(!ok("[0,0,0]", 3), "four values: the array and three zeros");
-        assert!(ok(r#"{"a":1,"b":[2,3]}"#, 5));
-        assert!(!ok(r#"{"a":1,"b":[2,3]}"#, 4));
+        assert!(ok(r#"{"a":1,"b":[2,3]}"#, 7), "keys count too");
+        assert!(!ok(r#"{"a":1,"b":[2,3]}"#, 6));
         // Brackets and commas inside a string, escaped quotes included, are text.
-        assert!(ok(r#"{"content":"[,{,\",[,,,]"}"#, 2));
+        assert!(ok(r#"{"content":"[,{,\",[,,,]"}"#, 3));
         assert!(
             ok(r#"["a\\",1]"#, 3),
             "an escaped backslash ends before the quote"

@@ -81,9 +81,9 @@ pub struct Measured {
 
 impl Measured {
     /// Walks both areas of `instance`, a live instance of `tenant`; nothing if it is not one
-    /// (the call then fails on the instance). A walk that fails is an error, naming the area:
-    /// a job can make a directory unreadable, and a policy must not judge its call as if the
-    /// area held nothing.
+    /// (the call then fails on the instance). A walk that fails is an error, naming the area: a
+    /// policy must not judge the call as if the area held nothing. (A directory a job made
+    /// unreadable is not a failure: the count is then a lower bound, see [`walk`].)
     pub(crate) fn of(
         state: &State,
         tenant: &TenantName,
@@ -93,9 +93,8 @@ impl Measured {
             return Ok(Measured::default());
         };
         let area = |dir: &Path, name: &str| {
-            count(dir, &Caps::default()).map_err(|e| {
-                format!("{name} of `{id}` could not be walked: {e}; a job can make its directories readable again with `chmod -R u+rwX {name}`")
-            })
+            count(dir, &Caps::default())
+                .map_err(|e| format!("{name} of `{id}` could not be measured ({e})"))
         };
         Ok(Measured {
             workspace: Some(area(&paths.workspace, "/workspace")?),
@@ -201,6 +200,14 @@ fn walk(fd: OwnedFd, depth: usize, caps: &Caps, total: &mut Count) -> io::Result
                             Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR)
                         ) =>
                     {
+                        continue;
+                    }
+                    // One a job made unreadable (`chmod 000`): what is inside cannot be
+                    // counted, so the count is a lower bound, as past a cap. Failing the walk
+                    // would refuse every call that adds bytes, the job that could repair it
+                    // included.
+                    Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+                        total.complete = false;
                         continue;
                     }
                     Err(e) => return Err(e),

@@ -185,46 +185,55 @@ fn open_source(
     Ok((file, md))
 }
 
-/// Copies `len` bytes at most from `src` into `dst` (a new, empty file); more means the file
-/// grew since it was planned, which fails the copy. Only the data is copied, holes staying
-/// holes: a sparse file (`truncate -s 1T`) costs its data, not its apparent size, in time and
-/// in disk. Returns `len`, the size the copy has.
+/// Copies the `len` bytes of `src` into `dst` (a new, empty file), failing if `src` is not
+/// `len` bytes long when done (it grew or shrank since it was measured). Only the data is
+/// copied, holes staying holes: a sparse file (`truncate -s 1T`) costs its data, not its
+/// apparent size, in time and in disk. Returns `len`, the size the copy has.
 pub(crate) fn copy_capped(src: &mut File, dst: &mut File, len: u64) -> io::Result<u64> {
-    use rustix::fs::{SeekFrom as At, seek};
+    let changed = |how: &str| io::Error::other(format!("the file {how} while it was copied"));
     let mut at = 0;
-    while at < len {
-        // The next data at or after `at`, and where it ends.
-        let start = match seek(&*src, At::Data(at)) {
-            Ok(start) => start,
-            // No data past `at`: the rest is a hole.
-            Err(rustix::io::Errno::NXIO) => break,
-            // A filesystem without `SEEK_DATA`: everything is data.
-            Err(rustix::io::Errno::INVAL) if at == 0 => 0,
-            Err(e) => return Err(e.into()),
-        };
-        if start >= len {
-            break;
+    while let Some((start, end)) = data_after(src, at, len)? {
+        if end <= start {
+            return Err(changed("changed"));
         }
-        let end = match seek(&*src, At::Hole(start)) {
-            Ok(end) => end.min(len),
-            Err(rustix::io::Errno::INVAL) => len,
-            Err(e) => return Err(e.into()),
-        };
         src.seek(SeekFrom::Start(start))?;
         dst.seek(SeekFrom::Start(start))?;
         let copied = io::copy(&mut (&mut *src).take(end - start), dst)?;
         if copied < end - start {
-            return Err(io::Error::other("the file shrank while it was copied"));
+            return Err(changed("shrank"));
         }
         at = end;
     }
     dst.set_len(len)?;
-    src.seek(SeekFrom::Start(len))?;
-    let mut probe = [0u8; 1];
-    if src.read(&mut probe)? != 0 {
-        return Err(io::Error::other("the file grew while it was copied"));
+    match src.metadata()?.len() {
+        now if now < len => Err(changed("shrank")),
+        now if now > len => Err(changed("grew")),
+        _ => Ok(len),
     }
-    Ok(len)
+}
+
+/// The next range of data of `src` at or after `at`, cut at `len`; `None` when only a hole is
+/// left. A filesystem that cannot tell data from holes has data everywhere.
+fn data_after(src: &File, at: u64, len: u64) -> io::Result<Option<(u64, u64)>> {
+    use rustix::fs::{SeekFrom as At, seek};
+    use rustix::io::Errno;
+    if at >= len {
+        return Ok(None);
+    }
+    let start = match seek(src, At::Data(at)) {
+        Ok(start) if start >= len => return Ok(None),
+        Ok(start) => start,
+        // No data past `at`.
+        Err(Errno::NXIO) => return Ok(None),
+        Err(Errno::INVAL | Errno::OPNOTSUPP) => return Ok(Some((at, len))),
+        Err(e) => return Err(e.into()),
+    };
+    let end = match seek(src, At::Hole(start)) {
+        Ok(end) => end.min(len),
+        Err(Errno::INVAL | Errno::OPNOTSUPP) => len,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Some((start, end)))
 }
 
 fn copy_file(

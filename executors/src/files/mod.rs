@@ -88,7 +88,7 @@ pub use error::FileError;
 pub use limits::FileLimits;
 pub use list::{ListEntry, ListRequest, ListResult, list_directory};
 pub use make_directory::{MakeDirectoryRequest, MakeDirectoryResult, make_directory};
-pub use move_path::{MoveRequest, MoveResult, move_path};
+pub use move_path::{MoveRequest, MoveResult, bytes_at, move_path};
 pub use open::{OpenedFile, open_file};
 pub use path::{MAX_PATH_BYTES, Root, SandboxPath};
 pub use read::{ReadRequest, ReadResult, read_file};

@@ -79,6 +79,14 @@ pub fn move_path(
         }
     }
 
+    // Onto itself (no link is followed, so one entry has one path). Without this, the branch
+    // below would take the name for another link of the file and remove it.
+    if from == to {
+        return Err(FileError::InvalidRequest {
+            path: from.to_string(),
+            reason: "it is both the source and the destination; nothing to move".into(),
+        });
+    }
     // Two names of one file: `rename` succeeds and does nothing, so the source would stay.
     // The move's effect is the source's name gone.
     if req.overwrite
@@ -152,6 +160,16 @@ pub fn move_path(
         to: to.to_string(),
         kind,
     })
+}
+
+/// The regular-file bytes at `path`: a file's size, the sum beneath a directory (walked
+/// without following links; refused for a tree too large or deep to walk whole), 0 for
+/// anything else. What a copy or a move of it adds to where it lands, for the room to hold.
+pub fn bytes_at(roots: &InstanceRoots, limits: &FileLimits, path: &str) -> Result<u64, FileError> {
+    let path = SandboxPath::parse(path)?;
+    let (dir, name) = roots.open_parent(&path, "measured")?;
+    let md = (dir.symlink_metadata(name)).map_err(|e| FileError::from_io("measure", &path, e))?;
+    bytes_moved(&dir, name, &path, &md, limits)
 }
 
 /// The regular-file bytes at `name`: its size, or the sum beneath it for a directory (walked

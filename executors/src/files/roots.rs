@@ -16,6 +16,7 @@
 use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cap_fs_ext::DirExt;
 use cap_std::ambient_authority;
@@ -145,36 +146,51 @@ impl InstanceRoots {
 }
 
 /// Opens the directory `rel` beneath `dir` following no symbolic link, final or not, and
-/// never leaving `dir`: one `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, or one
-/// `O_NOFOLLOW` open a component where the kernel has no `openat2` (before Linux 5.6).
-/// A link on the way is `ELOOP`.
+/// never leaving `dir`: one `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, or
+/// [`open_dir_walking`] where `openat2` cannot be used. A link on the way is `ELOOP`. The
+/// directory is held as cap-std holds its own (`O_PATH`): no read permission is needed to
+/// reach what is inside it.
 pub(crate) fn open_dir_beneath(dir: &Dir, rel: &Path) -> io::Result<Dir> {
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+    if NO_OPENAT2.load(Ordering::Relaxed) {
+        return open_dir_walking(dir, rel);
+    }
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
     match rustix::fs::openat2(dir, rel, flags, Mode::empty(), resolve) {
         Ok(fd) => Ok(Dir::from_std_file(std::fs::File::from(fd))),
-        Err(Errno::NOSYS) => {
-            let mut here = dir.try_clone()?;
-            for part in rel.components() {
-                match part {
-                    Component::CurDir => {}
-                    Component::Normal(name) => {
-                        here = here.open_dir_nofollow(name).map_err(|e| {
-                            // `O_DIRECTORY | O_NOFOLLOW` on a link is `ENOTDIR`: say `ELOOP`,
-                            // as `openat2` does.
-                            match here.symlink_metadata(name) {
-                                Ok(md) if md.file_type().is_symlink() => Errno::LOOP.into(),
-                                _ => e,
-                            }
-                        })?
-                    }
-                    _ => return Err(io::Error::from(io::ErrorKind::PermissionDenied)),
-                }
-            }
-            Ok(here)
+        // No `openat2` (before Linux 5.6), or a seccomp filter that refuses a call whose
+        // arguments it cannot inspect: systemd's `RestrictSUIDSGID=` answers `ENOSYS`, some
+        // container runtimes `EPERM` (which `openat2` itself never gives for a directory).
+        Err(Errno::NOSYS | Errno::PERM) => {
+            NO_OPENAT2.store(true, Ordering::Relaxed);
+            open_dir_walking(dir, rel)
         }
         Err(errno) => Err(errno.into()),
     }
+}
+
+/// [`open_dir_beneath`] without `openat2`: one `O_NOFOLLOW` open a component, each relative
+/// to the last, so no link is followed and nothing outside `dir` is reached.
+fn open_dir_walking(dir: &Dir, rel: &Path) -> io::Result<Dir> {
+    let mut here = dir.try_clone()?;
+    for part in rel.components() {
+        match part {
+            Component::CurDir => {}
+            Component::Normal(name) => {
+                here = here.open_dir_nofollow(name).map_err(|e| {
+                    // `O_DIRECTORY | O_NOFOLLOW` on a link is `ENOTDIR`: say `ELOOP`, as
+                    // `openat2` does.
+                    match here.symlink_metadata(name) {
+                        Ok(md) if md.file_type().is_symlink() => Errno::LOOP.into(),
+                        _ => e,
+                    }
+                })?
+            }
+            _ => return Err(io::Error::from(io::ErrorKind::PermissionDenied)),
+        }
+    }
+    Ok(here)
 }
 
 /// The first symlink among `path`'s components, as the error that names it; `None` if the
@@ -191,4 +207,38 @@ fn first_link(root: &Dir, path: &SandboxPath) -> Option<FileError> {
         dir = dir.open_dir_nofollow(name).ok()?;
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both ways of opening a directory refuse every link on the way and reach the same
+    /// directories: the walking one is what runs where `openat2` cannot (under systemd's
+    /// `RestrictSUIDSGID=`, as the shipped unit sets it).
+    #[test]
+    fn both_openers_follow_no_link() {
+        let top = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(top.path().join("a/b")).unwrap();
+        std::fs::write(top.path().join("a/b/f"), b"x").unwrap();
+        std::os::unix::fs::symlink("a", top.path().join("l")).unwrap();
+        std::os::unix::fs::symlink("/", top.path().join("a/up")).unwrap();
+        let root = Dir::open_ambient_dir(top.path(), ambient_authority()).unwrap();
+        let errno = |e: io::Error| e.raw_os_error().map(Errno::from_raw_os_error);
+        for open in [open_dir_beneath, open_dir_walking] {
+            let b = open(&root, Path::new("a/b")).unwrap();
+            assert!(b.symlink_metadata("f").unwrap().is_file());
+            assert!(open(&root, Path::new("./a")).is_ok());
+            for (rel, expected) in [
+                ("l", Errno::LOOP),
+                ("l/b", Errno::LOOP),
+                ("a/up", Errno::LOOP),
+                ("a/missing", Errno::NOENT),
+                ("a/b/f", Errno::NOTDIR),
+            ] {
+                let e = open(&root, Path::new(rel)).err().map(errno);
+                assert_eq!(e, Some(Some(expected)), "{rel}");
+            }
+        }
+    }
 }

@@ -390,6 +390,12 @@ fn move_refuses_overwrite_unless_asked_and_crosses_roots() {
     mv("one.txt", "two.txt", true).unwrap();
     assert!(!fx.ws.join("one.txt").exists(), "the source's name is gone");
     assert_eq!(fs::read(fx.ws.join("two.txt")).unwrap(), b"same");
+    // Onto itself, however it is written: refused, the file stays.
+    for overwrite in [false, true] {
+        let same = mv("two.txt", "/workspace/./two.txt", overwrite).unwrap_err();
+        assert_eq!(variant(&same), "InvalidRequest", "{same}");
+        assert_eq!(fs::read(fx.ws.join("two.txt")).unwrap(), b"same");
+    }
     assert_eq!(
         variant(&mv("sub", "sub/inner", false).unwrap_err()),
         "InvalidRequest"

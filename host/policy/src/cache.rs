@@ -83,10 +83,14 @@ impl CompileCache {
             return Ok(());
         }
         let bytes = component.serialize().map_err(std::io::Error::other)?;
-        let mut tmp = tempfile_in(&self.dir)?;
-        tmp.1.write_all(&bytes)?;
-        tmp.1.sync_all()?;
-        std::fs::rename(&tmp.0, self.path(digest))
+        let (tmp, mut file) = tempfile_in(&self.dir)?;
+        let written = (file.write_all(&bytes))
+            .and_then(|()| file.sync_all())
+            .and_then(|()| std::fs::rename(&tmp, self.path(digest)));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
     }
 }
 

@@ -42,6 +42,8 @@ pub(crate) struct GuestState {
     memory_cap: usize,
     /// The bytes they hold now.
     memory_used: usize,
+    /// What `memory_used` was before the last growth allowed, for one that then fails.
+    memory_before_growth: usize,
     /// Whether this evaluation (or `configure`) asked for more than the cap.
     memory_cap_hit: bool,
     logs: Vec<String>,
@@ -57,6 +59,7 @@ impl GuestState {
         let state = GuestState {
             memory_cap: limits.memory_bytes,
             memory_used: 0,
+            memory_before_growth: 0,
             memory_cap_hit: false,
             logs: Vec::new(),
             wasi: inner.imports_wasi.then(|| Box::new(WasiState::new())),
@@ -91,8 +94,16 @@ impl ResourceLimiter for GuestState {
             self.memory_cap_hit = true;
             return Ok(false);
         }
+        self.memory_before_growth = self.memory_used;
         self.memory_used = after;
         Ok(true)
+    }
+
+    /// A growth allowed above can still fail (past the memory's own maximum, or the host's):
+    /// its bytes were not taken.
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.memory_used = self.memory_before_growth;
+        Ok(())
     }
 
     fn table_growing(

@@ -439,6 +439,7 @@ impl Gateway {
             measured: &call.measured,
             transfer: call.transfer,
             room: &self.room,
+            accepts_task: call.accepts_task,
         }
     }
 

@@ -424,12 +424,12 @@ fn move_path(cx: &Context<'_>, args: Move) -> Result<Output, ToolError> {
     // Within an area a move adds no bytes; between areas it adds the source's to the
     // destination's, which must have the room under its quota.
     let (instance, from, area) = (cx.instance()?, area(&args.source), area(&args.destination));
-    // The room left is held until the move is done, so that calls in flight together cannot
-    // pass the quota.
+    // The room the source takes is held until the move is done, so that calls in flight
+    // together cannot pass the quota.
     let hold = if from == area {
         None
     } else {
-        super::hold_room(cx, instance, area, None, u64::MAX)?
+        hold_for(cx, instance, area, &args.source)?
     };
     let room = hold.as_ref().map(|hold| hold.bytes());
     let request = MoveRequest {
@@ -453,8 +453,8 @@ fn move_path(cx: &Context<'_>, args: Move) -> Result<Output, ToolError> {
 
 fn copy_path(cx: &Context<'_>, args: Copy) -> Result<Output, ToolError> {
     let (instance, area) = (cx.instance()?, area(&args.destination));
-    // The room left is held until the copy is in place (see `move_path`).
-    let hold = super::hold_room(cx, instance, area, None, u64::MAX)?;
+    // The room the source takes is held until the copy is in place (see `move_path`).
+    let hold = hold_for(cx, instance, area, &args.source)?;
     let room = hold.as_ref().map(|hold| hold.bytes());
     let request = CopyRequest {
         from: args.source,
@@ -483,6 +483,21 @@ fn copy_path(cx: &Context<'_>, args: Copy) -> Result<Output, ToolError> {
 }
 
 /// Which quota area a sandbox-view path falls in.
+/// Holds in `area` the room the bytes at `source` take, when the area has a quota (measured
+/// only then). The copy or move is then capped at that: a source that grew since is refused.
+fn hold_for(
+    cx: &Context<'_>,
+    instance: &crate::state::InstanceId,
+    area: Area,
+    source: &str,
+) -> Result<Option<super::room::Hold>, ToolError> {
+    if !super::has_quota(cx, area) {
+        return Ok(None);
+    }
+    let size = exec::bytes_at(&roots(cx)?, cx.files, source)?;
+    super::hold_room(cx, instance, area, Some(size), u64::MAX)
+}
+
 fn area(path: &str) -> Area {
     if hpcgate_policy_sdk::path::normalize(path).starts_with("/output") {
         Area::Output

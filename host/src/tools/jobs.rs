@@ -36,6 +36,10 @@ tool_family! {
 /// Longest wait one call may ask for, seconds.
 pub const MAX_WAIT_S: u64 = 3600;
 const DEFAULT_SUBMIT_WAIT_S: u64 = 60;
+/// The wait when the client takes a task instead (its `timeout` left out): it follows the job
+/// with `tasks/get`, and an answer within common client request timeouts (the TypeScript SDK's
+/// is 60 s) keeps a client that gives up on a long call from losing the task, and resubmitting.
+const DEFAULT_TASK_WAIT_S: u64 = 5;
 const DEFAULT_TAIL_LINES: usize = 50;
 const MAX_TAIL_LINES: usize = 1000;
 
@@ -75,8 +79,8 @@ struct Submit {
     command: Command,
     /// `local` (a sandbox on the gateway host, default) or `slurm` (a batch job).
     mode: Option<Mode>,
-    /// Seconds to wait for the job to end before returning (default 60, at most 3600; 0
-    /// returns at once). Not a run-time limit: see `resources.time_limit_s`.
+    /// Seconds to wait for the job to end before returning (default 60, or 5 for a client
+    /// that takes a task; at most 3600; 0 returns at once). Not a run-time limit: see `resources.time_limit_s`.
     timeout: Option<u64>,
     /// If the job still runs when the wait ends: keep it running (true, default) or cancel it.
     detach: Option<bool>,
@@ -100,8 +104,8 @@ struct RunPython {
     /// /workspace). With tools, `import hpcgate_tools as t` gives one function per tool
     /// (`t.read_file(path="x")` returns the structured result; a refusal raises `ToolError`).
     code: String,
-    /// Seconds to wait for the run to end before returning (default 60, at most 3600; 0
-    /// returns at once). Not a run-time limit: see `resources.time_limit_s`.
+    /// Seconds to wait for the run to end before returning (default 60, or 5 for a client
+    /// that takes a task; at most 3600; 0 returns at once). Not a run-time limit: see `resources.time_limit_s`.
     timeout: Option<u64>,
     /// Let the code call hpcgate tools (default true).
     tools: Option<bool>,
@@ -216,11 +220,20 @@ fn submit_job(cx: &Context<'_>, args: Submit) -> Result<Output, ToolError> {
     };
     let new = new_job(cx, instance, mode, command, args.resources);
     let wait = Wait::new(
-        args.timeout.unwrap_or(DEFAULT_SUBMIT_WAIT_S),
+        args.timeout.unwrap_or(default_wait(cx)),
         args.detach,
         args.tail,
     )?;
     start(cx, new, &wait, args.tools.unwrap_or(false))
+}
+
+/// How long `submit_job` and `run_python` wait when their `timeout` is left out.
+fn default_wait(cx: &Context<'_>) -> u64 {
+    if cx.accepts_task {
+        DEFAULT_TASK_WAIT_S
+    } else {
+        DEFAULT_SUBMIT_WAIT_S
+    }
 }
 
 /// Writes the code to `/workspace/.hpcgate/run-<random>.py` (through the files executor, so
@@ -234,7 +247,7 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
         ));
     }
     let wait = Wait::new(
-        args.timeout.unwrap_or(DEFAULT_SUBMIT_WAIT_S),
+        args.timeout.unwrap_or(default_wait(cx)),
         args.detach,
         args.tail,
     )?;
@@ -243,11 +256,13 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
         .map_err(|e| ToolError(format!("cannot name the script ({e}); retry")))?;
     let name: String = random.iter().map(|b| format!("{b:02x}")).collect();
     let path = format!("/workspace/.hpcgate/run-{name}.py");
-    super::check_space(
+    // Held until the script is in place, like any write's.
+    let hold = super::hold_room(
         cx,
         &instance,
         super::Area::Workspace,
-        args.code.len() as u64,
+        Some(args.code.len() as u64),
+        u64::MAX,
     )?;
     let paths = cx.state.instance_paths_ambient(cx.tenant, &instance)?;
     let roots = InstanceRoots::ambient(&paths.workspace, &paths.output);
@@ -258,6 +273,7 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
         create_dirs: true,
     };
     exec::write_file(&roots, cx.files, &request)?;
+    drop(hold);
     let command = vec!["python3".to_owned(), path];
     let new = new_job(cx, instance, JobMode::Local, command, args.resources);
     start(cx, new, &wait, args.tools.unwrap_or(true))

@@ -57,6 +57,8 @@ pub struct Context<'a> {
     pub transfer: Option<&'a crate::gateway::Transfer>,
     /// Room under the space quotas held by writes in flight.
     pub room: &'a Room,
+    /// The client takes a task for a job still running at the end of the call's wait.
+    pub accepts_task: bool,
 }
 
 impl Context<'_> {
@@ -391,6 +393,11 @@ fn measure(
         None => walk(cx, instance, area, max)?,
     };
     Ok(Some((used, max)))
+}
+
+/// Whether the tenant has a byte quota on `area`.
+pub(crate) fn has_quota(cx: &Context<'_>, area: Area) -> bool {
+    quota(cx, area).is_some()
 }
 
 /// The tenant's `max_workspace_bytes` / `max_output_bytes` for `area`.

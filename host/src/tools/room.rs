@@ -4,8 +4,9 @@
 //! take seconds or hours to arrive; a copy of a tree takes a while too. Checked only at their
 //! start, two such writes in flight at once could each take all of the room and together pass
 //! the quota. So every write that adds bytes under a quota first *holds* the room it needs —
-//! an inline write its size, an upload the size its client announced, else (an upload without
-//! one, a copy, a move between areas) all the room there is — and every writer's room (see
+//! an inline write its size, a copy or a move between areas its source's, an upload the size
+//! its client announced, else (an upload without one) all the room there is — and every
+//! writer's room (see
 //! [`super::check_space`]) is what the quota leaves after the bytes on disk and the room others
 //! hold. The area is measured afresh, one writer of an area at a time, when room is taken; a
 //! hold ends when the write is in place or failed.

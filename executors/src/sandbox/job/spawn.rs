@@ -142,8 +142,9 @@ pub fn spawn_job(
     }
     if reply.is_empty() {
         // No answer: the start is reported failed, so nothing of it may go on to run the job
-        // untracked. The supervisor and what it started so far are in the session `setsid`
-        // made, whose id is the first process's: not yet reaped, so no other group has it.
+        // untracked. The supervisor is in the process group `setsid` made, whose id is the
+        // first process's: not yet reaped, so no other group has it. A `bwrap` it started has
+        // a group of its own, and dies with the supervisor (`--die-with-parent`).
         let _ = rustix::process::kill_process_group(
             rustix::process::Pid::from_child(&child),
             rustix::process::Signal::KILL,
