@@ -360,4 +360,16 @@ async fn old_and_new(plain: &Client, tasks: &Client, version: &str) {
         matches!(quick, CallToolResponse::Complete(_)),
         "{version}: {quick:?}"
     );
+    // Without a `timeout`, a task client waits 5 s, not the 60 s a client without tasks waits:
+    // a 20 s job is a task, answered well within common client request timeouts.
+    let unhurried = json!({ "instance_id": "p2", "command": "sleep 20" });
+    let unhurried = tasks
+        .call_tool_once(call("submit_job", unhurried))
+        .await
+        .unwrap();
+    let task = task_of(unhurried);
+    let stop = tasks
+        .cancel_task(CancelTaskParams::new(task.task.task_id.clone()))
+        .await;
+    assert!(stop.is_ok(), "{version}: {stop:?}");
 }
