@@ -294,13 +294,15 @@ impl Jobs {
     }
 
     /// Waits up to `timeout` for the job to end, calling `tick(elapsed)` at least once a
-    /// second. Returns the last refresh and every transition seen on the way.
+    /// second, and no longer once `given_up()` (asked as often). Returns the last refresh and
+    /// every transition seen on the way.
     pub fn wait(
         &self,
         state: &State,
         record: JobRecord,
         timeout: Duration,
         tick: &dyn Fn(Duration, &JobRecord),
+        given_up: &dyn Fn() -> bool,
     ) -> Result<(JobRecord, Vec<JobRecord>), JobError> {
         let started = Instant::now();
         let mut transitions = Vec::new();
@@ -310,7 +312,7 @@ impl Jobs {
                 transitions.push(current.record.clone());
             }
             let elapsed = started.elapsed();
-            if current.record.is_final() || elapsed >= timeout {
+            if current.record.is_final() || elapsed >= timeout || given_up() {
                 return Ok((current.record, transitions));
             }
             tick(elapsed, &current.record);

@@ -160,13 +160,25 @@ impl McpServer {
         request: Request<'_>,
     ) -> Result<CallResult, McpError> {
         use futures_util::FutureExt as _;
-        let _permit =
-            (self.bridge.enter(&request.caller.tenant).await).map_err(|e| call_failed(&e))?;
+        let enter = self.bridge.enter(&request.caller.tenant);
+        let _permit = match &request.cancel {
+            Some(cancel) => tokio::select! {
+                held = enter => held,
+                () = cancel.cancelled() => return Err(given_up_on()),
+            },
+            None => enter.await,
+        }
+        .map_err(|e| call_failed(&e))?;
         let call = AssertUnwindSafe(self.gateway.dispatch_async(live, request));
         call.catch_unwind()
             .await
             .map_err(|_| call_failed(&"it panicked"))
     }
+}
+
+/// A call the client gave up on before it ran (rmcp sends no answer to a cancelled request).
+fn given_up_on() -> McpError {
+    McpError::internal_error("the client gave up on the call before it ran", None)
 }
 
 fn call_failed(e: &dyn std::fmt::Display) -> McpError {
@@ -333,26 +345,34 @@ impl ServerHandler for McpServer {
         let live = self.gateway.snapshot();
         let brief = live.runs_inline(&name);
         let (via, job) = self.job(&context);
+        let cancel = context.ct.clone();
         let result = if live.runs_on_runtime(&name) && !self.alone() {
             drop(progress_tx);
             let request = Request::new(caller, via, &name, arguments)
                 .for_job(job)
                 .in_trace(trace)
-                .accepting_task(accepts_task);
+                .accepting_task(accepts_task)
+                .cancelled_by(cancel);
             self.on_runtime(&live, request).await?
         } else {
             let snapshot = live.clone();
-            self.blocking(caller, brief, move |gateway, caller| {
+            let given_up = cancel.clone();
+            let work = move |gateway: &Gateway, caller| {
                 let report = |p: Progress| {
                     let _ = progress_tx.send(p);
                 };
                 let request = Request::new(caller, via, &name, arguments)
                     .for_job(job)
                     .in_trace(trace)
-                    .accepting_task(accepts_task);
+                    .accepting_task(accepts_task)
+                    .cancelled_by(given_up);
                 gateway.dispatch(&snapshot, request.with_progress(&report))
-            })
-            .await?
+            };
+            // A call given up on while it waits for a place never runs.
+            tokio::select! {
+                result = self.blocking(caller, brief, work) => result?,
+                () = cancel.cancelled() => return Err(given_up_on()),
+            }
         };
         if let Some(forward) = forward {
             // The sender is gone with the call: the task ends after the last notification.

@@ -103,6 +103,7 @@ struct Prepared<'a> {
     _job: Option<JobCall>,
     accepts_task: bool,
     observes: bool,
+    cancel: Option<tokio_util::sync::CancellationToken>,
 }
 
 /// A call from a job's code, holding its place in the job's concurrency limit.
@@ -283,6 +284,7 @@ impl Gateway {
             trace: _,
             accepts_task,
             observes,
+            cancel,
         } = request;
         let stop = |message: String| Stopped {
             record: Some(Box::new(
@@ -354,6 +356,7 @@ impl Gateway {
             _job: job,
             accepts_task,
             observes,
+            cancel,
         })
     }
 
@@ -440,6 +443,7 @@ impl Gateway {
             transfer: call.transfer,
             room: &self.room,
             accepts_task: call.accepts_task,
+            cancel: call.cancel.as_ref(),
         }
     }
 

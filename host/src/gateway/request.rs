@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
 
 use super::{Caller, Transfer};
 use crate::code_mode::JobScope;
@@ -35,6 +36,9 @@ pub struct Request<'a> {
     /// is recorded with its outcome in one batch, as a read-only call's is. The policies
     /// still see the tool as it is.
     pub observes: bool,
+    /// Cancelled when the client gives up on the call (MCP `notifications/cancelled`, or the
+    /// connection gone): a tool that waits (a job's) stops waiting.
+    pub cancel: Option<CancellationToken>,
 }
 
 impl Request<'static> {
@@ -51,6 +55,7 @@ impl Request<'static> {
             trace: None,
             accepts_task: false,
             observes: false,
+            cancel: None,
         }
     }
 }
@@ -72,6 +77,7 @@ impl<'a> Request<'a> {
             trace: self.trace,
             accepts_task: self.accepts_task,
             observes: self.observes,
+            cancel: self.cancel,
         }
     }
 
@@ -91,6 +97,14 @@ impl<'a> Request<'a> {
     /// The same call, continuing the caller's trace.
     pub fn in_trace(self, trace: Option<TraceParent>) -> Self {
         Request { trace, ..self }
+    }
+
+    /// The same call, given up on when `cancel` is.
+    pub fn cancelled_by(self, cancel: CancellationToken) -> Self {
+        Request {
+            cancel: Some(cancel),
+            ..self
+        }
     }
 
     /// The same call, from a client that takes an MCP task in lieu of a job's result.

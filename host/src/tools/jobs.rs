@@ -416,7 +416,9 @@ fn finish(
             message: format!("job `{}` {}", r.job_id, phase_name(r)),
         });
     };
-    let (mut record, transitions) = cx.jobs.wait(cx.state, record, wait.timeout, &tick)?;
+    let cancelled = || cx.cancelled();
+    let (mut record, transitions) =
+        (cx.jobs).wait(cx.state, record, wait.timeout, &tick, &cancelled)?;
     for r in &transitions {
         cx.record(state_event(r));
     }

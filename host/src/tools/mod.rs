@@ -59,6 +59,15 @@ pub struct Context<'a> {
     pub room: &'a Room,
     /// The client takes a task for a job still running at the end of the call's wait.
     pub accepts_task: bool,
+    /// Cancelled when the client gives up on the call.
+    pub cancel: Option<&'a tokio_util::sync::CancellationToken>,
+}
+
+impl Context<'_> {
+    /// Whether the client has given up on the call: a tool that waits stops.
+    pub fn cancelled(&self) -> bool {
+        self.cancel.is_some_and(|c| c.is_cancelled())
+    }
 }
 
 impl Context<'_> {

@@ -205,6 +205,63 @@ async fn a_waiting_submit_job_sends_progress_for_the_callers_token() {
     client.cancel().await.unwrap();
 }
 
+/// A client that gives up on a waiting call (MCP `notifications/cancelled`) ends the wait: a
+/// `submit_job` with `detach: false` then cancels its job at once, not at the end of its hour.
+#[tokio::test]
+async fn a_call_the_client_gives_up_on_stops_waiting() {
+    use rmcp::model::ClientRequest;
+    use rmcp::service::PeerRequestOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let client =
+        ().serve(TokioChildProcess::new(gateway_command(dir.path())).unwrap())
+            .await
+            .unwrap();
+    client
+        .call_tool(
+            CallToolRequestParams::new("create_instance")
+                .with_arguments(args(json!({"instance_id": "run1"}))),
+        )
+        .await
+        .unwrap();
+    let submit = CallToolRequestParams::new("submit_job").with_arguments(args(json!({
+        "instance_id": "run1", "command": "sleep 600", "timeout": 3600, "detach": false
+    })));
+    let handle = client
+        .peer()
+        .send_cancellable_request(
+            ClientRequest::CallToolRequest(rmcp::model::Request::new(submit)),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    handle
+        .cancel(Some("the user gave up".into()))
+        .await
+        .unwrap();
+    let jobs = || async {
+        let listed = client
+            .call_tool(
+                CallToolRequestParams::new("list_jobs")
+                    .with_arguments(args(json!({"instance_id": "run1"}))),
+            )
+            .await
+            .unwrap();
+        listed.structured_content.unwrap()["jobs"][0]["status"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let started = Instant::now();
+    let mut status = jobs().await;
+    while status != "cancelled" && started.elapsed().as_secs() < 20 {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        status = jobs().await;
+    }
+    assert_eq!(status, "cancelled", "the job of the call given up on");
+    client.cancel().await.unwrap();
+}
+
 /// Brief calls run on the stdio session's own thread while nothing else is in flight; a call
 /// that waits must not hold them up, and calls sent together must all be answered (and
 /// recorded) whichever way each one ran.
