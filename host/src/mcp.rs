@@ -343,10 +343,14 @@ impl ServerHandler for McpServer {
         // One snapshot of the settings and policies for the whole call: whether it may run
         // here, the pipeline, the shape of its result.
         let live = self.gateway.snapshot();
-        let brief = live.runs_inline(&name);
+        // A job's door never runs a call on its runtime's thread: every door of every job
+        // shares that runtime's few threads, and each door would think itself alone, so a
+        // job's reads from a stalled filesystem would hold up every other job's tools.
+        let door = self.job.is_some();
+        let brief = live.runs_inline(&name) && !door;
         let (via, job) = self.job(&context);
         let cancel = context.ct.clone();
-        let result = if live.runs_on_runtime(&name) && !self.alone() {
+        let result = if live.runs_on_runtime(&name) && !self.alone() && !door {
             drop(progress_tx);
             let request = Request::new(caller, via, &name, arguments)
                 .for_job(job)
