@@ -3,8 +3,9 @@
 //!
 //! A scrape shows counts and timings by tool and policy — no ids, arguments or tenants — but
 //! that still says something about a site, so it is answered only to a peer on loopback, to a
-//! peer of the gateway's Unix socket (whose mode already says who may connect), or to a
-//! scraper presenting the token whose SHA-256 is `[metrics] token_sha256`. Anyone else gets
+//! peer of the gateway's Unix socket running as the gateway's user or root (the socket is
+//! open to every user once a tenant maps another uid), or to a scraper presenting the token
+//! whose SHA-256 is `[metrics] token_sha256`. Anyone else gets
 //! 401 (when a token is configured, with `WWW-Authenticate: Bearer`) or 403; with
 //! `[metrics] enabled = false`, 404.
 
@@ -23,7 +24,7 @@ use subtle::ConstantTimeEq as _;
 use crate::auth::bearer::{bearer_token, hash_token};
 use crate::config::MetricsSettings;
 use crate::gateway::Gateway;
-use crate::http::TcpPeer;
+use crate::http::{TcpPeer, UnixPeer};
 
 /// The content type of the Prometheus text format.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -33,7 +34,7 @@ const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub enum Access {
     /// A TCP listener: loopback peers (`ConnectInfo<TcpPeer>`), or the token.
     Tcp,
-    /// The gateway's Unix socket: any peer that could connect.
+    /// The gateway's Unix socket: a peer running as the gateway's user or root, or the token.
     Socket,
 }
 
@@ -80,10 +81,13 @@ async fn scrape(
     State((gateway, access)): State<(Arc<Gateway>, Access)>,
     request: Request,
 ) -> Response {
-    let peer = request
-        .extensions()
-        .get::<ConnectInfo<TcpPeer>>()
-        .map(|peer| peer.0.remote.ip());
+    let peer = match access {
+        Access::Tcp => (request.extensions().get::<ConnectInfo<TcpPeer>>())
+            .map(|peer| Peer::Ip(peer.0.remote.ip())),
+        Access::Socket => (request.extensions().get::<ConnectInfo<UnixPeer>>())
+            .and_then(|peer| peer.0.cred)
+            .map(|cred| Peer::Uid(cred.uid)),
+    };
     let authorization = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -122,19 +126,30 @@ enum Admission {
     },
 }
 
+/// Who is scraping, as the listener tells.
+#[derive(Debug, Clone, Copy)]
+enum Peer {
+    Ip(IpAddr),
+    /// A Unix-socket peer's user.
+    Uid(u32),
+}
+
 /// The access rule of the module doc: local peers, or the configured token.
 fn admit(
     settings: &MetricsSettings,
     access: Access,
-    peer: Option<IpAddr>,
+    peer: Option<Peer>,
     authorization: Option<&str>,
 ) -> Admission {
     if !settings.enabled {
         return Admission::Off;
     }
-    let local = match access {
-        Access::Socket => true,
-        Access::Tcp => peer.is_some_and(is_loopback),
+    let local = match (access, peer) {
+        (Access::Tcp, Some(Peer::Ip(ip))) => is_loopback(ip),
+        (Access::Socket, Some(Peer::Uid(uid))) => {
+            uid == 0 || uid == rustix::process::geteuid().as_raw()
+        }
+        _ => false,
     };
     if local {
         return Admission::Serve;
@@ -196,37 +211,69 @@ mod tests {
 
     #[test]
     fn local_peers_are_served_and_remote_ones_need_the_token() {
-        let remote: IpAddr = "10.1.2.3".parse().unwrap();
+        let remote = Peer::Ip("10.1.2.3".parse().unwrap());
+        let ip = |text: &str| Some(Peer::Ip(text.parse().unwrap()));
+        let me = Some(Peer::Uid(rustix::process::geteuid().as_raw()));
+        let stranger = Some(Peer::Uid(4242));
         let bearer = format!("Bearer {TOKEN}");
         let bearer = bearer.as_str();
         let table = [
             (
                 settings(false),
                 Access::Tcp,
-                Some("127.0.0.1".parse().unwrap()),
+                ip("127.0.0.1"),
                 None,
                 Admission::Serve,
             ),
             (
                 settings(false),
                 Access::Tcp,
-                Some("::1".parse().unwrap()),
+                ip("::1"),
                 None,
                 Admission::Serve,
             ),
             (
                 settings(false),
                 Access::Tcp,
-                Some("::ffff:127.0.0.1".parse().unwrap()),
+                ip("::ffff:127.0.0.1"),
                 None,
                 Admission::Serve,
             ),
             (
                 settings(false),
                 Access::Socket,
-                None,
+                me,
                 None,
                 Admission::Serve,
+            ),
+            (
+                settings(false),
+                Access::Socket,
+                Some(Peer::Uid(0)),
+                None,
+                Admission::Serve,
+            ),
+            // Another user on the socket (open to all once a tenant maps a uid): the token.
+            (
+                settings(false),
+                Access::Socket,
+                stranger,
+                None,
+                Admission::Forbidden,
+            ),
+            (
+                settings(true),
+                Access::Socket,
+                stranger,
+                Some(bearer),
+                Admission::Serve,
+            ),
+            (
+                settings(true),
+                Access::Socket,
+                stranger,
+                None,
+                Admission::Unauthorized { presented: false },
             ),
             (
                 settings(false),
