@@ -4,9 +4,11 @@
 //! Names and attributes follow the OpenTelemetry semantic conventions for MCP servers: span
 //! `tools/call {tool}` of kind server, `mcp.method.name`, `gen_ai.tool.name`,
 //! `gen_ai.operation.name = execute_tool`, `error.type = tool_error` when the result is an
-//! error. hpcgate's own facts are `hpcgate.*`: tenant, `via`, instance, job, the chain's
-//! decision, and each policy's verdict as a `hpcgate.policy.decision` event. Arguments are
-//! never exported — they may hold anything — nor are results.
+//! error. hpcgate's own facts are `hpcgate.*`: tenant, principal, `via`, instance, job, the
+//! chain's decision, and each policy's verdict as a `hpcgate.policy.decision` event.
+//! Arguments are never exported — they may hold anything — nor are results; a policy's
+//! reason and a tool's error are, cut at [`MAX_MESSAGE`], and may quote what was sent (the
+//! stock path rules name the path).
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
