@@ -239,13 +239,7 @@ mod tests {
                 None,
                 Admission::Serve,
             ),
-            (
-                settings(false),
-                Access::Socket,
-                me,
-                None,
-                Admission::Serve,
-            ),
+            (settings(false), Access::Socket, me, None, Admission::Serve),
             (
                 settings(false),
                 Access::Socket,
