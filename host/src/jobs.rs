@@ -159,7 +159,9 @@ impl Jobs {
             ));
         }
         let mut spec = self.instance_spec(state, tenant, &new)?;
-        let record = state.new_job(tenant, new)?;
+        // The lease keeps another process's start-up from taking this start for a crashed
+        // one until the executor's answer is recorded.
+        let (record, _starting) = state.new_job_starting(tenant, new)?;
         let dir = state.job_dir_ambient(tenant, &record.job_id)?;
         // Local: a socket of its own; Slurm: a token for the gateway's HTTP listener.
         let door = match (tools, record.mode) {
@@ -205,7 +207,21 @@ impl Jobs {
         };
         let refreshed = match started {
             Ok((handle, observation)) => {
-                state.set_handle(tenant, &record.job_id, handle, observation)?
+                match state.set_handle(tenant, &record.job_id, handle.clone(), observation) {
+                    Ok(refreshed) => refreshed,
+                    // Ended meanwhile (reconciled by a process that could not see the lease):
+                    // what was started must not run untracked.
+                    Err(e) => {
+                        let started = JobRecord {
+                            handle: Some(handle),
+                            status: crate::state::JobStatus::new(crate::state::JobPhase::Running),
+                            finished_at: None,
+                            ..record
+                        };
+                        let _ = self.stop_started(state, &started);
+                        return Err(e.into());
+                    }
+                }
             }
             Err(message) => {
                 state.refresh(tenant, &record.job_id, Observation::start_failed(message))?
@@ -331,6 +347,24 @@ impl Jobs {
         }
     }
 
+    /// Asks the executor to stop a job this process started whose record could not take it.
+    fn stop_started(&self, state: &State, record: &JobRecord) -> Result<(), JobError> {
+        match &record.handle {
+            Some(ExecutorHandle::Local) => {
+                let dir = state.job_dir_ambient(&record.tenant, &record.job_id)?;
+                sandbox::cancel_job(&dir).map_err(|e| JobError(sandbox_message(&e)))?;
+            }
+            Some(ExecutorHandle::Slurm { slurm_job_id, .. }) => {
+                if let Some((runner, _)) = &self.slurm {
+                    (runner.cancel(*slurm_job_id, &job_name(&record.job_id)))
+                        .map_err(|e| JobError(slurm_message(&e)))?;
+                }
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
     /// Asks the executor to stop the job, then records what it says.
     pub fn cancel(&self, state: &State, record: JobRecord) -> Result<Refreshed, JobError> {
         if record.is_final() {
@@ -391,6 +425,10 @@ impl Jobs {
         let mut transitions = Vec::new();
         for tenant in state.tenants().unwrap_or_default() {
             for record in state.running_jobs(&tenant, None).unwrap_or_default() {
+                if record.handle.is_none() && state.starting(&tenant, &record.job_id) {
+                    // Another thread or process is starting it right now.
+                    continue;
+                }
                 let observation = match (&record.handle, record.mode) {
                     (None, JobMode::Local) => {
                         // Crashed between the record and the handle: did the start happen?

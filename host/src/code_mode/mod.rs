@@ -161,9 +161,15 @@ impl CodeMode {
             return;
         };
         let mut running = HashMap::new();
+        // Jobs another thread or process is starting now: their doors are being made.
+        let mut starting = std::collections::HashSet::new();
         for tenant in state.tenants().unwrap_or_default() {
             for record in state.running_jobs(&tenant, None).unwrap_or_default() {
-                if record.mode == JobMode::Local && record.handle == Some(ExecutorHandle::Local) {
+                if record.handle.is_none() && state.starting(&tenant, &record.job_id) {
+                    starting.insert(record.job_id.clone());
+                } else if record.mode == JobMode::Local
+                    && record.handle == Some(ExecutorHandle::Local)
+                {
                     running.insert(record.job_id.clone(), record);
                 }
             }
@@ -173,8 +179,8 @@ impl CodeMode {
             let Some(job_id) = name.to_str().and_then(|n| JobId::parse(n).ok()) else {
                 continue;
             };
-            if self.has_token(&job_id) {
-                // A running Slurm job's token directory.
+            if self.has_token(&job_id) || starting.contains(&job_id) {
+                // A running Slurm job's token directory, or a door being made.
                 continue;
             }
             let reopened = running.get(&job_id).is_some_and(|record| {

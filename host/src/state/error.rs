@@ -91,8 +91,10 @@ pub enum StateError {
         id: String,
         what: &'static str,
     },
-    /// The job record is final and cannot be given a new executor handle.
-    #[error("job `{id}` already has an executor handle; it was started once already")]
+    /// The job already has an executor handle, or has ended: it cannot be given one now.
+    #[error(
+        "job `{id}` was already started, or ended, while this start was made; this start was stopped"
+    )]
     HandleAlreadySet { id: String },
     /// The state directory is not this gateway's alone (found when it is opened).
     #[error("the state directory `{path}` {why}")]

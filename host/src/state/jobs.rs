@@ -21,6 +21,7 @@ use super::layout::{Location, NEW_PREFIX, RECORD, SANDBOX_JOB_DIR, TenantPaths};
 use super::lock::TenantLock;
 use super::page::{Page, PageRequest};
 use super::running;
+use super::starting::Starting;
 use crate::time::Timestamp;
 
 /// What `new_job` records.
@@ -41,6 +42,16 @@ impl State {
     /// with [`State::set_handle`] or, if the start failed, [`State::refresh`] with
     /// [`super::Observation::start_failed`].
     pub fn new_job(&self, tenant: &TenantName, new: NewJob) -> Result<JobRecord, StateError> {
+        self.new_job_starting(tenant, new).map(|(record, _)| record)
+    }
+
+    /// [`State::new_job`], with the lease on its start ([`Starting`]), taken before the record
+    /// was published: hold it until the executor's answer is recorded.
+    pub fn new_job_starting(
+        &self,
+        tenant: &TenantName,
+        new: NewJob,
+    ) -> Result<(JobRecord, Starting), StateError> {
         if new.command.is_empty() || new.command[0].trim().is_empty() {
             return Err(StateError::InvalidCommand);
         }
@@ -65,6 +76,7 @@ impl State {
         let tmp = paths.jobs().join(format!("{NEW_PREFIX}{job_id}"));
         remove_tree(&tmp).map_err(StateError::io("create a job record"))?;
         create_dir_private(&tmp).map_err(StateError::io("create a job record"))?;
+        let lease = Starting::take(&tmp).map_err(StateError::io("create a job record"))?;
         let now = Timestamp::now();
         let record = JobRecord {
             version: RECORD_VERSION,
@@ -86,7 +98,13 @@ impl State {
         rename_noreplace(&tmp, &paths.job(&record.job_id))
             .map_err(StateError::io("create a job record"))?;
         sync_dir(&paths.jobs()).map_err(StateError::io("create a job record"))?;
-        Ok(record)
+        let lease = lease.moved_to(&paths.job(&record.job_id));
+        Ok((record, lease))
+    }
+
+    /// Whether a thread or process is starting the job now (it holds its [`Starting`]).
+    pub fn starting(&self, tenant: &TenantName, job_id: &JobId) -> bool {
+        super::starting::in_progress(&self.tenant(tenant).job(job_id))
     }
 
     /// One job of `instance`; `NotFound` if the tenant has no such job or it belongs to

@@ -41,6 +41,7 @@ mod query;
 mod random;
 mod refresh;
 mod running;
+mod starting;
 mod tasks;
 mod update;
 
@@ -57,6 +58,7 @@ pub use jobs::NewJob;
 pub use observe::Observation;
 pub use page::{DEFAULT_LIMIT, MAX_LIMIT, Page, PageRequest};
 pub use refresh::Refreshed;
+pub use starting::Starting;
 pub use tasks::{TaskId, TaskRecord};
 
 use fsops::ensure_dir_private;

@@ -54,7 +54,8 @@ impl State {
     }
 
     /// Stores the executor handle once the executor accepted the job, with the executor's
-    /// first observation. `HandleAlreadySet` if the job already has one.
+    /// first observation. `HandleAlreadySet` if the job already has one, or has ended (a
+    /// reconciliation took its start for a crashed one): the caller stops what it started.
     pub fn set_handle(
         &self,
         tenant: &TenantName,
@@ -65,7 +66,7 @@ impl State {
         let paths = self.tenant(tenant);
         let _lock = TenantLock::acquire(&paths)?;
         let mut record = read_record(&paths, tenant, job_id)?;
-        if record.handle.is_some() {
+        if record.handle.is_some() || record.is_final() {
             return Err(StateError::HandleAlreadySet {
                 id: job_id.to_string(),
             });

@@ -531,3 +531,39 @@ fn a_limit_too_large_to_be_one_is_refused() {
         assert!(message.contains(expected), "{message}");
     }
 }
+
+/// A gateway starting on the same state directory (any CLI command does too) reconciles the
+/// starts a crash left: a job with a record and no executor handle. One another process is
+/// starting right now looks the same, and is left alone while its start holds its lease; once
+/// nobody does, it is the crashed start it looks like, and is lost.
+#[test]
+fn a_start_in_progress_elsewhere_is_not_taken_for_a_crashed_one() {
+    use crate::support::state::{create, new_job, t};
+    use hpcgate::state::{JobPhase, State};
+    let dir = tempfile::tempdir().unwrap();
+    let state = State::open(dir.path().join("state")).unwrap();
+    let tenant = t("default");
+    create(&state, &tenant, "run1");
+    let (record, lease) = state.new_job_starting(&tenant, new_job("run1")).unwrap();
+    let phase = || {
+        let instance = hpcgate::state::InstanceId::parse("run1").unwrap();
+        state
+            .job(&tenant, &instance, &record.job_id)
+            .unwrap()
+            .status
+            .phase
+    };
+    drop(support::open(dir.path(), CONFIG));
+    assert_eq!(
+        phase(),
+        JobPhase::Submitting,
+        "a start in progress is left alone"
+    );
+    drop(lease);
+    drop(support::open(dir.path(), CONFIG));
+    assert_eq!(
+        phase(),
+        JobPhase::Lost,
+        "a start nobody holds is a crashed one"
+    );
+}
