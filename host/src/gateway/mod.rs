@@ -200,8 +200,14 @@ impl Gateway {
             room: crate::tools::Room::default(),
         };
         if let Some(age) = gateway.snapshot().settings.job_retention {
+            // One tenant's failure is said and left: it must not keep every tenant's gateway
+            // (and the CLI, which opens one) from starting.
             for tenant in gateway.state.tenants()? {
-                gateway.state.prune_jobs(&tenant, age)?;
+                if let Err(e) = gateway.state.prune_jobs(&tenant, age) {
+                    crate::proxy::log(&format!(
+                        "tenant `{tenant}`: old job records were not pruned ({e}); they are tried again at the next start"
+                    ));
+                }
             }
         }
         for record in gateway.jobs.reattach(&gateway.state) {

@@ -91,6 +91,8 @@ impl State {
     }
 }
 
+/// Removes the leftovers named `prefix…` in `dir`. One that cannot be removed is said on
+/// stderr and left for the next sweep: garbage must not stop the call that found it.
 fn sweep(dir: &Path, prefix: &str) -> Result<(), StateError> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -103,8 +105,12 @@ fn sweep(dir: &Path, prefix: &str) -> Result<(), StateError> {
             .file_name()
             .to_str()
             .is_some_and(|n| n.starts_with(prefix))
+            && let Err(e) = remove_tree(&entry.path())
         {
-            remove_tree(&entry.path()).map_err(StateError::io("sweep leftovers"))?;
+            crate::proxy::log(&format!(
+                "cannot remove the leftover `{}` ({e}); it is tried again at the next sweep",
+                entry.path().display()
+            ));
         }
     }
     Ok(())

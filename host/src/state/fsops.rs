@@ -170,8 +170,40 @@ pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
 /// Removes a directory tree; symlinks inside are removed, never followed. Missing is fine.
 pub(crate) fn remove_tree(path: &Path) -> io::Result<()> {
     match fs::remove_dir_all(path) {
+        // A directory a job made unreadable or unwritable (`chmod 000`; root is not stopped
+        // by that, the gateway's own user is): its owner may open it up again, then retry.
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            open_up(path);
+            match fs::remove_dir_all(path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            }
+        }
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
+    }
+}
+
+/// Gives the owner full access to every directory in the tree at `path`, following no
+/// symlink, with a stack of its own (a job can build a tree deeper than any thread's).
+/// Best effort: what cannot be opened up stays as it is.
+fn open_up(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        match fs::symlink_metadata(&dir) {
+            Ok(md) if md.is_dir() => {}
+            _ => continue,
+        }
+        let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(0o700));
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(entry.path());
+            }
+        }
     }
 }
 
@@ -191,6 +223,31 @@ pub(crate) fn discard_tree(path: &Path, label: &str) -> Result<(), StateError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a job can leave (directories with no permission at all, a link to the outside):
+    /// every directory of the tree is opened up for its owner, nothing through the link.
+    #[test]
+    fn a_tree_a_job_closed_is_opened_up_for_removal() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let top = dir.path().join("w");
+        fs::create_dir_all(top.join("a/b/c")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), top.join("a/out")).unwrap();
+        fs::set_permissions(outside.path(), fs::Permissions::from_mode(0o555)).unwrap();
+        for closed in ["a/b/c", "a/b", "a"] {
+            fs::set_permissions(top.join(closed), fs::Permissions::from_mode(0o000)).unwrap();
+        }
+        open_up(&top);
+        for opened in ["", "a", "a/b", "a/b/c"] {
+            let mode = fs::metadata(top.join(opened)).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o700, "{opened}");
+        }
+        let mode = fs::metadata(outside.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o555, "the link's target is not touched");
+        remove_tree(&top).unwrap();
+        assert!(!top.exists());
+    }
 
     #[test]
     fn noreplace_refuses_an_empty_target_directory() {
