@@ -18,7 +18,7 @@ use super::fsops::{rename_noreplace, sync_dir};
 use super::id::{InstanceId, TenantName};
 use super::instance::Instance;
 use super::job::JobRecord;
-use super::jobs::{save_record, unfinished};
+use super::jobs::{save_record, unfinished_strict};
 use super::layout::Location;
 use super::lock::TenantLock;
 use super::observe::Observation;
@@ -44,7 +44,7 @@ impl State {
 
         let mut still_running = Vec::new();
         let indexed = running::listed_locked(&paths, tenant)?;
-        for mut record in unfinished(&paths, tenant, indexed) {
+        for mut record in unfinished_strict(&paths, tenant, indexed)? {
             if &record.instance != id {
                 continue;
             }

@@ -61,7 +61,7 @@ impl State {
         self.live_meta(&paths, tenant, &new.instance)?;
         let indexed = running::listed_locked(&paths, tenant)?;
         if let Some(max) = new.max_running_jobs {
-            let running = unfinished(&paths, tenant, indexed).len();
+            let running = unfinished_strict(&paths, tenant, indexed)?.len();
             if running >= max {
                 return Err(StateError::JobQuotaExceeded {
                     tenant: tenant.to_string(),
@@ -219,6 +219,26 @@ pub(crate) fn save_record(paths: &TenantPaths, record: &JobRecord) -> Result<(),
         running::mark(paths, record)?;
     }
     Ok(())
+}
+
+/// [`unfinished`], for a check that must not miss a job (the running-jobs quota, archive): a
+/// record that exists and cannot be read (an I/O error, a corrupt record, a newer version's)
+/// is an error, not a job that has ended.
+pub(crate) fn unfinished_strict(
+    paths: &TenantPaths,
+    tenant: &TenantName,
+    ids: Vec<JobId>,
+) -> Result<Vec<JobRecord>, StateError> {
+    let mut records = Vec::new();
+    for id in &ids {
+        match read_record(paths, tenant, id) {
+            Ok(record) if !record.is_final() => records.push(record),
+            Ok(_) | Err(StateError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    records.sort_by(|a, b| (a.submitted_at, &a.job_id).cmp(&(b.submitted_at, &b.job_id)));
+    Ok(records)
 }
 
 /// The unfinished records among `ids` (from the running index), oldest first. Markers whose

@@ -384,3 +384,35 @@ fn running_index_follows_jobs_and_recovers_from_crashes() {
     assert!(state.running_jobs(&t("bio"), None).unwrap().is_empty());
     assert!(!dir.path().join("state/tenants/bio").exists());
 }
+
+/// A running job whose record cannot be read (corrupt, or a newer version's) is not a job that
+/// ended: the running-jobs quota and archive refuse rather than let it pass uncounted.
+#[test]
+fn an_unreadable_running_record_is_not_taken_for_an_ended_job() {
+    let (_dir, state) = state();
+    let chem = t("chem");
+    create(&state, &chem, "run1");
+    let job = state.new_job(&chem, new_job("run1")).unwrap();
+    let record = (state.job_dir_ambient(&chem, &job.job_id).unwrap()).with_file_name("record.json");
+    assert!(record.is_file(), "{}", record.display());
+    fs::write(
+        &record,
+        br#"{"version": 9, "status": {"phase": "teleported"}}"#,
+    )
+    .unwrap();
+    let limited = NewJob {
+        max_running_jobs: Some(5),
+        ..new_job("run1")
+    };
+    let refused = state.new_job(&chem, limited).unwrap_err();
+    assert!(matches!(refused, StateError::Corrupt { .. }), "{refused}");
+    let refused = state
+        .archive(&chem, &id("run1"), |_| Some(observed(JobPhase::Completed)))
+        .unwrap_err();
+    assert!(matches!(refused, StateError::Corrupt { .. }), "{refused}");
+    assert_eq!(
+        state.running_jobs(&chem, None).unwrap().len(),
+        0,
+        "listing skips it"
+    );
+}
