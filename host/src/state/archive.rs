@@ -3,19 +3,23 @@
 //!
 //! `archive` decides before it touches anything: it reads the instance,
 //! lets the gateway observe each of the instance's unfinished jobs (through the executor,
-//! which the state layer does not call itself), records those observations, and refuses with
-//! `HasRunningJobs` if any job is still unfinished — the instance directory and its metadata
-//! are then exactly as before. Because `new_job` takes the same lock and requires a live
-//! instance, no job can be recorded between the check and the rename.
+//! which the state layer does not call itself, and without the lock: Slurm's clients can take
+//! seconds), then under the lock records those observations, and refuses with
+//! `HasRunningJobs` if any job is still unfinished — one recorded meanwhile included — the
+//! instance directory and its metadata are then exactly as before. Because `new_job` takes the
+//! same lock and requires a live instance, no job can be recorded between the check and the
+//! rename.
 //!
 //! The rename is the commit point; `archived_at` is written into the metadata afterwards.
 //! A crash in between leaves an archived instance without `archived_at`, which `clean`
 //! repairs (it stamps it and keeps the instance for another period).
 
+use std::collections::HashMap;
+
 use super::State;
 use super::error::{IdKind, StateError};
 use super::fsops::{rename_noreplace, sync_dir};
-use super::id::{InstanceId, TenantName};
+use super::id::{InstanceId, JobId, TenantName};
 use super::instance::Instance;
 use super::job::JobRecord;
 use super::jobs::{save_record, unfinished_strict};
@@ -39,16 +43,32 @@ impl State {
         F: FnMut(&JobRecord) -> Option<Observation>,
     {
         let paths = self.tenant(tenant);
+        let of_instance = |paths| -> Result<Vec<JobRecord>, StateError> {
+            let indexed = running::listed_locked(paths, tenant)?;
+            let mut jobs = unfinished_strict(paths, tenant, indexed)?;
+            jobs.retain(|record| &record.instance == id);
+            Ok(jobs)
+        };
+        // The executor is asked without the lock (Slurm's clients may take seconds a job, and
+        // every call of the tenant waits for the lock); what it says is recorded under it.
+        let jobs = {
+            let _lock = TenantLock::acquire(&paths)?;
+            self.live_meta(&paths, tenant, id)?;
+            of_instance(&paths)?
+        };
+        let mut seen: HashMap<JobId, Observation> = HashMap::new();
+        for record in &jobs {
+            if let Some(observation) = observe(record) {
+                seen.insert(record.job_id.clone(), observation);
+            }
+        }
+
         let _lock = TenantLock::acquire(&paths)?;
         let mut meta = self.live_meta(&paths, tenant, id)?;
-
         let mut still_running = Vec::new();
-        let indexed = running::listed_locked(&paths, tenant)?;
-        for mut record in unfinished_strict(&paths, tenant, indexed)? {
-            if &record.instance != id {
-                continue;
-            }
-            if let Some(observation) = observe(&record) {
+        // A job recorded meanwhile was not observed: it is unfinished, and refuses the archive.
+        for mut record in of_instance(&paths)? {
+            if let Some(observation) = seen.remove(&record.job_id) {
                 let (changed, _) = apply(&mut record, observation, Timestamp::now());
                 if changed {
                     save_record(&paths, &record)?;

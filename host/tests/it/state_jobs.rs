@@ -416,3 +416,33 @@ fn an_unreadable_running_record_is_not_taken_for_an_ended_job() {
         "listing skips it"
     );
 }
+
+/// Archive asks the executor about the instance's jobs without the tenant's lock (Slurm's
+/// clients can take seconds, and every call of the tenant waits for the lock): another job can
+/// be recorded meanwhile, and then refuses the archive.
+#[test]
+fn archive_asks_the_executor_without_holding_the_tenant() {
+    let (_dir, state) = state();
+    let chem = t("chem");
+    create(&state, &chem, "run1");
+    state.new_job(&chem, new_job("run1")).unwrap();
+    let state = std::sync::Arc::new(state);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let archiving = state.clone();
+    std::thread::spawn(move || {
+        let chem = t("chem");
+        let outcome = archiving.archive(&chem, &id("run1"), |_| {
+            // What another call of the tenant does while Slurm answers.
+            archiving.new_job(&chem, new_job("run1")).unwrap();
+            Some(observed(JobPhase::Completed))
+        });
+        let _ = tx.send(outcome.map(drop));
+    });
+    let outcome = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the tenant was locked while the executor was asked");
+    assert!(
+        matches!(outcome, Err(StateError::HasRunningJobs { count: 1, .. })),
+        "{outcome:?}"
+    );
+}
