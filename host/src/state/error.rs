@@ -91,6 +91,18 @@ pub enum StateError {
         id: String,
         what: &'static str,
     },
+    /// A record a newer hpcgate wrote: read with this one's meaning, and rewritten without the
+    /// fields this one does not know, it would be wrong.
+    #[error(
+        "stored {what} of {kind} `{id}` has format {version}, newer than this hpcgate knows ({known}); use the hpcgate that wrote it"
+    )]
+    NewerFormat {
+        kind: IdKind,
+        id: String,
+        what: &'static str,
+        version: u32,
+        known: u32,
+    },
     /// The job already has an executor handle, or has ended: it cannot be given one now.
     #[error(
         "job `{id}` was already started, or ended, while this start was made; this start was stopped"

@@ -282,6 +282,15 @@ pub(crate) fn read_record(
     if &record.job_id != job_id || &record.tenant != tenant {
         return Err(corrupt());
     }
+    if record.version > RECORD_VERSION {
+        return Err(StateError::NewerFormat {
+            kind: IdKind::Job,
+            id: job_id.to_string(),
+            what: "record",
+            version: record.version,
+            known: RECORD_VERSION,
+        });
+    }
     Ok(record)
 }
 

@@ -128,7 +128,8 @@ impl State {
             Err(e) if e.kind() == std::io::ErrorKind::InvalidData => None,
             Err(e) => return Err(StateError::io("read a task")(e)),
         };
-        Ok(record.filter(|r| r.task_id == id && &r.tenant == tenant))
+        // A newer hpcgate's task is not this one's to answer.
+        Ok(record.filter(|r| r.task_id == id && &r.tenant == tenant && r.version <= TASK_VERSION))
     }
 }
 

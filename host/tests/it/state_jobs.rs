@@ -415,6 +415,20 @@ fn an_unreadable_running_record_is_not_taken_for_an_ended_job() {
         0,
         "listing skips it"
     );
+
+    // A newer hpcgate's record, well-formed: not read with this one's meaning either.
+    fs::remove_dir_all(record.parent().unwrap()).unwrap();
+    let job = state.new_job(&chem, new_job("run1")).unwrap();
+    let path = (state.job_dir_ambient(&chem, &job.job_id).unwrap()).with_file_name("record.json");
+    let mut newer: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    newer["version"] = 2.into();
+    fs::write(&path, serde_json::to_vec(&newer).unwrap()).unwrap();
+    let refused = state.job(&chem, &id("run1"), &job.job_id).unwrap_err();
+    assert!(
+        matches!(refused, StateError::NewerFormat { version: 2, .. }),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("newer"), "{refused}");
 }
 
 /// Archive asks the executor about the instance's jobs without the tenant's lock (Slurm's
