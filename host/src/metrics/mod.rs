@@ -108,10 +108,13 @@ impl Default for Metrics {
         Metrics {
             enabled: AtomicBool::new(true),
             requests: Default::default(),
+            // The builtin tools keep series of their own whatever names proxied servers
+            // (which a running server can announce) brought in first.
             tools: Labelled::new(MAX_TOOLS, "other", || ToolSeries {
                 decisions: Default::default(),
                 duration: Histogram::new(CALLS),
-            }),
+            })
+            .reserving(|name| crate::tools::Tool::from_name(name).is_some()),
             policies: Labelled::new(MAX_POLICIES, "other", || PolicySeries {
                 evaluation: Histogram::new(MICROS),
                 faults: Default::default(),

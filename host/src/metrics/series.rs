@@ -87,13 +87,16 @@ impl Histogram {
 
 /// Series keyed by one label value (a tool or policy name), created on first use. The set of
 /// values is bounded: past `capacity` distinct values, new ones share the series of
-/// `overflow`, so no caller can grow the exposition without bound.
+/// `overflow`, so no caller can grow the exposition without bound. Values `reserved` says
+/// are the site's own (a finite set, such as the builtin tools) always get a series of their
+/// own: names others brought in first cannot push them into `overflow`.
 #[derive(Debug)]
 pub struct Labelled<T> {
     series: RwLock<HashMap<String, Arc<T>>>,
     capacity: usize,
     overflow: &'static str,
     make: fn() -> T,
+    reserved: fn(&str) -> bool,
 }
 
 impl<T> Labelled<T> {
@@ -103,7 +106,13 @@ impl<T> Labelled<T> {
             capacity,
             overflow,
             make,
+            reserved: |_| false,
         }
+    }
+
+    /// The same set, with `reserved` values always given a series of their own.
+    pub fn reserving(self, reserved: fn(&str) -> bool) -> Labelled<T> {
+        Labelled { reserved, ..self }
     }
 
     /// The series of `label` (or of the overflow label once the set is full).
@@ -112,11 +121,13 @@ impl<T> Labelled<T> {
             return series.clone();
         }
         let mut series = self.series.write().unwrap_or_else(|e| e.into_inner());
-        let key = if series.len() < self.capacity || series.contains_key(label) {
-            label
-        } else {
-            self.overflow
-        };
+        let key =
+            if series.len() < self.capacity || series.contains_key(label) || (self.reserved)(label)
+            {
+                label
+            } else {
+                self.overflow
+            };
         series
             .entry(key.to_owned())
             .or_insert_with(|| Arc::new((self.make)()))
@@ -239,6 +250,17 @@ mod tests {
             counts,
             [("a".into(), 2), ("b".into(), 1), ("other".into(), 2)]
         );
+    }
+
+    #[test]
+    fn reserved_values_are_never_sent_to_the_overflow_series() {
+        let set: Labelled<AtomicU64> =
+            Labelled::new(2, "other", || AtomicU64::new(0)).reserving(|l| l.starts_with("site"));
+        for label in ["x", "y", "z", "site_a", "site_b"] {
+            set.get(label).fetch_add(1, Ordering::Relaxed);
+        }
+        let labels: Vec<_> = set.sorted().into_iter().map(|(label, _)| label).collect();
+        assert_eq!(labels, ["other", "site_a", "site_b", "x", "y"]);
     }
 
     #[test]
