@@ -424,11 +424,10 @@ impl Jobs {
     pub fn reattach(&self, state: &State) -> Vec<JobRecord> {
         let mut transitions = Vec::new();
         for tenant in state.tenants().unwrap_or_default() {
-            for record in state.running_jobs(&tenant, None).unwrap_or_default() {
-                if record.handle.is_none() && state.starting(&tenant, &record.job_id) {
-                    // Another thread or process is starting it right now.
+            for listed in state.running_jobs(&tenant, None).unwrap_or_default() {
+                let Some(record) = unless_starting(state, listed) else {
                     continue;
-                }
+                };
                 let observation = match (&record.handle, record.mode) {
                     (None, JobMode::Local) => {
                         // Crashed between the record and the handle: did the start happen?
@@ -467,6 +466,22 @@ impl Jobs {
         }
         transitions
     }
+}
+
+/// `listed` as it is now, or `None` if it is being started (another thread or process holds
+/// its lease) or has ended. A record listed without an executor handle may have been given
+/// one since (the listing, and whatever was done with the jobs before it, took time): its
+/// lease is looked at first, then it is read again. The handle is written before the lease is
+/// let go, so a free lease means the record read after it is the start's last word.
+pub(crate) fn unless_starting(state: &State, listed: JobRecord) -> Option<JobRecord> {
+    if listed.handle.is_some() {
+        return Some(listed);
+    }
+    if state.starting(&listed.tenant, &listed.job_id) {
+        return None;
+    }
+    let now = (state.job(&listed.tenant, &listed.instance, &listed.job_id)).ok()?;
+    (!now.is_final()).then_some(now)
 }
 
 impl JobDirs {

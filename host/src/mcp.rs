@@ -176,9 +176,12 @@ impl McpServer {
     }
 }
 
-/// A call the client gave up on before it ran (rmcp sends no answer to a cancelled request).
+/// What a call the client gave up on before it ran answers (rmcp sends no answer to a
+/// cancelled request; this is for the record of whoever reads it).
+const GIVEN_UP: &str = "the client gave up on the call before it ran";
+
 fn given_up_on() -> McpError {
-    McpError::internal_error("the client gave up on the call before it ran", None)
+    McpError::internal_error(GIVEN_UP, None)
 }
 
 fn call_failed(e: &dyn std::fmt::Display) -> McpError {
@@ -362,6 +365,10 @@ impl ServerHandler for McpServer {
             let snapshot = live.clone();
             let given_up = cancel.clone();
             let work = move |gateway: &Gateway, caller| {
+                if given_up.is_cancelled() {
+                    // Given up on while it waited for its place: it does not run.
+                    return CallResult::error(GIVEN_UP.to_owned());
+                }
                 let report = |p: Progress| {
                     let _ = progress_tx.send(p);
                 };

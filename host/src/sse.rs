@@ -206,21 +206,14 @@ async fn message(State(shared): State<Shared>, request: Request) -> Response {
             "`session` is missing: post to the endpoint `GET /sse` named",
         );
     };
-    let to_server = {
+    let (to_server, answers) = {
         let sessions = lock(&shared.sessions);
         match sessions.get(&id) {
             Some(session)
                 if session.owner.tenant == caller.tenant
                     && session.owner.principal == caller.principal =>
             {
-                if (session.answers.upgrade()).is_some_and(|answers| answers.capacity() == 0) {
-                    return refuse(
-                        StatusCode::TOO_MANY_REQUESTS,
-                        "this session's answers are not being read: read its event stream \
-                         before sending more",
-                    );
-                }
-                session.to_server.clone()
+                (session.to_server.clone(), session.answers.clone())
             }
             _ => return unknown(),
         }
@@ -246,6 +239,19 @@ async fn message(State(shared): State<Shared>, request: Request) -> Response {
             );
         }
     };
+    // A request makes an answer; notifications (a cancellation among them) and replies do not,
+    // and may always come.
+    if matches!(message, ClientJsonRpcMessage::Request(_))
+        && (answers.upgrade()).is_some_and(|answers| answers.capacity() == 0)
+    {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(axum::http::header::RETRY_AFTER, "1")],
+            "this session's answers are not being read: read its event stream before sending \
+             more requests\n",
+        )
+            .into_response();
+    }
     match to_server.send(message).await {
         Ok(()) => StatusCode::ACCEPTED.into_response(),
         Err(_) => unknown(),

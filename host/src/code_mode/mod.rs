@@ -161,16 +161,23 @@ impl CodeMode {
             return;
         };
         let mut running = HashMap::new();
-        // Jobs another thread or process is starting now: their doors are being made.
+        // Jobs another thread or process is starting now (their doors are being made), or that
+        // ended since they were listed: their directories are left to whoever knows.
         let mut starting = std::collections::HashSet::new();
         for tenant in state.tenants().unwrap_or_default() {
-            for record in state.running_jobs(&tenant, None).unwrap_or_default() {
-                if record.handle.is_none() && state.starting(&tenant, &record.job_id) {
-                    starting.insert(record.job_id.clone());
-                } else if record.mode == JobMode::Local
-                    && record.handle == Some(ExecutorHandle::Local)
-                {
-                    running.insert(record.job_id.clone(), record);
+            for listed in state.running_jobs(&tenant, None).unwrap_or_default() {
+                let job_id = listed.job_id.clone();
+                match crate::jobs::unless_starting(state, listed) {
+                    None => {
+                        starting.insert(job_id);
+                    }
+                    Some(record)
+                        if record.mode == JobMode::Local
+                            && record.handle == Some(ExecutorHandle::Local) =>
+                    {
+                        running.insert(job_id, record);
+                    }
+                    Some(_) => {}
                 }
             }
         }

@@ -240,7 +240,11 @@ impl Gateway {
         let Target::Builtin(tool) = call.target else {
             return None;
         };
-        if !call.accepts_task || !tool.becomes_task() || output.structured["job"]["final"] != false
+        let given_up = call.cancel.as_ref().is_some_and(|c| c.is_cancelled());
+        if !call.accepts_task
+            || given_up
+            || !tool.becomes_task()
+            || output.structured["job"]["final"] != false
         {
             return None;
         }

@@ -26,7 +26,7 @@ pub struct CallResult {
 }
 
 impl CallResult {
-    pub(super) fn error(message: String) -> CallResult {
+    pub(crate) fn error(message: String) -> CallResult {
         CallResult {
             structured: json!({ "error": message }),
             text: message,

@@ -9,7 +9,7 @@
 use std::fs::{self, DirBuilder, File};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rustix::fs::{CWD, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
@@ -184,24 +184,48 @@ pub(crate) fn remove_tree(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Gives the owner full access to every directory in the tree at `path`, following no
-/// symlink, with a stack of its own (a job can build a tree deeper than any thread's).
-/// Best effort: what cannot be opened up stays as it is.
+/// Gives the owner full access to every directory in the tree at `path`. Each directory is
+/// reached beneath the tree's top through no symlink (`openat2`), and changed through the
+/// descriptor held (`/proc/self/fd`), so one swapped for a link while this runs (a job may
+/// still write there) leads nowhere else. A stack of its own: a job can build a tree deeper
+/// than any thread's. Best effort: what cannot be opened up stays as it is.
 fn open_up(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let mut stack = vec![path.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        match fs::symlink_metadata(&dir) {
-            Ok(md) if md.is_dir() => {}
-            _ => continue,
-        }
-        let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(0o700));
-        let Ok(entries) = fs::read_dir(&dir) else {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+
+    use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
+    let held = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let Ok(top) = rustix::fs::open(path, held | OFlags::NOFOLLOW, Mode::empty()) else {
+        return;
+    };
+    let beneath = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
+    let mut stack = vec![PathBuf::from(".")];
+    while let Some(rel) = stack.pop() {
+        let Ok(dir) = rustix::fs::openat2(&top, &rel, held, Mode::empty(), beneath) else {
             continue;
         };
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(entry.path());
+        let inode = format!("/proc/self/fd/{}", dir.as_raw_fd());
+        let _ = rustix::fs::chmod(inode.as_str(), Mode::from_raw_mode(0o700));
+        let listing = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let Ok(readable) = rustix::fs::openat(&dir, ".", listing, Mode::empty()) else {
+            continue;
+        };
+        let Ok(mut entries) = Dir::read_from(&readable) else {
+            continue;
+        };
+        while let Some(Ok(entry)) = entries.read() {
+            let name = entry.file_name();
+            if name == c"." || name == c".." {
+                continue;
+            }
+            let is_dir = match entry.file_type() {
+                FileType::Directory => true,
+                FileType::Unknown => rustix::fs::statat(&readable, name, AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory),
+                _ => false,
+            };
+            if is_dir {
+                stack.push(rel.join(std::ffi::OsStr::from_bytes(name.to_bytes())));
             }
         }
     }

@@ -97,8 +97,8 @@ impl State {
         running::mark_new(&paths, &record)?;
         rename_noreplace(&tmp, &paths.job(&record.job_id))
             .map_err(StateError::io("create a job record"))?;
-        sync_dir(&paths.jobs()).map_err(StateError::io("create a job record"))?;
         let lease = lease.moved_to(&paths.job(&record.job_id));
+        sync_dir(&paths.jobs()).map_err(StateError::io("create a job record"))?;
         Ok((record, lease))
     }
 

@@ -62,16 +62,30 @@ impl Drop for Starting {
     }
 }
 
-/// Whether another thread or process is starting the job in `job_dir` now.
+/// Whether another thread or process is starting the job in `job_dir` now. Only a lock held
+/// says so: a filesystem that cannot lock at all (`ENOLCK`) must not keep every crashed start
+/// from being reconciled. Opened for writing, as NFS's emulation of `flock` needs for an
+/// exclusive lock.
 pub(crate) fn in_progress(job_dir: &Path) -> bool {
     let Ok(file) = std::fs::OpenOptions::new()
         .read(true)
+        .write(true)
         .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
         .open(job_dir.join(LEASE))
     else {
         return false;
     };
-    flock(&file, FlockOperation::NonBlockingLockExclusive).is_err()
+    match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+        Err(rustix::io::Errno::WOULDBLOCK) => true,
+        Ok(()) => false,
+        Err(e) => {
+            crate::proxy::log(&format!(
+                "cannot tell whether `{}` is held ({e}); taken for a start that ended",
+                job_dir.join(LEASE).display()
+            ));
+            false
+        }
+    }
 }
 
 #[cfg(test)]

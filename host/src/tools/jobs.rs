@@ -80,7 +80,7 @@ struct Submit {
     /// `local` (a sandbox on the gateway host, default) or `slurm` (a batch job).
     mode: Option<Mode>,
     /// Seconds to wait for the job to end before returning (default 60, or 5 for a client
-    /// that takes a task; at most 3600; 0 returns at once). Not a run-time limit: see `resources.time_limit_s`.
+    /// that takes a task unless `detach` is false; at most 3600; 0 returns at once). Not a run-time limit: see `resources.time_limit_s`.
     timeout: Option<u64>,
     /// If the job still runs when the wait ends: keep it running (true, default) or cancel it.
     detach: Option<bool>,
@@ -105,7 +105,7 @@ struct RunPython {
     /// (`t.read_file(path="x")` returns the structured result; a refusal raises `ToolError`).
     code: String,
     /// Seconds to wait for the run to end before returning (default 60, or 5 for a client
-    /// that takes a task; at most 3600; 0 returns at once). Not a run-time limit: see `resources.time_limit_s`.
+    /// that takes a task unless `detach` is false; at most 3600; 0 returns at once). Not a run-time limit: see `resources.time_limit_s`.
     timeout: Option<u64>,
     /// Let the code call hpcgate tools (default true).
     tools: Option<bool>,
@@ -220,16 +220,18 @@ fn submit_job(cx: &Context<'_>, args: Submit) -> Result<Output, ToolError> {
     };
     let new = new_job(cx, instance, mode, command, args.resources);
     let wait = Wait::new(
-        args.timeout.unwrap_or(default_wait(cx)),
+        args.timeout.unwrap_or(default_wait(cx, args.detach)),
         args.detach,
         args.tail,
     )?;
     start(cx, new, &wait, args.tools.unwrap_or(false))
 }
 
-/// How long `submit_job` and `run_python` wait when their `timeout` is left out.
-fn default_wait(cx: &Context<'_>) -> u64 {
-    if cx.accepts_task {
+/// How long `submit_job` and `run_python` wait when their `timeout` is left out: shorter for
+/// a client that takes a task, when the job may outlive the wait (`detach: false` cancels it
+/// at the end, and then no task is made).
+fn default_wait(cx: &Context<'_>, detach: Option<bool>) -> u64 {
+    if cx.accepts_task && detach != Some(false) {
         DEFAULT_TASK_WAIT_S
     } else {
         DEFAULT_SUBMIT_WAIT_S
@@ -247,7 +249,7 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
         ));
     }
     let wait = Wait::new(
-        args.timeout.unwrap_or(default_wait(cx)),
+        args.timeout.unwrap_or(default_wait(cx, args.detach)),
         args.detach,
         args.tail,
     )?;

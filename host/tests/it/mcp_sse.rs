@@ -304,6 +304,10 @@ async fn a_session_whose_answers_are_not_read_may_send_no_more() {
         assert_eq!(status, 202, "tools/list {id}");
     }
     let refused = refused.expect("answers nobody reads back up into a refusal");
+    // A notification makes no answer: it is taken even now (a cancellation is one).
+    let cancelled =
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":999999}}"#;
+    assert_eq!(post(a, &endpoint, &gw.chem, cancelled).await, 202);
     // Reading the stream drains them: the session takes calls again.
     let drained = tokio::time::timeout(Duration::from_secs(30), async {
         let mut line = String::new();

@@ -372,4 +372,16 @@ async fn old_and_new(plain: &Client, tasks: &Client, version: &str) {
         .cancel_task(CancelTaskParams::new(task.task.task_id.clone()))
         .await;
     assert!(stop.is_ok(), "{version}: {stop:?}");
+    // With `detach: false` no task can come back (the job is cancelled at the end of the wait):
+    // the wait stays 60 s, and a 6 s job completes.
+    let attached = json!({ "instance_id": "p2", "command": "sleep 6", "detach": false });
+    let attached = tasks
+        .call_tool_once(call("submit_job", attached))
+        .await
+        .unwrap();
+    let CallToolResponse::Complete(attached) = attached else {
+        panic!("{version}: {attached:?}")
+    };
+    let job = &attached.structured_content.as_ref().unwrap()["job"];
+    assert_eq!(job["status"], "completed", "{version}: {job}");
 }

@@ -460,3 +460,34 @@ fn archive_asks_the_executor_without_holding_the_tenant() {
         "{outcome:?}"
     );
 }
+
+/// A record that ended (a reconciliation took its start for a crashed one) takes no executor
+/// handle afterwards: the starter is told, and stops what it started.
+#[test]
+fn an_ended_record_takes_no_handle() {
+    let (_dir, state) = state();
+    let chem = t("chem");
+    create(&state, &chem, "run1");
+    let job = state.new_job(&chem, new_job("run1")).unwrap();
+    state
+        .refresh(
+            &chem,
+            &job.job_id,
+            Observation::lost("taken for a crashed start"),
+        )
+        .unwrap();
+    let refused = state
+        .set_handle(
+            &chem,
+            &job.job_id,
+            ExecutorHandle::Local,
+            observed(JobPhase::Running),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(refused, StateError::HandleAlreadySet { .. }),
+        "{refused}"
+    );
+    let record = state.job(&chem, &id("run1"), &job.job_id).unwrap();
+    assert_eq!((record.status.phase, record.handle), (JobPhase::Lost, None));
+}
