@@ -121,6 +121,26 @@ pub enum StateError {
 }
 
 impl StateError {
+    /// `NewerFormat` if `version` is above `known`, the version this build writes.
+    pub(crate) fn check_format(
+        kind: IdKind,
+        id: &str,
+        what: &'static str,
+        version: u32,
+        known: u32,
+    ) -> Result<(), StateError> {
+        if version <= known {
+            return Ok(());
+        }
+        Err(StateError::NewerFormat {
+            kind,
+            id: id.to_owned(),
+            what,
+            version,
+            known,
+        })
+    }
+
     pub(crate) fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> StateError {
         move |source| StateError::Io { op, source }
     }

@@ -132,15 +132,13 @@ impl State {
         if &meta.id != id || &meta.tenant != tenant {
             return Err(corrupt());
         }
-        if meta.version > META_VERSION {
-            return Err(StateError::NewerFormat {
-                kind: IdKind::Instance,
-                id: id.to_string(),
-                what: "metadata",
-                version: meta.version,
-                known: META_VERSION,
-            });
-        }
+        StateError::check_format(
+            IdKind::Instance,
+            id.as_str(),
+            "metadata",
+            meta.version,
+            META_VERSION,
+        )?;
         Ok(Some(meta))
     }
 

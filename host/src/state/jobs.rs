@@ -282,15 +282,13 @@ pub(crate) fn read_record(
     if &record.job_id != job_id || &record.tenant != tenant {
         return Err(corrupt());
     }
-    if record.version > RECORD_VERSION {
-        return Err(StateError::NewerFormat {
-            kind: IdKind::Job,
-            id: job_id.to_string(),
-            what: "record",
-            version: record.version,
-            known: RECORD_VERSION,
-        });
-    }
+    StateError::check_format(
+        IdKind::Job,
+        job_id.as_str(),
+        "record",
+        record.version,
+        RECORD_VERSION,
+    )?;
     Ok(record)
 }
 
