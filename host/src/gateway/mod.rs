@@ -30,7 +30,7 @@ use crate::jobs::Jobs;
 use crate::metrics::{Gauges, Metrics};
 use crate::policy::{Chain, Phase, PolicyEngine, Via};
 use crate::proxy::{ProxiedTool, ProxyManager};
-use crate::state::{InstanceId, JobId, JobRecord, State, TenantName};
+use crate::state::{InstanceId, JobId, JobRecord, State, StateError, TenantName};
 use crate::telemetry::Telemetry;
 use crate::tools::{Tool, ToolSpec};
 use call::Target;
@@ -199,17 +199,7 @@ impl Gateway {
             code_mode: CodeMode::new(&settings_state_dir, code_mode_url),
             room: crate::tools::Room::default(),
         };
-        if let Some(age) = gateway.snapshot().settings.job_retention {
-            // One tenant's failure is said and left: it must not keep every tenant's gateway
-            // (and the CLI, which opens one) from starting.
-            for tenant in gateway.state.tenants()? {
-                if let Err(e) = gateway.state.prune_jobs(&tenant, age) {
-                    crate::proxy::log(&format!(
-                        "tenant `{tenant}`: old job records were not pruned ({e}); they are tried again at the next start"
-                    ));
-                }
-            }
-        }
+        gateway.prune_old_jobs()?;
         for record in gateway.jobs.reattach(&gateway.state) {
             gateway.audit.append(
                 crate::jobs::state_event(&record)
@@ -228,7 +218,28 @@ impl Gateway {
             self
         });
         gateway.code_mode.reopen(&gateway.state);
+        let pruner = Arc::downgrade(&gateway);
+        let _ = std::thread::Builder::new()
+            .name("hpcgate-prune".to_owned())
+            .spawn(move || prune_daily(&pruner));
         gateway
+    }
+
+    /// Deletes the job records (and their tasks) older than `[jobs] retention_days`, if set.
+    /// One tenant's failure is said and left: it must not keep every tenant's gateway (and
+    /// the CLI, which opens one) from starting.
+    fn prune_old_jobs(&self) -> Result<(), StateError> {
+        let Some(age) = self.snapshot().settings.job_retention else {
+            return Ok(());
+        };
+        for tenant in self.state.tenants()? {
+            if let Err(e) = self.state.prune_jobs(&tenant, age) {
+                crate::proxy::log(&format!(
+                    "tenant `{tenant}`: old job records were not pruned ({e}); they are tried again later"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The doors of jobs with tools.
@@ -503,5 +514,26 @@ impl Gateway {
                 .find(&caller.tenant, instance, name)
                 .map(Target::Proxied)
         })
+    }
+}
+
+/// Prunes old job records once a day for as long as the gateway runs (at start too, in
+/// [`Gateway::open`]): a gateway that runs for months would otherwise keep every job's
+/// record, output and task. Looks a minute at a time whether the gateway is gone.
+fn prune_daily(gateway: &std::sync::Weak<Gateway>) {
+    const DAY: std::time::Duration = std::time::Duration::from_secs(86_400);
+    const LOOK: std::time::Duration = std::time::Duration::from_secs(60);
+    let mut last = std::time::Instant::now();
+    loop {
+        std::thread::sleep(LOOK);
+        let Some(gateway) = gateway.upgrade() else {
+            return;
+        };
+        if last.elapsed() >= DAY {
+            last = std::time::Instant::now();
+            if let Err(e) = gateway.prune_old_jobs() {
+                crate::proxy::log(&format!("old job records were not pruned ({e})"));
+            }
+        }
     }
 }
