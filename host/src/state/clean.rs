@@ -2,8 +2,9 @@
 //! the MCP tasks that followed those jobs; and the sweep of leftovers from crashed operations.
 //!
 //! Deleting a tree is not atomic, so an instance is first renamed to
-//! `archived/.trash-<id>-<random>` (gone from every listing at once) and then removed; a
-//! crash mid-way leaves only trash, which the next sweep removes. Job records of the instance
+//! `archived/.trash-<id>-<random>` (gone from every listing at once), under the tenant's
+//! lock, and removed once the lock is let go; a crash mid-way leaves only trash, which the
+//! next `clean` or job pruning sweeps. Job records of the instance
 //! are removed before its directory, so a crash never leaves records of a deleted instance
 //! that a future instance of the same id would inherit. Symlinks inside are removed, never
 //! followed (`remove_dir_all`).
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use super::State;
 use super::error::StateError;
-use super::fsops::{discard_tree, remove_tree};
+use super::fsops::{empty_trash, remove_tree, to_trash};
 use super::id::{InstanceId, TenantName};
 use super::jobs::all_records;
 use super::layout::{Location, NEW_PREFIX, TRASH_PREFIX, TenantPaths};
@@ -45,9 +46,11 @@ impl State {
         cutoff: Timestamp,
     ) -> Result<Vec<InstanceId>, StateError> {
         let paths = self.tenant(tenant);
-        let _lock = TenantLock::acquire(&paths)?;
+        let lock = TenantLock::acquire(&paths)?;
         self.sweep_leftovers(&paths, tenant)?;
         let mut removed = Vec::new();
+        let mut trash = Vec::new();
+        let records = all_records(&paths, tenant)?;
         for id in instance_ids(&paths, Location::Archived)? {
             let Ok(Some(mut meta)) = self.read_meta(&paths, tenant, Location::Archived, &id) else {
                 // Unreadable metadata: leave it for an administrator rather than guess its age.
@@ -61,31 +64,45 @@ impl State {
             if archived_at >= cutoff {
                 continue;
             }
-            for record in all_records(&paths, tenant)?
-                .iter()
-                .filter(|r| r.instance == id)
-            {
-                discard_tree(&paths.job(&record.job_id), record.job_id.as_str())?;
+            for record in records.iter().filter(|r| r.instance == id) {
+                trash.push(to_trash(
+                    &paths.job(&record.job_id),
+                    record.job_id.as_str(),
+                )?);
             }
-            discard_tree(&paths.instance(Location::Archived, &id), id.as_str())?;
+            trash.push(to_trash(
+                &paths.instance(Location::Archived, &id),
+                id.as_str(),
+            )?);
             removed.push(id);
         }
         sweep_orphan_tasks(&paths, tenant)?;
+        drop(lock);
+        empty_trash(trash);
+        self.sweep_trash(&paths);
         Ok(removed)
     }
 
-    /// Removes what crashed operations left: `.new-*` in `instances/` and `jobs/` (a create
-    /// or `new_job` that never published) and `.trash-*` in `archived/` and `jobs/` (a
-    /// deletion that never finished), and running-index markers of finished or missing jobs.
-    /// Only called with the tenant lock held, so none of them belongs to a running operation.
+    /// Removes what deletions that never finished left (`.trash-*` in `archived/` and
+    /// `jobs/`). Without the lock: a tree can be large, and nothing else uses trash.
+    pub(crate) fn sweep_trash(&self, paths: &TenantPaths) {
+        for dir in [paths.dir(Location::Archived), paths.jobs()] {
+            if let Err(e) = sweep(&dir, TRASH_PREFIX) {
+                crate::proxy::log(&format!("cannot sweep `{}` ({e})", dir.display()));
+            }
+        }
+    }
+
+    /// Removes what crashed operations left under way: `.new-*` in `instances/` and `jobs/`
+    /// (a create or `new_job` that never published), and running-index markers of finished or
+    /// missing jobs. Only called with the tenant lock held, so none of them belongs to a
+    /// running operation. (Trash is swept without the lock: [`State::sweep_trash`].)
     pub(crate) fn sweep_leftovers(
         &self,
         paths: &TenantPaths,
         tenant: &TenantName,
     ) -> Result<(), StateError> {
         sweep(&paths.dir(Location::Live), NEW_PREFIX)?;
-        sweep(&paths.dir(Location::Archived), TRASH_PREFIX)?;
-        sweep(&paths.jobs(), TRASH_PREFIX)?;
         sweep(&paths.jobs(), NEW_PREFIX)?;
         running::sweep_stale(paths, tenant)
     }

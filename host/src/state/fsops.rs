@@ -231,17 +231,32 @@ fn open_up(path: &Path) {
     }
 }
 
-/// Deletes `path` by first renaming it to `<parent>/.trash-<label>-<random>` (gone from
-/// every listing at once) and then removing that; a crash mid-way leaves only trash, which
-/// the leftover sweep removes.
-pub(crate) fn discard_tree(path: &Path, label: &str) -> Result<(), StateError> {
+/// Takes `path` out of every listing at once by renaming it to
+/// `<parent>/.trash-<label>-<random>`, which is returned to be removed ([`remove_tree`])
+/// once the tenant's lock is let go: a tree can be large, and every call of the tenant waits
+/// for the lock. A crash before the removal leaves only trash, which `clean` and job
+/// pruning sweep.
+pub(crate) fn to_trash(path: &Path, label: &str) -> Result<PathBuf, StateError> {
     let io = StateError::io("delete a directory");
     let parent = path
         .parent()
         .ok_or_else(|| io(io::ErrorKind::InvalidInput.into()))?;
     let trash = parent.join(format!("{TRASH_PREFIX}{label}-{}", random_base32(8)?));
     rename_noreplace(path, &trash).map_err(StateError::io("delete a directory"))?;
-    remove_tree(&trash).map_err(StateError::io("delete a directory"))
+    Ok(trash)
+}
+
+/// Removes trees [`to_trash`] set aside; one that cannot be removed is said on stderr and
+/// left to the next sweep.
+pub(crate) fn empty_trash(trash: Vec<PathBuf>) {
+    for tree in trash {
+        if let Err(e) = remove_tree(&tree) {
+            crate::proxy::log(&format!(
+                "cannot remove `{}` ({e}); it is tried again at the next clean or pruning",
+                tree.display()
+            ));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::State;
 use super::error::StateError;
-use super::fsops::discard_tree;
+use super::fsops::{empty_trash, to_trash};
 use super::id::{JobId, TenantName};
 use super::jobs::all_records;
 use super::lock::TenantLock;
@@ -30,18 +30,25 @@ impl State {
         cutoff: Timestamp,
     ) -> Result<Vec<JobId>, StateError> {
         let paths = self.tenant(tenant);
-        let _lock = TenantLock::acquire(&paths)?;
+        let lock = TenantLock::acquire(&paths)?;
         self.sweep_leftovers(&paths, tenant)?;
         let mut removed = Vec::new();
+        let mut trash = Vec::new();
         for record in all_records(&paths, tenant)? {
             let old = record.is_final() && record.finished_at.is_some_and(|at| at < cutoff);
             if !old {
                 continue;
             }
-            discard_tree(&paths.job(&record.job_id), record.job_id.as_str())?;
+            trash.push(to_trash(
+                &paths.job(&record.job_id),
+                record.job_id.as_str(),
+            )?);
             removed.push(record.job_id);
         }
         sweep_orphan_tasks(&paths, tenant)?;
+        drop(lock);
+        empty_trash(trash);
+        self.sweep_trash(&paths);
         removed.sort();
         Ok(removed)
     }

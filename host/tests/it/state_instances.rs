@@ -292,6 +292,10 @@ fn crash_leftovers_are_ignored_then_swept() {
     ));
     state.create(&chem, named("run1", None)).unwrap();
     assert!(!leftover.exists(), "create sweeps crashed creates");
+    assert!(
+        trash.exists(),
+        "not trash: a tree can be large, and a create holds the tenant's lock"
+    );
     state.clean(&chem, 30).unwrap();
     assert!(!trash.exists(), "clean sweeps trash");
     assert_eq!(state.list(&chem, page(10, 0)).unwrap().total, 2);
