@@ -190,6 +190,11 @@ pub(crate) fn remove_tree(path: &Path) -> io::Result<()> {
 /// still write there) leads nowhere else. A stack of its own: a job can build a tree deeper
 /// than any thread's. Best effort: what cannot be opened up stays as it is.
 fn open_up(path: &Path) {
+    open_up_by(path, true);
+}
+
+/// [`open_up`], with `openat2` or (`false`, and where it cannot be used) without.
+fn open_up_by(path: &Path, openat2: bool) {
     use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
 
@@ -199,9 +204,31 @@ fn open_up(path: &Path) {
         return;
     };
     let beneath = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
+    // Beneath the top through no link: `openat2`, or one `O_NOFOLLOW` open a component where
+    // it cannot be used (systemd's `RestrictSUIDSGID=`, which the shipped unit sets, answers
+    // it `ENOSYS`).
+    let first = |rel: &Path| {
+        if openat2 {
+            rustix::fs::openat2(&top, rel, held, Mode::empty(), beneath)
+        } else {
+            Err(Errno::NOSYS)
+        }
+    };
+    let open = |rel: &Path| match first(rel) {
+        Err(Errno::NOSYS | Errno::PERM) => {
+            let mut here = rustix::fs::openat(&top, ".", held, Mode::empty())?;
+            for part in rel.components() {
+                if let std::path::Component::Normal(name) = part {
+                    here = rustix::fs::openat(&here, name, held | OFlags::NOFOLLOW, Mode::empty())?;
+                }
+            }
+            Ok(here)
+        }
+        other => other,
+    };
     let mut stack = vec![PathBuf::from(".")];
     while let Some(rel) = stack.pop() {
-        let Ok(dir) = rustix::fs::openat2(&top, &rel, held, Mode::empty(), beneath) else {
+        let Ok(dir) = open(&rel) else {
             continue;
         };
         let inode = format!("/proc/self/fd/{}", dir.as_raw_fd());
@@ -277,10 +304,15 @@ mod tests {
         for closed in ["a/b/c", "a/b", "a"] {
             fs::set_permissions(top.join(closed), fs::Permissions::from_mode(0o000)).unwrap();
         }
-        open_up(&top);
-        for opened in ["", "a", "a/b", "a/b/c"] {
-            let mode = fs::metadata(top.join(opened)).unwrap().permissions().mode();
-            assert_eq!(mode & 0o777, 0o700, "{opened}");
+        for openat2 in [true, false] {
+            for closed in ["a/b/c", "a/b", "a"] {
+                fs::set_permissions(top.join(closed), fs::Permissions::from_mode(0o000)).unwrap();
+            }
+            open_up_by(&top, openat2);
+            for opened in ["", "a", "a/b", "a/b/c"] {
+                let mode = fs::metadata(top.join(opened)).unwrap().permissions().mode();
+                assert_eq!(mode & 0o777, 0o700, "{opened}, openat2 {openat2}");
+            }
         }
         let mode = fs::metadata(outside.path()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o555, "the link's target is not touched");
