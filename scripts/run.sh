@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --no-slurm >&2
 cargo build --release --locked -p hpcgate >&2
-exec target/release/hpcgate run "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/hpcgate" run "$@"

@@ -265,11 +265,28 @@ cmd_env() {
     printf 'export SLURM_CONF=%q\n' "$CONF"
 }
 
+# private_dir DIR: makes DIR (mode 0700), or checks that the one there is a directory of this
+# user's, not a link, and makes it private. The default lives in /tmp, where another user could
+# have made it first (with a link for the lock, or a config of theirs for root's daemons).
+private_dir() {
+    local dir="$1"
+    if [ ! -e "$dir" ] && [ ! -L "$dir" ]; then
+        mkdir -m 0700 "$dir" || die "cannot create $dir: remove what is there, or set HPCGATE_SLURM_DIR"
+    fi
+    if [ -L "$dir" ] || [ ! -d "$dir" ]; then
+        die "$dir is not a directory (a link?): remove it, or set HPCGATE_SLURM_DIR"
+    fi
+    if [ "$(stat -c %u "$dir")" != "$(id -u)" ]; then
+        die "$dir belongs to another user: remove it, or set HPCGATE_SLURM_DIR"
+    fi
+    chmod 0700 "$dir"
+}
+
 # locked COMMAND...: runs COMMAND holding the cluster's lock. Test binaries that run side by
 # side each start the cluster; the second start waits for the first, then finds it up. The
 # daemons are started without the lock's descriptor (`9>&-`), or they would hold it for good.
 locked() {
-    mkdir -p "$DIR"
+    private_dir "$DIR"
     exec 9>"$DIR/.lock"
     flock 9
     "$@"

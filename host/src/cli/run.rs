@@ -81,10 +81,23 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Listen::Tcp { .. } => None,
     };
     let metrics_listener = match &args.metrics_listen {
-        Some(address) => Some(crate::metrics::bind(
-            address,
-            settings.metrics.token_sha256.is_some(),
-        )?),
+        Some(address) => {
+            match crate::metrics::bind(address, settings.metrics.token_sha256.is_some()) {
+                Ok(listener) => Some(listener),
+                // Taken (any local user can bind a loopback port first): the gateway serves
+                // its tenants all the same, without this port; `/metrics` stays on its socket.
+                Err(e)
+                    if (e.root_cause().downcast_ref::<std::io::Error>())
+                        .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse) =>
+                {
+                    eprintln!(
+                        "hpcgate: {e:#}: serving without a metrics port (/metrics is still on the gateway's own listener); free the port or choose another"
+                    );
+                    None
+                }
+                Err(e) => return Err(e),
+            }
+        }
         None => None,
     };
     let gateway = Gateway::open(settings)?.shared();
