@@ -41,6 +41,8 @@ const MAX_SHARED_LOCKS: usize = 16;
 /// Most bytes of a LOCK's `owner` text kept (clients send a name, an email or a URL): each lock
 /// is held in memory for up to an hour and shown in every PROPFIND of its resource.
 const MAX_OWNER_BYTES: usize = 256;
+/// The most locks one resource's `lockdiscovery` shows.
+const MAX_DISCOVERED: usize = 16;
 
 /// One held lock.
 #[derive(Debug, Clone)]
@@ -200,15 +202,21 @@ impl LockTable {
         });
     }
 
-    /// The `<D:activelock>` elements of the locks on `view`, for PROPFIND.
+    /// The `<D:activelock>` elements of the locks on `view`, for PROPFIND: at most
+    /// [`MAX_DISCOVERED`], its own first. Shared depth-infinity locks stacked on every folder
+    /// above it would otherwise repeat in every entry of a listing.
     pub fn discovery(&self, cx: &Cx<'_>, view: &SandboxView) -> String {
         let Some(instance) = instance_of(cx) else {
             return String::new();
         };
         self.with(cx.caller.tenant.as_ref(), |locks| {
-            locks
-                .iter()
+            let mut covering: Vec<&Lock> = (locks.iter())
                 .filter(|l| l.instance == instance && l.covers(view, false))
+                .collect();
+            covering.sort_by_key(|l| l.path != *view);
+            covering
+                .into_iter()
+                .take(MAX_DISCOVERED)
                 .map(Lock::activelock)
                 .collect()
         })

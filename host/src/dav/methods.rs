@@ -210,11 +210,11 @@ pub async fn put(cx: &Cx<'_>, request: Request) -> Response {
         Ok(found) => found,
         Err(refused) => return refused,
     };
-    let announced = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    // Finder sends its uploads chunked, with the size in `X-Expected-Entity-Length`: without
+    // one, the upload would hold all the room left under the quota while it arrives. Either
+    // way the body is cut at the size announced.
+    let announced = size_in(request.headers(), header::CONTENT_LENGTH.as_str())
+        .or_else(|| size_in(request.headers(), "x-expected-entity-length"));
     let stream = request
         .into_body()
         .into_data_stream()
@@ -497,6 +497,17 @@ async fn move_within(
     Ok(())
 }
 
+/// A size in bytes given by header `name`.
+fn size_in(headers: &HeaderMap, name: &str) -> Option<u64> {
+    (headers.get(name))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
+fn forwarded_host() -> header::HeaderName {
+    header::HeaderName::from_static("x-forwarded-host")
+}
+
 /// The `Destination` header, which must name a path in the same instance (of the same
 /// tenant: the tree is the caller's own) on this server.
 fn destination(headers: &HeaderMap, id: &InstanceId) -> Result<SandboxView, Refusal> {
@@ -517,8 +528,17 @@ fn destination(headers: &HeaderMap, id: &InstanceId) -> Result<SandboxView, Refu
                 return refuse(StatusCode::BAD_GATEWAY, "Destination names another server");
             }
             let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-            let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
-            if host.is_some_and(|h| !h.eq_ignore_ascii_case(authority)) {
+            // This server by the name the request came with, or by the one a reverse proxy
+            // says the client used (it rewrites `Host` to reach the gateway on loopback, and
+            // the client's Destination keeps the public name).
+            let named = |name: header::HeaderName| {
+                (headers.get_all(name).iter())
+                    .filter_map(|v| v.to_str().ok())
+                    .flat_map(|v| v.split(','))
+                    .any(|h| h.trim().eq_ignore_ascii_case(authority))
+            };
+            let host_known = headers.contains_key(header::HOST);
+            if host_known && !named(header::HOST) && !named(forwarded_host()) {
                 return refuse(StatusCode::BAD_GATEWAY, "Destination names another server");
             }
             path

@@ -85,7 +85,9 @@ pub async fn propfind(cx: &Cx<'_>, request: Request) -> Response {
     {
         Asked::Names
     } else if elements.iter().any(|e| e.depth == 1 && e.is(DAV, "prop")) {
-        Asked::Some(elements.into_iter().filter(|e| e.depth == 2).collect())
+        Asked::Some(distinct(
+            elements.into_iter().filter(|e| e.depth == 2).collect(),
+        ))
     } else {
         Asked::All
     };
@@ -297,6 +299,19 @@ fn live(resource: &Resource, local: &str) -> Option<String> {
         "lockdiscovery" => resource.locks.clone(),
         _ => return None,
     })
+}
+
+/// The most properties one PROPFIND may name: a body of 64 KiB could name one thousands of
+/// times, and each is answered in every entry of a listing.
+const MAX_ASKED: usize = 64;
+
+/// The properties asked for, each once, at most [`MAX_ASKED`] of them.
+fn distinct(elements: Vec<Element>) -> Vec<Element> {
+    let mut seen = std::collections::HashSet::new();
+    (elements.into_iter())
+        .filter(|e| seen.insert((e.ns.clone(), e.local.clone())))
+        .take(MAX_ASKED)
+        .collect()
 }
 
 const ALL_LIVE: [&str; 8] = [

@@ -95,6 +95,18 @@ pub fn attacks(s: &Setup, sc: &Path, base: &str, chem: &dyn Fn(&[&str]) -> Reply
         copy("http://elsewhere.example/dav/instances/run1/workspace/x"),
         502
     );
+    // Behind a reverse proxy, which reaches the gateway on loopback and says the public name
+    // the client used: a Destination by that name is this server.
+    let proxied = chem(&[
+        "-X",
+        "COPY",
+        "-H",
+        "X-Forwarded-Host: files.example",
+        "-H",
+        "Destination: https://files.example/dav/instances/run1/workspace/proxied.bin",
+        &format!("{ws}/data.bin"),
+    ]);
+    assert_eq!(proxied.status, 201, "{}", proxied.body);
     assert_eq!(copy("/etc/passwd"), 403);
     assert_eq!(
         copy(&format!(
@@ -339,6 +351,30 @@ pub fn attacks(s: &Setup, sc: &Path, base: &str, chem: &dyn Fn(&[&str]) -> Reply
         up.status
     );
     assert_eq!(chem(&[&format!("{base}/nosuchextra/x")]).status, 404);
+    // A body naming one property thousands of times (or thousands of properties) is answered
+    // once a property, at most 64 of them: each is repeated in every entry of a listing.
+    let repeated = format!(
+        r#"<D:propfind xmlns:D="DAV:" xmlns:X="urn:x"><D:prop>{}{}</D:prop></D:propfind>"#,
+        "<D:supportedlock/>".repeat(3000),
+        (0..500).map(|i| format!("<X:p{i}/>")).collect::<String>()
+    );
+    let answered = chem(&[
+        "-X",
+        "PROPFIND",
+        "-H",
+        "Depth: 0",
+        "--data-binary",
+        &repeated,
+        &format!("{ws}/"),
+    ]);
+    assert_eq!(answered.status, 207, "{}", answered.body);
+    assert_eq!(answered.body.matches("<D:supportedlock>").count(), 1);
+    assert_eq!(
+        answered.body.matches(r#"xmlns="urn:x""#).count() + 1,
+        64,
+        "{}",
+        answered.body.len()
+    );
     // Hostile XML: entities are never expanded, bodies are capped.
     let laughs = format!(
         r#"<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa">{}]><D:propfind xmlns:D="DAV:"><D:prop>&j;</D:prop></D:propfind>"#,

@@ -197,6 +197,28 @@ fn uploads_in_flight_together_cannot_pass_the_quota() {
         size as u64
     );
     assert!(!s.workspace.join("second.bin").exists());
+
+    // A chunked upload that says its size (as Finder does, in X-Expected-Entity-Length) holds
+    // that much, not all the room left, and is cut at it: one that sends more is refused.
+    let chunked = |name: &str, said: usize, sent: usize| {
+        let mut put = std::net::TcpStream::connect(&authority).unwrap();
+        let head = format!(
+            "PUT /dav/instances/run1/workspace/{name} HTTP/1.1\r\nHost: localhost\r\n\
+             Authorization: Bearer {}\r\nTransfer-Encoding: chunked\r\n\
+             X-Expected-Entity-Length: {said}\r\nConnection: close\r\n\r\n{sent:x}\r\n{}\r\n0\r\n\r\n",
+            s.chem,
+            "c".repeat(sent)
+        );
+        put.write_all(head.as_bytes()).unwrap();
+        let mut answer = String::new();
+        put.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    let honest = chunked("honest.bin", 64, 64);
+    assert!(honest.starts_with("HTTP/1.1 201"), "{honest}");
+    let more = chunked("more.bin", 10, 64);
+    assert!(!more.starts_with("HTTP/1.1 2"), "{more}");
+    assert!(!s.workspace.join("more.bin").exists());
     let (status, stderr) = runtime.block_on(served.stop());
     assert!(status.success(), "{status:?}: {stderr}");
 }
