@@ -90,9 +90,9 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                     if (e.root_cause().downcast_ref::<std::io::Error>())
                         .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse) =>
                 {
-                    eprintln!(
-                        "hpcgate: {e:#}: serving without a metrics port (/metrics is still on the gateway's own listener); free the port or choose another"
-                    );
+                    crate::proxy::log(&format!(
+                        "{e:#}: serving without a metrics port (/metrics is still on the gateway's own listener); free the port or choose another"
+                    ));
                     None
                 }
                 Err(e) => return Err(e),

@@ -183,8 +183,10 @@ impl Dav {
         arguments: Value,
         transfer: Option<Transfer>,
     ) -> (CallResult, Option<Transfer>) {
-        let Ok(_permit) = self.bridge.enter(&caller.tenant).await else {
-            return (busy(), None);
+        let _permit = match self.bridge.enter(&caller.tenant).await {
+            Ok(permit) => permit,
+            // The tenant's calls waiting for a place are as many as it may have: say so.
+            Err(full) => return (busy_with(full.to_string()), None),
         };
         let (gateway, caller) = (self.gateway.clone(), caller.clone());
         let arguments = match arguments {
@@ -206,9 +208,13 @@ impl Dav {
 }
 
 fn busy() -> CallResult {
+    busy_with("the gateway could not run the call; retry".to_owned())
+}
+
+fn busy_with(text: String) -> CallResult {
     CallResult {
         structured: Value::Null,
-        text: "the gateway could not run the call; retry".to_owned(),
+        text,
         is_error: true,
         proxied: None,
         task: None,

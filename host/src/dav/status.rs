@@ -55,14 +55,52 @@ pub fn of(text: &str, op: Op) -> StatusCode {
         || has("invalid path")
     {
         StatusCode::FORBIDDEN
-    } else if has("audit log") {
+    } else if has("parts separately") {
+        // A tree too large or deep to copy, move or measure whole: retrying will not help.
+        StatusCode::FORBIDDEN
+    } else if has("different filesystems") {
+        StatusCode::CONFLICT
+    } else if has("audit log") || has("waiting for a place") || has("could not run the call") {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::INTERNAL_SERVER_ERROR
     }
 }
 
-/// The answer to a failed call.
+/// The answer to a failed call; one that may succeed later says when to retry (a rate
+/// limit's own "retry in N s", rounded up; a second otherwise).
 pub fn failed(result: &CallResult, op: Op) -> Response {
-    (of(&result.text, op), format!("{}\n", result.text)).into_response()
+    let status = of(&result.text, op);
+    let body = format!("{}\n", result.text);
+    match status {
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
+            let after = retry_in(&result.text).unwrap_or(1).to_string();
+            (status, [(axum::http::header::RETRY_AFTER, after)], body).into_response()
+        }
+        _ => (status, body).into_response(),
+    }
+}
+
+/// The whole seconds of a message's last "retry in N s".
+fn retry_in(text: &str) -> Option<u64> {
+    let (_, rest) = text.rsplit_once("retry in ")?;
+    let seconds: f64 = rest.split_whitespace().next()?.parse().ok()?;
+    (seconds.is_finite() && seconds >= 0.0).then(|| seconds.ceil() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retry_is_said_in_whole_seconds() {
+        let limited = "rate limit for `submit_job` reached (10 per minute); retry in 1.8 s";
+        assert_eq!(retry_in(limited), Some(2));
+        assert_eq!(of(limited, Op::Other), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(retry_in("the gateway could not run the call; retry"), None);
+        let waiting = "tenant `chem` has 64 calls waiting for a place already, the most it may";
+        assert_eq!(of(waiting, Op::Other), StatusCode::SERVICE_UNAVAILABLE);
+        let big = "invalid request on `/workspace/t`: the tree has more than 10 entries; copy its parts separately";
+        assert_eq!(of(big, Op::Other), StatusCode::FORBIDDEN);
+    }
 }
