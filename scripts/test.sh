@@ -8,15 +8,16 @@ cd "$(dirname "$0")/.."
 # The proxy tests bind binaries from the target dir into the sandbox, and binds under /tmp are
 # refused (the sandbox has its own /tmp): a checkout under /tmp builds into /var/tmp instead.
 # /var/tmp is everyone's: the directory must be this user's own (not a link, nobody else's),
-# or whoever made it first would choose the binaries this script runs.
+# and nobody else may write it, or whoever made it first would choose the binaries this script
+# runs. Others may read it: tests run the test binaries as other users (`uds_tenancy`).
 if [[ -z "${CARGO_TARGET_DIR:-}" && "$PWD" == /tmp/* ]]; then
     top=/var/tmp/hpcgate-target
-    [ -e "$top" ] || [ -L "$top" ] || mkdir -m 0700 "$top"
+    [ -e "$top" ] || [ -L "$top" ] || mkdir -m 0755 "$top"
     if [ -L "$top" ] || [ ! -d "$top" ] || [ "$(stat -c %u "$top")" != "$(id -u)" ]; then
         echo "test.sh: $top is not a directory of this user's: remove it, or set CARGO_TARGET_DIR" >&2
         exit 1
     fi
-    chmod 0700 "$top"
+    chmod go-w "$top"
     export CARGO_TARGET_DIR="$top/$(printf '%s' "$PWD" | sha256sum | cut -c1-16)"
 fi
 

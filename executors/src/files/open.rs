@@ -58,8 +58,25 @@ pub(crate) fn open_regular(
             path: path.to_string(),
         });
     }
-    let (dir, name) = roots.open_parent(path, "read")?;
     let io_err = |e| FileError::from_io("read", path, e);
+    if roots.follows_links() {
+        // Resolved from the root, links inside it followed (cap-std keeps it beneath).
+        let (root, rel) = (roots.dir(path.root())?, path.relative());
+        let kind = EntryKind::of(root.metadata(&rel).map_err(io_err)?.file_type());
+        if kind.is_special() {
+            return Err(FileError::SpecialFile {
+                path: path.to_string(),
+                kind: kind.describe(),
+            });
+        }
+        let mut opts = OpenOptions::new();
+        opts.read(true).custom_flags(nonblocking_flags());
+        let file = root.open_with(&rel, &opts).map_err(io_err)?;
+        let md = file.metadata().map_err(io_err)?;
+        require_regular(path, &md, limits.allow_read_hard_linked)?;
+        return Ok((file, md));
+    }
+    let (dir, name) = roots.open_parent(path, "read")?;
     let pre = dir.symlink_metadata(name).map_err(io_err)?;
     let kind = EntryKind::of(pre.file_type());
     if kind == EntryKind::Symlink {

@@ -33,6 +33,8 @@ use super::path::{Root, SandboxPath};
 pub struct InstanceRoots {
     workspace: LazyRoot,
     output: LazyRoot,
+    /// Links that stay inside a root are followed (see [`InstanceRoots::following_links`]).
+    follow_inside: bool,
 }
 
 /// One root: its host path, and the capability once opened.
@@ -56,7 +58,25 @@ impl InstanceRoots {
         Self {
             workspace: root(workspace),
             output: root(output),
+            follow_inside: false,
         }
+    }
+
+    /// The same roots, where links that stay inside a root are followed, a path's final one
+    /// included (`stat_path` describes what it leads to; the kernel still refuses one that
+    /// leaves the root): for a read-only tree no path rule judges, such as an admin's dataset
+    /// served over WebDAV, where `latest -> v38` is what its users expect.
+    /// An instance's roots never follow one: path rules judge a path as written.
+    pub fn following_links(self) -> Self {
+        Self {
+            follow_inside: true,
+            ..self
+        }
+    }
+
+    /// Whether links inside a root are followed ([`InstanceRoots::following_links`]).
+    pub(crate) fn follows_links(&self) -> bool {
+        self.follow_inside
     }
 
     /// The capability directory for `root`, opened on first use.
@@ -135,6 +155,9 @@ impl InstanceRoots {
         op: &'static str,
     ) -> Result<Dir, FileError> {
         let root = self.dir(path.root())?;
+        if self.follow_inside {
+            return (root.open_dir(rel)).map_err(|e| FileError::from_io(op, path, e));
+        }
         open_dir_beneath(root, rel).map_err(|e| {
             let error = FileError::from_io(op, path, e);
             match error {

@@ -40,6 +40,11 @@ pub fn stat_path(roots: &InstanceRoots, req: &StatRequest) -> Result<StatResult,
             roots.dir(path.root())?.dir_metadata().map_err(io_err)?,
             None,
         ),
+        // Links followed inside the root, the final one too: what the name leads to.
+        Some(_) if roots.follows_links() => {
+            let (root, rel) = (roots.dir(path.root())?, path.relative());
+            (root.metadata(&rel).map_err(io_err)?, None)
+        }
         Some(_) => {
             let (dir, name) = roots.open_parent(&path, "stat")?;
             let md = dir.symlink_metadata(name).map_err(io_err)?;

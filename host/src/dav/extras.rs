@@ -4,8 +4,9 @@
 //! An extra is not an instance, so no tool serves it and its reads are not calls of the
 //! pipeline; they go through the same cap-std executor all the same: the directory is opened as
 //! a capability per request (the one ambient step, from the admin's configuration) and every
-//! path is resolved beneath it, so `..`, absolute paths and symlinks are refused by the kernel,
-//! FIFOs and devices are never opened, and hard-linked files are refused as in an instance.
+//! path is resolved beneath it, so `..`, absolute paths and links that leave it are refused by
+//! the kernel (links inside it are followed: no path rule judges an extra's paths), FIFOs and
+//! devices are never opened, and hard-linked files are refused as in an instance.
 //! Only GET, HEAD, PROPFIND and OPTIONS are served; every method that would change something is
 //! 403. (Writable extras are refused by the configuration until their writes can be calls.)
 
@@ -84,7 +85,9 @@ pub fn names(cx: &Cx<'_>) -> Vec<String> {
 /// The extra as the executor's roots (both views are the extra's directory; only `/workspace`
 /// is used).
 fn roots(extra: &DavExtra) -> InstanceRoots {
-    InstanceRoots::ambient(&extra.path, &extra.path)
+    // An admin's read-only tree, judged by no path rule: its inner links (`latest -> v38`)
+    // are followed; one that leaves it is refused by the kernel.
+    InstanceRoots::ambient(&extra.path, &extra.path).following_links()
 }
 
 /// The request's path inside the extra, in the executor's view (`/workspace/…`).

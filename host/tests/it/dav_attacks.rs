@@ -341,6 +341,29 @@ pub fn attacks(s: &Setup, sc: &Path, base: &str, chem: &dyn Fn(&[&str]) -> Reply
     );
     std::os::unix::fs::symlink(&outside, s.dir.path().join("refdata/link")).unwrap();
     assert_eq!(chem(&[&format!("{refdata}/link")]).status, 403);
+    // Links inside an extra (an admin's dataset: `latest -> v2`) are followed, since no path
+    // rule judges an extra; one that leaves it is not.
+    std::fs::create_dir(s.dir.path().join("refdata/v2")).unwrap();
+    std::fs::write(s.dir.path().join("refdata/v2/data.txt"), "v2 data").unwrap();
+    std::os::unix::fs::symlink("v2", s.dir.path().join("refdata/latest")).unwrap();
+    std::os::unix::fs::symlink("../outside-secret.txt", s.dir.path().join("refdata/up")).unwrap();
+    let latest = chem(&[&format!("{refdata}/latest/data.txt")]);
+    assert_eq!((latest.status, latest.body.as_str()), (200, "v2 data"));
+    let listed = chem(&[
+        "-X",
+        "PROPFIND",
+        "-H",
+        "Depth: 1",
+        &format!("{refdata}/latest/"),
+    ]);
+    assert!(listed.body.contains("data.txt"), "{}", listed.body);
+    let up = chem(&[&format!("{refdata}/up")]);
+    assert!(
+        up.status >= 400 && !up.body.contains("TOP-SECRET"),
+        "{} {}",
+        up.status,
+        up.body
+    );
     let up = chem(&[
         "--path-as-is",
         &format!("{refdata}/../../outside-secret.txt"),
