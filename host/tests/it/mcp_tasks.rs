@@ -360,6 +360,10 @@ async fn old_and_new(plain: &Client, tasks: &Client, version: &str) {
         matches!(quick, CallToolResponse::Complete(_)),
         "{version}: {quick:?}"
     );
+    // The default wait is the tool's, whatever the revision: checked over one of them.
+    if version != "2026-07-28" {
+        return;
+    }
     // Without a `timeout`, a task client waits 5 s, not the 60 s a client without tasks waits:
     // a 20 s job is a task, answered well within common client request timeouts.
     let unhurried = json!({ "instance_id": "p2", "command": "sleep 20" });
@@ -373,8 +377,8 @@ async fn old_and_new(plain: &Client, tasks: &Client, version: &str) {
         .await;
     assert!(stop.is_ok(), "{version}: {stop:?}");
     // With `detach: false` no task can come back (the job is cancelled at the end of the wait):
-    // the wait stays 60 s, and a 6 s job completes.
-    let attached = json!({ "instance_id": "p2", "command": "sleep 6", "detach": false });
+    // the wait stays 60 s, and a 5.5 s job completes.
+    let attached = json!({ "instance_id": "p2", "command": "sleep 5.5", "detach": false });
     let attached = tasks
         .call_tool_once(call("submit_job", attached))
         .await
