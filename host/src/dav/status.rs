@@ -60,7 +60,11 @@ pub fn of(text: &str, op: Op) -> StatusCode {
         StatusCode::FORBIDDEN
     } else if has("different filesystems") {
         StatusCode::CONFLICT
-    } else if has("audit log") || has("waiting for a place") || has("could not run the call") {
+    } else if has("audit log")
+        || has("waiting for a place")
+        || has("could not run the call")
+        || has("gateway is stopping")
+    {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::INTERNAL_SERVER_ERROR
@@ -81,11 +85,15 @@ pub fn failed(result: &CallResult, op: Op) -> Response {
     }
 }
 
-/// The whole seconds of a message's last "retry in N s".
+/// The whole seconds a rate limit's message says to wait ("… retry in N s"), 1 to 3600; other
+/// messages may quote a caller's path, and are not read.
 fn retry_in(text: &str) -> Option<u64> {
+    if !text.starts_with("rate limit for") {
+        return None;
+    }
     let (_, rest) = text.rsplit_once("retry in ")?;
     let seconds: f64 = rest.split_whitespace().next()?.parse().ok()?;
-    (seconds.is_finite() && seconds >= 0.0).then(|| seconds.ceil() as u64)
+    (seconds.is_finite() && seconds >= 0.0).then(|| (seconds.ceil() as u64).clamp(1, 3600))
 }
 
 #[cfg(test)]
@@ -98,6 +106,10 @@ mod tests {
         assert_eq!(retry_in(limited), Some(2));
         assert_eq!(of(limited, Op::Other), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(retry_in("the gateway could not run the call; retry"), None);
+        let quoted = "`/workspace/retry in 1e30 s` does not exist; audit log";
+        assert_eq!(retry_in(quoted), None, "a path's words are not a wait");
+        let long = "rate limit for `x` reached (1 per hour); retry in 1e9 s";
+        assert_eq!(retry_in(long), Some(3600));
         let waiting = "tenant `chem` has 64 calls waiting for a place already, the most it may";
         assert_eq!(of(waiting, Op::Other), StatusCode::SERVICE_UNAVAILABLE);
         let big = "invalid request on `/workspace/t`: the tree has more than 10 entries; copy its parts separately";

@@ -228,11 +228,15 @@ impl Gateway {
     /// Deletes the job records (and their tasks) older than `[jobs] retention_days`, if set.
     /// One tenant's failure is said and left: it must not keep every tenant's gateway (and
     /// the CLI, which opens one) from starting.
+    /// With no retention, each tenant's trash (deletions a crash or a failure cut short) is
+    /// still swept.
     fn prune_old_jobs(&self) -> Result<(), StateError> {
-        let Some(age) = self.snapshot().settings.job_retention else {
-            return Ok(());
-        };
+        let retention = self.snapshot().settings.job_retention;
         for tenant in self.state.tenants()? {
+            let Some(age) = retention else {
+                self.state.sweep_tenant_trash(&tenant);
+                continue;
+            };
             if let Err(e) = self.state.prune_jobs(&tenant, age) {
                 crate::proxy::log(&format!(
                     "tenant `{tenant}`: old job records were not pruned ({e}); they are tried again later"

@@ -78,9 +78,15 @@ impl State {
         }
         sweep_orphan_tasks(&paths, tenant)?;
         drop(lock);
-        empty_trash(trash);
+        let emptied = empty_trash(trash);
         self.sweep_trash(&paths);
+        emptied?;
         Ok(removed)
+    }
+
+    /// [`State::sweep_trash`] for a tenant by name (the gateway's start and daily upkeep).
+    pub fn sweep_tenant_trash(&self, tenant: &TenantName) {
+        self.sweep_trash(&self.tenant(tenant));
     }
 
     /// Removes what deletions that never finished left (`.trash-*` in `archived/` and

@@ -273,17 +273,18 @@ pub(crate) fn to_trash(path: &Path, label: &str) -> Result<PathBuf, StateError> 
     Ok(trash)
 }
 
-/// Removes trees [`to_trash`] set aside; one that cannot be removed is said on stderr and
-/// left to the next sweep.
-pub(crate) fn empty_trash(trash: Vec<PathBuf>) {
+/// Removes trees [`to_trash`] set aside, all it can; the first failure is the error (the tree
+/// stays as trash, gone from every listing, for the next sweep to try again).
+pub(crate) fn empty_trash(trash: Vec<PathBuf>) -> Result<(), StateError> {
+    let mut first = None;
     for tree in trash {
         if let Err(e) = remove_tree(&tree) {
-            crate::proxy::log(&format!(
-                "cannot remove `{}` ({e}); it is tried again at the next clean or pruning",
-                tree.display()
-            ));
+            first.get_or_insert(StateError::io(
+                "delete a directory (kept as trash, removed at the next clean or pruning)",
+            )(e));
         }
     }
+    first.map_or(Ok(()), Err)
 }
 
 #[cfg(test)]

@@ -47,8 +47,9 @@ impl State {
         }
         sweep_orphan_tasks(&paths, tenant)?;
         drop(lock);
-        empty_trash(trash);
+        let emptied = empty_trash(trash);
         self.sweep_trash(&paths);
+        emptied?;
         removed.sort();
         Ok(removed)
     }

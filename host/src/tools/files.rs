@@ -352,10 +352,22 @@ fn write_upload(
     let room = hold.as_ref().map(|hold| hold.bytes());
     let request = exec::StreamWriteRequest {
         path: args.path,
-        max_bytes: room.map_or(upload.max_bytes, |room| room.min(upload.max_bytes)),
+        // Cut at the size it announced too, quota or not.
+        max_bytes: room
+            .map_or(upload.max_bytes, |room| room.min(upload.max_bytes))
+            .min(upload.announced.unwrap_or(u64::MAX)),
         create_dirs: args.create_dirs,
     };
+    let announced = upload.announced;
     let written = match exec::write_stream(&roots(cx)?, &request, &mut upload.source) {
+        Err(exec::FileError::TooLarge { path, size, .. })
+            if announced.is_some_and(|said| size > said) =>
+        {
+            return Err(ToolError(format!(
+                "`{path}` is too large: the body is longer than the {} bytes its request announced; send the size it has",
+                announced.unwrap_or_default()
+            )));
+        }
         Err(exec::FileError::TooLarge { size, .. }) if room.is_some_and(|r| size > r) => {
             drop(hold);
             super::check_space(cx, instance, area, size)?;
