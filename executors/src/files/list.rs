@@ -61,6 +61,7 @@ pub fn list_directory(
     let bounds = WalkBounds {
         max_depth: if req.recursive { limits.max_depth } else { 0 },
         max_visits: limits.max_walk_entries,
+        follow_links: roots.follows_links(),
     };
     let base = path.to_string();
     let mut entries = Vec::new();

@@ -196,6 +196,7 @@ fn bytes_moved(
     let bounds = WalkBounds {
         max_depth: limits.max_depth,
         max_visits: limits.max_walk_entries,
+        follow_links: false,
     };
     let mut bytes = 0u64;
     let cut = walk(&tree, &bounds, |visit| {

@@ -67,6 +67,7 @@ pub fn search_files(
     let bounds = WalkBounds {
         max_depth: limits.max_depth,
         max_visits: limits.max_walk_entries,
+        follow_links: false,
     };
     let base = path.to_string();
     let mut matches = Vec::new();

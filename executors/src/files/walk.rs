@@ -34,6 +34,10 @@ pub(crate) struct WalkBounds {
     pub max_depth: usize,
     /// Most entries to examine in total.
     pub max_visits: usize,
+    /// A link is described by what it leads to, if that is inside its directory (roots that
+    /// follow links, [`super::InstanceRoots::following_links`]); the walk never descends
+    /// through one.
+    pub follow_links: bool,
 }
 
 /// Walks `start`; `visit` returns `Break` to stop. Returns true if the walk was incomplete: stopped
@@ -74,7 +78,10 @@ pub(crate) fn walk(
             let Ok(md) = dir.symlink_metadata(&name) else {
                 continue;
             };
-            let facts = EntryFacts::from_metadata(&md);
+            let followed = (bounds.follow_links && md.file_type().is_symlink())
+                .then(|| dir.metadata(&name).ok())
+                .flatten();
+            let facts = EntryFacts::from_metadata(followed.as_ref().unwrap_or(&md));
             let (name_shown, name_escaped) = escape_os(&name);
             let child_shown = if shown.is_empty() {
                 name_shown.clone()
@@ -82,7 +89,7 @@ pub(crate) fn walk(
                 format!("{shown}/{name_shown}")
             };
             let escaped = parent_escaped || name_escaped;
-            if facts.kind == EntryKind::Directory {
+            if facts.kind == EntryKind::Directory && followed.is_none() {
                 if depth < bounds.max_depth {
                     queue.push_back((rel.join(&name), child_shown.clone(), escaped, depth + 1));
                 } else if bounds.max_depth > 0 {

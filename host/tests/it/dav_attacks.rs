@@ -357,6 +357,14 @@ pub fn attacks(s: &Setup, sc: &Path, base: &str, chem: &dyn Fn(&[&str]) -> Reply
         &format!("{refdata}/latest/"),
     ]);
     assert!(listed.body.contains("data.txt"), "{}", listed.body);
+    // And the link is listed as what it leads to, a collection; the one that leaves is not.
+    let parent = chem(&["-X", "PROPFIND", "-H", "Depth: 1", &format!("{refdata}/")]);
+    assert!(
+        parent.body.contains("/dav/refdata/latest/</D:href>"),
+        "{}",
+        parent.body
+    );
+    assert!(!parent.body.contains("/dav/refdata/up"), "{}", parent.body);
     let up = chem(&[&format!("{refdata}/up")]);
     assert!(
         up.status >= 400 && !up.body.contains("TOP-SECRET"),
