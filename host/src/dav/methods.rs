@@ -88,19 +88,25 @@ pub async fn get(cx: &Cx<'_>, headers: &HeaderMap, head_only: bool) -> Response 
 /// once per chunk: 4 KiB chunks made a GET six times slower than a PUT).
 const CHUNK: usize = 256 * 1024;
 
-/// Sends an opened file: `If-None-Match`, one `Range`, `ETag`, `Last-Modified`; the bytes
-/// stream from the descriptor.
+/// Sends an opened file: `If-Match`, `If-None-Match`, one `Range` (honoured only while
+/// `If-Range` holds), `ETag`, `Last-Modified`; the bytes stream from the descriptor.
 pub async fn send(opened: OpenedFile, headers: &HeaderMap, head_only: bool) -> Response {
     let etag = super::props::etag(opened.size, opened.modified_unix, opened.modified_nsec);
     let size = opened.size;
-    if headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
-    {
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    let names_this = |v: &str| v.split(',').any(|t| t.trim() == etag || t.trim() == "*");
+    if text(header::IF_MATCH).is_some_and(|v| !names_this(v)) {
+        return StatusCode::PRECONDITION_FAILED.into_response();
+    }
+    if text(header::IF_NONE_MATCH).is_some_and(names_this) {
         return StatusCode::NOT_MODIFIED.into_response();
     }
-    let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
+    let range = text(header::RANGE)
+        .filter(|_| (text(header::IF_RANGE)).is_none_or(|v| if_range_holds(v, &etag, &opened)));
     let (start, len, partial) = match range.map(|r| parse_range(r, size)) {
         None | Some(Range::Ignored) => (0, size, false),
         Some(Range::Bytes(start, len)) => (start, len, true),
@@ -161,6 +167,27 @@ fn insert(response: &mut Response, name: header::HeaderName, value: &str) {
     if let Ok(value) = HeaderValue::from_str(value) {
         response.headers_mut().insert(name, value);
     }
+}
+
+/// Whether an `If-Range` validator names the file as it is now, so that a range of it may be
+/// sent (RFC 9110 §13.1.5): its entity tag, compared strongly, or its modification time when
+/// that is a strong validator, more than a second before now (within the second, another
+/// write could share it). Else the whole file goes: a client resuming a download of a file
+/// changed meanwhile must not splice two versions.
+fn if_range_holds(validator: &str, etag: &str, opened: &OpenedFile) -> bool {
+    let validator = validator.trim();
+    if validator.starts_with('"') || validator.starts_with("W/") {
+        return validator == etag;
+    }
+    let Ok(date) = httpdate::parse_http_date(validator) else {
+        return false;
+    };
+    let seconds = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(-1, |d| i64::try_from(d.as_secs()).unwrap_or(-1))
+    };
+    let now = seconds(std::time::SystemTime::now());
+    seconds(date) == opened.modified_unix && opened.modified_unix + 1 < now
 }
 
 /// A `Range` header against a file of `size` bytes (one range; several are answered whole).

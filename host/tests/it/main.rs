@@ -24,6 +24,7 @@ mod code_mode_slurm;
 mod config_cli;
 mod dav;
 mod dav_attacks;
+mod dav_conditions;
 mod dav_limits;
 mod doctor;
 mod gateway;

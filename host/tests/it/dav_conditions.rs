@@ -1,0 +1,88 @@
+//! WebDAV GET's preconditions through the real `hpcgate run`, driven by `curl`: `If-Match`,
+//! and `If-Range`, without which a client resuming the download of a file changed meanwhile
+//! splices two versions of it.
+
+use std::time::{Duration, SystemTime};
+
+use crate::dav::{curl, setup};
+use crate::support::served::Served;
+
+/// A header's value in a reply's (lower-cased) headers.
+fn header<'a>(headers: &'a str, name: &str) -> &'a str {
+    let line = headers.lines().find(|l| l.starts_with(&format!("{name}:")));
+    let line = line.unwrap_or_else(|| panic!("no {name} in {headers}"));
+    line[name.len() + 1..].trim()
+}
+
+#[test]
+fn a_range_is_sent_only_of_the_version_if_range_names() {
+    let s = setup();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(
+        s.dir.path(),
+        &s.dir.path().join("gateway.toml"),
+    ));
+    let file = format!(
+        "http://{}/dav/instances/run1/workspace/data.txt",
+        served.authority()
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let auth = format!("Authorization: Bearer {}", s.chem);
+    let get = |extra: &[&str]| {
+        let mut args = vec!["-H", auth.as_str()];
+        args.extend_from_slice(extra);
+        args.push(&file);
+        curl(scratch.path(), &args)
+    };
+    std::fs::write(s.workspace.join("data.txt"), "version one, old").unwrap();
+    let old = get(&["-I"]);
+    assert_eq!(old.status, 200, "{}", old.headers);
+    let old_tag = header(&old.headers, "etag").to_owned();
+    std::fs::write(s.workspace.join("data.txt"), "version two, the new one").unwrap();
+    let new = get(&["-I"]);
+    let new_tag = header(&new.headers, "etag").to_owned();
+    assert_ne!(old_tag, new_tag);
+
+    let ranged = |validator: &str| get(&["-r", "8-10", "-H", &format!("If-Range: {validator}")]);
+    let current = ranged(&new_tag);
+    assert_eq!((current.status, current.body.as_str()), (206, "two"));
+    for stale in [
+        old_tag.as_str(),
+        &format!("W/{new_tag}"),
+        "\"x\"",
+        "garbage",
+    ] {
+        let whole = ranged(stale);
+        assert_eq!(
+            (whole.status, whole.body.as_str()),
+            (200, "version two, the new one"),
+            "If-Range: {stale}"
+        );
+    }
+    // A date: the file's own modification time once it is older than a second, not another.
+    let then = SystemTime::now() - Duration::from_secs(600);
+    let f = std::fs::File::options()
+        .write(true)
+        .open(s.workspace.join("data.txt"))
+        .unwrap();
+    f.set_modified(then).unwrap();
+    let dated = get(&["-I"]);
+    let modified = httpdate::fmt_http_date(then);
+    assert_eq!(
+        header(&dated.headers, "last-modified"),
+        modified.to_lowercase()
+    );
+    assert_eq!(ranged(&modified).status, 206, "If-Range: {modified}");
+    let earlier = httpdate::fmt_http_date(then - Duration::from_secs(1));
+    assert_eq!(ranged(&earlier).status, 200, "If-Range: {earlier}");
+    // Without Range, If-Range does nothing.
+    let plain = get(&["-H", &format!("If-Range: {old_tag}")]);
+    assert_eq!(plain.status, 200);
+
+    // If-Match on a read: 412 unless it names the current version (or `*`).
+    let tag = header(&dated.headers, "etag").to_owned();
+    assert_eq!(get(&["-H", &format!("If-Match: {old_tag}")]).status, 412);
+    let listed = format!("If-Match: {old_tag}, {tag}");
+    assert_eq!(get(&["-H", &listed]).status, 200);
+    assert_eq!(get(&["-H", "If-Match: *"]).status, 200);
+}
