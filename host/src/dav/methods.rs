@@ -10,14 +10,14 @@ use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::TryStreamExt as _;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 use tokio_util::io::{ReaderStream, StreamReader, SyncIoBridge};
 
 use super::min_rate::MinRate;
 use super::status::{self, Op};
 use super::target::{SandboxView, Target};
-use super::{Dav, Refusal};
+use super::{Dav, Refusal, Steps};
 use crate::auth::Caller;
 use crate::gateway::{CallResult, Transfer, Upload};
 use crate::state::InstanceId;
@@ -369,18 +369,16 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
     if let Err(locked) = cx.dav.locks.check(cx, &destination, headers) {
         return locked.into_response();
     }
+    let steps = match cx.dav.steps(&cx.caller).await {
+        Ok(steps) => steps,
+        Err(busy) => return status::failed(&busy, Op::Other),
+    };
     let at = |path: String| json!({ "instance_id": id.as_str(), "path": path });
-    let (source, _) = cx
-        .dav
-        .call(&cx.caller, "stat_path", at(view.path()), None)
-        .await;
+    let source = steps.call("stat_path", at(view.path())).await;
     if source.is_error {
         return status::failed(&source, Op::Read);
     }
-    let (stat, _) = cx
-        .dav
-        .call(&cx.caller, "stat_path", at(destination.path()), None)
-        .await;
+    let stat = steps.call("stat_path", at(destination.path())).await;
     let existed = !stat.is_error;
     if existed && !overwrite {
         return (
@@ -396,7 +394,7 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
         Err(_) => true,
     };
     let aside = if existed && (is_dir(&source) || is_dir(&stat)) {
-        match set_aside(cx, id, &destination).await {
+        match set_aside(&steps, id, &destination).await {
             Ok(aside) => Some(aside),
             Err(refused) => return refused,
         }
@@ -415,7 +413,7 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
         });
         (tool, arguments)
     };
-    let (result, _) = cx.dav.call(&cx.caller, tool, arguments, None).await;
+    let result = steps.call(tool, arguments).await;
     if result.is_error {
         let op = if result.text.contains("does not exist") && !result.text.contains(&view.path()) {
             Op::Create
@@ -423,7 +421,7 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
             Op::Other
         };
         if let Some(aside) = &aside
-            && let Err(kept) = move_within(cx, id, aside, &destination).await
+            && let Err(kept) = put_back(&steps, id, aside, &destination).await
         {
             let why = format!(
                 "{}; what `{}` held could not be put back and is kept as `{}`: {}\n",
@@ -442,10 +440,7 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
     if let Some(aside) = &aside {
         let mut arguments = at(aside.path());
         arguments["recursive"] = json!(true);
-        let (deleted, _) = cx
-            .dav
-            .call(&cx.caller, "delete_path", arguments, None)
-            .await;
+        let deleted = steps.finish("delete_path", arguments).await;
         if deleted.is_error {
             let why = format!(
                 "`{}` was replaced, but what it held could not be deleted and is kept as `{}`: {}\n",
@@ -486,7 +481,7 @@ fn with_members(headers: &HeaderMap, moving: bool) -> Result<bool, Refusal> {
 /// `move_path` of its own, decided and recorded like any): the name it is kept under until the
 /// copy or move succeeded.
 async fn set_aside(
-    cx: &Cx<'_>,
+    steps: &Steps<'_>,
     id: &InstanceId,
     destination: &SandboxView,
 ) -> Result<SandboxView, Response> {
@@ -499,29 +494,36 @@ async fn set_aside(
     if let Some(last) = aside.segments.last_mut() {
         *last = format!(".hpcgate-replaced-{}", hex::encode(random));
     }
-    match move_within(cx, id, destination, &aside).await {
-        Ok(()) => Ok(aside),
-        Err(moved) => Err(status::failed(&moved, Op::Other)),
+    let arguments = moving(id, destination, &aside);
+    let moved = steps.call("move_path", arguments).await;
+    if moved.is_error {
+        return Err(status::failed(&moved, Op::Other));
     }
+    Ok(aside)
 }
 
-/// `move_path` from `from` to the free name `to`; the failed call's result when it fails.
-async fn move_within(
-    cx: &Cx<'_>,
+/// Puts what [`set_aside`] moved back in place after the copy or move failed: the failed
+/// call's result when it cannot.
+async fn put_back(
+    steps: &Steps<'_>,
     id: &InstanceId,
     from: &SandboxView,
     to: &SandboxView,
 ) -> Result<(), CallResult> {
-    let arguments = json!({
-        "instance_id": id.as_str(),
-        "source": from.path(),
-        "destination": to.path(),
-    });
-    let (moved, _) = cx.dav.call(&cx.caller, "move_path", arguments, None).await;
+    let moved = steps.finish("move_path", moving(id, from, to)).await;
     if moved.is_error {
         return Err(moved);
     }
     Ok(())
+}
+
+/// `move_path`'s arguments from `from` to the free name `to`.
+fn moving(id: &InstanceId, from: &SandboxView, to: &SandboxView) -> Value {
+    json!({
+        "instance_id": id.as_str(),
+        "source": from.path(),
+        "destination": to.path(),
+    })
 }
 
 /// A size in bytes given by header `name`.

@@ -55,7 +55,7 @@ use serde_json::{Map, Value};
 
 use crate::auth::Caller;
 use crate::gateway::{CallResult, Gateway, Request as CallRequest, Transfer};
-use crate::permits::Permits;
+use crate::permits::{Held, Permits};
 use crate::policy::Via;
 
 pub use target::MOUNT;
@@ -188,6 +188,30 @@ impl Dav {
             // The tenant's calls waiting for a place are as many as it may have: say so.
             Err(full) => return (busy_with(full.to_string()), None),
         };
+        self.run(caller, tool, arguments, transfer, false).await
+    }
+
+    /// A place of `caller`'s on the bridge for a run of calls that make one request.
+    async fn steps<'a>(&'a self, caller: &'a Caller) -> Result<Steps<'a>, CallResult> {
+        match self.bridge.enter(&caller.tenant).await {
+            Ok(permit) => Ok(Steps {
+                dav: self,
+                caller,
+                _permit: permit,
+            }),
+            Err(full) => Err(busy_with(full.to_string())),
+        }
+    }
+
+    /// Runs one call on a blocking thread, the caller holding its place.
+    async fn run(
+        &self,
+        caller: &Caller,
+        tool: &'static str,
+        arguments: Value,
+        transfer: Option<Transfer>,
+        follows: bool,
+    ) -> (CallResult, Option<Transfer>) {
         let (gateway, caller) = (self.gateway.clone(), caller.clone());
         let arguments = match arguments {
             Value::Object(map) => map,
@@ -195,7 +219,10 @@ impl Dav {
         };
         let joined = tokio::task::spawn_blocking(move || {
             let live = gateway.snapshot();
-            let request = CallRequest::new(caller, Via::Dav, tool, arguments);
+            let mut request = CallRequest::new(caller, Via::Dav, tool, arguments);
+            if follows {
+                request = request.following();
+            }
             let result = match &transfer {
                 Some(transfer) => gateway.dispatch(&live, request.with_transfer(transfer)),
                 None => gateway.dispatch(&live, request),
@@ -204,6 +231,31 @@ impl Dav {
         })
         .await;
         joined.unwrap_or_else(|_| (busy(), None))
+    }
+}
+
+/// The calls of one request that must not stop halfway (an overwriting COPY or MOVE: set
+/// aside, act, then put back or delete): one place of the tenant's held for all of them, so
+/// none waits behind other requests or finds the tenant's queue full, and what restores or
+/// finishes the request ([`Steps::finish`]) is not counted against the rate limit, which the
+/// request's own calls were. Each call is still decided and recorded.
+pub(super) struct Steps<'a> {
+    dav: &'a Dav,
+    caller: &'a Caller,
+    _permit: Held,
+}
+
+impl Steps<'_> {
+    /// A call of the request, counted against the rate limit.
+    pub(super) async fn call(&self, tool: &'static str, arguments: Value) -> CallResult {
+        let run = self.dav.run(self.caller, tool, arguments, None, false);
+        run.await.0
+    }
+
+    /// A call that restores or completes what the request's calls did: not counted.
+    pub(super) async fn finish(&self, tool: &'static str, arguments: Value) -> CallResult {
+        let run = self.dav.run(self.caller, tool, arguments, None, true);
+        run.await.0
     }
 }
 

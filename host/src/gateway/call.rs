@@ -104,6 +104,8 @@ struct Prepared<'a> {
     accepts_task: bool,
     observes: bool,
     cancel: Option<tokio_util::sync::CancellationToken>,
+    /// A later step of a request already counted against the rate limit.
+    follows: bool,
 }
 
 /// A call from a job's code, holding its place in the job's concurrency limit.
@@ -289,6 +291,7 @@ impl Gateway {
             accepts_task,
             observes,
             cancel,
+            follows,
         } = request;
         let stop = |message: String| Stopped {
             record: Some(Box::new(
@@ -361,6 +364,7 @@ impl Gateway {
             accepts_task,
             observes,
             cancel,
+            follows,
         })
     }
 
@@ -419,7 +423,9 @@ impl Gateway {
                 "refused: policy `{policy}` rewrote `instance_id`; a policy may change a call's arguments but not move it to another instance (ask the admin to fix the policy)"
             )));
         }
-        if let Err(retry) = live.limiter.check(&call.caller.tenant, &call.input.tool) {
+        if !call.follows
+            && let Err(retry) = live.limiter.check(&call.caller.tenant, &call.input.tool)
+        {
             let mut stopped = call.stop(retry.to_string());
             stopped.record =
                 (stopped.record).map(|r| Box::new(r.detail("retry_after_s", retry.seconds())));

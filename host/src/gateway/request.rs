@@ -39,6 +39,10 @@ pub struct Request<'a> {
     /// Cancelled when the client gives up on the call (MCP `notifications/cancelled`, or the
     /// connection gone): a tool that waits (a job's) stops waiting.
     pub cancel: Option<CancellationToken>,
+    /// A later step of one request whose first call was counted against the tenant's rate
+    /// limit (WebDAV's putting back or deleting what an overwriting COPY or MOVE set aside):
+    /// not counted again, so a request is never refused halfway. Decided and recorded as any.
+    pub follows: bool,
 }
 
 impl Request<'static> {
@@ -56,6 +60,7 @@ impl Request<'static> {
             accepts_task: false,
             observes: false,
             cancel: None,
+            follows: false,
         }
     }
 }
@@ -78,6 +83,7 @@ impl<'a> Request<'a> {
             accepts_task: self.accepts_task,
             observes: self.observes,
             cancel: self.cancel,
+            follows: self.follows,
         }
     }
 
@@ -103,6 +109,15 @@ impl<'a> Request<'a> {
     pub fn cancelled_by(self, cancel: CancellationToken) -> Self {
         Request {
             cancel: Some(cancel),
+            ..self
+        }
+    }
+
+    /// The same call, as a later step of a request whose first call was counted against the
+    /// rate limit.
+    pub fn following(self) -> Self {
+        Request {
+            follows: true,
             ..self
         }
     }

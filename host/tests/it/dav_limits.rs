@@ -223,3 +223,51 @@ fn uploads_in_flight_together_cannot_pass_the_quota() {
     let (status, stderr) = runtime.block_on(served.stop());
     assert!(status.success(), "{status:?}: {stderr}");
 }
+
+/// An overwriting MOVE of a folder is three calls (set the destination aside, move, then put it
+/// back or delete it). A rate limit that lets the first through and refuses the move must not
+/// leave the destination under its hidden name: the answer is 429 and both folders are as they
+/// were. Before, the put-back was refused by the same limit.
+#[test]
+fn a_rate_limit_halfway_through_an_overwrite_leaves_the_destination_in_place() {
+    let s = setup();
+    let file = s.dir.path().join("gateway.toml");
+    let mut config = std::fs::read_to_string(&file).unwrap();
+    config.push_str("\n[tenants.chem.rate_limits]\n\"move_path\" = { per_minute = 1 }\n");
+    std::fs::write(&file, config).unwrap();
+    for (folder, content) in [("new", "moved in"), ("old", "replaced")] {
+        std::fs::create_dir(s.workspace.join(folder)).unwrap();
+        std::fs::write(s.workspace.join(folder).join("f"), content).unwrap();
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(s.dir.path(), &file));
+    let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
+    let scratch = tempfile::tempdir().unwrap();
+    let moved = curl(
+        scratch.path(),
+        &[
+            "-H",
+            &format!("Authorization: Bearer {}", s.chem),
+            "-X",
+            "MOVE",
+            "-H",
+            &format!("Destination: {ws}/old"),
+            &format!("{ws}/new"),
+        ],
+    );
+    assert_eq!(moved.status, 429, "{}", moved.body);
+    assert!(moved.headers.contains("retry-after:"), "{}", moved.headers);
+    let read = |folder: &str| std::fs::read_to_string(s.workspace.join(folder).join("f")).unwrap();
+    assert_eq!(
+        (read("new"), read("old")),
+        ("moved in".into(), "replaced".into())
+    );
+    let names: Vec<_> = std::fs::read_dir(&s.workspace)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.starts_with(".hpcgate-replaced-")),
+        "{names:?}"
+    );
+}
