@@ -166,8 +166,10 @@ impl Settings {
         };
         let policies = config.policies_with_proxy_filters();
         check_policies(config, &policies, &bad)?;
+        let fixed = FixedSettings::resolve(config, env, &bad)?;
+        super::caps::check_caps(&policies, &fixed.sandbox.limits, &bad)?;
         Ok(Settings {
-            fixed: FixedSettings::resolve(config, env, &bad)?,
+            fixed,
             stdio_tenant,
             result_type: config.mcp.result_type.unwrap_or_default(),
             context_dirs,

@@ -547,3 +547,30 @@ fn closed_segments_are_compressed_only_when_asked() {
         "{error}"
     );
 }
+
+/// A resource cap with a `max` but no `default` leaves an omitted value to the executor's
+/// default: refused when that is above the cap, naming the key and what to add.
+#[test]
+fn a_cap_that_an_omitted_value_would_pass_is_refused() {
+    let caps = |limit: &str, mode: &str, sandbox: &str| {
+        let text = format!(
+            "{sandbox}\n[[policies]]\nname = \"caps\"\nmodule = \"stock:resource-caps\"\n\
+             mode = \"{mode}\"\n[policies.config]\nmemory_mb = {limit}\n"
+        );
+        settings(&[("x.toml", text.as_str())])
+    };
+    let err = caps("{ max = 2048 }", "enforce", "")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("policies[0].config.memory_mb")
+            && err.contains("gets 4096 (`[sandbox.limits] memory_mb`)")
+            && err.contains("add `default = N` (at most 2048)"),
+        "{err}"
+    );
+    assert!(caps("{ max = 2048, default = 1024 }", "enforce", "").is_ok());
+    assert!(caps("{ max = 4096 }", "enforce", "").is_ok());
+    assert!(caps("{ max = 2048 }", "monitor", "").is_ok());
+    let lowered = "[sandbox.limits]\nmemory_mb = 2048";
+    assert!(caps("{ max = 2048 }", "enforce", lowered).is_ok());
+}
