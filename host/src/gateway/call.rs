@@ -206,7 +206,8 @@ impl Gateway {
                 return Unsettled::stopped(records, result);
             }
         };
-        let cx = self.context(live, &call);
+        let visible = |path: &str| call.may_see(live, path);
+        let cx = self.context(live, &call, &visible);
         let tail = arguments.get("tail").and_then(Value::as_u64);
         let trace = watch.span.traceparent();
         let (result, proxied) = self.run(&call, &cx, arguments, trace);
@@ -434,7 +435,12 @@ impl Gateway {
         Ok(arguments)
     }
 
-    fn context<'a>(&'a self, live: &'a Snapshot, call: &'a Prepared<'a>) -> Context<'a> {
+    fn context<'a>(
+        &'a self,
+        live: &'a Snapshot,
+        call: &'a Prepared<'a>,
+        visible: &'a dyn Fn(&str) -> bool,
+    ) -> Context<'a> {
         let settings = &live.settings;
         let quotas = settings.tenants.get(&call.caller.tenant).map(|t| t.quotas);
         Context {
@@ -454,6 +460,7 @@ impl Gateway {
             room: &self.room,
             accepts_task: call.accepts_task,
             cancel: call.cancel.as_ref(),
+            visible,
         }
     }
 
@@ -529,6 +536,21 @@ impl Watch<'_> {
 }
 
 impl Prepared<'_> {
+    /// Whether the policies let this call's caller look at `path` with the same tool (asked
+    /// as the tool with only `instance_id` and `path`): a listing shows only such entries, so
+    /// listing a directory does not reveal the names beneath it that the policies keep from
+    /// the caller. A fault is a denial. Nothing is recorded: the listing's call is.
+    fn may_see(&self, live: &Snapshot, path: &str) -> bool {
+        let mut input = self.input.clone();
+        input.arguments = Map::new();
+        if let Some(instance) = &self.instance {
+            let id = Value::from(instance.as_str());
+            input.arguments.insert("instance_id".to_owned(), id);
+        }
+        input.arguments.insert("path".to_owned(), path.into());
+        !live.chain.evaluate(&input).is_denied()
+    }
+
     /// Stops this call with `message`, recorded as its outcome.
     fn stop(&self, message: String) -> Stopped {
         Stopped {

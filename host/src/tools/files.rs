@@ -398,10 +398,11 @@ fn list_directory(cx: &Context<'_>, args: List) -> Result<Output, ToolError> {
         recursive: args.recursive,
         max_entries: args.max_entries,
     };
-    let listed = exec::list_directory(&roots(cx)?, cx.files, &request)?;
+    let mut listed = exec::list_directory(&roots(cx)?, cx.files, &request)?;
+    let hidden = keep_visible(cx, &mut listed.entries);
     let more = if listed.truncated { " (truncated)" } else { "" };
     let summary = format!(
-        "{} entries in `{}`{more}",
+        "{} entries in `{}`{more}{hidden}",
         listed.entries.len(),
         listed.path
     );
@@ -534,10 +535,26 @@ fn search_files(cx: &Context<'_>, args: Search) -> Result<Output, ToolError> {
         pattern: args.pattern,
         max_results: args.max_results,
     };
-    let found = exec::search_files(&roots(cx)?, cx.files, &request)?;
+    let mut found = exec::search_files(&roots(cx)?, cx.files, &request)?;
+    let hidden = keep_visible(cx, &mut found.matches);
     let more = if found.truncated { " (truncated)" } else { "" };
-    let summary = format!("{} matches in `{}`{more}", found.matches.len(), found.path);
+    let summary = format!(
+        "{} matches in `{}`{more}{hidden}",
+        found.matches.len(),
+        found.path
+    );
     Ok(output(Found::from(found), summary))
+}
+
+/// Leaves out the entries the policies would not let the caller look at (see
+/// [`Context::visible`]); says how many, if any.
+fn keep_visible(cx: &Context<'_>, entries: &mut Vec<exec::ListEntry>) -> String {
+    let before = entries.len();
+    entries.retain(|entry| (cx.visible)(&entry.path));
+    match before - entries.len() {
+        0 => String::new(),
+        hidden => format!(", {hidden} left out by policy"),
+    }
 }
 
 fn output(result: impl serde::Serialize, summary: String) -> Output {

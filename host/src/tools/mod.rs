@@ -61,6 +61,9 @@ pub struct Context<'a> {
     pub accepts_task: bool,
     /// Cancelled when the client gives up on the call.
     pub cancel: Option<&'a tokio_util::sync::CancellationToken>,
+    /// Whether the policies let the caller look at a sandbox-view path with this tool: a
+    /// listing leaves out the entries they would not.
+    pub visible: &'a dyn Fn(&str) -> bool,
 }
 
 impl Context<'_> {

@@ -503,3 +503,68 @@ fn the_default_chain_runs_resource_caps_only_for_submit_job() {
         "the default caps clamp cpus to 8"
     );
 }
+
+/// A listing leaves out what the policies keep from the caller: with `**/.ssh/**` denied for
+/// reading, neither a recursive listing nor a search from above shows `.ssh` or the names in
+/// it (asked of the chain entry by entry, as the same tool), and says how many it left out;
+/// everything else shows. Before, the names under a denied tree were listed.
+#[test]
+fn listings_leave_out_what_the_caller_may_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path());
+    let alice = caller("chem");
+    let run1 = |tool: &str, arguments: Value| {
+        let mut arguments = args(arguments);
+        arguments.insert("instance_id".into(), json!("run1"));
+        gw.call(&alice, tool, arguments)
+    };
+    ok(run1("create_instance", json!({})));
+    let write = json!({"path": "notes/a.txt", "content": "x", "create_dirs": true});
+    ok(run1("write_file", write));
+    // Planted as a job would: the policies refuse writing there.
+    let workspace = crate::dav::find_workspace(&dir.path().join("state"), "chem", "run1");
+    std::fs::create_dir_all(workspace.join("deep/.ssh")).unwrap();
+    std::fs::write(workspace.join("deep/.ssh/id_secret_project"), "key").unwrap();
+
+    let paths = |result: &Value, key: &str| -> Vec<String> {
+        let entries = result[key].as_array().unwrap();
+        entries
+            .iter()
+            .map(|e| e["path"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let listed = run1(
+        "list_directory",
+        json!({"path": "/workspace", "recursive": true}),
+    );
+    assert!(
+        listed.text.contains("2 left out by policy"),
+        "{}",
+        listed.text
+    );
+    let shown = paths(&ok(listed), "entries");
+    assert!(
+        shown.contains(&"/workspace/notes/a.txt".to_owned()),
+        "{shown:?}"
+    );
+    assert!(shown.contains(&"/workspace/deep".to_owned()), "{shown:?}");
+    assert!(!shown.iter().any(|p| p.contains(".ssh")), "{shown:?}");
+    let found = run1(
+        "search_files",
+        json!({"path": "/workspace", "pattern": "**"}),
+    );
+    assert!(found.text.contains("left out by policy"), "{}", found.text);
+    let shown = paths(&ok(found), "matches");
+    assert!(
+        shown.contains(&"/workspace/notes/a.txt".to_owned()),
+        "{shown:?}"
+    );
+    assert!(!shown.iter().any(|p| p.contains(".ssh")), "{shown:?}");
+    // The denied tree itself is still refused whole, as before.
+    let inside = run1("list_directory", json!({"path": "/workspace/deep/.ssh"}));
+    assert!(
+        inside.is_error && inside.text.contains("deny_read"),
+        "{}",
+        inside.text
+    );
+}
