@@ -295,7 +295,7 @@ fn plan_tree(
             open_dir_beneath(source, &rel)
         }
         .map_err(|e| FileError::from_io("copy", &shown(&rel), e))?;
-        let too_many = || FileError::InvalidRequest {
+        let too_many = || FileError::TreeTooLarge {
             path: from.to_string(),
             reason: format!(
                 "the tree has more than {} entries; copy its parts separately",
@@ -333,7 +333,7 @@ fn plan_tree(
                 }
                 EntryKind::File => {}
                 EntryKind::Directory if depth + 1 >= limits.max_depth => {
-                    return Err(FileError::InvalidRequest {
+                    return Err(FileError::TreeTooLarge {
                         path: shown(&child),
                         reason: format!(
                             "the tree is deeper than {} levels; copy its parts separately",

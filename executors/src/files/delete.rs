@@ -44,7 +44,7 @@ pub fn delete_path(
     match kind {
         EntryKind::Directory if req.recursive => {
             remove_tree(&dir, name, limits.max_delete_depth).map_err(|e| match e {
-                TreeError::TooDeep => FileError::InvalidRequest {
+                TreeError::TooDeep => FileError::TreeTooLarge {
                     path: path.to_string(),
                     reason: format!(
                         "the tree is deeper than {} levels; delete its deepest parts first",

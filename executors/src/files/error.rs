@@ -82,6 +82,11 @@ pub enum FileError {
     #[error("invalid request on `{path}`: {reason}")]
     InvalidRequest { path: String, reason: String },
 
+    /// A tree with more entries or levels than a copy, move or delete handles whole (the
+    /// file limits): retrying will not help, doing it in parts will.
+    #[error("invalid request on `{path}`: {reason}")]
+    TreeTooLarge { path: String, reason: String },
+
     /// A search pattern that is not a valid glob.
     #[error("invalid glob pattern `{pattern}`: {reason}; use `*`, `?`, `[..]`, `{{a,b}}` and `**`")]
     InvalidPattern { pattern: String, reason: String },

@@ -207,7 +207,7 @@ fn bytes_moved(
     })
     .map_err(|e| FileError::from_io("move", from, e))?;
     if cut {
-        return Err(FileError::InvalidRequest {
+        return Err(FileError::TreeTooLarge {
             path: from.to_string(),
             reason: format!(
                 "the tree has more than {} entries or {} levels, too many to measure against the destination's quota; move its parts separately",

@@ -477,7 +477,7 @@ fn hostile_deep_trees_are_refused_not_recursed() {
         recursive: true,
     };
     let e = delete_path(&fx.roots, &fx.limits, &req).unwrap_err();
-    assert_eq!(variant(&e), "InvalidRequest", "{e}");
+    assert_eq!(variant(&e), "TreeTooLarge", "{e}");
     assert!(fx.ws.join("deep/d").is_dir());
     let generous = FileLimits {
         max_delete_depth: 1_000,

@@ -300,7 +300,7 @@ fn deep_and_wide_trees_are_refused_within_the_limits() {
     fx.limits.max_depth = 4;
     fs::create_dir_all(fx.ws.join("deep/1/2/3/4/5")).unwrap();
     let e = copy(&fx, "deep", "d2", false).unwrap_err();
-    assert_eq!(variant(&e), "InvalidRequest", "{e}");
+    assert_eq!(variant(&e), "TreeTooLarge", "{e}");
     fx.limits.max_depth = 32;
     fx.limits.max_walk_entries = 10;
     fs::create_dir(fx.ws.join("wide")).unwrap();
@@ -308,7 +308,7 @@ fn deep_and_wide_trees_are_refused_within_the_limits() {
         fs::write(fx.ws.join(format!("wide/{i}")), b"x").unwrap();
     }
     let e = copy(&fx, "wide", "w2", false).unwrap_err();
-    assert_eq!(variant(&e), "InvalidRequest", "{e}");
+    assert_eq!(variant(&e), "TreeTooLarge", "{e}");
     assert!(!fx.ws.join("d2").exists() && !fx.ws.join("w2").exists());
 }
 

@@ -152,6 +152,7 @@ pub fn variant(err: &FileError) -> &'static str {
         FileError::DirectoryNotEmpty { .. } => "DirectoryNotEmpty",
         FileError::CrossFilesystem { .. } => "CrossFilesystem",
         FileError::InvalidRequest { .. } => "InvalidRequest",
+        FileError::TreeTooLarge { .. } => "TreeTooLarge",
         FileError::InvalidPattern { .. } => "InvalidPattern",
         FileError::NotUtf8 { .. } => "NotUtf8",
         FileError::RootUnavailable { .. } => "RootUnavailable",

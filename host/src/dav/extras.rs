@@ -20,6 +20,7 @@ use super::props::Resource;
 use super::status::{self, Op};
 use super::target::Target;
 use crate::config::DavExtra;
+use crate::gateway::Failure;
 
 /// Serves one request to an extra.
 pub async fn handle(cx: &Cx<'_>, request: Request) -> Response {
@@ -43,9 +44,7 @@ pub async fn handle(cx: &Cx<'_>, request: Request) -> Response {
             Some(Ok(opened)) => {
                 super::methods::send(opened, request.headers(), method == Method::HEAD).await
             }
-            Some(Err(e)) => {
-                (status::of(&e.to_string(), Op::Read), format!("{e}\n")).into_response()
-            }
+            Some(Err(e)) => status::with_body(Failure::from(&e), Op::Read, format!("{e}\n")),
             None => (StatusCode::SERVICE_UNAVAILABLE, "retry\n").into_response(),
         };
     }
@@ -130,7 +129,11 @@ pub async fn resources(cx: &Cx<'_>, depth: u8) -> Result<Vec<Resource>, Response
     let (stat, listed) = match found {
         Some(Ok(found)) => found,
         Some(Err(e)) => {
-            return Err((status::of(&e.to_string(), Op::Read), format!("{e}\n")).into_response());
+            return Err(status::with_body(
+                Failure::from(&e),
+                Op::Read,
+                format!("{e}\n"),
+            ));
         }
         None => return Err((StatusCode::SERVICE_UNAVAILABLE, "retry\n").into_response()),
     };

@@ -28,7 +28,7 @@ use super::methods::Cx;
 use super::status::{self, Op};
 use super::target::{SandboxView, Target};
 use super::xml::{DAV, escape};
-use crate::gateway::{Transfer, Upload};
+use crate::gateway::{Failure, Transfer, Upload};
 
 /// The longest lock, and the timeout of one asked for without a limit.
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -288,7 +288,7 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
         .call(&cx.caller, "stat_path", arguments.clone(), None)
         .await;
     let missing = stat.is_error;
-    if missing && (status::of(&stat.text, Op::Read) != StatusCode::NOT_FOUND || view.is_area()) {
+    if missing && (stat.failure != Failure::NoPath || view.is_area()) {
         return status::failed(&stat, Op::Read);
     }
     let is_dir = stat.structured["kind"] == "directory";

@@ -19,7 +19,7 @@ use super::status::{self, Op};
 use super::target::{SandboxView, Target};
 use super::{Dav, Refusal, Steps};
 use crate::auth::Caller;
-use crate::gateway::{CallResult, Transfer, Upload};
+use crate::gateway::{CallResult, Failure, Transfer, Upload};
 use crate::state::InstanceId;
 use hpcgate_executors::files::OpenedFile;
 
@@ -309,7 +309,7 @@ pub async fn mkcol(cx: &Cx<'_>, request: Request) -> Response {
         .call(&cx.caller, "make_directory", arguments, None)
         .await;
     if result.is_error {
-        if result.text.contains("already exists") {
+        if result.failure == Failure::Exists {
             return (StatusCode::METHOD_NOT_ALLOWED, format!("{}\n", result.text)).into_response();
         }
         return status::failed(&result, Op::Create);
@@ -415,7 +415,8 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
     };
     let result = steps.call(tool, arguments).await;
     if result.is_error {
-        let op = if result.text.contains("does not exist") && !result.text.contains(&view.path()) {
+        // The source was just found: a path missing now is the destination's parent.
+        let op = if result.failure == Failure::NoPath {
             Op::Create
         } else {
             Op::Other
@@ -430,7 +431,7 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
                 aside.path(),
                 kept.text
             );
-            return (status::of(&result.text, op), why).into_response();
+            return status::with_body(result.failure, op, why);
         }
         return status::failed(&result, op);
     }
@@ -448,7 +449,7 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
                 aside.path(),
                 deleted.text
             );
-            return (status::of(&deleted.text, Op::Other), why).into_response();
+            return status::with_body(deleted.failure, Op::Other, why);
         }
     }
     if existed {

@@ -54,7 +54,7 @@ use base64::Engine as _;
 use serde_json::{Map, Value};
 
 use crate::auth::Caller;
-use crate::gateway::{CallResult, Gateway, Request as CallRequest, Transfer};
+use crate::gateway::{CallResult, Failure, Gateway, Request as CallRequest, Transfer};
 use crate::permits::{Held, Permits};
 use crate::policy::Via;
 
@@ -264,13 +264,7 @@ fn busy() -> CallResult {
 }
 
 fn busy_with(text: String) -> CallResult {
-    CallResult {
-        structured: Value::Null,
-        text,
-        is_error: true,
-        proxied: None,
-        task: None,
-    }
+    CallResult::failed(Failure::Busy, text)
 }
 
 /// Rewrites `Authorization: Basic base64(user:token)` to `Bearer token` for the authenticator,

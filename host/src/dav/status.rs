@@ -1,14 +1,13 @@
 //! A failed call's answer in HTTP terms: the status WebDAV clients act on, and the pipeline's
 //! own message as the body (for a denial, `denied by policy `<name>`: <reason>`).
 //!
-//! The pipeline's result is a message meant for an agent, whose wording the tools and the
-//! state layer own; the status is derived from the phrases those messages are built with (one
-//! table here, tested by the DAV integration tests, which check the statuses end to end).
+//! The status comes from the kind of failure ([`Failure`]), said by whoever failed the call,
+//! never from its message, which may quote a caller's path.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::gateway::CallResult;
+use crate::gateway::{CallResult, Failure};
 
 /// What kind of request failed, where the same failure means different statuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,81 +18,41 @@ pub enum Op {
     Other,
 }
 
-/// The status for a failed call's message.
-pub fn of(text: &str, op: Op) -> StatusCode {
-    let has = |phrase: &str| text.contains(phrase);
-    if text.starts_with("denied by policy") || has("leads outside the instance") {
-        StatusCode::FORBIDDEN
-    } else if has("rate limit for") {
-        StatusCode::TOO_MANY_REQUESTS
-    } else if has("max_workspace_bytes") || has("max_output_bytes") || has("quota's room") {
-        StatusCode::INSUFFICIENT_STORAGE
-    } else if has("is too large") {
-        StatusCode::PAYLOAD_TOO_LARGE
-    } else if has("(timed out)") && op == Op::Create {
+/// The status for a failure of `failure`'s kind.
+pub fn of(failure: Failure, op: Op) -> StatusCode {
+    match failure {
+        Failure::Denied | Failure::Forbidden => StatusCode::FORBIDDEN,
+        Failure::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+        Failure::Busy => StatusCode::SERVICE_UNAVAILABLE,
+        Failure::NoRoom => StatusCode::INSUFFICIENT_STORAGE,
+        Failure::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         // The body fell behind the door's minimum rate (`min_rate`).
-        StatusCode::REQUEST_TIMEOUT
-    } else if has("does not exist") && op == Op::Create {
-        StatusCode::CONFLICT
-    } else if has("not found; list them") || has("is archived") || has("does not exist") {
-        StatusCode::NOT_FOUND
-    } else if has("already exists") {
-        StatusCode::PRECONDITION_FAILED
-    } else if has("is a directory, not a file") && op == Op::Read {
-        StatusCode::METHOD_NOT_ALLOWED
-    } else if has("is a directory")
-        || has("is not a directory")
-        || has("is not empty")
-        || has("delete it first")
-        || has("into itself")
-        || has("instance root")
-    {
-        StatusCode::CONFLICT
-    } else if has("symbolic link")
-        || has("hard links")
-        || has("which file tools do not open")
-        || has("invalid path")
-    {
-        StatusCode::FORBIDDEN
-    } else if has("parts separately") {
-        // A tree too large or deep to copy, move or measure whole: retrying will not help.
-        StatusCode::FORBIDDEN
-    } else if has("different filesystems") {
-        StatusCode::CONFLICT
-    } else if has("audit log")
-        || has("waiting for a place")
-        || has("could not run the call")
-        || has("gateway is stopping")
-    {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
-        StatusCode::INTERNAL_SERVER_ERROR
+        Failure::TimedOut if op == Op::Create => StatusCode::REQUEST_TIMEOUT,
+        Failure::NoPath if op == Op::Create => StatusCode::CONFLICT,
+        Failure::NoPath | Failure::NotFound => StatusCode::NOT_FOUND,
+        Failure::Exists => StatusCode::PRECONDITION_FAILED,
+        Failure::IsDirectory if op == Op::Read => StatusCode::METHOD_NOT_ALLOWED,
+        Failure::IsDirectory | Failure::Conflict => StatusCode::CONFLICT,
+        Failure::TimedOut | Failure::Other => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
 /// The answer to a failed call; one that may succeed later says when to retry (a rate
-/// limit's own "retry in N s", rounded up; a second otherwise).
+/// limit's own seconds, at most an hour; a second otherwise).
 pub fn failed(result: &CallResult, op: Op) -> Response {
-    let status = of(&result.text, op);
-    let body = format!("{}\n", result.text);
-    match status {
-        StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
-            let after = retry_in(&result.text).unwrap_or(1).to_string();
-            (status, [(axum::http::header::RETRY_AFTER, after)], body).into_response()
-        }
-        _ => (status, body).into_response(),
-    }
+    with_body(result.failure, op, format!("{}\n", result.text))
 }
 
-/// The whole seconds a rate limit's message says to wait ("… retry in N s"), 1 to 3600; other
-/// messages may quote a caller's path, and are not read.
-fn retry_in(text: &str) -> Option<u64> {
-    if !text.starts_with("rate limit for") {
-        return None;
-    }
-    let (_, rest) = text.rsplit_once("retry in ")?;
-    let seconds: f64 = rest.split_whitespace().next()?.parse().ok()?;
-    (seconds.is_finite() && seconds >= 0.0).then(|| (seconds.ceil() as u64).clamp(1, 3600))
+/// The answer to a failure of `failure`'s kind, with `body`.
+pub fn with_body(failure: Failure, op: Op, body: String) -> Response {
+    let status = of(failure, op);
+    let after = match failure {
+        Failure::RateLimited { retry_after_s } => retry_after_s.clamp(1, 3600),
+        Failure::Busy => 1,
+        _ => return (status, body).into_response(),
+    };
+    let retry = [(axum::http::header::RETRY_AFTER, after.to_string())];
+    (status, retry, body).into_response()
 }
 
 #[cfg(test)]
@@ -101,18 +60,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_retry_is_said_in_whole_seconds() {
-        let limited = "rate limit for `submit_job` reached (10 per minute); retry in 1.8 s";
-        assert_eq!(retry_in(limited), Some(2));
-        assert_eq!(of(limited, Op::Other), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(retry_in("the gateway could not run the call; retry"), None);
-        let quoted = "`/workspace/retry in 1e30 s` does not exist; audit log";
-        assert_eq!(retry_in(quoted), None, "a path's words are not a wait");
-        let long = "rate limit for `x` reached (1 per hour); retry in 1e9 s";
-        assert_eq!(retry_in(long), Some(3600));
-        let waiting = "tenant `chem` has 64 calls waiting for a place already, the most it may";
-        assert_eq!(of(waiting, Op::Other), StatusCode::SERVICE_UNAVAILABLE);
-        let big = "invalid request on `/workspace/t`: the tree has more than 10 entries; copy its parts separately";
-        assert_eq!(of(big, Op::Other), StatusCode::FORBIDDEN);
+    fn a_retry_is_said_in_whole_seconds_of_at_most_an_hour() {
+        let answer = |failure| {
+            let response = with_body(failure, Op::Other, String::new());
+            let after = response.headers().get("retry-after").cloned();
+            (
+                response.status(),
+                after.map(|v| v.to_str().unwrap().to_owned()),
+            )
+        };
+        let limited = |s| Failure::RateLimited { retry_after_s: s };
+        assert_eq!(
+            answer(limited(2)),
+            (StatusCode::TOO_MANY_REQUESTS, Some("2".into()))
+        );
+        assert_eq!(answer(limited(0)).1.as_deref(), Some("1"));
+        assert_eq!(answer(limited(u32::MAX)).1.as_deref(), Some("3600"));
+        assert_eq!(
+            answer(Failure::Busy),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("1".into()))
+        );
+        assert_eq!(answer(Failure::Forbidden), (StatusCode::FORBIDDEN, None));
+    }
+
+    /// What a failure's kind means depends on the request only where RFC 4918 says so.
+    #[test]
+    fn a_missing_path_is_a_conflict_only_when_creating_under_it() {
+        assert_eq!(of(Failure::NoPath, Op::Create), StatusCode::CONFLICT);
+        assert_eq!(of(Failure::NoPath, Op::Read), StatusCode::NOT_FOUND);
+        assert_eq!(of(Failure::NotFound, Op::Create), StatusCode::NOT_FOUND);
+        assert_eq!(
+            of(Failure::IsDirectory, Op::Read),
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(of(Failure::IsDirectory, Op::Other), StatusCode::CONFLICT);
+        assert_eq!(
+            of(Failure::TimedOut, Op::Create),
+            StatusCode::REQUEST_TIMEOUT
+        );
     }
 }

@@ -21,7 +21,7 @@ use std::time::Instant;
 use serde_json::{Map, Value};
 
 use super::result::Unsettled;
-use super::{CallResult, Caller, Gateway, Request, Snapshot, Transfer};
+use super::{CallResult, Caller, Failure, Gateway, Request, Snapshot, Transfer};
 use crate::audit::{Entry, Event, Outcome, Receipt};
 use crate::code_mode::JobScope;
 use crate::policy::normalize::normalize_call;
@@ -294,22 +294,28 @@ impl Gateway {
             cancel,
             follows,
         } = request;
-        let stop = |message: String| Stopped {
-            record: Some(Box::new(
-                outcome_record(&caller, &tool, None, Err(&ToolError(message.clone())))
-                    .duration(started.elapsed()),
-            )),
-            result: CallResult::error(message),
+        let stop_as = |failure: Failure, message: String| {
+            let error = ToolError::of(failure, message);
+            Stopped {
+                record: Some(Box::new(
+                    outcome_record(&caller, &tool, None, Err(&error)).duration(started.elapsed()),
+                )),
+                result: CallResult::failed(error.failure, error.message),
+            }
         };
+        let stop = |message: String| stop_as(Failure::Other, message);
         // A job's code: its tenant still served (a job outlives the reload that takes its
         // tenant out), its door's limits, and its own instance (filled in or checked).
         let job = match job {
             None => None,
             Some(scope) if !live.auth.serves(&scope.tenant) => {
-                return Err(stop(format!(
-                    "refused: tenant `{}` is no longer configured on this gateway (ask the admin)",
-                    scope.tenant
-                )));
+                return Err(stop_as(
+                    Failure::Denied,
+                    format!(
+                        "refused: tenant `{}` is no longer configured on this gateway (ask the admin)",
+                        scope.tenant
+                    ),
+                ));
             }
             Some(scope) => match scope.admit(&live.settings.code_mode, &tool, &mut arguments) {
                 Ok(()) => Some(JobCall { scope }),
@@ -388,9 +394,10 @@ impl Gateway {
         }
         match self.audit.append(record) {
             Ok(receipt) => Ok(Recorded::Ahead(receipt)),
-            Err(e) => Err(CallResult::error(format!(
-                "refused: the audit log cannot record this call ({e})"
-            ))),
+            Err(e) => Err(CallResult::failed(
+                Failure::Busy,
+                format!("refused: the audit log cannot record this call ({e})"),
+            )),
         }
     }
 
@@ -411,7 +418,10 @@ impl Gateway {
                 let reason = decision.reason.unwrap_or_default();
                 return Err(Stopped {
                     record: None,
-                    result: CallResult::error(format!("denied by policy `{policy}`: {reason}")),
+                    result: CallResult::failed(
+                        Failure::Denied,
+                        format!("denied by policy `{policy}`: {reason}"),
+                    ),
                 });
             }
             DecisionKind::Rewrite => decision.arguments.unwrap_or_default(),
@@ -420,14 +430,17 @@ impl Gateway {
         };
         let instance = arguments.get("instance_id").and_then(Value::as_str);
         if instance != call.instance.as_ref().map(InstanceId::as_str) {
-            return Err(call.stop(format!(
+            return Err(call.stop(Failure::Denied, format!(
                 "refused: policy `{policy}` rewrote `instance_id`; a policy may change a call's arguments but not move it to another instance (ask the admin to fix the policy)"
             )));
         }
         if !call.follows
             && let Err(retry) = live.limiter.check(&call.caller.tenant, &call.input.tool)
         {
-            let mut stopped = call.stop(retry.to_string());
+            let limited = Failure::RateLimited {
+                retry_after_s: u32::try_from(retry.seconds()).unwrap_or(u32::MAX),
+            };
+            let mut stopped = call.stop(limited, retry.to_string());
             stopped.record =
                 (stopped.record).map(|r| Box::new(r.detail("retry_after_s", retry.seconds())));
             return Err(stopped);
@@ -493,7 +506,7 @@ impl Gateway {
                         };
                         (Ok(output), Some(reply.whole))
                     }
-                    Err(message) => (Err(ToolError(message)), None),
+                    Err(message) => (Err(ToolError::new(message)), None),
                 }
             }
         }
@@ -552,10 +565,11 @@ impl Prepared<'_> {
     }
 
     /// Stops this call with `message`, recorded as its outcome.
-    fn stop(&self, message: String) -> Stopped {
+    fn stop(&self, failure: Failure, message: String) -> Stopped {
+        let error = ToolError::of(failure, message);
         Stopped {
-            record: Some(Box::new(self.outcome(Err(&ToolError(message.clone()))))),
-            result: CallResult::error(message),
+            record: Some(Box::new(self.outcome(Err(&error)))),
+            result: CallResult::failed(error.failure, error.message),
         }
     }
 
@@ -585,7 +599,7 @@ fn outcome_record(
     let outcome = match result {
         Ok(output) => output.outcome.clone(),
         Err(e) => Outcome {
-            error: Some(e.0.clone()),
+            error: Some(e.message.clone()),
             ..Outcome::default()
         },
     };

@@ -6,11 +6,13 @@
 //! them at its start, so a reload never changes a call half-way.
 
 mod call;
+mod failure;
 mod request;
 mod result;
 mod tasks;
 mod transfer;
 
+pub use failure::Failure;
 pub use request::Request;
 pub use result::CallResult;
 pub use tasks::{TaskCall, TaskError};

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use super::Failure;
 use crate::audit::{AuditError, Entry, Receipt};
 use crate::state::TaskRecord;
 use crate::tools::{Output, ToolError};
@@ -23,16 +24,24 @@ pub struct CallResult {
     /// The task that stands for this call, when its job outlived the wait and the request
     /// accepted a task (`structured` and `text` then describe the job as it was).
     pub task: Option<Box<TaskRecord>>,
+    /// What kind of failure it was, when it failed (a proxied tool's: `Other`).
+    pub failure: Failure,
 }
 
 impl CallResult {
+    /// A failure of no particular kind.
     pub(crate) fn error(message: String) -> CallResult {
+        CallResult::failed(Failure::Other, message)
+    }
+
+    pub(crate) fn failed(failure: Failure, message: String) -> CallResult {
         CallResult {
             structured: json!({ "error": message }),
             text: message,
             is_error: true,
             proxied: None,
             task: None,
+            failure,
         }
     }
 
@@ -52,8 +61,9 @@ impl CallResult {
                 structured: output.structured,
                 proxied,
                 task: None,
+                failure: Failure::Other,
             },
-            Err(e) => CallResult::error(e.0),
+            Err(e) => CallResult::failed(e.failure, e.message),
         }
     }
 }
@@ -68,12 +78,16 @@ impl CallResult {
     ) -> CallResult {
         match written {
             Ok(_) => self,
-            Err(e) if ran => CallResult::error(format!(
-                "the call ran but its outcome could not be recorded in the audit log ({e}); check its result before retrying"
-            )),
-            Err(e) => CallResult::error(format!(
-                "refused: the audit log cannot record this call ({e})"
-            )),
+            Err(e) if ran => CallResult::failed(
+                Failure::Busy,
+                format!(
+                    "the call ran but its outcome could not be recorded in the audit log ({e}); check its result before retrying"
+                ),
+            ),
+            Err(e) => CallResult::failed(
+                Failure::Busy,
+                format!("refused: the audit log cannot record this call ({e})"),
+            ),
         }
     }
 }

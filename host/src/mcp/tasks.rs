@@ -124,6 +124,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::gateway::Failure;
     use crate::state::{InstanceId, JobId, TaskId, TenantName};
     use crate::time::Timestamp;
 
@@ -151,6 +152,7 @@ mod tests {
             is_error: false,
             proxied: None,
             task: None,
+            failure: Failure::Other,
         };
         let call = TaskCall {
             task: task(),
@@ -221,6 +223,7 @@ mod tests {
                 is_error: true,
                 proxied: None,
                 task: None,
+                failure: Failure::Denied,
             },
         };
         let e = detailed(call, |_| unreachable!("no result")).unwrap_err();

@@ -88,7 +88,7 @@ fn cluster_status(cx: &Context<'_>, _: Status) -> Result<Output, ToolError> {
                 (Some(status.into()), line)
             }
             Err(e) => {
-                return Err(ToolError(format!(
+                return Err(ToolError::new(format!(
                     "cannot read the Slurm cluster's state: {e}"
                 )));
             }
@@ -131,7 +131,7 @@ fn host_exec(cx: &Context<'_>, args: HostExec) -> Result<Output, ToolError> {
         } else {
             format!("available: {}", keys.join(", "))
         };
-        return Err(ToolError(format!(
+        return Err(ToolError::new(format!(
             "unknown host command `{key}`; {available}"
         )));
     };
@@ -141,7 +141,7 @@ fn host_exec(cx: &Context<'_>, args: HostExec) -> Result<Output, ToolError> {
         max_output: MAX_HOST_OUTPUT,
     };
     let ran = host::run_ambient(&spec)
-        .map_err(|e| ToolError(format!("host command `{key}` could not run: {e}")))?;
+        .map_err(|e| ToolError::new(format!("host command `{key}` could not run: {e}")))?;
     let outcome = Outcome {
         exit_code: ran.exit_code,
         bytes: Some(ran.stdout_bytes),

@@ -14,6 +14,7 @@ use super::{
     Area, Context, Output, ToolError, ToolSpec, output_schema, parse, schema, tool_family,
 };
 use crate::audit::Outcome;
+use crate::gateway::Failure;
 use hpcgate_executors::files::{
     self as exec, CopyRequest, DeleteRequest, Encoding, InstanceRoots, ListRequest,
     MakeDirectoryRequest, MoveRequest, ReadRequest, SearchRequest, StatRequest, WriteMode,
@@ -300,13 +301,13 @@ fn write_file(cx: &Context<'_>, args: Write) -> Result<Output, ToolError> {
     let data = match (upload, &args.content) {
         (Some(upload), None) if !args.append => return write_upload(cx, upload, args, area),
         (Some(_), _) => {
-            return Err(ToolError(
+            return Err(ToolError::new(
                 "a streamed body replaces the file whole: give neither `content` nor `append`"
                     .to_owned(),
             ));
         }
         (None, None) => {
-            return Err(ToolError(
+            return Err(ToolError::new(
                 "invalid arguments for `write_file`: `content` is required".to_owned(),
             ));
         }
@@ -341,10 +342,13 @@ fn write_upload(
     if let Some(announced) = upload.announced
         && announced > upload.max_bytes
     {
-        return Err(ToolError(format!(
-            "`{}` is too large: {announced} bytes exceeds the limit of {} bytes for one upload; send a smaller file or ask the admin to raise `[dav] max_upload_bytes`",
-            args.path, upload.max_bytes
-        )));
+        return Err(ToolError::of(
+            Failure::TooLarge,
+            format!(
+                "`{}` is too large: {announced} bytes exceeds the limit of {} bytes for one upload; send a smaller file or ask the admin to raise `[dav] max_upload_bytes`",
+                args.path, upload.max_bytes
+            ),
+        ));
     }
     // The room it may fill, held until it is in place (or failed), so that uploads in flight
     // together cannot pass the quota.
@@ -363,17 +367,21 @@ fn write_upload(
         Err(exec::FileError::TooLarge { path, size, .. })
             if announced.is_some_and(|said| size > said) =>
         {
-            return Err(ToolError(format!(
-                "`{path}` is too large: the body is longer than the {} bytes its request announced; send the size it has",
-                announced.unwrap_or_default()
-            )));
+            return Err(ToolError::of(
+                Failure::TooLarge,
+                format!(
+                    "`{path}` is too large: the body is longer than the {} bytes its request announced; send the size it has",
+                    announced.unwrap_or_default()
+                ),
+            ));
         }
         Err(exec::FileError::TooLarge { size, .. }) if room.is_some_and(|r| size > r) => {
             drop(hold);
             super::check_space(cx, instance, area, size)?;
-            return Err(ToolError(format!(
-                "the upload passed the quota's room ({size} bytes)"
-            )));
+            return Err(ToolError::of(
+                Failure::NoRoom,
+                format!("the upload passed the quota's room ({size} bytes)"),
+            ));
         }
         other => other?,
     };
@@ -456,7 +464,10 @@ fn move_path(cx: &Context<'_>, args: Move) -> Result<Output, ToolError> {
         Err(exec::FileError::TooLarge { size, .. }) if room.is_some() => {
             drop(hold);
             super::check_space(cx, instance, area, size)?;
-            return Err(ToolError(format!("the move needs {size} bytes; retry")));
+            return Err(ToolError::of(
+                Failure::Busy,
+                format!("the move needs {size} bytes; retry"),
+            ));
         }
         other => other?,
     };
@@ -480,7 +491,10 @@ fn copy_path(cx: &Context<'_>, args: Copy) -> Result<Output, ToolError> {
         Err(exec::FileError::TooLarge { size, .. }) if room.is_some() => {
             drop(hold);
             super::check_space(cx, instance, area, size)?;
-            return Err(ToolError(format!("the copy needs {size} bytes; retry")));
+            return Err(ToolError::of(
+                Failure::Busy,
+                format!("the copy needs {size} bytes; retry"),
+            ));
         }
         other => other?,
     };

@@ -207,7 +207,7 @@ fn submit_job(cx: &Context<'_>, args: Submit) -> Result<Output, ToolError> {
     let instance = cx.instance()?.clone();
     let command = match args.command {
         Command::Shell(line) if line.trim().is_empty() => {
-            return Err(ToolError(
+            return Err(ToolError::new(
                 "`command` is empty; give a shell command line or an argv array".to_owned(),
             ));
         }
@@ -244,7 +244,7 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
     use hpcgate_executors::files::{self as exec, InstanceRoots, WriteMode, WriteRequest};
     let instance = cx.instance()?.clone();
     if args.code.trim().is_empty() {
-        return Err(ToolError(
+        return Err(ToolError::new(
             "`code` is empty; give the Python source to run".to_owned(),
         ));
     }
@@ -255,7 +255,7 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
     )?;
     let mut random = [0u8; 8];
     getrandom::fill(&mut random)
-        .map_err(|e| ToolError(format!("cannot name the script ({e}); retry")))?;
+        .map_err(|e| ToolError::new(format!("cannot name the script ({e}); retry")))?;
     let name: String = random.iter().map(|b| format!("{b:02x}")).collect();
     let path = format!("/workspace/.hpcgate/run-{name}.py");
     // Held until the script is in place, like any write's.
@@ -385,13 +385,13 @@ struct Wait {
 impl Wait {
     fn new(timeout_s: u64, detach: Option<bool>, tail: Option<usize>) -> Result<Wait, ToolError> {
         if timeout_s > MAX_WAIT_S {
-            return Err(ToolError(format!(
+            return Err(ToolError::new(format!(
                 "`timeout` is at most {MAX_WAIT_S} seconds; wait in several poll_job calls"
             )));
         }
         let tail = tail.unwrap_or(DEFAULT_TAIL_LINES);
         if tail > MAX_TAIL_LINES {
-            return Err(ToolError(format!(
+            return Err(ToolError::new(format!(
                 "`tail` is at most {MAX_TAIL_LINES} lines; read the rest from /output"
             )));
         }

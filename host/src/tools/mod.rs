@@ -23,6 +23,7 @@ use serde_json::{Map, Value};
 use crate::audit::{Entry, Outcome};
 use crate::code_mode::CodeMode;
 use crate::config::{HostCommand, Quotas};
+use crate::gateway::Failure;
 use crate::jobs::Jobs;
 use crate::proxy::ProxyManager;
 use crate::state::{InstanceId, State, StateError, TenantName};
@@ -77,7 +78,9 @@ impl Context<'_> {
     /// The call's instance; every tool whose arguments require `instance_id` has one.
     pub fn instance(&self) -> Result<&InstanceId, ToolError> {
         self.instance.ok_or_else(|| {
-            ToolError("`instance_id` is required; create one with `create_instance`".to_owned())
+            ToolError::new(
+                "`instance_id` is required; create one with `create_instance`".to_owned(),
+            )
         })
     }
 
@@ -118,31 +121,48 @@ impl Output {
 }
 
 /// Why a tool did not run or failed. The message is shown to the agent: it says what was
-/// wrong and what to do, and never contains a host path.
+/// wrong and what to do, and never contains a host path. Its kind is said where it is made.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolError(pub String);
+pub struct ToolError {
+    pub message: String,
+    pub failure: Failure,
+}
+
+impl ToolError {
+    /// A failure of no particular kind.
+    pub fn new(message: impl Into<String>) -> ToolError {
+        ToolError::of(Failure::Other, message)
+    }
+
+    pub fn of(failure: Failure, message: impl Into<String>) -> ToolError {
+        ToolError {
+            message: message.into(),
+            failure,
+        }
+    }
+}
 
 impl fmt::Display for ToolError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
 impl From<StateError> for ToolError {
     fn from(e: StateError) -> Self {
-        ToolError(e.to_string())
+        ToolError::of(Failure::from(&e), e.to_string())
     }
 }
 
 impl From<crate::jobs::JobError> for ToolError {
     fn from(e: crate::jobs::JobError) -> Self {
-        ToolError(e.0)
+        ToolError::new(e.0)
     }
 }
 
 impl From<FileError> for ToolError {
     fn from(e: FileError) -> Self {
-        ToolError(e.to_string())
+        ToolError::of(Failure::from(&e), e.to_string())
     }
 }
 
@@ -360,10 +380,13 @@ fn full(
         0 => String::new(),
         held => format!(", writes in flight hold {held} more,"),
     };
-    ToolError(format!(
-        "the {name} of `{instance}` holds {used}{uploads} and may hold {max} bytes (the tenant's \
+    ToolError::of(
+        Failure::NoRoom,
+        format!(
+            "the {name} of `{instance}` holds {used}{uploads} and may hold {max} bytes (the tenant's \
          max_{name}_bytes); delete files there before adding {adding} more"
-    ))
+        ),
+    )
 }
 
 /// Holds room in `area` of `instance` for a write ([`room`]): the `announced` size, else all
@@ -438,7 +461,7 @@ fn walk(
     };
     crate::usage::count(&dir, &caps).map_err(|_| {
         let name = area.name();
-        ToolError(format!("cannot measure the {name} of `{instance}`; retry"))
+        ToolError::new(format!("cannot measure the {name} of `{instance}`; retry"))
     })
 }
 
@@ -454,7 +477,7 @@ impl Area {
 /// Deserialises a tool's arguments; the error names the tool and says what was wrong.
 fn parse<T: DeserializeOwned>(tool: &str, arguments: Map<String, Value>) -> Result<T, ToolError> {
     serde_json::from_value(Value::Object(arguments))
-        .map_err(|e| ToolError(format!("invalid arguments for `{tool}`: {e}")))
+        .map_err(|e| ToolError::new(format!("invalid arguments for `{tool}`: {e}")))
 }
 
 /// The JSON schema of an argument struct.

@@ -1,6 +1,6 @@
-//! WebDAV GET's preconditions through the real `hpcgate run`, driven by `curl`: `If-Match`,
-//! and `If-Range`, without which a client resuming the download of a file changed meanwhile
-//! splices two versions of it.
+//! What WebDAV's GET answers, through the real `hpcgate run`, driven by `curl`: its
+//! preconditions (`If-Match`, and `If-Range`, without which a client resuming the download of
+//! a file changed meanwhile splices two versions of it), and a status of the failure's kind.
 
 use std::time::{Duration, SystemTime};
 
@@ -85,4 +85,29 @@ fn a_range_is_sent_only_of_the_version_if_range_names() {
     let listed = format!("If-Match: {old_tag}, {tag}");
     assert_eq!(get(&["-H", &listed]).status, 200);
     assert_eq!(get(&["-H", "If-Match: *"]).status, 200);
+}
+
+/// A status comes from the kind of failure, not from words of its message: a missing file
+/// whose name is a phrase of another failure is still 404, with no `Retry-After`.
+#[test]
+fn a_name_that_reads_like_another_failure_does_not_change_the_status() {
+    let s = setup();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(
+        s.dir.path(),
+        &s.dir.path().join("gateway.toml"),
+    ));
+    let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
+    let scratch = tempfile::tempdir().unwrap();
+    let auth = format!("Authorization: Bearer {}", s.chem);
+    for name in [
+        "rate%20limit%20for%20x%20retry%20in%209%20s",
+        "denied%20by%20policy",
+        "quota's%20room",
+        "audit%20log",
+    ] {
+        let got = curl(scratch.path(), &["-H", &auth, &format!("{ws}/{name}")]);
+        assert_eq!(got.status, 404, "{name}: {}", got.body);
+        assert!(!got.headers.contains("retry-after"), "{}", got.headers);
+    }
 }
