@@ -1,11 +1,13 @@
 //! A request body that must keep coming: at least [`MIN_BYTES_PER_S`] on average after a grace
-//! of [`GRACE`], else it ends in an error.
+//! of [`GRACE`], and some of it every [`MAX_IDLE`], else it ends in an error.
 //!
 //! A PUT holds one of its tenant's places on the WebDAV door while its body streams in. A
 //! client that promises a large body and sends a byte now and then would hold that place for
 //! as long as it likes; with enough such uploads a tenant could stall its own door for good.
 //! Like Kestrel's minimum request body data rate, the body is given up once it falls behind a
 //! low average rate: the upload then fails like any interrupted one (nothing is left behind).
+//! An average alone can be gamed (a gigabyte sent fast buys days of silence), so, like nginx's
+//! `client_body_timeout`, a body silent for [`MAX_IDLE`] is given up too.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -18,6 +20,8 @@ use tokio::time::{Instant, Sleep};
 pub(super) const MIN_BYTES_PER_S: u64 = 1024;
 /// How long a body may take before the rate counts (a client's start, a slow first chunk).
 pub(super) const GRACE: Duration = Duration::from_secs(10);
+/// The longest a body may send nothing, however fast it was before.
+pub(super) const MAX_IDLE: Duration = Duration::from_secs(60);
 
 /// `inner`, ending in a `TimedOut` error once it falls behind the minimum rate.
 pub(super) struct MinRate<S> {
@@ -41,6 +45,7 @@ impl<S> MinRate<S> {
         }
     }
 
+    /// When the body falls behind the average rate unless more arrives.
     fn falls_behind_at(&self) -> Instant {
         let earned = Duration::from_secs_f64(self.bytes as f64 / MIN_BYTES_PER_S as f64);
         self.started + GRACE + earned
@@ -62,7 +67,7 @@ where
         match Pin::new(&mut self.inner).poll_next(cx) {
             Poll::Ready(Some(Ok(chunk))) => {
                 self.bytes += chunk.as_ref().len() as u64;
-                let at = self.falls_behind_at();
+                let at = self.falls_behind_at().min(Instant::now() + MAX_IDLE);
                 self.behind.as_mut().reset(at);
                 Poll::Ready(Some(Ok(chunk)))
             }
@@ -71,12 +76,21 @@ where
             Poll::Pending => match self.behind.as_mut().poll(cx) {
                 Poll::Ready(()) => {
                     self.ended = true;
-                    let why = format!(
-                        "the client sent the body slower than {MIN_BYTES_PER_S} bytes a second \
-                         on average ({} bytes in {} s): the upload was given up; send it again",
-                        self.bytes,
-                        self.started.elapsed().as_secs()
-                    );
+                    let why = if self.falls_behind_at() > Instant::now() {
+                        format!(
+                            "the client sent nothing of the body for {} s: the upload was given \
+                             up; send it again",
+                            MAX_IDLE.as_secs()
+                        )
+                    } else {
+                        format!(
+                            "the client sent the body slower than {MIN_BYTES_PER_S} bytes a \
+                             second on average ({} bytes in {} s): the upload was given up; send \
+                             it again",
+                            self.bytes,
+                            self.started.elapsed().as_secs()
+                        )
+                    };
                     Poll::Ready(Some(Err(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
                         why,
@@ -134,6 +148,23 @@ mod tests {
             waited >= GRACE && waited < GRACE + Duration::from_secs(1),
             "{waited:?}"
         );
+    }
+
+    /// A fast start does not buy silence: a megabyte at once (a thousand seconds' worth at the
+    /// minimum rate), then nothing, is given up after [`MAX_IDLE`], not after 17 minutes.
+    #[tokio::test(start_paused = true)]
+    async fn a_fast_start_then_silence_is_given_up_after_the_idle_limit() {
+        let first = futures_util::stream::iter([Ok(vec![0u8; 1 << 20]) as Chunk]);
+        let chunks = first.chain(futures_util::stream::pending());
+        let started = Instant::now();
+        let body: Vec<Chunk> = MinRate::new(Box::pin(chunks)).collect().await;
+        assert_eq!(body.len(), 2);
+        let e = body[1].as_ref().unwrap_err();
+        assert!(
+            e.to_string().contains("sent nothing of the body for 60 s"),
+            "{e}"
+        );
+        assert_eq!(started.elapsed(), MAX_IDLE);
     }
 
     #[tokio::test(start_paused = true)]
