@@ -192,6 +192,7 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
         ),
         AuditCommand::Prune { dir, before, json } => {
             let dir = resolve_dir(dir)?;
+            let _owner = super::owner::as_owner_of(&dir)?;
             let before = Timestamp::parse_bound(&before, Timestamp::now())
                 .map_err(|e| anyhow::anyhow!("`--before`: {e}"))?;
             let report = audit::prune(&dir, before)?;
@@ -213,7 +214,11 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        AuditCommand::Compress { dir, json } => compress(&resolve_dir(dir)?, json),
+        AuditCommand::Compress { dir, json } => {
+            let dir = resolve_dir(dir)?;
+            let _owner = super::owner::as_owner_of(&dir)?;
+            compress(&dir, json)
+        }
         AuditCommand::Key { dir } => {
             let dir = resolve_dir(dir)?;
             let key = audit::CheckpointKey::load(&dir).with_context(|| {
@@ -225,7 +230,11 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             out(key.public_hex());
             Ok(ExitCode::SUCCESS)
         }
-        AuditCommand::Checkpoint { dir } => checkpoint(&resolve_dir(dir)?),
+        AuditCommand::Checkpoint { dir } => {
+            let dir = resolve_dir(dir)?;
+            let _owner = super::owner::as_owner_of(&dir)?;
+            checkpoint(&dir)
+        }
         AuditCommand::Tail {
             dir,
             n,

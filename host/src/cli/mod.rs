@@ -19,6 +19,7 @@ mod doctor;
 mod instance;
 mod instance_jobs;
 mod local;
+mod owner;
 mod policy;
 mod run;
 mod sandbox;

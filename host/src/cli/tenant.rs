@@ -8,7 +8,7 @@
 //! and only after everything else succeeded.
 
 use std::io::Write as _;
-use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -378,8 +378,9 @@ fn check_layered(env: &Environment, path: &Path, text: &str) -> anyhow::Result<S
     Settings::resolve(&config, env, &origins).with_context(invalid)
 }
 
-/// Writes `text` to a temp file next to `path` with `path`'s permissions, syncs it, and
-/// renames it over `path`.
+/// Writes `text` to a temp file next to `path` with `path`'s permissions (and, as root, its
+/// owner and group: a root-run command must not take the gateway's user's configuration from
+/// it), syncs it, and renames it over `path`.
 fn replace_file(path: &Path, text: &str) -> anyhow::Result<()> {
     let dir = path
         .parent()
@@ -388,10 +389,12 @@ fn replace_file(path: &Path, text: &str) -> anyhow::Result<()> {
     let name = path
         .file_name()
         .with_context(|| format!("`{}` is not a file path", path.display()))?;
-    let mode = std::fs::metadata(path)
-        .with_context(|| format!("cannot read `{}`", path.display()))?
-        .permissions()
-        .mode();
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+    let mode = meta.permissions().mode();
+    let owner = rustix::process::geteuid()
+        .is_root()
+        .then(|| (meta.uid(), meta.gid()));
     let suffix = getrandom::u64().context("cannot read random bytes from the OS")?;
     let temp = dir.join(format!(".{}.{suffix:016x}.tmp", name.to_string_lossy()));
     let result = (|| {
@@ -399,6 +402,9 @@ fn replace_file(path: &Path, text: &str) -> anyhow::Result<()> {
             .write(true)
             .create_new(true)
             .open(&temp)?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
+        }
         file.set_permissions(std::fs::Permissions::from_mode(mode))?;
         file.write_all(text.as_bytes())?;
         file.sync_all()?;
@@ -415,6 +421,7 @@ fn replace_file(path: &Path, text: &str) -> anyhow::Result<()> {
 /// local user as principal.
 fn audit(settings: &Settings, mut entry: Entry) -> anyhow::Result<()> {
     entry.principal = Some(local_principal());
+    let _owner = super::owner::as_owner_of(&settings.fixed.audit_dir)?;
     let log = AuditLog::open(&settings.fixed.audit_dir, settings.fixed.audit.clone())
         .with_context(|| {
             format!(

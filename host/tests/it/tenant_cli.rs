@@ -281,3 +281,62 @@ fn a_token_without_config_is_printed_with_the_entry_to_add() {
     assert_eq!(record["detail"]["action"], "token");
     assert!(record["detail"].get("config").is_none());
 }
+
+/// Run as root, as an admin runs `sudo hpcgate tenant add`, a command leaves the gateway's
+/// files the gateway's: the configuration (root's) keeps its group, the gateway's, through which
+/// the gateway reads it, and what the command
+/// writes in the audit directory (the directory, a segment, its lock) belongs to the state
+/// directory's owner, the gateway's user, which goes on writing there. Before, they were
+/// root's, 0600: the gateway could no longer record any call.
+#[test]
+fn run_as_root_it_leaves_the_gateways_files_the_gateways() {
+    use std::os::unix::fs::MetadataExt as _;
+    if !crate::support::root_else_skip("acting as another user") {
+        return;
+    }
+    let admin = Admin::new();
+    let (gateway, config_group) = (4242, 4343);
+    for dir in [admin.home.path(), &admin.home.path().join("etc")] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let state = admin.home.path().join("etc/state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&state, Some(gateway), Some(gateway)).unwrap();
+    std::os::unix::fs::chown(&admin.config, Some(0), Some(config_group)).unwrap();
+
+    admin.ok(&["tenant", "add", "chem", "--config", admin.config_arg()]);
+    admin.ok(&[
+        "tenant",
+        "token",
+        "chem",
+        "--label",
+        "a",
+        "--config",
+        admin.config_arg(),
+    ]);
+    let config = std::fs::metadata(&admin.config).unwrap();
+    assert_eq!(
+        (config.uid(), config.gid(), config.mode() & 0o777),
+        (0, config_group, 0o640)
+    );
+    assert!(admin.text().contains("[tenants.chem]"), "{}", admin.text());
+    let audit = state.join("audit");
+    let mut written = vec![audit.clone()];
+    written.extend(
+        std::fs::read_dir(&audit)
+            .unwrap()
+            .map(|e| e.unwrap().path()),
+    );
+    assert!(written.len() >= 3, "{written:?}");
+    for path in &written {
+        let meta = std::fs::symlink_metadata(path).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (gateway, gateway),
+            "{}",
+            path.display()
+        );
+    }
+    assert_eq!(admin.audit().len(), 2, "{}", admin.audit_text());
+}
