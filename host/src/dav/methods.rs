@@ -89,7 +89,8 @@ pub async fn get(cx: &Cx<'_>, headers: &HeaderMap, head_only: bool) -> Response 
 const CHUNK: usize = 256 * 1024;
 
 /// Sends an opened file: `If-Match`, `If-None-Match`, one `Range` (honoured only while
-/// `If-Range` holds), `ETag`, `Last-Modified`; the bytes stream from the descriptor.
+/// `If-Range` names this version), `ETag`, `Last-Modified`; the bytes stream from the
+/// descriptor.
 pub async fn send(opened: OpenedFile, headers: &HeaderMap, head_only: bool) -> Response {
     let etag = super::props::etag(opened.size, opened.modified_unix, opened.modified_nsec);
     let size = opened.size;
@@ -98,15 +99,25 @@ pub async fn send(opened: OpenedFile, headers: &HeaderMap, head_only: bool) -> R
             .get(name)
             .and_then(|v: &HeaderValue| v.to_str().ok())
     };
-    let names_this = |v: &str| v.split(',').any(|t| t.trim() == etag || t.trim() == "*");
-    if text(header::IF_MATCH).is_some_and(|v| !names_this(v)) {
+    // If-Match compares strongly, If-None-Match weakly (RFC 9110 §13.1.1–2).
+    let strong = |t: &str| t == etag || t == "*";
+    let weak = |t: &str| strong(t.strip_prefix("W/").unwrap_or(t));
+    let names_this = |v: &str, same: &dyn Fn(&str) -> bool| v.split(',').any(|t| same(t.trim()));
+    if text(header::IF_MATCH).is_some_and(|v| !names_this(v, &strong)) {
         return StatusCode::PRECONDITION_FAILED.into_response();
     }
-    if text(header::IF_NONE_MATCH).is_some_and(names_this) {
-        return StatusCode::NOT_MODIFIED.into_response();
+    let modified = super::props::http_date(opened.modified_unix);
+    if text(header::IF_NONE_MATCH).is_some_and(|v| names_this(v, &weak)) {
+        let mut response = StatusCode::NOT_MODIFIED.into_response();
+        insert(&mut response, header::ETAG, &etag);
+        insert(&mut response, header::LAST_MODIFIED, &modified);
+        return response;
     }
-    let range = text(header::RANGE)
-        .filter(|_| (text(header::IF_RANGE)).is_none_or(|v| if_range_holds(v, &etag, &opened)));
+    // If-Range: a range only of the version its entity tag names, compared strongly; a date
+    // (a weak validator: another write may share its second) gets the whole file, so that a
+    // client resuming the download of a file changed meanwhile never splices two versions.
+    let range =
+        text(header::RANGE).filter(|_| (text(header::IF_RANGE)).is_none_or(|v| v.trim() == etag));
     let (start, len, partial) = match range.map(|r| parse_range(r, size)) {
         None | Some(Range::Ignored) => (0, size, false),
         Some(Range::Bytes(start, len)) => (start, len, true),
@@ -147,11 +158,7 @@ pub async fn send(opened: OpenedFile, headers: &HeaderMap, head_only: bool) -> R
     );
     insert(&mut response, header::ACCEPT_RANGES, "bytes");
     insert(&mut response, header::ETAG, &etag);
-    insert(
-        &mut response,
-        header::LAST_MODIFIED,
-        &super::props::http_date(opened.modified_unix),
-    );
+    insert(&mut response, header::LAST_MODIFIED, &modified);
     if partial {
         let last = start + len.saturating_sub(1);
         insert(
@@ -167,27 +174,6 @@ fn insert(response: &mut Response, name: header::HeaderName, value: &str) {
     if let Ok(value) = HeaderValue::from_str(value) {
         response.headers_mut().insert(name, value);
     }
-}
-
-/// Whether an `If-Range` validator names the file as it is now, so that a range of it may be
-/// sent (RFC 9110 §13.1.5): its entity tag, compared strongly, or its modification time when
-/// that is a strong validator, more than a second before now (within the second, another
-/// write could share it). Else the whole file goes: a client resuming a download of a file
-/// changed meanwhile must not splice two versions.
-fn if_range_holds(validator: &str, etag: &str, opened: &OpenedFile) -> bool {
-    let validator = validator.trim();
-    if validator.starts_with('"') || validator.starts_with("W/") {
-        return validator == etag;
-    }
-    let Ok(date) = httpdate::parse_http_date(validator) else {
-        return false;
-    };
-    let seconds = |t: std::time::SystemTime| {
-        t.duration_since(std::time::UNIX_EPOCH)
-            .map_or(-1, |d| i64::try_from(d.as_secs()).unwrap_or(-1))
-    };
-    let now = seconds(std::time::SystemTime::now());
-    seconds(date) == opened.modified_unix && opened.modified_unix + 1 < now
 }
 
 /// A `Range` header against a file of `size` bytes (one range; several are answered whole).
