@@ -365,7 +365,12 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
         return status::failed(&source, Op::Read);
     }
     let stat = steps.call("stat_path", at(destination.path())).await;
-    let existed = !stat.is_error;
+    // Only a destination that is not there is absent: a stat refused or failed says nothing.
+    let existed = match stat.failure {
+        _ if !stat.is_error => true,
+        Failure::NoPath => false,
+        _ => return status::failed(&stat, Op::Other),
+    };
     if existed && !overwrite {
         return (
             StatusCode::PRECONDITION_FAILED,
@@ -379,71 +384,121 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
         Err(refused) if is_dir(&source) => return refused.into_response(),
         Err(_) => true,
     };
-    let aside = if existed && (is_dir(&source) || is_dir(&stat)) {
-        match set_aside(&steps, id, &destination).await {
-            Ok(aside) => Some(aside),
-            Err(refused) => return refused,
-        }
-    } else {
-        None
+    let plan = Plan {
+        id: id.clone(),
+        source: view.clone(),
+        destination,
+        moving,
+        members,
+        source_is_dir: is_dir(&source),
+        replaces: existed.then_some(is_dir(&stat)),
     };
-    let (tool, arguments) = if !members && is_dir(&source) {
-        ("make_directory", at(destination.path()))
-    } else {
-        let tool = if moving { "move_path" } else { "copy_path" };
-        let arguments = json!({
-            "instance_id": id.as_str(),
-            "source": view.path(),
-            "destination": destination.path(),
-            "overwrite": existed && aside.is_none(),
-        });
-        (tool, arguments)
+    // Once the destination is set aside, the request must end with it put back or deleted,
+    // even if the client goes away: its own task finishes it.
+    let done = tokio::spawn(plan.run(steps)).await;
+    let Ok((response, succeeded)) = done else {
+        let why = "the COPY or MOVE stopped unexpectedly; check the destination\n";
+        return (StatusCode::INTERNAL_SERVER_ERROR, why).into_response();
     };
-    let result = steps.call(tool, arguments).await;
-    if result.is_error {
-        // The source was just found: a path missing now is the destination's parent.
-        let op = if result.failure == Failure::NoPath {
-            Op::Create
-        } else {
-            Op::Other
-        };
-        if let Some(aside) = &aside
-            && let Err(kept) = put_back(&steps, id, aside, &destination).await
-        {
-            let why = format!(
-                "{}; what `{}` held could not be put back and is kept as `{}`: {}\n",
-                result.text,
-                destination.path(),
-                aside.path(),
-                kept.text
-            );
-            return status::with_body(result.failure, op, why);
-        }
-        return status::failed(&result, op);
-    }
-    if moving {
+    if succeeded && moving {
         cx.dav.locks.forget_beneath(cx, view);
     }
-    if let Some(aside) = &aside {
-        let mut arguments = at(aside.path());
-        arguments["recursive"] = json!(true);
-        let deleted = steps.finish("delete_path", arguments).await;
-        if deleted.is_error {
-            let why = format!(
-                "`{}` was replaced, but what it held could not be deleted and is kept as `{}`: {}\n",
-                destination.path(),
-                aside.path(),
-                deleted.text
-            );
-            return status::with_body(deleted.failure, Op::Other, why);
+    response
+}
+
+/// What a COPY or MOVE does once its checks passed.
+struct Plan {
+    id: InstanceId,
+    source: SandboxView,
+    destination: SandboxView,
+    moving: bool,
+    /// A collection's COPY takes its members (not `Depth: 0`).
+    members: bool,
+    source_is_dir: bool,
+    /// The destination exists: whether it is a collection.
+    replaces: Option<bool>,
+}
+
+impl Plan {
+    /// Runs the calls: the answer, and whether the copy or move took place.
+    async fn run(self, steps: Steps) -> (Response, bool) {
+        let Plan {
+            id,
+            source,
+            destination,
+            ..
+        } = &self;
+        let aside = match self.replaces {
+            Some(dir) if dir || self.source_is_dir => {
+                match set_aside(&steps, id, destination).await {
+                    Ok(aside) => Some(aside),
+                    Err(refused) => return (refused, false),
+                }
+            }
+            _ => None,
+        };
+        let (tool, arguments) = if !self.members && self.source_is_dir {
+            let arguments = json!({ "instance_id": id.as_str(), "path": destination.path() });
+            ("make_directory", arguments)
+        } else {
+            let tool = if self.moving {
+                "move_path"
+            } else {
+                "copy_path"
+            };
+            let arguments = json!({
+                "instance_id": id.as_str(),
+                "source": source.path(),
+                "destination": destination.path(),
+                "overwrite": self.replaces.is_some() && aside.is_none(),
+            });
+            (tool, arguments)
+        };
+        let result = steps.call(tool, arguments).await;
+        if result.is_error {
+            // The source was just found: a path missing now is the destination's parent.
+            let op = if result.failure == Failure::NoPath {
+                Op::Create
+            } else {
+                Op::Other
+            };
+            if let Some(aside) = &aside
+                && let Err(kept) = put_back(&steps, id, aside, destination).await
+            {
+                let why = format!(
+                    "{}; what `{}` held could not be put back and is kept as `{}`: {}\n",
+                    result.text,
+                    destination.path(),
+                    aside.path(),
+                    kept.text
+                );
+                return (status::with_body(result.failure, op, why), false);
+            }
+            return (status::failed(&result, op), false);
         }
+        if let Some(aside) = &aside {
+            let arguments = json!({
+                "instance_id": id.as_str(),
+                "path": aside.path(),
+                "recursive": true,
+            });
+            let deleted = steps.finish("delete_path", arguments).await;
+            if deleted.is_error {
+                let why = format!(
+                    "`{}` was replaced, but what it held could not be deleted and is kept as `{}`: {}\n",
+                    destination.path(),
+                    aside.path(),
+                    deleted.text
+                );
+                return (status::with_body(deleted.failure, Op::Other, why), true);
+            }
+        }
+        let status = match self.replaces {
+            Some(_) => StatusCode::NO_CONTENT,
+            None => StatusCode::CREATED,
+        };
+        (status.into_response(), true)
     }
-    if existed {
-        StatusCode::NO_CONTENT
-    } else {
-        StatusCode::CREATED
-    }
-    .into_response()
 }
 
 /// Whether a COPY or MOVE of a collection takes its members: COPY's `Depth` is `infinity` (the
@@ -468,7 +523,7 @@ fn with_members(headers: &HeaderMap, moving: bool) -> Result<bool, Refusal> {
 /// `move_path` of its own, decided and recorded like any): the name it is kept under until the
 /// copy or move succeeded.
 async fn set_aside(
-    steps: &Steps<'_>,
+    steps: &Steps,
     id: &InstanceId,
     destination: &SandboxView,
 ) -> Result<SandboxView, Response> {
@@ -492,7 +547,7 @@ async fn set_aside(
 /// Puts what [`set_aside`] moved back in place after the copy or move failed: the failed
 /// call's result when it cannot.
 async fn put_back(
-    steps: &Steps<'_>,
+    steps: &Steps,
     id: &InstanceId,
     from: &SandboxView,
     to: &SandboxView,

@@ -192,11 +192,11 @@ impl Dav {
     }
 
     /// A place of `caller`'s on the bridge for a run of calls that make one request.
-    async fn steps<'a>(&'a self, caller: &'a Caller) -> Result<Steps<'a>, CallResult> {
+    async fn steps(&self, caller: &Caller) -> Result<Steps, CallResult> {
         match self.bridge.enter(&caller.tenant).await {
             Ok(permit) => Ok(Steps {
-                dav: self,
-                caller,
+                dav: self.clone(),
+                caller: caller.clone(),
                 _permit: permit,
             }),
             Err(full) => Err(busy_with(full.to_string())),
@@ -239,22 +239,22 @@ impl Dav {
 /// none waits behind other requests or finds the tenant's queue full, and what restores or
 /// finishes the request ([`Steps::finish`]) is not counted against the rate limit, which the
 /// request's own calls were. Each call is still decided and recorded.
-pub(super) struct Steps<'a> {
-    dav: &'a Dav,
-    caller: &'a Caller,
+pub(super) struct Steps {
+    dav: Dav,
+    caller: Caller,
     _permit: Held,
 }
 
-impl Steps<'_> {
+impl Steps {
     /// A call of the request, counted against the rate limit.
     pub(super) async fn call(&self, tool: &'static str, arguments: Value) -> CallResult {
-        let run = self.dav.run(self.caller, tool, arguments, None, false);
+        let run = self.dav.run(&self.caller, tool, arguments, None, false);
         run.await.0
     }
 
     /// A call that restores or completes what the request's calls did: not counted.
     pub(super) async fn finish(&self, tool: &'static str, arguments: Value) -> CallResult {
-        let run = self.dav.run(self.caller, tool, arguments, None, true);
+        let run = self.dav.run(&self.caller, tool, arguments, None, true);
         run.await.0
     }
 }

@@ -271,3 +271,55 @@ fn a_rate_limit_halfway_through_an_overwrite_leaves_the_destination_in_place() {
         "{names:?}"
     );
 }
+
+/// A client that goes away in the middle of an overwriting COPY of a folder (set the
+/// destination aside, copy, delete what was set aside) does not leave the destination under its
+/// hidden name: the request finishes on its own, and the destination ends up replaced.
+#[test]
+fn a_client_gone_halfway_through_an_overwrite_leaves_no_hidden_destination() {
+    use std::io::Write as _;
+    let s = setup();
+    for i in 0..1500 {
+        let dir = s.workspace.join(format!("big/d{}", i % 30));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("f{i}")), "x").unwrap();
+    }
+    std::fs::create_dir(s.workspace.join("old")).unwrap();
+    std::fs::write(s.workspace.join("old/kept"), "old").unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(
+        s.dir.path(),
+        &s.dir.path().join("gateway.toml"),
+    ));
+    let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
+    let mut tcp = std::net::TcpStream::connect(served.authority()).unwrap();
+    let head = format!(
+        "COPY /dav/instances/run1/workspace/big HTTP/1.1\r\nHost: {}\r\n\
+         Authorization: Bearer {}\r\nDestination: {ws}/old\r\nContent-Length: 0\r\n\r\n",
+        served.authority(),
+        s.chem
+    );
+    tcp.write_all(head.as_bytes()).unwrap();
+    let hidden = || {
+        std::fs::read_dir(&s.workspace)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .any(|n| n.starts_with(".hpcgate-replaced-"))
+    };
+    // Gone as soon as the destination is set aside (the copy then takes 1,500 `fsync`s).
+    let wait = |until: &dyn Fn() -> bool, secs| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while !until() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        until()
+    };
+    assert!(wait(&hidden, 30), "the destination was never set aside");
+    drop(tcp);
+    assert!(
+        wait(&|| !hidden(), 60),
+        "the destination was left under its hidden name"
+    );
+    let copied = std::fs::read_dir(s.workspace.join("old")).unwrap().count();
+    assert_eq!(copied, 30, "the copy finished without its client");
+}

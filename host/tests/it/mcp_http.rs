@@ -416,7 +416,9 @@ async fn brief_reads_sent_together_over_http_are_each_recorded_before_their_answ
         .await
         .unwrap();
     assert_eq!(created.is_error, Some(false), "{created:?}");
-    let (clients, each) = (8, 12);
+    // 72 calls: within what one tenant may have in flight and waiting at once on a listener
+    // (16 places, 64 waiting), however slowly the machine runs them.
+    let (clients, each) = (8, 9);
     let mut sessions = vec![first];
     for _ in 1..clients {
         sessions.push(connect().await);
