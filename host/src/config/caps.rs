@@ -2,24 +2,29 @@
 //! job leaves it out; a key with a `max` but no `default` stays out, and the executor then uses
 //! its own default, which the policy never sees. When that default is above the cap, a job
 //! passes the cap by saying nothing: the configuration is refused, saying what to add.
+//!
+//! The chain is walked in order: a key an earlier enforced caps policy gives a default for
+//! every tenant and both job tools is never left out by the time a later one judges it. A
+//! caps policy scoped away from the job tools judges no job, and is not checked.
 
 use hpcgate_executors::sandbox::Limits;
+use hpcgate_policy_sdk::glob::GlobSet;
 
-use super::error::ConfigError;
 use super::raw::PolicyConfig;
-use super::settings::Bad;
 use crate::policy::Mode;
 
 /// The module whose caps are checked.
 const CAPS: &str = "stock:resource-caps";
+/// The tools whose `resources` it judges.
+const JOB_TOOLS: [&str; 2] = ["submit_job", "run_python"];
 
 /// Refuses an enforced `stock:resource-caps` key with a `max` below what a job gets without
-/// asking (`limits`: the sandbox's; a Slurm job gets the same, and 1 cpu, and no gpus).
-pub(super) fn check_caps(
+/// asking (`limits`: the sandbox's; a Slurm job gets the same, and 1 cpu, and no gpus). `Err`
+/// holds the dotted key and what is wrong.
+pub(crate) fn check_caps(
     policies: &[PolicyConfig],
     limits: &Limits,
-    bad: &Bad,
-) -> Result<(), ConfigError> {
+) -> Result<(), (String, String)> {
     let unasked = [
         ("cpus", u64::from(limits.cpus), "[sandbox.limits] cpus"),
         ("memory_mb", limits.memory_mb, "[sandbox.limits] memory_mb"),
@@ -29,22 +34,41 @@ pub(super) fn check_caps(
             "[sandbox.limits] wall_time_s",
         ),
     ];
-    let caps = policies.iter().enumerate();
-    let caps = caps.filter(|(_, p)| p.module == CAPS && p.mode == Mode::Enforce);
-    for (i, policy) in caps {
+    let mut filled: Vec<&str> = Vec::new();
+    for (i, policy) in policies.iter().enumerate() {
+        if policy.module != CAPS || policy.mode != Mode::Enforce {
+            continue;
+        }
+        let matches = |globs: &[String], name: &str| {
+            GlobSet::new(globs).map_or(true, |set| set.is_match(name))
+        };
+        let judged = JOB_TOOLS
+            .iter()
+            .filter(|t| matches(&policy.tools, t))
+            .count();
+        if judged == 0 {
+            continue;
+        }
+        let everywhere = judged == JOB_TOOLS.len() && policy.tenants.iter().any(|t| t == "*");
         for (key, given, setting) in unasked {
             let Some(toml::Value::Table(limit)) = policy.config.get(key) else {
                 continue;
             };
+            if limit.contains_key("default") {
+                if everywhere {
+                    filled.push(key);
+                }
+                continue;
+            }
             let max = limit.get("max").and_then(toml::Value::as_integer);
             let Some(max) = max.and_then(|m| u64::try_from(m).ok()) else {
                 continue;
             };
-            if limit.contains_key("default") || given <= max {
+            if given <= max || filled.contains(&key) {
                 continue;
             }
-            return Err(bad(
-                &format!("policies[{i}].config.{key}"),
+            return Err((
+                format!("policies[{i}].config.{key}"),
                 format!(
                     "policy `{}` caps `{key}` at {max} but gives it no default, so a job that \
                      leaves `{key}` out gets {given} (`{setting}`); add `default = N` (at most \

@@ -19,7 +19,7 @@
 //! - [`settings`], [`executors`] and [`proxies`] — the resolved [`Settings`]
 
 pub mod auth;
-mod caps;
+pub(crate) mod caps;
 pub mod chain;
 pub mod code_mode;
 pub mod dav;

@@ -167,7 +167,8 @@ impl Settings {
         let policies = config.policies_with_proxy_filters();
         check_policies(config, &policies, &bad)?;
         let fixed = FixedSettings::resolve(config, env, &bad)?;
-        super::caps::check_caps(&policies, &fixed.sandbox.limits, &bad)?;
+        (super::caps::check_caps(&policies, &fixed.sandbox.limits))
+            .map_err(|(key, message)| bad(&key, message))?;
         Ok(Settings {
             fixed,
             stdio_tenant,

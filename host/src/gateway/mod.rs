@@ -404,6 +404,10 @@ impl Gateway {
             needs_restart = old.settings.fixed.differences(&settings.fixed);
             settings.fixed = old.settings.fixed.clone();
         }
+        // Checked again against the sandbox limits that stay until a restart.
+        let limits = &settings.fixed.sandbox.limits;
+        (crate::config::caps::check_caps(&settings.policies, limits))
+            .map_err(|(key, message)| anyhow::anyhow!("`{key}`: {message}"))?;
         let chain = settings.build_chain(&self.engine)?;
         let reloaded = Reloaded {
             policies: settings.policies.len(),

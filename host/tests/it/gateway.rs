@@ -439,13 +439,23 @@ fn a_reload_swaps_the_policies_and_a_bad_one_keeps_the_old_set() {
     assert!(format!("{error:#}").contains("policy.wasm"), "{error:#}");
     ok(gw.call(&alice, "host_exec", Map::new()));
 
+    // A cap checked against sandbox limits that only a restart would apply: the ones that
+    // stay (4096 MB) are above it, so a job leaving `memory_mb` out would pass it. Refused.
+    let capped = "[sandbox.limits]\nmemory_mb = 2048\n[[policies]]\nname = \"caps\"\n\
+                  module = \"stock:resource-caps\"\n[policies.config]\n\
+                  memory_mb = { max = 2048 }\n";
+    let settings = support::settings(dir.path(), capped).unwrap();
+    let error = gw.reload(settings).unwrap_err();
+    assert!(format!("{error:#}").contains("gets 4096"), "{error:#}");
+    ok(gw.call(&alice, "host_exec", Map::new()));
+
     let log = std::fs::read_to_string(dir.path().join("state/audit/audit-000001.jsonl")).unwrap();
     let reloads: Vec<Value> = log
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|r| r["event"] == "policies.reloaded")
         .collect();
-    assert_eq!(reloads.len(), 2);
+    assert_eq!(reloads.len(), 3);
     assert_eq!(reloads[0]["detail"]["policies"], json!(["tools"]));
     assert!(reloads[1]["outcome"]["error"].is_string());
 }
