@@ -89,6 +89,7 @@ pub use limits::FileLimits;
 pub use list::{ListEntry, ListRequest, ListResult, list_directory};
 pub use make_directory::{MakeDirectoryRequest, MakeDirectoryResult, make_directory};
 pub use move_path::{MoveRequest, MoveResult, bytes_at, move_path};
+pub use names::unescape_lossy;
 pub use open::{OpenedFile, open_file};
 pub use path::{MAX_PATH_BYTES, Root, SandboxPath};
 pub use read::{ReadRequest, ReadResult, read_file};

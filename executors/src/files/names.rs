@@ -62,6 +62,48 @@ fn push_escaped(out: &mut String, s: &str) {
     }
 }
 
+/// The name an escaped one stands for (the inverse of [`escape_os`]), with each byte that is
+/// not UTF-8 as U+FFFD: the path an agent would pass to reach it, as near as text can be. What
+/// is not a known escape is kept as written.
+pub fn unescape_lossy(shown: &str) -> String {
+    let mut out = String::with_capacity(shown.len());
+    let mut rest = shown;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (c, used) = match after.as_bytes().first() {
+            Some(b'\\') => (Some('\\'), 1),
+            Some(b'n') => (Some('\n'), 1),
+            Some(b't') => (Some('\t'), 1),
+            Some(b'r') => (Some('\r'), 1),
+            Some(b'x') if after.len() >= 3 && after.is_char_boundary(3) => {
+                let byte = u8::from_str_radix(&after[1..3], 16).ok();
+                (byte.map(|_| char::REPLACEMENT_CHARACTER), 3)
+            }
+            Some(b'u') => match after.find('}') {
+                Some(end) if after[1..].starts_with('{') => {
+                    let code = u32::from_str_radix(&after[2..end], 16).ok();
+                    (code.and_then(char::from_u32), end + 1)
+                }
+                _ => (None, 0),
+            },
+            _ => (None, 0),
+        };
+        match c {
+            Some(c) => {
+                out.push(c);
+                rest = &after[used..];
+            }
+            None => {
+                out.push('\\');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,6 +125,9 @@ mod tests {
         for (raw, shown, escaped) in rows {
             let (s, e) = escape_os(OsStr::from_bytes(raw));
             assert_eq!((s.as_str(), e), (*shown, *escaped), "{raw:?}");
+            let back = unescape_lossy(&s);
+            assert_eq!(back, String::from_utf8_lossy(raw), "{raw:?}");
         }
+        assert_eq!(unescape_lossy("odd\\q \\u{zz} \\"), "odd\\q \\u{zz} \\");
     }
 }

@@ -152,6 +152,14 @@ impl Chain {
     }
 
     /// The names of the policies, in order.
+    /// Whether an enforced policy of the chain judges `tool` for `tenant`: if none does, every
+    /// call of it is allowed as it is, and need not be asked about.
+    pub fn judges(&self, tenant: &str, tool: &str) -> bool {
+        (self.links.iter()).any(|l| {
+            l.mode == Mode::Enforce && l.tenants.is_match(tenant) && l.tools.is_match(tool)
+        })
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.links.iter().map(|l| l.name.as_str())
     }

@@ -206,7 +206,12 @@ impl Gateway {
                 return Unsettled::stopped(records, result);
             }
         };
-        let visible = |path: &str| call.may_see(live, path);
+        // A listing asks the chain about each entry, as the same call on that entry.
+        let listing = match call.target {
+            Target::Builtin(tool) if tool.lists() => Some(arguments.clone()),
+            _ => None,
+        };
+        let visible = |path: &str| call.may_see(live, listing.as_ref(), path);
         let cx = self.context(live, &call, &visible);
         let tail = arguments.get("tail").and_then(Value::as_u64);
         let trace = watch.span.traceparent();
@@ -549,17 +554,19 @@ impl Watch<'_> {
 }
 
 impl Prepared<'_> {
-    /// Whether the policies let this call's caller look at `path` with the same tool (asked
-    /// as the tool with only `instance_id` and `path`): a listing shows only such entries, so
+    /// Whether the policies let this call's caller look at `path`: asked as this listing's
+    /// call (its final `arguments`) on `path` instead. A listing shows only such entries, so
     /// listing a directory does not reveal the names beneath it that the policies keep from
     /// the caller. A fault is a denial. Nothing is recorded: the listing's call is.
-    fn may_see(&self, live: &Snapshot, path: &str) -> bool {
-        let mut input = self.input.clone();
-        input.arguments = Map::new();
-        if let Some(instance) = &self.instance {
-            let id = Value::from(instance.as_str());
-            input.arguments.insert("instance_id".to_owned(), id);
+    fn may_see(&self, live: &Snapshot, arguments: Option<&Map<String, Value>>, path: &str) -> bool {
+        let Some(arguments) = arguments else {
+            return true;
+        };
+        if !live.chain.judges(&self.input.tenant, &self.input.tool) {
+            return true;
         }
+        let mut input = self.input.clone();
+        input.arguments = arguments.clone();
         input.arguments.insert("path".to_owned(), path.into());
         !live.chain.evaluate(&input).is_denied()
     }

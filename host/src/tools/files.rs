@@ -561,10 +561,26 @@ fn search_files(cx: &Context<'_>, args: Search) -> Result<Output, ToolError> {
 }
 
 /// Leaves out the entries the policies would not let the caller look at (see
-/// [`Context::visible`]); says how many, if any.
+/// [`Context::visible`]), and everything beneath a directory left out; says how many, if any.
+/// An escaped name is judged as shown and as it is (the path an agent would pass, with any
+/// byte that is not UTF-8 as U+FFFD): left out if either is refused.
 fn keep_visible(cx: &Context<'_>, entries: &mut Vec<exec::ListEntry>) -> String {
     let before = entries.len();
-    entries.retain(|entry| (cx.visible)(&entry.path));
+    let mut hidden_dirs: Vec<String> = Vec::new();
+    entries.retain(|entry| {
+        let beneath = |dir: &String| {
+            (entry.path.strip_prefix(dir.as_str())).is_some_and(|rest| rest.starts_with('/'))
+        };
+        if hidden_dirs.iter().any(beneath) {
+            return false;
+        }
+        let visible = (cx.visible)(&entry.path)
+            && (!entry.escaped || (cx.visible)(&exec::unescape_lossy(&entry.path)));
+        if !visible && entry.facts.kind == exec::EntryKind::Directory {
+            hidden_dirs.push(entry.path.clone());
+        }
+        visible
+    });
     match before - entries.len() {
         0 => String::new(),
         hidden => format!(", {hidden} left out by policy"),

@@ -24,7 +24,7 @@ deny = ["host_exec", "list_archived_instances"]
 name = "paths"
 module = "stock:path-rules"
 [policies.config]
-deny_read = ["**/.ssh/**"]
+deny_read = ["**/.ssh/**", "**/secret?.txt"]
 deny_write = ["**/.git/**"]
 "#;
 
@@ -535,6 +535,8 @@ fn listings_leave_out_what_the_caller_may_not_read() {
     let workspace = crate::dav::find_workspace(&dir.path().join("state"), "chem", "run1");
     std::fs::create_dir_all(workspace.join("deep/.ssh")).unwrap();
     std::fs::write(workspace.join("deep/.ssh/id_secret_project"), "key").unwrap();
+    // Shown escaped (`secret\\n.txt`), which the glob does not match; the name itself does.
+    std::fs::write(workspace.join("notes/secret\n.txt"), "x").unwrap();
 
     let paths = |result: &Value, key: &str| -> Vec<String> {
         let entries = result[key].as_array().unwrap();
@@ -548,7 +550,7 @@ fn listings_leave_out_what_the_caller_may_not_read() {
         json!({"path": "/workspace", "recursive": true}),
     );
     assert!(
-        listed.text.contains("2 left out by policy"),
+        listed.text.contains("3 left out by policy"),
         "{}",
         listed.text
     );
@@ -558,6 +560,7 @@ fn listings_leave_out_what_the_caller_may_not_read() {
         "{shown:?}"
     );
     assert!(shown.contains(&"/workspace/deep".to_owned()), "{shown:?}");
+    assert!(!shown.iter().any(|p| p.contains("secret")), "{shown:?}");
     assert!(!shown.iter().any(|p| p.contains(".ssh")), "{shown:?}");
     let found = run1(
         "search_files",
