@@ -60,9 +60,14 @@ impl From<&FileError> for Failure {
             | FileError::MultipleHardLinks { .. }
             | FileError::SymlinkNotFollowed { .. }
             | FileError::TreeTooLarge { .. } => Failure::Forbidden,
-            FileError::Io { kind, .. } if *kind == std::io::ErrorKind::TimedOut => {
-                Failure::TimedOut
-            }
+            FileError::Io { kind, .. } => match kind {
+                std::io::ErrorKind::TimedOut => Failure::TimedOut,
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+                    Failure::NoRoom
+                }
+                std::io::ErrorKind::PermissionDenied => Failure::Forbidden,
+                _ => Failure::Other,
+            },
             _ => Failure::Other,
         }
     }
@@ -75,5 +80,42 @@ impl From<&StateError> for Failure {
             StateError::AlreadyExists { .. } => Failure::Exists,
             _ => Failure::Other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Error, ErrorKind};
+
+    use super::*;
+
+    #[test]
+    fn an_operating_system_failure_says_its_kind() {
+        let io = |kind: ErrorKind| FileError::Io {
+            op: "write",
+            path: "/workspace/f".to_owned(),
+            kind,
+            source: Error::from(kind),
+        };
+        let table = [
+            (ErrorKind::StorageFull, Failure::NoRoom),
+            (ErrorKind::QuotaExceeded, Failure::NoRoom),
+            (ErrorKind::PermissionDenied, Failure::Forbidden),
+            (ErrorKind::TimedOut, Failure::TimedOut),
+            (ErrorKind::Other, Failure::Other),
+        ];
+        for (kind, failure) in table {
+            assert_eq!(Failure::from(&io(kind)), failure, "{kind:?}");
+        }
+        let path = "/workspace/a\nb".to_owned();
+        let tree = FileError::TreeTooLarge {
+            path: path.clone(),
+            reason: String::new(),
+        };
+        assert_eq!(Failure::from(&tree), Failure::Forbidden);
+        assert_eq!(
+            Failure::from(&FileError::NotFound { path }),
+            Failure::NoPath
+        );
     }
 }
