@@ -97,7 +97,8 @@ pub async fn check(cx: &Cx<'_>, view: &SandboxView, headers: &HeaderMap) -> Resu
     let Target::File(id, _) = &cx.target else {
         return Err(unmet());
     };
-    let mut etag: Option<Option<String>> = None;
+    // Each resource's entity tag, asked for once (lists may name several resources).
+    let mut etags: Vec<(SandboxView, Option<String>)> = Vec::new();
     for list in &lists {
         let resource = match &list.tag {
             None => Some(view.clone()),
@@ -109,11 +110,16 @@ pub async fn check(cx: &Cx<'_>, view: &SandboxView, headers: &HeaderMap) -> Resu
             let truth = match condition {
                 Condition::Token(token) => cx.dav.locks.holds(cx, &resource, token),
                 Condition::Etag(tag) => {
-                    if etag.is_none() {
-                        etag = Some(current_etag(cx, id, &resource).await);
-                    }
-                    etag.as_ref()
-                        .is_some_and(|e| e.as_deref() == Some(tag.as_str()))
+                    let known = etags.iter().find(|(at, _)| *at == resource);
+                    let current = match known {
+                        Some((_, current)) => current.clone(),
+                        None => {
+                            let current = current_etag(cx, id, &resource).await;
+                            etags.push((resource.clone(), current.clone()));
+                            current
+                        }
+                    };
+                    current.as_deref() == Some(tag.as_str())
                 }
             };
             holds &= truth != *negated;

@@ -34,8 +34,11 @@ use crate::gateway::{Failure, Transfer, Upload};
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Most locks one tenant holds at once (more are refused with 503): the table's memory is
 /// bounded by the tenants, and no tenant's locks count against another's (Finder, Windows and
-/// davfs2 lock before they write).
+/// davfs2 lock before they write). Each principal of the tenant holds at most a quarter.
 const MAX_TENANT_LOCKS: usize = 1_000;
+/// Most locks one principal holds at once, a quarter of its tenant's: one client (or one
+/// token's runaway script) cannot keep the tenant's other users from locking.
+const MAX_PRINCIPAL_LOCKS: usize = MAX_TENANT_LOCKS / 4;
 /// Most shared locks on one resource: clients that share take one each, not hundreds.
 const MAX_SHARED_LOCKS: usize = 16;
 /// Most bytes of a LOCK's `owner` text kept (clients send a name, an email or a URL): each lock
@@ -179,6 +182,13 @@ impl LockTable {
             if here >= MAX_SHARED_LOCKS {
                 return full(format!(
                     "this resource holds {MAX_SHARED_LOCKS} shared locks, the most allowed; unlock one or wait for one to expire"
+                ));
+            }
+            let own = locks.iter().filter(|l| l.principal == new.principal).count();
+            if own >= MAX_PRINCIPAL_LOCKS {
+                return full(format!(
+                    "`{}` holds {MAX_PRINCIPAL_LOCKS} locks, the most one principal may; unlock some or wait for them to expire",
+                    new.principal
                 ));
             }
             if locks.len() >= MAX_TENANT_LOCKS {
@@ -462,6 +472,14 @@ mod tests {
         }
     }
 
+    /// [`lock`], taken by `principal`.
+    fn lock_of(principal: String, tenant: &str, file: &str) -> Lock {
+        Lock {
+            principal,
+            ..lock(tenant, file, false)
+        }
+    }
+
     fn status(granted: Result<(), Refusal>) -> u16 {
         granted.err().map_or(200, |(status, _)| status.as_u16())
     }
@@ -496,10 +514,8 @@ mod tests {
     fn one_tenant_cannot_fill_the_table_for_the_others() {
         let table = LockTable::default();
         for i in 0..MAX_TENANT_LOCKS {
-            assert_eq!(
-                status(table.grant(&lock("bio", &i.to_string(), false))),
-                200
-            );
+            let new = lock_of(format!("p{}", i % 4), "bio", &i.to_string());
+            assert_eq!(status(table.grant(&new)), 200);
         }
         let (code, why) = table.grant(&lock("bio", "more", true)).unwrap_err();
         assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
@@ -508,11 +524,25 @@ mod tests {
     }
 
     #[test]
+    fn one_principal_cannot_fill_its_tenants_table() {
+        let table = LockTable::default();
+        for i in 0..MAX_PRINCIPAL_LOCKS {
+            let new = lock_of("alice".to_owned(), "chem", &i.to_string());
+            assert_eq!(status(table.grant(&new)), 200);
+        }
+        let (code, why) = (table.grant(&lock_of("alice".to_owned(), "chem", "more"))).unwrap_err();
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(why.contains("`alice` holds 250 locks"), "{why}");
+        let carol = lock_of("carol".to_owned(), "chem", "mine");
+        assert_eq!(status(table.grant(&carol)), 200);
+    }
+
+    #[test]
     fn tenants_together_cannot_fill_the_table_for_another() {
         let table = LockTable::default();
         for tenant in 0..12 {
             for i in 0..MAX_TENANT_LOCKS {
-                let new = lock(&format!("t{tenant}"), &i.to_string(), false);
+                let new = lock_of(format!("p{}", i % 4), &format!("t{tenant}"), &i.to_string());
                 assert_eq!(status(table.grant(&new)), 200);
             }
         }

@@ -119,3 +119,45 @@ fn a_name_that_reads_like_another_failure_does_not_change_the_status() {
         assert!(!got.headers.contains("retry-after"), "{}", got.headers);
     }
 }
+
+/// An `If` header whose lists name different resources judges each list's entity tag against
+/// its own resource: a write that holds by its second list goes through. Before, the first
+/// resource's tag was reused for every list.
+#[test]
+fn each_tagged_list_of_an_if_header_is_judged_against_its_own_resource() {
+    let s = setup();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(
+        s.dir.path(),
+        &s.dir.path().join("gateway.toml"),
+    ));
+    let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
+    let scratch = tempfile::tempdir().unwrap();
+    let auth = format!("Authorization: Bearer {}", s.chem);
+    std::fs::write(s.workspace.join("a.txt"), "a").unwrap();
+    std::fs::write(s.workspace.join("b.txt"), "bb").unwrap();
+    let head = curl(scratch.path(), &["-I", "-H", &auth, &format!("{ws}/b.txt")]);
+    let b_tag = header(&head.headers, "etag").to_owned();
+    let put = |condition: &str| {
+        let upload = scratch.path().join("upload");
+        std::fs::write(&upload, "new a").unwrap();
+        let args = [
+            "-H",
+            &auth,
+            "-H",
+            condition,
+            "-T",
+            upload.to_str().unwrap(),
+            &format!("{ws}/a.txt"),
+        ];
+        curl(scratch.path(), &args).status
+    };
+    let wrong_then_right = format!("If: <{ws}/a.txt> ([\"nope\"]) <{ws}/b.txt> ([{b_tag}])");
+    assert_eq!(put(&wrong_then_right), 204, "{wrong_then_right}");
+    assert_eq!(
+        std::fs::read_to_string(s.workspace.join("a.txt")).unwrap(),
+        "new a"
+    );
+    let both_wrong = format!("If: <{ws}/a.txt> ([\"nope\"]) <{ws}/b.txt> ([\"nope\"])");
+    assert_eq!(put(&both_wrong), 412);
+}
