@@ -147,6 +147,49 @@ impl LockTable {
         Ok(())
     }
 
+    /// Refuses (423) adding `view` to its collection or taking it out while a depth-0 lock
+    /// holds that collection, unless `If` holds the lock's token and the caller took it: such
+    /// a lock protects the collection's list of members, not their content (RFC 4918 §7.5).
+    /// A depth-infinity lock on the collection covers `view` itself ([`LockTable::check`]).
+    pub fn check_membership(
+        &self,
+        cx: &Cx<'_>,
+        view: &SandboxView,
+        headers: &HeaderMap,
+    ) -> Result<(), Refusal> {
+        let submitted = submitted_tokens(headers);
+        let blocked = self.membership_locks(cx, view, |l| {
+            !(submitted.contains(&l.token) && l.principal == cx.caller.principal)
+        });
+        if blocked {
+            let why = "the collection is locked (its members are protected); send its lock token in an If header\n";
+            return Err((StatusCode::LOCKED, why.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Whether a depth-0 lock holds `view`'s collection (so that creating `view` needs its
+    /// token): a PUT asks whether its file exists only then.
+    pub fn guards_membership(&self, cx: &Cx<'_>, view: &SandboxView) -> bool {
+        self.membership_locks(cx, view, |_| true)
+    }
+
+    /// Whether a depth-0 lock on `view`'s collection meets `which`.
+    fn membership_locks(
+        &self,
+        cx: &Cx<'_>,
+        view: &SandboxView,
+        which: impl Fn(&Lock) -> bool,
+    ) -> bool {
+        let (Some(instance), Some(parent)) = (instance_of(cx), view.parent()) else {
+            return false;
+        };
+        self.with(cx.caller.tenant.as_ref(), |locks| {
+            (locks.iter())
+                .any(|l| l.instance == instance && !l.infinite && l.path == parent && which(l))
+        })
+    }
+
     /// Whether a lock the caller took, with `token`, covers `view` (an `If` condition).
     pub fn holds(&self, cx: &Cx<'_>, view: &SandboxView, token: &str) -> bool {
         let Some(instance) = instance_of(cx) else {
@@ -334,7 +377,10 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
     };
     // The lock is taken before an unmapped URL's empty file is made (RFC 4918 §9.10.4), so a
     // LOCK that conflicts or meets a cap creates nothing; it is given back when the file
-    // cannot be made.
+    // cannot be made. Making it adds a member to its collection.
+    if missing && let Err(locked) = cx.dav.locks.check_membership(cx, view, &headers) {
+        return locked.into_response();
+    }
     if let Err(refused) = cx.dav.locks.grant(&new) {
         return refused.into_response();
     }

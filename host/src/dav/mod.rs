@@ -33,6 +33,7 @@
 //! Bearer one before the authenticator sees it, and a 401 challenges with both schemes.
 
 mod conditions;
+mod copy_move;
 mod extras;
 mod locks;
 mod methods;
@@ -133,7 +134,7 @@ async fn handle(State(dav): State<Dav>, request: Request) -> Response {
         "DELETE" => methods::delete(&cx, request.headers()).await,
         "MKCOL" => methods::mkcol(&cx, request).await,
         "COPY" | "MOVE" => {
-            methods::copy_or_move(&cx, request.headers(), method.as_str() == "MOVE").await
+            copy_move::copy_or_move(&cx, request.headers(), method.as_str() == "MOVE").await
         }
         "PROPFIND" => props::propfind(&cx, request).await,
         "PROPPATCH" => props::proppatch(&cx, request).await,

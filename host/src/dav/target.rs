@@ -63,6 +63,15 @@ impl SandboxView {
         self.segments.is_empty()
     }
 
+    /// The collection this path is a member of (`None` for an area itself).
+    pub fn parent(&self) -> Option<SandboxView> {
+        let (_, above) = self.segments.split_last()?;
+        Some(SandboxView {
+            area: self.area,
+            segments: above.to_vec(),
+        })
+    }
+
     /// Whether `other` is this path or beneath it.
     pub fn contains(&self, other: &SandboxView) -> bool {
         self.area == other.area && other.segments.starts_with(&self.segments)

@@ -1,6 +1,7 @@
-//! What WebDAV's GET answers, through the real `hpcgate run`, driven by `curl`: its
-//! preconditions (`If-Match`, and `If-Range`, without which a client resuming the download of
-//! a file changed meanwhile splices two versions of it), and a status of the failure's kind.
+//! WebDAV's conditions, through the real `hpcgate run`, driven by `curl`: GET's preconditions
+//! (`If-Match`, and `If-Range`, without which a client resuming the download of a file changed
+//! meanwhile splices two versions of it), a status of the failure's kind, the `If` header's
+//! tagged lists, and what a depth-0 lock on a collection protects.
 
 use std::time::{Duration, SystemTime};
 
@@ -160,4 +161,70 @@ fn each_tagged_list_of_an_if_header_is_judged_against_its_own_resource() {
     );
     let both_wrong = format!("If: <{ws}/a.txt> ([\"nope\"]) <{ws}/b.txt> ([\"nope\"])");
     assert_eq!(put(&both_wrong), 412);
+}
+
+/// A depth-0 lock on a collection protects its list of members (RFC 4918 §7.5): adding a
+/// member (PUT of a new file, MKCOL, a COPY or MOVE to a new name, a LOCK that creates a
+/// file) or taking one out (DELETE, MOVE away) needs its token; changing a member's content
+/// does not. Before, a depth-0 lock on a collection protected nothing inside it.
+#[test]
+fn a_depth_0_lock_on_a_collection_protects_its_members_list() {
+    let s = setup();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(
+        s.dir.path(),
+        &s.dir.path().join("gateway.toml"),
+    ));
+    let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
+    let scratch = tempfile::tempdir().unwrap();
+    let auth = format!("Authorization: Bearer {}", s.chem);
+    std::fs::create_dir(s.workspace.join("col")).unwrap();
+    std::fs::write(s.workspace.join("col/old.txt"), "old").unwrap();
+    let upload = scratch.path().join("upload");
+    std::fs::write(&upload, "new").unwrap();
+    let upload = upload.to_str().unwrap().to_owned();
+    let dav = |extra: &[&str]| {
+        let mut args = vec!["-H", auth.as_str()];
+        args.extend_from_slice(extra);
+        curl(scratch.path(), &args).status
+    };
+    let lock_body = r#"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype></D:lockinfo>"#;
+    let col = format!("{ws}/col");
+    let mut args = vec!["-H", auth.as_str(), "-H", "Depth: 0", "-X", "LOCK"];
+    args.extend(["--data-binary", lock_body, col.as_str()]);
+    let locked = curl(scratch.path(), &args);
+    assert_eq!(locked.status, 200, "{}", locked.body);
+    let token = header(&locked.headers, "lock-token");
+    let with_token = format!("If: <{col}> ({token})");
+    let at = |name: &str| format!("{ws}/col/{name}");
+    let moved_to = |name: &str| format!("Destination: {}", at(name));
+
+    // Content of a member: not protected.
+    assert_eq!(dav(&["-T", &upload, &at("old.txt")]), 204);
+    // Members added or taken out without the token: refused, nothing changed.
+    assert_eq!(dav(&["-T", &upload, &at("new.txt")]), 423);
+    assert_eq!(dav(&["-X", "MKCOL", &at("sub")]), 423);
+    assert_eq!(dav(&["-X", "DELETE", &at("old.txt")]), 423);
+    let copy = ["-X", "COPY", "-H", &moved_to("copy.txt"), &at("old.txt")];
+    assert_eq!(dav(&copy), 423);
+    let away = format!("Destination: {ws}/away.txt");
+    assert_eq!(dav(&["-X", "MOVE", "-H", &away, &at("old.txt")]), 423);
+    let mut names: Vec<_> = std::fs::read_dir(s.workspace.join("col"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["old.txt"]);
+    // With the token: allowed.
+    assert_eq!(
+        dav(&["-H", &with_token, "-T", &upload, &at("new.txt")]),
+        201
+    );
+    assert_eq!(dav(&["-H", &with_token, "-X", "MKCOL", &at("sub")]), 201);
+    assert_eq!(
+        dav(&["-H", &with_token, "-X", "DELETE", &at("new.txt")]),
+        204
+    );
+    // Another collection is not held.
+    assert_eq!(dav(&["-T", &upload, &format!("{ws}/free.txt")]), 201);
 }
