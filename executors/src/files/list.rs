@@ -64,6 +64,9 @@ pub fn list_directory(
         follow_links: roots.follows_links(),
     };
     let base = path.to_string();
+    // Shown escaped, the listed directory's part makes every entry's path one to escape back
+    // (an escape always brings a `\`, and a `\` of the name is doubled).
+    let base_escaped = base.contains('\\');
     let mut entries = Vec::new();
     let mut over_cap = false;
     let stopped = walk(&start, &bounds, |v| {
@@ -74,7 +77,7 @@ pub fn list_directory(
         entries.push(ListEntry {
             path: format!("{base}/{}", v.rel),
             name: v.name,
-            escaped: v.escaped,
+            escaped: v.escaped || base_escaped,
             facts: v.facts,
         });
         ControlFlow::Continue(())

@@ -70,6 +70,9 @@ pub fn search_files(
         follow_links: false,
     };
     let base = path.to_string();
+    // Shown escaped, the listed directory's part makes every entry's path one to escape back
+    // (an escape always brings a `\`, and a `\` of the name is doubled).
+    let base_escaped = base.contains('\\');
     let mut matches = Vec::new();
     let stopped = walk(&start, &bounds, |v| {
         if !matcher.is_match(&v.rel) {
@@ -81,7 +84,7 @@ pub fn search_files(
         matches.push(ListEntry {
             path: format!("{base}/{}", v.rel),
             name: v.name,
-            escaped: v.escaped,
+            escaped: v.escaped || base_escaped,
             facts: v.facts,
         });
         ControlFlow::Continue(())

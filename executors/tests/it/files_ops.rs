@@ -227,6 +227,19 @@ fn list_is_sorted_capped_and_escapes_names() {
         [("a\\nb", true), ("inside.txt", false), ("sub", false)]
     );
     assert!(!l.truncated);
+    // Below a directory whose own name is escaped, every path is one to escape back.
+    fs::create_dir(fx.ws.join("d\ne")).unwrap();
+    fs::write(fx.ws.join("d\ne/plain"), b"x").unwrap();
+    let below = ListRequest {
+        path: "/workspace/d\ne".into(),
+        ..req.clone()
+    };
+    let under = list_directory(&fx.roots, &fx.limits, &below).unwrap();
+    let entry = &under.entries[0];
+    assert_eq!(
+        (entry.path.as_str(), entry.name.as_str(), entry.escaped),
+        ("/workspace/d\\ne/plain", "plain", true)
+    );
     let file = &l.entries[1];
     assert_eq!(
         (file.path.as_str(), file.facts.kind, file.facts.size),

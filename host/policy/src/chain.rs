@@ -151,7 +151,6 @@ impl Chain {
         })
     }
 
-    /// The names of the policies, in order.
     /// Whether an enforced policy of the chain judges `tool` for `tenant`: if none does, every
     /// call of it is allowed as it is, and need not be asked about.
     pub fn judges(&self, tenant: &str, tool: &str) -> bool {
@@ -160,6 +159,7 @@ impl Chain {
         })
     }
 
+    /// The names of the policies, in order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.links.iter().map(|l| l.name.as_str())
     }

@@ -13,19 +13,24 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use anyhow::Context as _;
-use rustix::process::{Gid, Uid, getegid, geteuid};
-use rustix::thread::{set_thread_res_gid, set_thread_res_uid};
+use rustix::process::{Gid, Uid, getegid, geteuid, getgroups};
+use rustix::thread::{set_thread_groups, set_thread_res_gid, set_thread_res_uid};
 
-/// While it lives, this thread acts as the owner of a directory (see the module doc).
+/// While it lives, this thread acts as the owner of a directory (see the module doc). It
+/// stays on the thread that made it (the ids are the thread's).
 pub(crate) struct AsOwner {
-    /// The ids to go back to; `None` when nothing was changed.
-    previous: Option<(Uid, Gid)>,
+    /// The ids and groups to go back to; `None` when nothing was changed.
+    previous: Option<(Uid, Gid, Vec<Gid>)>,
+    _this_thread: std::marker::PhantomData<*const ()>,
 }
 
 /// Acts as the owner of `dir` (or of its nearest existing ancestor) when running as root and
 /// that owner is another user; otherwise changes nothing.
 pub(crate) fn as_owner_of(dir: &Path) -> anyhow::Result<AsOwner> {
-    let unchanged = AsOwner { previous: None };
+    let unchanged = AsOwner {
+        previous: None,
+        _this_thread: std::marker::PhantomData,
+    };
     if !geteuid().is_root() {
         return Ok(unchanged);
     }
@@ -36,8 +41,15 @@ pub(crate) fn as_owner_of(dir: &Path) -> anyhow::Result<AsOwner> {
         return Ok(unchanged);
     }
     let (uid, gid) = (Uid::from_raw(meta.uid()), Gid::from_raw(meta.gid()));
-    let previous = (geteuid(), getegid());
+    let groups = getgroups().context("cannot read this process's groups")?;
+    let previous = AsOwner {
+        previous: Some((geteuid(), getegid(), groups)),
+        _this_thread: std::marker::PhantomData,
+    };
+    // Root's groups go too: access is checked as the owner's, with its group only. Whatever
+    // fails half-way is undone when `previous` drops.
     let switch = || -> std::io::Result<()> {
+        set_thread_groups(&[gid])?;
         set_thread_res_gid(None, gid, None)?;
         set_thread_res_uid(None, uid, None)?;
         Ok(())
@@ -49,17 +61,16 @@ pub(crate) fn as_owner_of(dir: &Path) -> anyhow::Result<AsOwner> {
             dir.display()
         )
     })?;
-    Ok(AsOwner {
-        previous: Some(previous),
-    })
+    Ok(previous)
 }
 
 impl Drop for AsOwner {
     fn drop(&mut self) {
-        if let Some((uid, gid)) = self.previous {
+        if let Some((uid, gid, groups)) = &self.previous {
             // The saved ids are root's: taking them back cannot fail.
-            let _ = set_thread_res_uid(None, uid, None);
-            let _ = set_thread_res_gid(None, gid, None);
+            let _ = set_thread_res_uid(None, *uid, None);
+            let _ = set_thread_res_gid(None, *gid, None);
+            let _ = set_thread_groups(groups);
         }
     }
 }

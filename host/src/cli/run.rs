@@ -154,8 +154,10 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
         }
     });
-    // Give in-flight calls a moment after a signal; a stdin that is not a pipe is read by a
-    // blocking thread that returns only at EOF, which must not be waited for.
+    // What must end (a WebDAV overwrite whose client left) is waited for; then in-flight calls
+    // get a moment; a stdin that is not a pipe is read by a blocking thread that returns only
+    // at EOF, which must not be waited for.
+    runtime.block_on(gateway.let_finish(std::time::Duration::from_secs(60)));
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     gateway.stopped(name)?;
     served?;

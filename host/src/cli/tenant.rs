@@ -378,10 +378,14 @@ fn check_layered(env: &Environment, path: &Path, text: &str) -> anyhow::Result<S
     Settings::resolve(&config, env, &origins).with_context(invalid)
 }
 
-/// Writes `text` to a temp file next to `path` with `path`'s permissions (and, as root, its
-/// owner and group: a root-run command must not take the gateway's user's configuration from
-/// it), syncs it, and renames it over `path`.
+/// Writes `text` to a temp file next to the file `path` names (through any link) with its
+/// permissions (and, as root, its owner and group: a root-run command must not take the
+/// gateway's user's configuration from it), syncs it, and renames it over that file.
 fn replace_file(path: &Path, text: &str) -> anyhow::Result<()> {
+    // A link to the configuration stays a link: the file it names is the one replaced.
+    let real = std::fs::canonicalize(path)
+        .with_context(|| format!("cannot resolve `{}`", path.display()))?;
+    let path = real.as_path();
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -421,7 +425,8 @@ fn replace_file(path: &Path, text: &str) -> anyhow::Result<()> {
 /// local user as principal.
 fn audit(settings: &Settings, mut entry: Entry) -> anyhow::Result<()> {
     entry.principal = Some(local_principal());
-    let _owner = super::owner::as_owner_of(&settings.fixed.audit_dir)?;
+    // As the state directory's owner, even where root made the audit directory before.
+    let _owner = super::owner::as_owner_of(&settings.fixed.state_dir)?;
     let log = AuditLog::open(&settings.fixed.audit_dir, settings.fixed.audit.clone())
         .with_context(|| {
             format!(

@@ -35,6 +35,9 @@ pub(crate) fn check_caps(
         ),
     ];
     let mut filled: Vec<&str> = Vec::new();
+    // Caps without a default met so far (key, max, policy): a later policy's default above
+    // one is never judged by it, and would pass it.
+    let mut open_caps: Vec<(&str, u64, &str)> = Vec::new();
     for (i, policy) in policies.iter().enumerate() {
         if policy.module != CAPS || policy.mode != Mode::Enforce {
             continue;
@@ -54,16 +57,35 @@ pub(crate) fn check_caps(
             let Some(toml::Value::Table(limit)) = policy.config.get(key) else {
                 continue;
             };
-            if limit.contains_key("default") {
+            let number = |name| {
+                let value = limit.get(name).and_then(toml::Value::as_integer);
+                value.and_then(|v| u64::try_from(v).ok())
+            };
+            if let Some(default) = number("default") {
+                let passed = open_caps
+                    .iter()
+                    .find(|(k, max, _)| *k == key && default > *max);
+                if let Some((_, max, earlier)) = passed {
+                    return Err((
+                        format!("policies[{i}].config.{key}"),
+                        format!(
+                            "policy `{}` gives `{key}` a default of {default}, above the max \
+                             {max} of policy `{earlier}`, which judges a call before it and so \
+                             never sees that default; make the default at most {max}, or give \
+                             `{earlier}` a default",
+                            policy.name
+                        ),
+                    ));
+                }
                 if everywhere {
                     filled.push(key);
                 }
                 continue;
             }
-            let max = limit.get("max").and_then(toml::Value::as_integer);
-            let Some(max) = max.and_then(|m| u64::try_from(m).ok()) else {
+            let Some(max) = number("max") else {
                 continue;
             };
+            open_caps.push((key, max, &policy.name));
             if given <= max || filled.contains(&key) {
                 continue;
             }

@@ -598,4 +598,13 @@ fn caps_are_checked_along_the_chain_and_its_scopes() {
     let some_tenants = "tenants = [\"chem\"]\n[policies.config]\nmemory_mb = { default = 1024 }";
     let err = chain(some_tenants, capped).unwrap_err().to_string();
     assert!(err.contains("policies[1].config.memory_mb"), "{err}");
+    // A later default above an earlier cap would pass it: the earlier one never sees it.
+    let low_cap = "[policies.config]\nmemory_mb = { max = 4096 }";
+    let high_default = "[policies.config]\nmemory_mb = { default = 8192 }";
+    let err = chain(low_cap, high_default).unwrap_err().to_string();
+    assert!(
+        err.contains("policies[1].config.memory_mb") && err.contains("above the max 4096"),
+        "{err}"
+    );
+    assert!(chain(low_cap, filled).is_ok());
 }

@@ -16,6 +16,10 @@ use super::Refusal;
 use super::methods::Cx;
 use super::target::{SandboxView, Target};
 
+/// Most resources whose entity tags one `If` header may ask about: each is a `stat_path` call,
+/// decided and recorded.
+const MAX_TAGGED: usize = 16;
+
 /// One condition of a list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Condition {
@@ -113,6 +117,12 @@ pub async fn check(cx: &Cx<'_>, view: &SandboxView, headers: &HeaderMap) -> Resu
                     let known = etags.iter().find(|(at, _)| *at == resource);
                     let current = match known {
                         Some((_, current)) => current.clone(),
+                        None if etags.len() >= MAX_TAGGED => {
+                            let why = format!(
+                                "the If header asks about the entity tags of more than {MAX_TAGGED} resources; ask about fewer\n"
+                            );
+                            return Err((StatusCode::BAD_REQUEST, why));
+                        }
                         None => {
                             let current = current_etag(cx, id, &resource).await;
                             etags.push((resource.clone(), current.clone()));

@@ -104,16 +104,12 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
         replaces: existed.then_some(is_dir(&stat)),
     };
     // Once the destination is set aside, the request must end with it put back or deleted,
-    // even if the client goes away: its own task finishes it.
-    let done = tokio::spawn(plan.run(steps)).await;
-    let Ok((response, succeeded)) = done else {
+    // even if the client goes away or the gateway is told to stop: the gateway finishes it.
+    let done = cx.dav.gateway.finish(plan.run(steps)).await;
+    done.unwrap_or_else(|_| {
         let why = "the COPY or MOVE stopped unexpectedly; check the destination\n";
-        return (StatusCode::INTERNAL_SERVER_ERROR, why).into_response();
-    };
-    if succeeded && moving {
-        cx.dav.locks.forget_beneath(cx, view);
-    }
-    response
+        (StatusCode::INTERNAL_SERVER_ERROR, why).into_response()
+    })
 }
 
 /// What a COPY or MOVE does once its checks passed.
@@ -130,8 +126,17 @@ struct Plan {
 }
 
 impl Plan {
-    /// Runs the calls: the answer, and whether the copy or move took place.
-    async fn run(self, steps: Steps) -> (Response, bool) {
+    /// Runs the calls; the answer.
+    async fn run(self, steps: Steps) -> Response {
+        let (response, moved) = self.calls(&steps).await;
+        if moved && self.moving {
+            steps.forget_locks_beneath(&self.id, &self.source);
+        }
+        response
+    }
+
+    /// The calls: the answer, and whether the copy or move took place.
+    async fn calls(&self, steps: &Steps) -> (Response, bool) {
         let Plan {
             id,
             source,
@@ -140,7 +145,7 @@ impl Plan {
         } = &self;
         let aside = match self.replaces {
             Some(dir) if dir || self.source_is_dir => {
-                match set_aside(&steps, id, destination).await {
+                match set_aside(steps, id, destination).await {
                     Ok(aside) => Some(aside),
                     Err(refused) => return (refused, false),
                 }
@@ -173,7 +178,7 @@ impl Plan {
                 Op::Other
             };
             if let Some(aside) = &aside
-                && let Err(kept) = put_back(&steps, id, aside, destination).await
+                && let Err(kept) = put_back(steps, id, aside, destination).await
             {
                 let why = format!(
                     "{}; what `{}` held could not be put back and is kept as `{}`: {}\n",

@@ -247,10 +247,14 @@ impl LockTable {
 
     /// Drops the locks at or beneath `view` (after it was deleted or moved away).
     pub fn forget_beneath(&self, cx: &Cx<'_>, view: &SandboxView) {
-        let Some(instance) = instance_of(cx) else {
-            return;
-        };
-        self.with(cx.caller.tenant.as_ref(), |locks| {
+        if let Some(instance) = instance_of(cx) {
+            self.forget_beneath_in(cx.caller.tenant.as_ref(), instance, view);
+        }
+    }
+
+    /// [`LockTable::forget_beneath`] in `tenant`'s `instance`.
+    pub fn forget_beneath_in(&self, tenant: &str, instance: &str, view: &SandboxView) {
+        self.with(tenant, |locks| {
             locks.retain(|l| !(l.instance == instance && view.contains(&l.path)))
         });
     }

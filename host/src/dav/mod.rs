@@ -253,6 +253,16 @@ impl Steps {
         run.await.0
     }
 
+    /// Drops the locks at or beneath `view` of `instance` (after a move took it away).
+    pub(super) fn forget_locks_beneath(
+        &self,
+        instance: &crate::state::InstanceId,
+        view: &target::SandboxView,
+    ) {
+        let tenant = self.caller.tenant.as_ref();
+        (self.dav.locks).forget_beneath_in(tenant, instance.as_str(), view);
+    }
+
     /// A call that restores or completes what the request's calls did: not counted.
     pub(super) async fn finish(&self, tool: &'static str, arguments: Value) -> CallResult {
         let run = self.dav.run(&self.caller, tool, arguments, None, true);

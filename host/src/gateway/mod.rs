@@ -57,6 +57,9 @@ pub struct Gateway {
     code_mode: CodeMode,
     /// Room under the space quotas held by uploads in flight.
     room: crate::tools::Room,
+    /// Work that must end even if whoever started it stops waiting (a WebDAV overwrite's
+    /// put-back or clean-up): waited for at stop ([`Gateway::let_finish`]).
+    finishing: tokio_util::task::TaskTracker,
 }
 
 /// The settings and policy chain in force when a request began (see [`Gateway::snapshot`]).
@@ -200,6 +203,7 @@ impl Gateway {
             telemetry,
             code_mode: CodeMode::new(&settings_state_dir, code_mode_url),
             room: crate::tools::Room::default(),
+            finishing: tokio_util::task::TaskTracker::new(),
         };
         gateway.prune_old_jobs()?;
         for record in gateway.jobs.reattach(&gateway.state) {
@@ -448,6 +452,23 @@ impl Gateway {
         let entry = entry.detail("version", env!("CARGO_PKG_VERSION"));
         self.audit.append(entry.detail("pid", std::process::id()))?;
         Ok(())
+    }
+
+    /// Runs `work` on the runtime to its end, whether or not its starter still waits for it;
+    /// a stopping gateway waits for it ([`Gateway::let_finish`]).
+    pub fn finish<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.finishing.spawn(work)
+    }
+
+    /// Waits, at most `within`, for the work started with [`Gateway::finish`]; none may start
+    /// after.
+    pub async fn let_finish(&self, within: std::time::Duration) {
+        self.finishing.close();
+        let _ = tokio::time::timeout(within, self.finishing.wait()).await;
     }
 
     /// Stops the proxied servers (each audited) and records a clean stop, with how many

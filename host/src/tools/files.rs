@@ -562,8 +562,9 @@ fn search_files(cx: &Context<'_>, args: Search) -> Result<Output, ToolError> {
 
 /// Leaves out the entries the policies would not let the caller look at (see
 /// [`Context::visible`]), and everything beneath a directory left out; says how many, if any.
-/// An escaped name is judged as shown and as it is (the path an agent would pass, with any
-/// byte that is not UTF-8 as U+FFFD): left out if either is refused.
+/// A path with an escape in it (in the entry's name or the listed directory's) is judged as
+/// shown and as it is (the path an agent would pass, with any byte that is not UTF-8 as
+/// U+FFFD): left out if either is refused.
 fn keep_visible(cx: &Context<'_>, entries: &mut Vec<exec::ListEntry>) -> String {
     let before = entries.len();
     let mut hidden_dirs: Vec<String> = Vec::new();
@@ -574,8 +575,9 @@ fn keep_visible(cx: &Context<'_>, entries: &mut Vec<exec::ListEntry>) -> String 
         if hidden_dirs.iter().any(beneath) {
             return false;
         }
+        // The listed directory's own part of the path may be escaped too: any `\` is asked about.
         let visible = (cx.visible)(&entry.path)
-            && (!entry.escaped || (cx.visible)(&exec::unescape_lossy(&entry.path)));
+            && (!entry.path.contains('\\') || (cx.visible)(&exec::unescape_lossy(&entry.path)));
         if !visible && entry.facts.kind == exec::EntryKind::Directory {
             hidden_dirs.push(entry.path.clone());
         }

@@ -324,8 +324,6 @@ impl Tool {
         )
     }
 
-    /// Whether a call whose job outlives its wait may come back as an MCP task (when the
-    /// client declared the tasks extension).
     /// Whether the tool lists entries, each of which the policies are asked about
     /// ([`Context::visible`]).
     pub fn lists(self) -> bool {
@@ -335,6 +333,8 @@ impl Tool {
         )
     }
 
+    /// Whether a call whose job outlives its wait may come back as an MCP task (when the
+    /// client declared the tasks extension).
     pub fn becomes_task(self) -> bool {
         matches!(self, Tool::Jobs(JobTool::SubmitJob | JobTool::RunPython))
     }

@@ -340,3 +340,21 @@ fn run_as_root_it_leaves_the_gateways_files_the_gateways() {
     }
     assert_eq!(admin.audit().len(), 2, "{}", admin.audit_text());
 }
+
+/// A configuration reached through a link stays so: the file the link names is rewritten, and
+/// the link is left as it was.
+#[test]
+fn a_linked_configuration_is_edited_where_it_lives() {
+    let admin = Admin::new();
+    let real = admin.home.path().join("etc/site.toml");
+    std::fs::rename(&admin.config, &real).unwrap();
+    std::os::unix::fs::symlink("site.toml", &admin.config).unwrap();
+    admin.ok(&["tenant", "add", "chem", "--config", admin.config_arg()]);
+    let link = std::fs::symlink_metadata(&admin.config).unwrap();
+    assert!(
+        link.file_type().is_symlink(),
+        "the link was replaced by a file"
+    );
+    let text = std::fs::read_to_string(&real).unwrap();
+    assert!(text.contains("[tenants.chem]"), "{text}");
+}
