@@ -102,3 +102,6 @@ pub(crate) fn check_caps(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,6 +9,7 @@ mod call;
 mod failure;
 mod request;
 mod result;
+mod target;
 mod tasks;
 mod transfer;
 
@@ -35,7 +36,7 @@ use crate::proxy::{ProxiedTool, ProxyManager};
 use crate::state::{InstanceId, JobId, JobRecord, State, StateError, TenantName};
 use crate::telemetry::Telemetry;
 use crate::tools::{Tool, ToolSpec};
-use call::Target;
+use target::Target;
 
 /// The gateway's long-lived parts.
 pub struct Gateway {
