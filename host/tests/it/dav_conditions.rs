@@ -5,8 +5,39 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::dav::{curl, setup};
+use crate::dav::{Setup, curl, setup};
 use crate::support::served::Served;
+
+/// chem's instance `run1` served over HTTP by the real gateway.
+struct Door {
+    s: Setup,
+    /// `http://…/dav/instances/run1/workspace`.
+    ws: String,
+    /// Where curl keeps bodies and headers.
+    scratch: tempfile::TempDir,
+    /// chem's `Authorization` header.
+    auth: String,
+    /// The gateway: stopped when dropped, before its runtime.
+    _served: Served,
+    _runtime: tokio::runtime::Runtime,
+}
+
+fn door() -> Door {
+    let s = setup();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(
+        s.dir.path(),
+        &s.dir.path().join("gateway.toml"),
+    ));
+    Door {
+        ws: format!("http://{}/dav/instances/run1/workspace", served.authority()),
+        scratch: tempfile::tempdir().unwrap(),
+        auth: format!("Authorization: Bearer {}", s.chem),
+        s,
+        _served: served,
+        _runtime: runtime,
+    }
+}
 
 /// A header's value in a reply's (lower-cased) headers.
 fn header<'a>(headers: &'a str, name: &str) -> &'a str {
@@ -17,18 +48,14 @@ fn header<'a>(headers: &'a str, name: &str) -> &'a str {
 
 #[test]
 fn a_range_is_sent_only_of_the_version_if_range_names() {
-    let s = setup();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let served = runtime.block_on(Served::http(
-        s.dir.path(),
-        &s.dir.path().join("gateway.toml"),
-    ));
-    let file = format!(
-        "http://{}/dav/instances/run1/workspace/data.txt",
-        served.authority()
-    );
-    let scratch = tempfile::tempdir().unwrap();
-    let auth = format!("Authorization: Bearer {}", s.chem);
+    let Door {
+        s,
+        ws,
+        scratch,
+        auth,
+        ..
+    } = &door();
+    let file = format!("{ws}/data.txt");
     let get = |extra: &[&str]| {
         let mut args = vec!["-H", auth.as_str()];
         args.extend_from_slice(extra);
@@ -100,15 +127,9 @@ fn a_range_is_sent_only_of_the_version_if_range_names() {
 /// whose name is a phrase of another failure is still 404, with no `Retry-After`.
 #[test]
 fn a_name_that_reads_like_another_failure_does_not_change_the_status() {
-    let s = setup();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let served = runtime.block_on(Served::http(
-        s.dir.path(),
-        &s.dir.path().join("gateway.toml"),
-    ));
-    let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
-    let scratch = tempfile::tempdir().unwrap();
-    let auth = format!("Authorization: Bearer {}", s.chem);
+    let Door {
+        ws, scratch, auth, ..
+    } = &door();
     for name in [
         "rate%20limit%20for%20x%20retry%20in%209%20s",
         "denied%20by%20policy",
@@ -126,15 +147,13 @@ fn a_name_that_reads_like_another_failure_does_not_change_the_status() {
 /// resource's tag was reused for every list.
 #[test]
 fn each_tagged_list_of_an_if_header_is_judged_against_its_own_resource() {
-    let s = setup();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let served = runtime.block_on(Served::http(
-        s.dir.path(),
-        &s.dir.path().join("gateway.toml"),
-    ));
-    let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
-    let scratch = tempfile::tempdir().unwrap();
-    let auth = format!("Authorization: Bearer {}", s.chem);
+    let Door {
+        s,
+        ws,
+        scratch,
+        auth,
+        ..
+    } = &door();
     std::fs::write(s.workspace.join("a.txt"), "a").unwrap();
     std::fs::write(s.workspace.join("b.txt"), "bb").unwrap();
     let head = curl(scratch.path(), &["-I", "-H", &auth, &format!("{ws}/b.txt")]);
@@ -169,15 +188,13 @@ fn each_tagged_list_of_an_if_header_is_judged_against_its_own_resource() {
 /// does not. Before, a depth-0 lock on a collection protected nothing inside it.
 #[test]
 fn a_depth_0_lock_on_a_collection_protects_its_members_list() {
-    let s = setup();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let served = runtime.block_on(Served::http(
-        s.dir.path(),
-        &s.dir.path().join("gateway.toml"),
-    ));
-    let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
-    let scratch = tempfile::tempdir().unwrap();
-    let auth = format!("Authorization: Bearer {}", s.chem);
+    let Door {
+        s,
+        ws,
+        scratch,
+        auth,
+        ..
+    } = &door();
     std::fs::create_dir(s.workspace.join("col")).unwrap();
     std::fs::write(s.workspace.join("col/old.txt"), "old").unwrap();
     let upload = scratch.path().join("upload");
