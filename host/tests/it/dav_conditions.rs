@@ -136,7 +136,7 @@ fn a_name_that_reads_like_another_failure_does_not_change_the_status() {
         "quota's%20room",
         "audit%20log",
     ] {
-        let got = curl(scratch.path(), &["-H", &auth, &format!("{ws}/{name}")]);
+        let got = curl(scratch.path(), &["-H", auth, &format!("{ws}/{name}")]);
         assert_eq!(got.status, 404, "{name}: {}", got.body);
         assert!(!got.headers.contains("retry-after"), "{}", got.headers);
     }
@@ -156,14 +156,14 @@ fn each_tagged_list_of_an_if_header_is_judged_against_its_own_resource() {
     } = &door();
     std::fs::write(s.workspace.join("a.txt"), "a").unwrap();
     std::fs::write(s.workspace.join("b.txt"), "bb").unwrap();
-    let head = curl(scratch.path(), &["-I", "-H", &auth, &format!("{ws}/b.txt")]);
+    let head = curl(scratch.path(), &["-I", "-H", auth, &format!("{ws}/b.txt")]);
     let b_tag = header(&head.headers, "etag").to_owned();
     let put = |condition: &str| {
         let upload = scratch.path().join("upload");
         std::fs::write(&upload, "new a").unwrap();
         let args = [
             "-H",
-            &auth,
+            auth,
             "-H",
             condition,
             "-T",
