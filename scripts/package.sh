@@ -67,8 +67,11 @@ mkdir -p "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/vend
 "$binary" completions zsh >"$root/usr/share/zsh/vendor-completions/_hpcgate"
 "$binary" completions fish >"$root/usr/share/fish/vendor_completions.d/hpcgate.fish"
 
-# Debian: control, conffiles, and a postinst that creates the user and group (sysusers) and
-# tells systemd about the units; neither is enabled: the admin enables hpcgate.socket.
+# Debian: control, conffiles, and maintainer scripts. postinst creates the user and group
+# (sysusers) and tells systemd about the units; neither is enabled: the admin enables
+# hpcgate.socket. An upgrade restarts a running gateway on the new binary (its local jobs run
+# on, KillMode=process, and it re-attaches them); a removal stops and disables the units
+# (state and audit log are kept, purge included).
 mkdir -p "$root/DEBIAN"
 cat >"$root/DEBIAN/control" <<EOF
 Package: hpcgate
@@ -96,10 +99,28 @@ if [ "$1" = configure ] && [ -z "${DPKG_ROOT:-}" ]; then
     fi
     if [ -d /run/systemd/system ]; then
         systemctl daemon-reload || true
+        if [ -n "${2:-}" ]; then
+            systemctl try-restart hpcgate.service || true
+        fi
     fi
 fi
 EOF
-chmod 0755 "$root/DEBIAN/postinst"
+cat >"$root/DEBIAN/prerm" <<'EOF'
+#!/bin/sh
+set -e
+if [ "$1" = remove ] && [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
+    systemctl disable --now hpcgate.socket hpcgate.service || true
+fi
+EOF
+cat >"$root/DEBIAN/postrm" <<'EOF'
+#!/bin/sh
+set -e
+if { [ "$1" = remove ] || [ "$1" = purge ]; } && [ -z "${DPKG_ROOT:-}" ] \
+    && [ -d /run/systemd/system ]; then
+    systemctl daemon-reload || true
+fi
+EOF
+chmod 0755 "$root/DEBIAN/postinst" "$root/DEBIAN/prerm" "$root/DEBIAN/postrm"
 deb="$out/hpcgate_${version}_${arch}.deb"
 if [ "$fast" = yes ]; then deb_z=(-Zgzip -z1); rpm_z="w1.gzdio"; else deb_z=(-Zxz); rpm_z="w6.xzdio"; fi
 dpkg-deb --root-owner-group "${deb_z[@]}" --build "$root" "$deb" >&2
@@ -123,6 +144,16 @@ job or as a capability-scoped file operation, and recorded in a tamper-evident a
 cp -a $root/. %{buildroot}/
 %post
 if command -v systemd-sysusers >/dev/null 2>&1; then systemd-sysusers hpcgate.conf; fi
+if [ -d /run/systemd/system ]; then systemctl daemon-reload || :; fi
+%preun
+if [ "\$1" -eq 0 ] && [ -d /run/systemd/system ]; then
+    systemctl disable --now hpcgate.socket hpcgate.service || :
+fi
+%postun
+if [ -d /run/systemd/system ]; then
+    systemctl daemon-reload || :
+    if [ "\$1" -ge 1 ]; then systemctl try-restart hpcgate.service || :; fi
+fi
 %files
 $files
 EOF

@@ -99,4 +99,106 @@ fn the_packages_install_and_the_installed_gateway_passes_doctor() {
     }
     let config_files = run(Command::new("rpm").arg("-qcp").arg(&rpm));
     assert_eq!(config_files.trim(), "/etc/hpcgate/config.toml");
+
+    if crate::support::root_else_skip("running maintainer scripts in a mount namespace") {
+        scripts_restart_on_upgrade_and_stop_on_removal(dir.path(), &deb, &rpm);
+    }
+}
+
+/// The maintainer scripts of both packages, as a machine running systemd runs them: a fresh
+/// install tells systemd about the units and starts nothing; an upgrade restarts a running
+/// gateway on the new binary; a removal stops and disables the units; nothing else asks
+/// anything of systemd.
+fn scripts_restart_on_upgrade_and_stop_on_removal(dir: &Path, deb: &Path, rpm: &Path) {
+    let control = dir.join("control");
+    run(Command::new("dpkg-deb").arg("-e").arg(deb).arg(&control));
+    let reload = "systemctl daemon-reload";
+    let restart = "systemctl try-restart hpcgate.service";
+    let stop = "systemctl disable --now hpcgate.socket hpcgate.service";
+    let sysusers = "systemd-sysusers hpcgate.conf";
+    let deb_table: [(&str, &[&str], &[&str]); 6] = [
+        ("postinst", &["configure", ""], &[sysusers, reload]),
+        (
+            "postinst",
+            &["configure", "0.0.9"],
+            &[sysusers, reload, restart],
+        ),
+        ("prerm", &["upgrade", "0.1.1"], &[]),
+        ("prerm", &["remove"], &[stop]),
+        ("postrm", &["upgrade", "0.1.1"], &[]),
+        ("postrm", &["remove"], &[reload]),
+    ];
+    for (script, args, asked) in deb_table {
+        let got = asks_of_systemd(dir, &control.join(script), args);
+        assert_eq!(got, asked, "deb {script} {args:?}");
+    }
+    // `rpm --scripts` prints each scriptlet under a heading of its own.
+    let scripts = run(Command::new("rpm").args(["-qp", "--scripts"]).arg(rpm));
+    let mut scriptlets = std::collections::HashMap::new();
+    let mut current = None;
+    for line in scripts.lines() {
+        if let Some((name, _)) = line.split_once(" scriptlet (using /bin/sh):") {
+            current = Some(name.to_owned());
+            continue;
+        }
+        if let Some(name) = &current {
+            let text: &mut String = scriptlets.entry(name.clone()).or_default();
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    let rpm_table: [(&str, &str, &[&str]); 5] = [
+        ("postinstall", "1", &[sysusers, reload]),
+        ("preuninstall", "1", &[]),
+        ("preuninstall", "0", &[stop]),
+        ("postuninstall", "1", &[reload, restart]),
+        ("postuninstall", "0", &[reload]),
+    ];
+    for (name, count, asked) in rpm_table {
+        let file = dir.join(format!("rpm-{name}"));
+        std::fs::write(&file, &scriptlets[name]).unwrap();
+        let got = asks_of_systemd(dir, &file, &[count]);
+        assert_eq!(got, asked, "rpm {name} {count}");
+    }
+}
+
+/// What the shell script `script` run with `args` asks of systemd, in a mount namespace of its
+/// own where `/run/systemd/system` exists (systemd runs) and `systemctl` and
+/// `systemd-sysusers` only write down their arguments.
+fn asks_of_systemd(dir: &Path, script: &Path, args: &[&str]) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fake = dir.join("fake-bin");
+    std::fs::create_dir_all(&fake).unwrap();
+    for program in ["systemctl", "systemd-sysusers"] {
+        let path = fake.join(program);
+        std::fs::write(
+            &path,
+            format!("#!/bin/sh\necho \"{program} $*\" >>\"$ASKED\"\n"),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let asked = dir.join("asked");
+    let _ = std::fs::remove_file(&asked);
+    let systemd_runs = "mount -t tmpfs none /run && mkdir -p /run/systemd/system && exec sh \"$@\"";
+    run(Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            systemd_runs,
+            "sh",
+        ])
+        .arg(script)
+        .args(args)
+        .env(
+            "PATH",
+            format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", fake.display()),
+        )
+        .env("ASKED", &asked)
+        .env_remove("DPKG_ROOT"));
+    let text = std::fs::read_to_string(&asked).unwrap_or_default();
+    text.lines().map(str::to_owned).collect()
 }
