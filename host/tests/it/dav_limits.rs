@@ -277,6 +277,17 @@ fn a_rate_limit_halfway_through_an_overwrite_leaves_the_destination_in_place() {
 /// hidden name: the request finishes on its own, and the destination ends up replaced.
 #[test]
 fn a_client_gone_halfway_through_an_overwrite_leaves_no_hidden_destination() {
+    overwrite_without_its_client(false);
+}
+
+/// The same, with the gateway told to stop as soon as the client has gone: it finishes the
+/// request before it exits (a stopping runtime cancelled it).
+#[test]
+fn a_gateway_stopped_halfway_through_an_overwrite_finishes_it_first() {
+    overwrite_without_its_client(true);
+}
+
+fn overwrite_without_its_client(then_stop: bool) {
     use std::io::Write as _;
     let s = setup();
     for i in 0..1500 {
@@ -316,6 +327,11 @@ fn a_client_gone_halfway_through_an_overwrite_leaves_no_hidden_destination() {
     };
     assert!(wait(&hidden, 30), "the destination was never set aside");
     drop(tcp);
+    if then_stop {
+        let (status, stderr) = runtime.block_on(served.stop());
+        assert!(status.success(), "{stderr}");
+        assert!(!hidden(), "the gateway stopped before finishing: {stderr}");
+    }
     assert!(
         wait(&|| !hidden(), 60),
         "the destination was left under its hidden name"
