@@ -215,8 +215,9 @@ async fn resources(cx: &Cx<'_>, depth: u8) -> Result<Vec<Resource>, Response> {
             let facts = &stat.structured;
             let is_dir = facts["kind"] == "directory";
             if !is_dir && facts["kind"] != "file" {
+                // As GET answers it: there, but not served.
                 let why = "a symbolic link or special file, which WebDAV does not serve\n";
-                return Err((StatusCode::NOT_FOUND, why).into_response());
+                return Err((StatusCode::FORBIDDEN, why).into_response());
             }
             out.push(resource(cx, id, view, facts, is_dir));
             if depth == 1 && is_dir {

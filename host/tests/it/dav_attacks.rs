@@ -69,6 +69,11 @@ pub fn attacks(s: &Setup, sc: &Path, base: &str, chem: &dyn Fn(&[&str]) -> Reply
         403
     );
     assert!(!s.dir.path().join("new.txt").exists());
+    // Asked about by name, each is there but not served, as GET says.
+    for name in ["link", "fifo"] {
+        let found = chem(&["-X", "PROPFIND", "-H", "Depth: 0", &format!("{ws}/{name}")]);
+        assert_eq!(found.status, 403, "{name}: {}", found.body);
+    }
     let listing = chem(&["-X", "PROPFIND", "-H", "Depth: 1", &format!("{ws}/")]);
     for name in ["/link<", "linkdir", "/fifo<"] {
         assert!(
