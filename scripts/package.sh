@@ -70,8 +70,9 @@ mkdir -p "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/vend
 # Debian: control, conffiles, and maintainer scripts. postinst creates the user and group
 # (sysusers) and tells systemd about the units; neither is enabled: the admin enables
 # hpcgate.socket. An upgrade restarts a running gateway on the new binary (its local jobs run
-# on, KillMode=process, and it re-attaches them); a removal stops and disables the units
-# (state and audit log are kept, purge included).
+# on, KillMode=process, and it re-attaches them); a removal stops the units (an admin's enable
+# stays, for a reinstall), a purge disables them too; state and audit log are kept, purge
+# included, and local jobs run on (their supervisors outlive the gateway).
 mkdir -p "$root/DEBIAN"
 cat >"$root/DEBIAN/control" <<EOF
 Package: hpcgate
@@ -109,12 +110,17 @@ cat >"$root/DEBIAN/prerm" <<'EOF'
 #!/bin/sh
 set -e
 if [ "$1" = remove ] && [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
-    systemctl disable --now hpcgate.socket hpcgate.service || true
+    systemctl stop hpcgate.socket hpcgate.service || true
 fi
 EOF
 cat >"$root/DEBIAN/postrm" <<'EOF'
 #!/bin/sh
 set -e
+if [ "$1" = purge ] && [ -z "${DPKG_ROOT:-}" ]; then
+    # The unit files are gone: what enabling them made is removed by hand.
+    rm -f /etc/systemd/system/sockets.target.wants/hpcgate.socket \
+        /etc/systemd/system/multi-user.target.wants/hpcgate.service
+fi
 if { [ "$1" = remove ] || [ "$1" = purge ]; } && [ -z "${DPKG_ROOT:-}" ] \
     && [ -d /run/systemd/system ]; then
     systemctl daemon-reload || true
@@ -143,8 +149,8 @@ job or as a capability-scoped file operation, and recorded in a tamper-evident a
 %install
 cp -a $root/. %{buildroot}/
 %post
-if command -v systemd-sysusers >/dev/null 2>&1; then systemd-sysusers hpcgate.conf; fi
 if [ -d /run/systemd/system ]; then systemctl daemon-reload || :; fi
+if command -v systemd-sysusers >/dev/null 2>&1; then systemd-sysusers hpcgate.conf; fi
 %preun
 if [ "\$1" -eq 0 ] && [ -d /run/systemd/system ]; then
     systemctl disable --now hpcgate.socket hpcgate.service || :

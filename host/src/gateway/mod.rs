@@ -465,8 +465,8 @@ impl Gateway {
         self.finishing.spawn(work)
     }
 
-    /// Waits, at most `within`, for the work started with [`Gateway::finish`]; none may start
-    /// after.
+    /// Waits, at most `within`, for the work started with [`Gateway::finish`] (called once
+    /// the doors have closed, so that nothing starts more).
     pub async fn let_finish(&self, within: std::time::Duration) {
         self.finishing.close();
         let _ = tokio::time::timeout(within, self.finishing.wait()).await;

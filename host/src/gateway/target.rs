@@ -17,7 +17,7 @@ pub(super) enum Target {
 }
 
 impl Target {
-    pub(super) fn name(&self) -> &str {
+    fn name(&self) -> &str {
         match self {
             Target::Builtin(tool) => tool.name(),
             Target::Proxied(tool) => &tool.exposed_name,
@@ -26,7 +26,7 @@ impl Target {
 
     /// A proxied tool's `read_only` is the remote `readOnlyHint`: the server's own claim,
     /// trusted as far as whoever configured the server.
-    pub(super) fn read_only(&self) -> bool {
+    fn read_only(&self) -> bool {
         match self {
             Target::Builtin(tool) => tool.spec().read_only,
             Target::Proxied(tool) => tool.read_only,

@@ -8,8 +8,11 @@ use std::time::{Duration, SystemTime};
 use crate::dav::{Setup, curl, setup};
 use crate::support::served::Served;
 
-/// chem's instance `run1` served over HTTP by the real gateway.
+/// chem's instance `run1` served over HTTP by the real gateway. Fields drop in order: the
+/// gateway first, then its runtime, then the directories it used.
 struct Door {
+    _served: Served,
+    _runtime: tokio::runtime::Runtime,
     s: Setup,
     /// `http://…/dav/instances/run1/workspace`.
     ws: String,
@@ -17,9 +20,6 @@ struct Door {
     scratch: tempfile::TempDir,
     /// chem's `Authorization` header.
     auth: String,
-    /// The gateway: stopped when dropped, before its runtime.
-    _served: Served,
-    _runtime: tokio::runtime::Runtime,
 }
 
 fn door() -> Door {

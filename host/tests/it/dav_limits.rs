@@ -328,6 +328,11 @@ fn overwrite_without_its_client(then_stop: bool) {
     assert!(wait(&hidden, 30), "the destination was never set aside");
     drop(tcp);
     if then_stop {
+        // Still copying (1,500 files, each `fsync`ed), or this would not test the stop.
+        assert!(
+            hidden(),
+            "the copy ended before the gateway was told to stop"
+        );
         let (status, stderr) = runtime.block_on(served.stop());
         assert!(status.success(), "{stderr}");
         assert!(!hidden(), "the gateway stopped before finishing: {stderr}");

@@ -114,9 +114,10 @@ fn scripts_restart_on_upgrade_and_stop_on_removal(dir: &Path, deb: &Path, rpm: &
     run(Command::new("dpkg-deb").arg("-e").arg(deb).arg(&control));
     let reload = "systemctl daemon-reload";
     let restart = "systemctl try-restart hpcgate.service";
-    let stop = "systemctl disable --now hpcgate.socket hpcgate.service";
+    let stop = "systemctl stop hpcgate.socket hpcgate.service";
+    let disable = "systemctl disable --now hpcgate.socket hpcgate.service";
     let sysusers = "systemd-sysusers hpcgate.conf";
-    let deb_table: [(&str, &[&str], &[&str]); 6] = [
+    let deb_table: [(&str, &[&str], &[&str]); 7] = [
         ("postinst", &["configure", ""], &[sysusers, reload]),
         (
             "postinst",
@@ -127,13 +128,21 @@ fn scripts_restart_on_upgrade_and_stop_on_removal(dir: &Path, deb: &Path, rpm: &
         ("prerm", &["remove"], &[stop]),
         ("postrm", &["upgrade", "0.1.1"], &[]),
         ("postrm", &["remove"], &[reload]),
+        ("postrm", &["purge"], &[reload]),
     ];
     for (script, args, asked) in deb_table {
         let got = asks_of_systemd(dir, &control.join(script), args);
         assert_eq!(got, asked, "deb {script} {args:?}");
     }
-    // `rpm --scripts` prints each scriptlet under a heading of its own.
-    let scripts = run(Command::new("rpm").args(["-qp", "--scripts"]).arg(rpm));
+    // `rpm --scripts` prints each scriptlet under a heading of its own (on stdout: anything
+    // on stderr must not be taken for a script).
+    let listed = Command::new("rpm")
+        .args(["-qp", "--scripts"])
+        .arg(rpm)
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{listed:?}");
+    let scripts = String::from_utf8(listed.stdout).unwrap();
     let mut scriptlets = std::collections::HashMap::new();
     let mut current = None;
     for line in scripts.lines() {
@@ -148,9 +157,9 @@ fn scripts_restart_on_upgrade_and_stop_on_removal(dir: &Path, deb: &Path, rpm: &
         }
     }
     let rpm_table: [(&str, &str, &[&str]); 5] = [
-        ("postinstall", "1", &[sysusers, reload]),
+        ("postinstall", "1", &[reload, sysusers]),
         ("preuninstall", "1", &[]),
-        ("preuninstall", "0", &[stop]),
+        ("preuninstall", "0", &[disable]),
         ("postuninstall", "1", &[reload, restart]),
         ("postuninstall", "0", &[reload]),
     ];
