@@ -145,6 +145,20 @@ impl Plan {
         } = &self;
         let aside = match self.replaces {
             Some(dir) if dir || self.source_is_dir => {
+                // The request ends by deleting what it sets aside: refused now if that would
+                // be, rather than replacing and then failing to delete.
+                let delete = json!({
+                    "instance_id": id.as_str(),
+                    "path": destination.path(),
+                    "recursive": true,
+                });
+                if !steps.would_allow("delete_path", delete) {
+                    let why = format!(
+                        "the policies would not let `{}` be deleted, which replacing it does\n",
+                        destination.path()
+                    );
+                    return ((StatusCode::FORBIDDEN, why).into_response(), false);
+                }
                 match set_aside(steps, id, destination).await {
                     Ok(aside) => Some(aside),
                     Err(refused) => return (refused, false),
@@ -170,6 +184,10 @@ impl Plan {
             (tool, arguments)
         };
         let result = steps.call(tool, arguments).await;
+        // It ran, but is not recorded: what it did stands, and nothing is put back over it.
+        if result.failure == Failure::Unrecorded {
+            return (status::failed(&result, Op::Other), false);
+        }
         if result.is_error {
             // The source was just found: a path missing now is the destination's parent.
             let op = if result.failure == Failure::NoPath {

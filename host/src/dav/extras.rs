@@ -153,7 +153,7 @@ pub async fn resources(cx: &Cx<'_>, depth: u8) -> Result<Vec<Resource>, Response
         |kind: exec::EntryKind| matches!(kind, exec::EntryKind::File | exec::EntryKind::Directory);
     if !served(stat.facts.kind) {
         return Err((
-            StatusCode::NOT_FOUND,
+            StatusCode::FORBIDDEN,
             "a symbolic link or special file, which WebDAV does not serve\n",
         )
             .into_response());

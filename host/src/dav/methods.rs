@@ -225,10 +225,15 @@ pub async fn put(cx: &Cx<'_>, request: Request) -> Response {
     if cx.dav.locks.guards_membership(cx, view) {
         let arguments = json!({ "instance_id": id.as_str(), "path": view.path() });
         let (stat, _) = cx.dav.call(&cx.caller, "stat_path", arguments, None).await;
-        if stat.failure == Failure::NoPath
-            && let Err(locked) = cx.dav.locks.check_membership(cx, view, request.headers())
-        {
-            return locked.into_response();
+        match stat.failure {
+            _ if !stat.is_error => {}
+            Failure::NoPath => {
+                if let Err(locked) = cx.dav.locks.check_membership(cx, view, request.headers()) {
+                    return locked.into_response();
+                }
+            }
+            // Whether the PUT adds a member is not known: it is not made.
+            _ => return status::failed(&stat, Op::Other),
         }
     }
     // Finder sends its uploads chunked, with the size in `X-Expected-Entity-Length`: without

@@ -253,6 +253,14 @@ impl Steps {
         run.await.0
     }
 
+    /// Whether the policies would let this request's caller make this call (not made).
+    pub(super) fn would_allow(&self, tool: &str, arguments: Value) -> bool {
+        let Value::Object(arguments) = arguments else {
+            return false;
+        };
+        (self.dav.gateway).would_allow(&self.caller, Via::Dav, tool, arguments)
+    }
+
     /// Drops the locks at or beneath `view` of `instance` (after a move took it away).
     pub(super) fn forget_locks_beneath(
         &self,

@@ -33,7 +33,9 @@ pub fn of(failure: Failure, op: Op) -> StatusCode {
         Failure::Exists => StatusCode::PRECONDITION_FAILED,
         Failure::IsDirectory if op == Op::Read => StatusCode::METHOD_NOT_ALLOWED,
         Failure::IsDirectory | Failure::Conflict => StatusCode::CONFLICT,
-        Failure::TimedOut | Failure::Other => StatusCode::INTERNAL_SERVER_ERROR,
+        Failure::TimedOut | Failure::Unrecorded | Failure::Other => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
     }
 }
 

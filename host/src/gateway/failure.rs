@@ -17,6 +17,9 @@ pub enum Failure {
     /// The gateway cannot take the call now: the tenant's waiting calls are as many as it may
     /// have, the gateway is stopping, or its audit log cannot record.
     Busy,
+    /// The call ran, but its outcome could not be recorded: what it did stands (not to be
+    /// retried or undone blindly).
+    Unrecorded,
     /// A byte quota has no room for what the call would add.
     NoRoom,
     /// Data over a size cap.

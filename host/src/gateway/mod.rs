@@ -411,8 +411,14 @@ impl Gateway {
         }
         // Checked again against the sandbox limits that stay until a restart.
         let limits = &settings.fixed.sandbox.limits;
-        (crate::config::caps::check_caps(&settings.policies, limits))
-            .map_err(|(key, message)| anyhow::anyhow!("`{key}`: {message}"))?;
+        (crate::config::caps::check_caps(&settings.policies, limits)).map_err(
+            |(key, message)| {
+                anyhow::anyhow!(
+                    "`{key}`: {message} (the sandbox limits in force are those the gateway \
+                     started with: a new [sandbox.limits] takes a restart)"
+                )
+            },
+        )?;
         let chain = settings.build_chain(&self.engine)?;
         let reloaded = Reloaded {
             policies: settings.policies.len(),
@@ -537,6 +543,28 @@ impl Gateway {
     pub fn call(&self, caller: &Caller, tool: &str, arguments: Map<String, Value>) -> CallResult {
         let request = Request::new(caller.clone(), Via::Mcp, tool, arguments);
         self.dispatch(&self.snapshot(), request)
+    }
+
+    /// Whether the policies would let `caller` make this call now: asked of the chain alone,
+    /// nothing run or recorded, and without the usage counters (read as none). For a door
+    /// that must not start what a later step of the same request would be refused (a WebDAV
+    /// overwrite, which ends by deleting what it set aside); the step itself is still decided.
+    pub fn would_allow(
+        &self,
+        caller: &Caller,
+        via: Via,
+        tool: &str,
+        arguments: Map<String, Value>,
+    ) -> bool {
+        let live = self.snapshot();
+        let instance = arguments.get("instance_id").and_then(Value::as_str);
+        let instance = instance.map(str::to_owned);
+        let Some(target) = self.target(caller, instance.as_deref(), tool) else {
+            return false;
+        };
+        let mut input = target.input(caller, via, Phase::Call, arguments);
+        input.instance = instance;
+        !live.chain.evaluate(&input).is_denied()
     }
 
     /// A builtin tool, else a proxied one (`<proxy>__<tool>`) as the caller's instance sees it.

@@ -79,7 +79,7 @@ impl CallResult {
         match written {
             Ok(_) => self,
             Err(e) if ran => CallResult::failed(
-                Failure::Busy,
+                Failure::Unrecorded,
                 format!(
                     "the call ran but its outcome could not be recorded in the audit log ({e}); check its result before retrying"
                 ),

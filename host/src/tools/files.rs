@@ -407,7 +407,7 @@ fn list_directory(cx: &Context<'_>, args: List) -> Result<Output, ToolError> {
         max_entries: args.max_entries,
     };
     let mut listed = exec::list_directory(&roots(cx)?, cx.files, &request)?;
-    let hidden = keep_visible(cx, &mut listed.entries);
+    let hidden = keep_visible(cx, &listed.path, &mut listed.entries);
     let more = if listed.truncated { " (truncated)" } else { "" };
     let summary = format!(
         "{} entries in `{}`{more}{hidden}",
@@ -550,7 +550,7 @@ fn search_files(cx: &Context<'_>, args: Search) -> Result<Output, ToolError> {
         max_results: args.max_results,
     };
     let mut found = exec::search_files(&roots(cx)?, cx.files, &request)?;
-    let hidden = keep_visible(cx, &mut found.matches);
+    let hidden = keep_visible(cx, &found.path, &mut found.matches);
     let more = if found.truncated { " (truncated)" } else { "" };
     let summary = format!(
         "{} matches in `{}`{more}{hidden}",
@@ -560,28 +560,35 @@ fn search_files(cx: &Context<'_>, args: Search) -> Result<Output, ToolError> {
     Ok(output(Found::from(found), summary))
 }
 
-/// Leaves out the entries the policies would not let the caller look at (see
-/// [`Context::visible`]), and everything beneath a directory left out; says how many, if any.
-/// A path with an escape in it (in the entry's name or the listed directory's) is judged as
-/// shown and as it is (the path an agent would pass, with any byte that is not UTF-8 as
+/// Leaves out the entries of a listing of `base` the policies would not let the caller look
+/// at (see [`Context::visible`]), and every entry beneath a directory they would not (a search
+/// returns only what matches, so each directory on the way is asked about, once); says how
+/// many were left out, if any. A path with an escape in it (in a name or in `base`) is judged
+/// as shown and as it is (the path an agent would pass, with any byte that is not UTF-8 as
 /// U+FFFD): left out if either is refused.
-fn keep_visible(cx: &Context<'_>, entries: &mut Vec<exec::ListEntry>) -> String {
+fn keep_visible(cx: &Context<'_>, base: &str, entries: &mut Vec<exec::ListEntry>) -> String {
     let before = entries.len();
-    let mut hidden_dirs: Vec<String> = Vec::new();
+    let mut judged: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
+    let mut visible = |path: &str| -> bool {
+        if let Some(seen) = judged.get(path) {
+            return *seen;
+        }
+        let seen = (cx.visible)(path)
+            && (!path.contains('\\') || (cx.visible)(&exec::unescape_lossy(path)));
+        judged.insert(path.to_owned(), seen);
+        seen
+    };
     entries.retain(|entry| {
-        let beneath = |dir: &String| {
-            (entry.path.strip_prefix(dir.as_str())).is_some_and(|rest| rest.starts_with('/'))
-        };
-        if hidden_dirs.iter().any(beneath) {
-            return false;
+        let below = (entry.path.strip_prefix(base)).and_then(|rest| rest.strip_prefix('/'));
+        let mut at = base.to_owned();
+        for part in below.into_iter().flat_map(|rest| rest.split('/')) {
+            at.push('/');
+            at.push_str(part);
+            if !visible(&at) {
+                return false;
+            }
         }
-        // The listed directory's own part of the path may be escaped too: any `\` is asked about.
-        let visible = (cx.visible)(&entry.path)
-            && (!entry.path.contains('\\') || (cx.visible)(&exec::unescape_lossy(&entry.path)));
-        if !visible && entry.facts.kind == exec::EntryKind::Directory {
-            hidden_dirs.push(entry.path.clone());
-        }
-        visible
+        visible(&entry.path)
     });
     match before - entries.len() {
         0 => String::new(),

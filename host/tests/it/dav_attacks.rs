@@ -346,6 +346,14 @@ pub fn attacks(s: &Setup, sc: &Path, base: &str, chem: &dyn Fn(&[&str]) -> Reply
     );
     std::os::unix::fs::symlink(&outside, s.dir.path().join("refdata/link")).unwrap();
     assert_eq!(chem(&[&format!("{refdata}/link")]).status, 403);
+    let found = chem(&[
+        "-X",
+        "PROPFIND",
+        "-H",
+        "Depth: 0",
+        &format!("{refdata}/link"),
+    ]);
+    assert_eq!(found.status, 403, "{}", found.body);
     // Links inside an extra (an admin's dataset: `latest -> v2`) are followed, since no path
     // rule judges an extra; one that leaves it is not.
     std::fs::create_dir(s.dir.path().join("refdata/v2")).unwrap();

@@ -344,3 +344,49 @@ fn overwrite_without_its_client(then_stop: bool) {
     let copied = std::fs::read_dir(s.workspace.join("old")).unwrap().count();
     assert_eq!(copied, 30, "the copy finished without its client");
 }
+
+/// Replacing a collection ends by deleting what it set aside: under policies that refuse
+/// `delete_path`, an overwriting COPY of a folder is refused before anything moves (403), not
+/// carried out and then answered 403 with the old folder left under a hidden name.
+#[test]
+fn an_overwrite_the_policies_would_not_finish_is_refused_first() {
+    let s = setup();
+    let file = s.dir.path().join("gateway.toml");
+    let mut config = std::fs::read_to_string(&file).unwrap();
+    config.push_str(
+        "\n[[policies]]\nname = \"no-deletes\"\nmodule = \"stock:tool-filter\"\n\
+         [policies.config]\ndeny = [\"delete_path\"]\n",
+    );
+    std::fs::write(&file, config).unwrap();
+    for (folder, content) in [("new", "copied"), ("old", "kept")] {
+        std::fs::create_dir(s.workspace.join(folder)).unwrap();
+        std::fs::write(s.workspace.join(folder).join("f"), content).unwrap();
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(s.dir.path(), &file));
+    let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
+    let scratch = tempfile::tempdir().unwrap();
+    let copied = curl(
+        scratch.path(),
+        &[
+            "-H",
+            &format!("Authorization: Bearer {}", s.chem),
+            "-X",
+            "COPY",
+            "-H",
+            &format!("Destination: {ws}/old"),
+            &format!("{ws}/new"),
+        ],
+    );
+    assert_eq!(copied.status, 403, "{}", copied.body);
+    let kept = std::fs::read_to_string(s.workspace.join("old/f")).unwrap();
+    assert_eq!(kept, "kept");
+    let names: Vec<_> = std::fs::read_dir(&s.workspace)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.starts_with(".hpcgate-replaced-")),
+        "{names:?}"
+    );
+}

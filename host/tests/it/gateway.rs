@@ -24,7 +24,7 @@ deny = ["host_exec", "list_archived_instances"]
 name = "paths"
 module = "stock:path-rules"
 [policies.config]
-deny_read = ["**/.ssh/**", "**/secret?.txt"]
+deny_read = ["**/.ssh/**", "**/secret?.txt", "/workspace/vault"]
 deny_write = ["**/.git/**"]
 "#;
 
@@ -573,6 +573,16 @@ fn listings_leave_out_what_the_caller_may_not_read() {
         "{shown:?}"
     );
     assert!(!shown.iter().any(|p| p.contains(".ssh")), "{shown:?}");
+    // A search returns only what matches: a match under a directory the policies keep from
+    // the caller (`/workspace/vault`, the directory alone) is left out all the same.
+    std::fs::create_dir(workspace.join("vault")).unwrap();
+    std::fs::write(workspace.join("vault/key.pem"), "k").unwrap();
+    let pem = run1(
+        "search_files",
+        json!({"path": "/workspace", "pattern": "**/*.pem"}),
+    );
+    assert!(pem.text.contains("1 left out by policy"), "{}", pem.text);
+    assert_eq!(paths(&ok(pem), "matches"), Vec::<String>::new());
     // The denied tree itself is still refused whole, as before.
     let inside = run1("list_directory", json!({"path": "/workspace/deep/.ssh"}));
     assert!(

@@ -31,8 +31,12 @@ fn hpcgate(home: &Path, args: &[&str]) -> Output {
 
 /// Imports `name` into `home/<name>` with `--out` and checks it; the text and its TOML.
 fn import_and_check(home: &Path, name: &str) -> (String, toml::Table) {
+    import_and_check_file(home, &fixture(name), name)
+}
+
+/// [`import_and_check`] of the file `source`.
+fn import_and_check_file(home: &Path, source: &Path, name: &str) -> (String, toml::Table) {
     let out = home.join(name);
-    let source = fixture(name);
     let imported = hpcgate(
         home,
         &[
@@ -378,4 +382,29 @@ fn an_imported_gateway_answers_to_ns_hpc_tool_names_and_slurm_resources() {
     let host = gw.call(&me, "host_exec", args(json!({})));
     assert!(!host.is_error, "{}", host.text);
     assert!(host.text.contains("quota") || host.structured.to_string().contains("quota"));
+}
+
+/// A limit ns-hpc gives only half of (a default above the stock max, a max below the stock
+/// default) still makes a caps policy the gateway takes: the stock half moves to fit. Before,
+/// `cpus = { default = 16 }` became `{ default = 16, max = 8 }`, which the policy refuses.
+#[test]
+fn half_given_limits_convert_to_caps_that_hold() {
+    let home = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(fixture("final-defaults.toml")).unwrap();
+    let text = text.replace(
+        "cpus = { default = 1, max = 8 }\nmemory = { default = 4096, max = 32768 }",
+        "cpus = { default = 16 }\nmemory = { max = 2048 }",
+    );
+    assert!(
+        text.contains("cpus = { default = 16 }"),
+        "the fixture changed"
+    );
+    let source = home.path().join("half.toml");
+    std::fs::write(&source, text).unwrap();
+    let (_, table) = import_and_check_file(home.path(), &source, "half-out.toml");
+    let caps = caps(&table);
+    assert_eq!(caps["cpus"]["default"].as_integer(), Some(16));
+    assert_eq!(caps["cpus"]["max"].as_integer(), Some(16));
+    assert_eq!(caps["memory_mb"]["default"].as_integer(), Some(2048));
+    assert_eq!(caps["memory_mb"]["max"].as_integer(), Some(2048));
 }

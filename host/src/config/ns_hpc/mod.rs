@@ -236,12 +236,28 @@ impl Importer {
             ("gpus", 0, 0),
         ];
         for (name, default, max) in defaults {
-            let mut limit = Table::new();
+            let given = match self.caps.remove(name) {
+                Some(Value::Table(given)) => given,
+                _ => Table::new(),
+            };
+            let said = |key: &str| given.get(key).and_then(Value::as_integer);
+            // What ns-hpc said wins; the stock half is moved to fit it (a default above its
+            // max is a configuration the caps policy refuses).
+            let (default, max) = match (said("default"), said("max")) {
+                (Some(d), Some(m)) => (d, m),
+                (Some(d), None) => (d, max.max(d)),
+                (None, Some(m)) => (default.min(m), m),
+                (None, None) => (default, max),
+            };
+            if default > max {
+                self.note(
+                    format!("{name}: default {default}, max {max}"),
+                    "the default is above the max, which the caps policy refuses: lower the default",
+                );
+            }
+            let mut limit = given;
             limit.insert("default".to_owned(), Value::Integer(default));
             limit.insert("max".to_owned(), Value::Integer(max));
-            if let Some(Value::Table(given)) = self.caps.remove(name) {
-                limit.extend(given);
-            }
             caps.insert(name.to_owned(), Value::Table(limit));
         }
         self.out.insert(
