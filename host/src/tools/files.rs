@@ -407,7 +407,7 @@ fn list_directory(cx: &Context<'_>, args: List) -> Result<Output, ToolError> {
         max_entries: args.max_entries,
     };
     let mut listed = exec::list_directory(&roots(cx)?, cx.files, &request)?;
-    let hidden = keep_visible(cx, &listed.path, &mut listed.entries);
+    let hidden = super::visible::keep_visible(cx, &listed.path, &mut listed.entries);
     let more = if listed.truncated { " (truncated)" } else { "" };
     let summary = format!(
         "{} entries in `{}`{more}{hidden}",
@@ -550,7 +550,7 @@ fn search_files(cx: &Context<'_>, args: Search) -> Result<Output, ToolError> {
         max_results: args.max_results,
     };
     let mut found = exec::search_files(&roots(cx)?, cx.files, &request)?;
-    let hidden = keep_visible(cx, &found.path, &mut found.matches);
+    let hidden = super::visible::keep_visible(cx, &found.path, &mut found.matches);
     let more = if found.truncated { " (truncated)" } else { "" };
     let summary = format!(
         "{} matches in `{}`{more}{hidden}",
@@ -558,42 +558,6 @@ fn search_files(cx: &Context<'_>, args: Search) -> Result<Output, ToolError> {
         found.path
     );
     Ok(output(Found::from(found), summary))
-}
-
-/// Leaves out the entries of a listing of `base` the policies would not let the caller look
-/// at (see [`Context::visible`]), and every entry beneath a directory they would not (a search
-/// returns only what matches, so each directory on the way is asked about, once); says how
-/// many were left out, if any. A path with an escape in it (in a name or in `base`) is judged
-/// as shown and as it is (the path an agent would pass, with any byte that is not UTF-8 as
-/// U+FFFD): left out if either is refused.
-fn keep_visible(cx: &Context<'_>, base: &str, entries: &mut Vec<exec::ListEntry>) -> String {
-    let before = entries.len();
-    let mut judged: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
-    let mut visible = |path: &str| -> bool {
-        if let Some(seen) = judged.get(path) {
-            return *seen;
-        }
-        let seen = (cx.visible)(path)
-            && (!path.contains('\\') || (cx.visible)(&exec::unescape_lossy(path)));
-        judged.insert(path.to_owned(), seen);
-        seen
-    };
-    entries.retain(|entry| {
-        let below = (entry.path.strip_prefix(base)).and_then(|rest| rest.strip_prefix('/'));
-        let mut at = base.to_owned();
-        for part in below.into_iter().flat_map(|rest| rest.split('/')) {
-            at.push('/');
-            at.push_str(part);
-            if !visible(&at) {
-                return false;
-            }
-        }
-        visible(&entry.path)
-    });
-    match before - entries.len() {
-        0 => String::new(),
-        hidden => format!(", {hidden} left out by policy"),
-    }
 }
 
 fn output(result: impl serde::Serialize, summary: String) -> Output {

@@ -12,6 +12,7 @@ mod jobs;
 pub mod results;
 mod room;
 pub mod text;
+mod visible;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;

@@ -230,38 +230,49 @@ fn uploads_in_flight_together_cannot_pass_the_quota() {
 /// were. Before, the put-back was refused by the same limit.
 #[test]
 fn a_rate_limit_halfway_through_an_overwrite_leaves_the_destination_in_place() {
+    let limit = "\n[tenants.chem.rate_limits]\n\"move_path\" = { per_minute = 1 }\n";
+    let (s, moved) = folder_over_folder(limit, "MOVE");
+    assert_eq!(moved.status, 429, "{}", moved.body);
+    assert!(moved.headers.contains("retry-after:"), "{}", moved.headers);
+    let read = |folder: &str| std::fs::read_to_string(s.workspace.join(folder).join("f")).unwrap();
+    assert_eq!((read("new"), read("old")), ("new".into(), "old".into()));
+    assert_no_hidden_destination(&s);
+}
+
+/// With `extra` added to the configuration, a `method` (COPY or MOVE) of the folder `new` onto
+/// the folder `old` (each holding `f`, whose content is its folder's name).
+fn folder_over_folder(extra: &str, method: &str) -> (crate::dav::Setup, crate::dav::Reply) {
     let s = setup();
     let file = s.dir.path().join("gateway.toml");
     let mut config = std::fs::read_to_string(&file).unwrap();
-    config.push_str("\n[tenants.chem.rate_limits]\n\"move_path\" = { per_minute = 1 }\n");
+    config.push_str(extra);
     std::fs::write(&file, config).unwrap();
-    for (folder, content) in [("new", "moved in"), ("old", "replaced")] {
+    for folder in ["new", "old"] {
         std::fs::create_dir(s.workspace.join(folder)).unwrap();
-        std::fs::write(s.workspace.join(folder).join("f"), content).unwrap();
+        std::fs::write(s.workspace.join(folder).join("f"), folder).unwrap();
     }
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let served = runtime.block_on(Served::http(s.dir.path(), &file));
     let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
     let scratch = tempfile::tempdir().unwrap();
-    let moved = curl(
+    let reply = curl(
         scratch.path(),
         &[
             "-H",
             &format!("Authorization: Bearer {}", s.chem),
             "-X",
-            "MOVE",
+            method,
             "-H",
             &format!("Destination: {ws}/old"),
             &format!("{ws}/new"),
         ],
     );
-    assert_eq!(moved.status, 429, "{}", moved.body);
-    assert!(moved.headers.contains("retry-after:"), "{}", moved.headers);
-    let read = |folder: &str| std::fs::read_to_string(s.workspace.join(folder).join("f")).unwrap();
-    assert_eq!(
-        (read("new"), read("old")),
-        ("moved in".into(), "replaced".into())
-    );
+    drop(served);
+    (s, reply)
+}
+
+/// No name of the workspace is one an overwrite hides a destination under.
+fn assert_no_hidden_destination(s: &crate::dav::Setup) {
     let names: Vec<_> = std::fs::read_dir(&s.workspace)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -350,43 +361,11 @@ fn overwrite_without_its_client(then_stop: bool) {
 /// carried out and then answered 403 with the old folder left under a hidden name.
 #[test]
 fn an_overwrite_the_policies_would_not_finish_is_refused_first() {
-    let s = setup();
-    let file = s.dir.path().join("gateway.toml");
-    let mut config = std::fs::read_to_string(&file).unwrap();
-    config.push_str(
-        "\n[[policies]]\nname = \"no-deletes\"\nmodule = \"stock:tool-filter\"\n\
-         [policies.config]\ndeny = [\"delete_path\"]\n",
-    );
-    std::fs::write(&file, config).unwrap();
-    for (folder, content) in [("new", "copied"), ("old", "kept")] {
-        std::fs::create_dir(s.workspace.join(folder)).unwrap();
-        std::fs::write(s.workspace.join(folder).join("f"), content).unwrap();
-    }
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let served = runtime.block_on(Served::http(s.dir.path(), &file));
-    let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
-    let scratch = tempfile::tempdir().unwrap();
-    let copied = curl(
-        scratch.path(),
-        &[
-            "-H",
-            &format!("Authorization: Bearer {}", s.chem),
-            "-X",
-            "COPY",
-            "-H",
-            &format!("Destination: {ws}/old"),
-            &format!("{ws}/new"),
-        ],
-    );
+    let no_deletes = "\n[[policies]]\nname = \"no-deletes\"\nmodule = \"stock:tool-filter\"\n\
+                      [policies.config]\ndeny = [\"delete_path\"]\n";
+    let (s, copied) = folder_over_folder(no_deletes, "COPY");
     assert_eq!(copied.status, 403, "{}", copied.body);
     let kept = std::fs::read_to_string(s.workspace.join("old/f")).unwrap();
-    assert_eq!(kept, "kept");
-    let names: Vec<_> = std::fs::read_dir(&s.workspace)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    assert!(
-        !names.iter().any(|n| n.starts_with(".hpcgate-replaced-")),
-        "{names:?}"
-    );
+    assert_eq!(kept, "old");
+    assert_no_hidden_destination(&s);
 }
