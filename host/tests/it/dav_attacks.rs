@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::dav::{Reply, Setup, curl};
+use crate::support::dav::{Reply, Setup, curl};
 
 /// The attack table, against the running gateway.
 pub fn attacks(s: &Setup, sc: &Path, base: &str, chem: &dyn Fn(&[&str]) -> Reply) {

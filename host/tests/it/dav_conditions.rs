@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::dav::{Setup, curl, setup};
+use crate::support::dav::{Setup, curl, setup};
 use crate::support::served::Served;
 
 /// chem's instance `run1` served over HTTP by the real gateway. Fields drop in order: the

@@ -2,7 +2,7 @@
 //! share of the door's places and the minimum body rate, room under a byte quota held by
 //! uploads in flight, and listings of many instances (all of them, or a 507 where cut).
 
-use crate::dav::{curl, find_workspace, setup};
+use crate::support::dav::{curl, find_workspace, setup};
 use crate::support::gateway as in_process;
 use crate::support::served::Served;
 
@@ -241,7 +241,10 @@ fn a_rate_limit_halfway_through_an_overwrite_leaves_the_destination_in_place() {
 
 /// With `extra` added to the configuration, a `method` (COPY or MOVE) of the folder `new` onto
 /// the folder `old` (each holding `f`, whose content is its folder's name).
-fn folder_over_folder(extra: &str, method: &str) -> (crate::dav::Setup, crate::dav::Reply) {
+fn folder_over_folder(
+    extra: &str,
+    method: &str,
+) -> (crate::support::dav::Setup, crate::support::dav::Reply) {
     let s = setup();
     let file = s.dir.path().join("gateway.toml");
     let mut config = std::fs::read_to_string(&file).unwrap();
@@ -272,7 +275,7 @@ fn folder_over_folder(extra: &str, method: &str) -> (crate::dav::Setup, crate::d
 }
 
 /// No name of the workspace is one an overwrite hides a destination under.
-fn assert_no_hidden_destination(s: &crate::dav::Setup) {
+fn assert_no_hidden_destination(s: &crate::support::dav::Setup) {
     let names: Vec<_> = std::fs::read_dir(&s.workspace)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -532,7 +532,7 @@ fn listings_leave_out_what_the_caller_may_not_read() {
     let write = json!({"path": "notes/a.txt", "content": "x", "create_dirs": true});
     ok(run1("write_file", write));
     // Planted as a job would: the policies refuse writing there.
-    let workspace = crate::dav::find_workspace(&dir.path().join("state"), "chem", "run1");
+    let workspace = crate::support::dav::find_workspace(&dir.path().join("state"), "chem", "run1");
     std::fs::create_dir_all(workspace.join("deep/.ssh")).unwrap();
     std::fs::write(workspace.join("deep/.ssh/id_secret_project"), "key").unwrap();
     // Shown escaped (`secret\\n.txt`), which the glob does not match; the name itself does.

@@ -188,8 +188,9 @@ fn writes_in_flight_together_cannot_pass_the_quota() {
     for round in 0..4 {
         let calls = 8;
         let start = std::sync::Barrier::new(calls);
-        let outputs = crate::dav::find_workspace(&dir.path().join("state"), "chem", "run1")
-            .with_file_name("output");
+        let outputs =
+            crate::support::dav::find_workspace(&dir.path().join("state"), "chem", "run1")
+                .with_file_name("output");
         let outputs = &outputs;
         let done: Vec<bool> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..calls)
@@ -229,7 +230,8 @@ fn writes_in_flight_together_cannot_pass_the_quota() {
             succeeded, 1,
             "round {round}: 60-byte writes under a 100-byte quota"
         );
-        let workspace = crate::dav::find_workspace(&dir.path().join("state"), "chem", "run1");
+        let workspace =
+            crate::support::dav::find_workspace(&dir.path().join("state"), "chem", "run1");
         let used = hpcgate::usage::workspace_bytes(&workspace).unwrap();
         assert_eq!(used, 60, "round {round}");
         for entry in std::fs::read_dir(&workspace).unwrap() {
@@ -245,7 +247,7 @@ fn writes_in_flight_together_cannot_pass_the_quota() {
 fn a_crashed_writes_leftover_does_not_hold_the_quota() {
     let dir = tempfile::tempdir().unwrap();
     let (gw, chem) = with_chems_run1(dir.path());
-    let workspace = crate::dav::find_workspace(&dir.path().join("state"), "chem", "run1");
+    let workspace = crate::support::dav::find_workspace(&dir.path().join("state"), "chem", "run1");
     let plant = |name: &str, age_s: u64| {
         let path = workspace.join(name);
         std::fs::write(&path, [0u8; 90]).unwrap();

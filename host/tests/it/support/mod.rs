@@ -2,6 +2,7 @@
 //! subset.
 
 pub mod audit;
+pub mod dav;
 pub mod gateway;
 pub mod matrix;
 pub mod proxy;
