@@ -132,13 +132,9 @@ impl LockTable {
         let Some(instance) = instance_of(cx) else {
             return Ok(());
         };
-        let submitted = submitted_tokens(headers);
+        let unheld = unheld_by(cx, headers);
         let blocked = self.with(cx.caller.tenant.as_ref(), |locks| {
-            locks.iter().any(|l| {
-                l.instance == instance
-                    && l.covers(view, true)
-                    && !(submitted.contains(&l.token) && l.principal == cx.caller.principal)
-            })
+            (locks.iter()).any(|l| l.instance == instance && l.covers(view, true) && unheld(l))
         });
         if blocked {
             let why = "the resource is locked; send its lock token in an If header\n";
@@ -157,10 +153,7 @@ impl LockTable {
         view: &SandboxView,
         headers: &HeaderMap,
     ) -> Result<(), Refusal> {
-        let submitted = submitted_tokens(headers);
-        let blocked = self.membership_locks(cx, view, |l| {
-            !(submitted.contains(&l.token) && l.principal == cx.caller.principal)
-        });
+        let blocked = self.membership_locks(cx, view, unheld_by(cx, headers));
         if blocked {
             let why = "the collection is locked (its members are protected); send its lock token in an If header\n";
             return Err((StatusCode::LOCKED, why.to_owned()));
@@ -290,6 +283,13 @@ fn submitted_tokens(headers: &HeaderMap) -> Vec<String> {
         .skip(1)
         .filter_map(|rest| rest.split_once('>').map(|(token, _)| token.to_owned()))
         .collect()
+}
+
+/// Whether a lock stands in the way of this request: unless `If` holds its token and the
+/// caller took it.
+fn unheld_by<'a>(cx: &'a Cx<'_>, headers: &HeaderMap) -> impl Fn(&Lock) -> bool + 'a {
+    let submitted = submitted_tokens(headers);
+    move |l| !(submitted.contains(&l.token) && l.principal == cx.caller.principal)
 }
 
 fn instance_of<'a>(cx: &'a Cx<'_>) -> Option<&'a str> {
