@@ -93,6 +93,20 @@ pub struct Glob {
     /// most texts are rejected by these two checks without running the NFA.
     prefix: String,
     required: String,
+    /// A pattern the NFA need not run for: most scopes and tool lists are `*` or a plain name.
+    shape: Shape,
+}
+
+/// Patterns matched without the NFA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// No wildcard: the text equals the pattern (its `prefix`).
+    Literal,
+    /// `*`: any text without a `/`.
+    AnyName,
+    /// `**`: any text.
+    Anything,
+    Nfa,
 }
 
 /// Two globs are equal when their patterns are: they then match the same names.
@@ -117,11 +131,18 @@ impl Glob {
             _ => String::new(),
         };
         let required = runs.into_iter().max_by_key(String::len).unwrap_or_default();
+        let shape = match tokens.as_slice() {
+            [Token::Star] => Shape::AnyName,
+            [Token::Globstar] => Shape::Anything,
+            all if all.iter().all(|t| matches!(t, Token::Char(_))) => Shape::Literal,
+            _ => Shape::Nfa,
+        };
         Ok(Glob {
             pattern: pattern.to_owned(),
             states: build(&tokens),
             prefix,
             required,
+            shape,
         })
     }
 
@@ -132,7 +153,18 @@ impl Glob {
 
     /// Whether `text` matches the whole glob.
     pub fn matches(&self, text: &str) -> bool {
-        if !text.starts_with(&self.prefix) || !text.contains(&self.required) {
+        match self.shape {
+            Shape::Literal => text == self.prefix,
+            Shape::AnyName => !text.contains('/'),
+            Shape::Anything => true,
+            Shape::Nfa => self.nfa_matches(text),
+        }
+    }
+
+    fn nfa_matches(&self, text: &str) -> bool {
+        if !text.starts_with(&self.prefix)
+            || (!self.required.is_empty() && !text.contains(&self.required))
+        {
             return false;
         }
         self.run(text)
@@ -382,6 +414,30 @@ mod tests {
 
     fn m(pattern: &str, text: &str) -> bool {
         Glob::new(pattern).expect("valid glob").matches(text)
+    }
+
+    #[test]
+    fn shapes_match_as_the_nfa_does() {
+        let texts = [
+            "",
+            "a",
+            "*",
+            "a*b",
+            "a/b",
+            "/",
+            "host_exec",
+            "host_exec2",
+            "x/host_exec",
+        ];
+        for pattern in ["*", "**", "***", "host_exec", r"a\*b", r"\*", "a/b"] {
+            let glob = Glob::new(pattern).expect("valid glob");
+            assert_ne!(glob.shape, Shape::Nfa, "{pattern}");
+            for text in texts {
+                let nfa = glob.nfa_matches(text);
+                assert_eq!(glob.matches(text), nfa, "{pattern} on {text:?}");
+            }
+        }
+        assert_eq!(Glob::new("a*").expect("valid").shape, Shape::Nfa);
     }
 
     #[test]
