@@ -84,8 +84,10 @@ fn attached(
             .state()?
             .instance_paths_ambient(&local.caller.tenant, &parsed)
     });
-    let result = match paths {
-        Ok(paths) => {
+    // The lease keeps the instance from being archived while the command runs.
+    let leased = paths.and_then(|paths| Ok((paths.hold()?, paths)));
+    let result = match leased {
+        Ok((_lease, paths)) => {
             let spec = local
                 .settings
                 .fixed

@@ -81,6 +81,7 @@ impl From<&StateError> for Failure {
         match e {
             StateError::NotFound { .. } | StateError::Archived { .. } => Failure::NotFound,
             StateError::AlreadyExists { .. } => Failure::Exists,
+            StateError::InUse { .. } => Failure::Conflict,
             _ => Failure::Other,
         }
     }

@@ -26,6 +26,7 @@ use super::error::ProxyError;
 use super::lifecycle::{Lifecycle, Stop};
 use super::overlay::Announcer;
 use super::spawner::Spawner;
+use crate::state::InstanceLease;
 
 /// Bytes of a server's stderr kept for the log.
 const STDERR_TAIL: usize = 4096;
@@ -174,6 +175,8 @@ pub struct Client {
     stderr: Arc<Mutex<Vec<u8>>>,
     in_flight: AtomicUsize,
     last_used: Mutex<Instant>,
+    /// The lease on the instance the server runs in, released when it stops.
+    lease: Mutex<Option<InstanceLease>>,
 }
 
 impl Client {
@@ -248,6 +251,7 @@ impl Client {
             stderr: tail,
             in_flight: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
+            lease: Mutex::new(None),
         })
     }
 
@@ -378,6 +382,11 @@ impl Client {
         self.end(why, None).await
     }
 
+    /// Keeps `lease` until the server stops.
+    pub fn hold(&self, lease: InstanceLease) {
+        *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = Some(lease);
+    }
+
     async fn end(&self, why: Stop, tool: Option<&str>) -> Option<ExitInfo> {
         let was_alive = self.is_alive();
         if let Some(running) = self.running.lock().await.take() {
@@ -391,6 +400,7 @@ impl Client {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .kill();
+        self.lease.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(lifecycle) = &self.lifecycle {
             lifecycle.ended(why, was_alive, tool, exit);
         }

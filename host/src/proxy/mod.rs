@@ -310,8 +310,8 @@ impl ProxyManager {
         .unwrap_or(Err(ProxyError::ShuttingDown))
     }
 
-    /// Stops every server of `tenant`'s `instance` (after its archive check passed). Blocks
-    /// until they are gone.
+    /// Stops every server of `tenant`'s `instance`, releasing their leases on it (before it is
+    /// archived). Blocks until they are gone.
     pub fn stop_instance(&self, tenant: &TenantName, instance: &str) {
         let Some(inner) = self.inner.clone() else {
             return;
@@ -394,6 +394,11 @@ impl Inner {
             *current = None;
         }
         self.make_room(key).await?;
+        // Held as long as the server runs: the instance cannot be archived under it.
+        let lease = paths.hold().map_err(|e| ProxyError::Start {
+            proxy: key.proxy.clone(),
+            reason: e.to_string(),
+        })?;
         let spec = self.spec(settings, paths.workspace, paths.output);
         let n = self.starts.fetch_add(1, Ordering::SeqCst);
         let handler = Handler::new(
@@ -419,6 +424,7 @@ impl Inner {
             log(&e.to_string());
         }
         let client = client?;
+        client.hold(lease);
         client.started();
         *current = Some(client.clone());
         Ok(client)

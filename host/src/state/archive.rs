@@ -8,7 +8,8 @@
 //! `HasRunningJobs` if any job is still unfinished — one recorded meanwhile included — the
 //! instance directory and its metadata are then exactly as before. Because `new_job` takes the
 //! same lock and requires a live instance, no job can be recorded between the check and the
-//! rename.
+//! rename. Then, still before anything moves, it takes the instance's in-use lock exclusively
+//! and refuses with `InUse` if a shell or a proxied server holds a lease on it (`in_use.rs`).
 //!
 //! The rename is the commit point; `archived_at` is written into the metadata afterwards.
 //! A crash in between leaves an archived instance without `archived_at`, which `clean`
@@ -20,6 +21,7 @@ use super::State;
 use super::error::{IdKind, StateError};
 use super::fsops::{rename_noreplace, sync_dir};
 use super::id::{InstanceId, JobId, TenantName};
+use super::in_use;
 use super::instance::Instance;
 use super::job::JobRecord;
 use super::jobs::{save_record, unfinished_strict};
@@ -88,6 +90,8 @@ impl State {
 
         let from = paths.instance(Location::Live, id);
         let to = paths.instance(Location::Archived, id);
+        // Nothing may run in it under a lease: a shell, a proxied server (held to the rename).
+        let _unused = in_use::exclusive(&from, id.as_str())?;
         rename_noreplace(&from, &to).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
                 StateError::AlreadyExists {

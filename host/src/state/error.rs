@@ -57,6 +57,11 @@ pub enum StateError {
         /// The first unfinished job's id, to point the caller somewhere.
         first: String,
     },
+    /// Archive refused because something runs in the instance under a lease (`in_use.rs`).
+    #[error(
+        "cannot archive instance `{id}`: it is in use (an `hpcgate instance enter` shell, an `hpcgate bwrap` command, or a proxied MCP server of another gateway runs in it); end that first, then archive"
+    )]
+    InUse { id: String },
     /// The tenant already has the maximum number of live instances.
     #[error("tenant `{tenant}` already has {count} instances (maximum {max}); archive one first")]
     QuotaExceeded {

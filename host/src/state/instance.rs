@@ -16,6 +16,7 @@ use super::State;
 use super::error::{IdKind, StateError};
 use super::fsops::{is_real_dir, read_json, write_json_atomic};
 use super::id::{InstanceId, TenantName};
+use super::in_use::{self, InstanceLease};
 use super::layout::{Location, META, OUTPUT, TenantPaths, WORKSPACE};
 use crate::time::Timestamp;
 
@@ -61,6 +62,18 @@ pub struct InstancePathsAmbient {
     pub workspace: PathBuf,
     /// Bind this read-write at `/output`.
     pub output: PathBuf,
+    /// The instance's directory and id, for [`InstancePathsAmbient::hold`].
+    dir: PathBuf,
+    id: InstanceId,
+}
+
+impl InstancePathsAmbient {
+    /// A lease on the instance for something that runs in it beyond one call (a shell, a
+    /// proxied server): while it is held the instance cannot be archived. `Err(Archived)` if
+    /// it was archived since these paths were read.
+    pub fn hold(&self) -> Result<InstanceLease, StateError> {
+        in_use::hold(&self.dir, self.id.as_str())
+    }
 }
 
 impl InstanceMeta {
@@ -175,6 +188,8 @@ impl State {
         Ok(InstancePathsAmbient {
             workspace: dir.join(WORKSPACE),
             output: dir.join(OUTPUT),
+            dir,
+            id: id.clone(),
         })
     }
 }

@@ -35,6 +35,8 @@ pub(crate) const META: &str = "meta.json";
 pub(crate) const RECORD: &str = "record.json";
 pub(crate) const WORKSPACE: &str = "workspace";
 pub(crate) const OUTPUT: &str = "output";
+/// An instance's lease file (`in_use.rs`).
+pub(crate) const IN_USE: &str = "in-use";
 pub(crate) const SANDBOX_JOB_DIR: &str = "sandbox";
 /// Prefix of a directory being built by `create` or `new_job`.
 pub(crate) const NEW_PREFIX: &str = ".new-";

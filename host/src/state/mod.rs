@@ -16,8 +16,9 @@
 //! - **no torn or half-done state is visible**: metadata and records are replaced atomically,
 //!   instances appear, archive, unarchive and disappear by a single rename, and leftovers of
 //!   a crash are named so that they can never be mistaken for an instance (`clean.rs`);
-//! - **no archive happens while a job of the instance may run**, and the check comes before
-//!   any side effect (`archive.rs`);
+//! - **no archive happens while a job of the instance may run, or while something holds a
+//!   lease on it** (a shell, a proxied server), and the checks come before any side effect
+//!   (`archive.rs`, `in_use.rs`);
 //! - **no check-then-act race between gateways**: read-modify-write sequences hold the
 //!   tenant's `flock` (`lock.rs`).
 
@@ -28,6 +29,7 @@ mod create;
 mod error;
 mod fsops;
 pub mod id;
+mod in_use;
 mod instance;
 mod job;
 mod jobs;
@@ -52,6 +54,7 @@ pub use crate::time::Timestamp;
 pub use create::NewInstance;
 pub use error::{IdKind, StateError};
 pub use id::{InstanceId, JobId, TenantName};
+pub use in_use::InstanceLease;
 pub use instance::{Instance, InstancePathsAmbient, MAX_DESCRIPTION_CHARS};
 pub use job::{ExecutorHandle, JobMode, JobPhase, JobRecord, JobStatus, Resources};
 pub use jobs::NewJob;

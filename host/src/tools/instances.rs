@@ -153,14 +153,16 @@ fn update_instance(cx: &Context<'_>, args: Update) -> Result<Output, ToolError> 
 
 fn archive_instance(cx: &Context<'_>, _: ById) -> Result<Output, ToolError> {
     let id = cx.instance()?;
+    // This gateway's proxied servers in the instance stop first (each stop audited by the
+    // proxy manager): their leases would refuse the archive. If it is refused for another
+    // reason, the next call starts them again.
+    cx.proxies.stop_instance(cx.tenant, id.as_str());
     // Each unfinished job is observed first: one that ended meanwhile no longer
     // blocks; one the executor cannot answer for stays unfinished (the safe side).
     let instance = cx
         .state
         .archive(cx.tenant, id, |job| cx.jobs.observe(cx.state, job))?;
     cx.record(Entry::new(Event::InstanceArchived).instance(instance.id.as_str()));
-    // Archived: its proxied servers stop (each stop audited by the proxy manager).
-    cx.proxies.stop_instance(cx.tenant, id.as_str());
     let summary = format!("archived instance `{}`", instance.id);
     Ok(one(instance, summary))
 }

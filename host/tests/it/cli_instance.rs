@@ -388,6 +388,54 @@ fn bwrap_and_enter_run_in_the_sandbox_with_stdio_attached() {
     assert!(stderr(&missing).contains("instance `nope` not found"));
 }
 
+/// Archive refuses an instance a shell works in (a lease, `state/in_use.rs`), and leaves it
+/// as it was; once the shell ends, the archive goes through.
+#[test]
+fn an_instance_a_shell_works_in_is_not_archived_under_it() {
+    use std::io::{BufRead as _, BufReader};
+
+    let gate = Gate::new("");
+    code(&gate.run(&["instance", "create", "run1"]), 0);
+    let mut shell = gate
+        .command(&["instance", "enter", "run1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run hpcgate instance enter");
+    let mut input = shell.stdin.take().unwrap();
+    let mut output = BufReader::new(shell.stdout.take().unwrap());
+    // Once the shell answers, its sandbox runs and the lease is held.
+    input
+        .write_all(b"echo written > f.txt; echo ready\n")
+        .unwrap();
+    let mut line = String::new();
+    output.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+
+    let refused = gate.run(&["instance", "archive", "run1"]);
+    code(&refused, 1);
+    assert!(
+        stderr(&refused).contains("cannot archive instance `run1`: it is in use"),
+        "{}",
+        stderr(&refused)
+    );
+    let listed = gate.run(&["instance", "list"]);
+    assert!(stdout(&listed).contains("run1"), "{}", stdout(&listed));
+    input.write_all(b"cat f.txt; exit 3\n").unwrap();
+    drop(input);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut output, &mut rest).unwrap();
+    assert_eq!(rest, "written\n");
+    assert_eq!(shell.wait().unwrap().code(), Some(3));
+
+    code(&gate.run(&["instance", "archive", "run1"]), 0);
+    // An archived instance cannot be entered: there is nothing to lease.
+    let gone = gate.run(&["bwrap", "run1", "--", "/bin/true"]);
+    code(&gone, 1);
+    assert!(stderr(&gone).contains("archived"), "{}", stderr(&gone));
+}
+
 #[test]
 fn every_command_is_audited_with_the_local_principal() {
     let gate = Gate::new("");

@@ -48,6 +48,7 @@ mod mcp_typescript;
 mod metrics;
 mod oauth;
 mod package;
+mod proxy_archive;
 mod proxy_audit;
 mod proxy_filesystem;
 mod proxy_gateway;

@@ -488,7 +488,7 @@ fn tenants_and_instances_never_share_a_server() {
         3,
         "no server for another tenant's instance"
     );
-    // Archiving stops the instance's servers (only after the archive check passed).
+    // Archiving stops the instance's servers (first: their leases would refuse it).
     ok(gw.call(
         &caller("chem"),
         "archive_instance",

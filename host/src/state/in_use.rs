@@ -1,0 +1,146 @@
+//! Leases on a live instance. What runs inside an instance beyond one call — an
+//! `hpcgate instance enter` shell, `hpcgate bwrap`, a proxied MCP server — holds a shared
+//! `flock(2)` on the instance's `in-use` file for as long as it runs, and `archive` takes that
+//! lock exclusively, without waiting, before its rename. So an instance is never moved to the
+//! archive (where `clean` later deletes it) under a process still working in it, whichever
+//! gateway or command started that process. Jobs are not leased: their records already stop an
+//! archive (`archive.rs`).
+//!
+//! The file moves with the instance. A holder therefore checks, once it has the lock, that the
+//! live path still names the file it locked: an archive that renamed the instance between the
+//! holder's `open` and its lock is seen, and the lease refused. An archive holds its lock only
+//! across its rename, so a holder that waits for it waits for a rename and two `fsync`s.
+//!
+//! The lock is on an open file description: it is released when the lease drops (the file is
+//! closed), when the holding process dies, never inherited across `exec` (the file is opened
+//! close-on-exec).
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use rustix::fs::OFlags;
+
+use super::error::StateError;
+use super::layout::IN_USE;
+
+/// Held while something runs in a live instance; the instance cannot be archived meanwhile.
+#[derive(Debug)]
+pub struct InstanceLease {
+    _file: File,
+}
+
+/// Takes a shared lease on the live instance at `dir` (whose id is `id`), waiting out an
+/// archive's rename in progress. `Err(Archived)` if the instance was archived meanwhile.
+pub(crate) fn hold(dir: &Path, id: &str) -> Result<InstanceLease, StateError> {
+    let path = dir.join(IN_USE);
+    let file = open(&path).map_err(|e| match e.kind() {
+        // The instance directory is gone: archived (or cleaned) since the caller found it.
+        io::ErrorKind::NotFound => StateError::Archived { id: id.to_owned() },
+        _ => StateError::io("open the instance's in-use file")(e),
+    })?;
+    checked(file, &path, id)
+}
+
+/// Waits for a shared lock on `file`, opened at `path`, and keeps it if `path` still names it.
+fn checked(file: File, path: &Path, id: &str) -> Result<InstanceLease, StateError> {
+    file.lock_shared()
+        .map_err(StateError::io("take the instance's in-use lock"))?;
+    let held = file
+        .metadata()
+        .map_err(StateError::io("read the instance's in-use file"))?;
+    match std::fs::symlink_metadata(path) {
+        Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => {
+            Ok(InstanceLease { _file: file })
+        }
+        _ => Err(StateError::Archived { id: id.to_owned() }),
+    }
+}
+
+/// For `archive`, under the tenant lock: the instance's in-use lock taken exclusively (hold
+/// it across the rename), or `Err(InUse)` at once if anything holds a lease.
+pub(crate) fn exclusive(dir: &Path, id: &str) -> Result<File, StateError> {
+    let file =
+        open(&dir.join(IN_USE)).map_err(StateError::io("open the instance's in-use file"))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(StateError::InUse { id: id.to_owned() }),
+        Err(TryLockError::Error(e)) => Err(StateError::io("take the instance's in-use lock")(e)),
+    }
+}
+
+/// Opens the in-use file for reading and writing (a lock on a network filesystem needs
+/// both), creating it (mode 0600) in an instance made before leases existed. Never follows a
+/// symlink.
+fn open(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags((OFlags::NOFOLLOW | OFlags::CLOEXEC).bits() as i32)
+        .open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn instance() -> (tempfile::TempDir, std::path::PathBuf) {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("instances/run1");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir(root.path().join("archived")).unwrap();
+        (root, dir)
+    }
+
+    #[test]
+    fn leases_are_shared_and_keep_the_archive_out_until_all_are_gone() {
+        let (_root, dir) = instance();
+        let first = hold(&dir, "run1").unwrap();
+        let second = hold(&dir, "run1").unwrap();
+        let refused = exclusive(&dir, "run1").unwrap_err();
+        assert!(matches!(refused, StateError::InUse { .. }), "{refused}");
+        drop(first);
+        assert!(exclusive(&dir, "run1").is_err(), "one lease still held");
+        drop(second);
+        let archiving = exclusive(&dir, "run1").unwrap();
+
+        // A holder waits for the archive's rename, and takes its lease after it.
+        let (done, finished) = mpsc::channel();
+        let waiting = dir.clone();
+        std::thread::spawn(move || done.send(hold(&waiting, "run1").map(drop)));
+        assert!(finished.recv_timeout(Duration::from_millis(200)).is_err());
+        drop(archiving);
+        let taken = finished.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(taken.is_ok(), "{taken:?}");
+    }
+
+    #[test]
+    fn a_lease_on_an_instance_archived_meanwhile_is_refused() {
+        let (root, dir) = instance();
+        // Opened while live; the archive renames the instance before the lock is taken.
+        let file = open(&dir.join(IN_USE)).unwrap();
+        std::fs::rename(&dir, root.path().join("archived/run1")).unwrap();
+        let refused = checked(file, &dir.join(IN_USE), "run1").unwrap_err();
+        assert!(matches!(refused, StateError::Archived { .. }), "{refused}");
+        // Found archived before the open: the same answer.
+        let refused = hold(&dir, "run1").unwrap_err();
+        assert!(matches!(refused, StateError::Archived { .. }), "{refused}");
+    }
+
+    #[test]
+    fn a_symlink_in_place_of_the_file_is_not_followed() {
+        let (root, dir) = instance();
+        let elsewhere = root.path().join("elsewhere");
+        std::fs::write(&elsewhere, "").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, dir.join(IN_USE)).unwrap();
+        assert!(hold(&dir, "run1").is_err());
+        assert!(exclusive(&dir, "run1").is_err());
+    }
+}
