@@ -57,7 +57,7 @@ pub use schema::{INSTANCE_ID, to_remote};
 
 use crate::audit::AuditLog;
 use crate::config::{ProxySettings, SandboxSettings};
-use crate::state::{InstancePathsAmbient, TenantName};
+use crate::state::{InstancePathsAmbient, StateError, TenantName};
 use client::{Client, Handler};
 use lifecycle::{Lifecycle, Stop};
 use overlay::{Announcer, Overlays};
@@ -156,8 +156,8 @@ impl ProxyManager {
             inner.catalog.set(name, Discovery::Pending);
             runtime.spawn(discover(inner.clone(), name.clone()));
         }
-        if let Some(tick) = idle_tick(proxies) {
-            runtime.spawn(reap_idle(Arc::downgrade(&inner), tick));
+        if !proxies.is_empty() {
+            runtime.spawn(reap_idle(Arc::downgrade(&inner), idle_tick(proxies)));
         }
         ProxyManager {
             inner: Some(inner),
@@ -310,8 +310,8 @@ impl ProxyManager {
         .unwrap_or(Err(ProxyError::ShuttingDown))
     }
 
-    /// Stops every server of `tenant`'s `instance`, releasing their leases on it (before it is
-    /// archived). Blocks until they are gone.
+    /// Stops every server of `tenant`'s `instance`, releasing their leases on it. Blocks until
+    /// they are gone.
     pub fn stop_instance(&self, tenant: &TenantName, instance: &str) {
         let Some(inner) = self.inner.clone() else {
             return;
@@ -393,12 +393,18 @@ impl Inner {
             client.stop(Stop::Idle).await;
             *current = None;
         }
+        // Held as long as the server runs: the instance cannot be archived under it. Taken
+        // off the runtime's few threads: it may wait out an archive's rename.
+        let leasing = paths.clone();
+        let lease = tokio::task::spawn_blocking(move || leasing.hold())
+            .await
+            .map_err(|e| StateError::io("take the instance's lease")(std::io::Error::other(e)))
+            .and_then(|held| held)
+            .map_err(|e| ProxyError::Start {
+                proxy: key.proxy.clone(),
+                reason: e.to_string(),
+            })?;
         self.make_room(key).await?;
-        // Held as long as the server runs: the instance cannot be archived under it.
-        let lease = paths.hold().map_err(|e| ProxyError::Start {
-            proxy: key.proxy.clone(),
-            reason: e.to_string(),
-        })?;
         let spec = self.spec(settings, paths.workspace, paths.output);
         let n = self.starts.fetch_add(1, Ordering::SeqCst);
         let handler = Handler::new(

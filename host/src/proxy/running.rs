@@ -64,11 +64,13 @@ impl Inner {
     }
 }
 
-/// How often idle servers are looked for: a quarter of the shortest `idle_timeout`, between
-/// 10 ms and 1 s; `None` when no proxy has one.
-pub(super) fn idle_tick(proxies: &BTreeMap<String, ProxySettings>) -> Option<Duration> {
-    let shortest = proxies.values().filter_map(|p| p.idle_timeout).min()?;
-    Some((shortest / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)))
+/// How often idle and dead servers are looked for: a quarter of the shortest `idle_timeout`,
+/// between 10 ms and 1 s; every second when no proxy has one (a dead server's lease on its
+/// instance must not outlive it: `state/in_use.rs`).
+pub(super) fn idle_tick(proxies: &BTreeMap<String, ProxySettings>) -> Duration {
+    let shortest = proxies.values().filter_map(|p| p.idle_timeout).min();
+    let tick = shortest.map_or(Duration::from_secs(1), |idle| idle / 4);
+    tick.clamp(Duration::from_millis(10), Duration::from_secs(1))
 }
 
 /// Stops servers idle for their proxy's `idle_timeout` and forgets dead ones. A slot being
@@ -85,15 +87,13 @@ pub(super) async fn reap_idle(inner: std::sync::Weak<Inner>, tick: Duration) {
             .map(|(k, s)| (k.clone(), s.clone()))
             .collect();
         for (key, slot) in slots {
-            let Some(idle) = inner.proxies.get(&key.proxy).and_then(|p| p.idle_timeout) else {
-                continue;
-            };
+            let idle = inner.proxies.get(&key.proxy).and_then(|p| p.idle_timeout);
             let Ok(mut current) = slot.try_lock() else {
                 continue;
             };
             let expired = current.as_ref().is_some_and(|c| {
                 c.idle_since()
-                    .is_some_and(|t| !c.is_alive() || t.elapsed() >= idle)
+                    .is_some_and(|t| !c.is_alive() || idle.is_some_and(|idle| t.elapsed() >= idle))
             });
             if expired && let Some(client) = current.take() {
                 client.stop(Stop::Idle).await;

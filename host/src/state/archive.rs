@@ -1,15 +1,16 @@
 //! `archive` and `unarchive`: move an instance between `instances/` and `archived/` with one
 //! rename, under the tenant lock.
 //!
-//! `archive` decides before it touches anything: it reads the instance,
-//! lets the gateway observe each of the instance's unfinished jobs (through the executor,
-//! which the state layer does not call itself, and without the lock: Slurm's clients can take
-//! seconds), then under the lock records those observations, and refuses with
-//! `HasRunningJobs` if any job is still unfinished — one recorded meanwhile included — the
-//! instance directory and its metadata are then exactly as before. Because `new_job` takes the
-//! same lock and requires a live instance, no job can be recorded between the check and the
-//! rename. Then, still before anything moves, it takes the instance's in-use lock exclusively
-//! and refuses with `InUse` if a shell or a proxied server holds a lease on it (`in_use.rs`).
+//! `archive` decides before it touches anything. It reads the instance and lets the gateway
+//! observe each of the instance's unfinished jobs (through the executor, which the state layer
+//! does not call itself, and without the lock: Slurm's clients can take seconds). If what was
+//! seen leaves a job unfinished it refuses with `HasRunningJobs` at once. Otherwise it takes
+//! the instance's in-use lock exclusively, refusing with `InUse` while a shell or a proxied
+//! server holds a lease on it (`in_use.rs`), then the tenant lock. Under both it records the
+//! observations and checks again, a job recorded meanwhile included. A refused archive leaves
+//! the instance directory and its metadata exactly as before. Because `new_job` takes the same
+//! tenant lock and requires a live instance, no job can be recorded between the check and the
+//! rename.
 //!
 //! The rename is the commit point; `archived_at` is written into the metadata afterwards.
 //! A crash in between leaves an archived instance without `archived_at`, which `clean`
@@ -39,10 +40,27 @@ impl State {
         &self,
         tenant: &TenantName,
         id: &InstanceId,
-        mut observe: F,
+        observe: F,
     ) -> Result<Instance, StateError>
     where
         F: FnMut(&JobRecord) -> Option<Observation>,
+    {
+        self.archive_releasing(tenant, id, observe, || ())
+    }
+
+    /// [`State::archive`] for a caller that holds leases on the instance itself: `release` is
+    /// called, with no lock held, once no job stands in the way, and must end what the caller
+    /// runs in the instance before the leases are checked.
+    pub fn archive_releasing<F, R>(
+        &self,
+        tenant: &TenantName,
+        id: &InstanceId,
+        mut observe: F,
+        release: R,
+    ) -> Result<Instance, StateError>
+    where
+        F: FnMut(&JobRecord) -> Option<Observation>,
+        R: FnOnce(),
     {
         let paths = self.tenant(tenant);
         let of_instance = |paths| -> Result<Vec<JobRecord>, StateError> {
@@ -64,34 +82,24 @@ impl State {
                 seen.insert(record.job_id.clone(), observation);
             }
         }
-
-        let _lock = TenantLock::acquire(&paths)?;
-        let mut meta = self.live_meta(&paths, tenant, id)?;
-        let mut still_running = Vec::new();
-        // A job recorded meanwhile was not observed: it is unfinished, and refuses the archive.
-        for mut record in of_instance(&paths)? {
-            if let Some(observation) = seen.remove(&record.job_id) {
-                let (changed, _) = apply(&mut record, observation, Timestamp::now());
-                if changed {
-                    save_record(&paths, &record)?;
-                }
-            }
-            if !record.is_final() {
-                still_running.push(record.job_id);
-            }
-        }
-        if let Some(first) = still_running.iter().min() {
-            return Err(StateError::HasRunningJobs {
-                id: id.to_string(),
-                count: still_running.len(),
-                first: first.to_string(),
-            });
-        }
+        // Refused now if what was seen leaves a job unfinished: before waiting on leases.
+        let mut unchanged = |_: &JobRecord| Ok(());
+        refuse_unfinished(id, still_running(jobs, &seen, &mut unchanged)?)?;
+        release();
 
         let from = paths.instance(Location::Live, id);
-        let to = paths.instance(Location::Archived, id);
-        // Nothing may run in it under a lease: a shell, a proxied server (held to the rename).
+        // Nothing may run in it under a lease, a shell or a proxied server: the in-use lock is
+        // held from here until the metadata below is written. Taken before the tenant lock,
+        // which a holder never takes, so the wait for a lease just released holds up no other
+        // call of the tenant.
         let _unused = in_use::exclusive(&from, id.as_str())?;
+        let _lock = TenantLock::acquire(&paths)?;
+        let mut meta = self.live_meta(&paths, tenant, id)?;
+        // A job recorded meanwhile was not observed: it is unfinished, and refuses the archive.
+        let mut save = |record: &JobRecord| save_record(&paths, record);
+        refuse_unfinished(id, still_running(of_instance(&paths)?, &seen, &mut save)?)?;
+
+        let to = paths.instance(Location::Archived, id);
         rename_noreplace(&from, &to).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
                 StateError::AlreadyExists {
@@ -152,5 +160,39 @@ impl State {
         meta.updated_at = Timestamp::now();
         meta.save(&to)?;
         Ok(meta.view(Location::Live))
+    }
+}
+
+/// The ids of `records` still unfinished once each is brought up to date with what was `seen`
+/// of it; a record the observation changed goes to `save` first.
+fn still_running(
+    records: Vec<JobRecord>,
+    seen: &HashMap<JobId, Observation>,
+    save: &mut dyn FnMut(&JobRecord) -> Result<(), StateError>,
+) -> Result<Vec<JobId>, StateError> {
+    let mut still = Vec::new();
+    for mut record in records {
+        if let Some(observation) = seen.get(&record.job_id) {
+            let (changed, _) = apply(&mut record, observation.clone(), Timestamp::now());
+            if changed {
+                save(&record)?;
+            }
+        }
+        if !record.is_final() {
+            still.push(record.job_id);
+        }
+    }
+    Ok(still)
+}
+
+/// `HasRunningJobs` if any job of `id` is still running.
+fn refuse_unfinished(id: &InstanceId, still: Vec<JobId>) -> Result<(), StateError> {
+    match still.iter().min() {
+        Some(first) => Err(StateError::HasRunningJobs {
+            id: id.to_string(),
+            count: still.len(),
+            first: first.to_string(),
+        }),
+        None => Ok(()),
     }
 }

@@ -1,15 +1,16 @@
 //! Leases on a live instance. What runs inside an instance beyond one call — an
 //! `hpcgate instance enter` shell, `hpcgate bwrap`, a proxied MCP server — holds a shared
 //! `flock(2)` on the instance's `in-use` file for as long as it runs, and `archive` takes that
-//! lock exclusively, without waiting, before its rename. So an instance is never moved to the
-//! archive (where `clean` later deletes it) under a process still working in it, whichever
-//! gateway or command started that process. Jobs are not leased: their records already stop an
-//! archive (`archive.rs`).
+//! lock exclusively (trying for a second at most) before its rename. So an instance is never
+//! moved to the archive (where `clean` later deletes it) under a process still working in it,
+//! whichever gateway or command started that process. Jobs are not leased: their records
+//! already stop an archive (`archive.rs`).
 //!
 //! The file moves with the instance. A holder therefore checks, once it has the lock, that the
 //! live path still names the file it locked: an archive that renamed the instance between the
-//! holder's `open` and its lock is seen, and the lease refused. An archive holds its lock only
-//! across its rename, so a holder that waits for it waits for a rename and two `fsync`s.
+//! holder's `open` and its lock is seen, and the lease refused. An archive holds the lock from
+//! its last check of the instance's jobs until its metadata is written (a rename and a few
+//! `fsync`s); a holder waits for it, at most [`MAX_WAIT`].
 //!
 //! The lock is on an open file description: it is released when the lease drops (the file is
 //! closed), when the holding process dies, never inherited across `exec` (the file is opened
@@ -19,6 +20,7 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use rustix::fs::OFlags;
 
@@ -43,10 +45,32 @@ pub(crate) fn hold(dir: &Path, id: &str) -> Result<InstanceLease, StateError> {
     checked(file, &path, id)
 }
 
-/// Waits for a shared lock on `file`, opened at `path`, and keeps it if `path` still names it.
+/// The longest a holder waits for the lock: an archive holds it for a rename and a few
+/// `fsync`s; nothing else takes it exclusively.
+const MAX_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits for a shared lock on `file`, opened at `path` (at most [`MAX_WAIT`]), and keeps it
+/// if `path` still names it.
 fn checked(file: File, path: &Path, id: &str) -> Result<InstanceLease, StateError> {
-    file.lock_shared()
-        .map_err(StateError::io("take the instance's in-use lock"))?;
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match file.try_lock_shared() {
+            Ok(()) => break,
+            Err(TryLockError::WouldBlock) if started.elapsed() < MAX_WAIT => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err(TryLockError::WouldBlock) => {
+                return Err(StateError::io(
+                    "take the instance's in-use lock (held for over 10 s, by an archive or a stuck process; retry)",
+                )(io::ErrorKind::WouldBlock.into()));
+            }
+            Err(TryLockError::Error(e)) => {
+                return Err(StateError::io("take the instance's in-use lock")(e));
+            }
+        }
+    }
     let held = file
         .metadata()
         .map_err(StateError::io("read the instance's in-use file"))?;
@@ -58,15 +82,33 @@ fn checked(file: File, path: &Path, id: &str) -> Result<InstanceLease, StateErro
     }
 }
 
-/// For `archive`, under the tenant lock: the instance's in-use lock taken exclusively (hold
-/// it across the rename), or `Err(InUse)` at once if anything holds a lease.
+/// How long `archive` tries for the exclusive lock before it says the instance is in use. A
+/// lease just released can outlive its holder by a moment: a process forked at that instant
+/// (to start any sandbox) holds a copy of the descriptor until it runs its `exec`.
+const ARCHIVE_PATIENCE: Duration = Duration::from_secs(1);
+
+/// For `archive`, before it takes the tenant lock: the instance's in-use lock taken
+/// exclusively (hold it across the rename), or `Err(InUse)` if a lease is still held after
+/// [`ARCHIVE_PATIENCE`]. `Err(Archived)` if the instance is gone from the live ones.
 pub(crate) fn exclusive(dir: &Path, id: &str) -> Result<File, StateError> {
-    let file =
-        open(&dir.join(IN_USE)).map_err(StateError::io("open the instance's in-use file"))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(TryLockError::WouldBlock) => Err(StateError::InUse { id: id.to_owned() }),
-        Err(TryLockError::Error(e)) => Err(StateError::io("take the instance's in-use lock")(e)),
+    let file = open(&dir.join(IN_USE)).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => StateError::Archived { id: id.to_owned() },
+        _ => StateError::io("open the instance's in-use file")(e),
+    })?;
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(TryLockError::WouldBlock) if started.elapsed() < ARCHIVE_PATIENCE => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err(TryLockError::WouldBlock) => return Err(StateError::InUse { id: id.to_owned() }),
+            Err(TryLockError::Error(e)) => {
+                return Err(StateError::io("take the instance's in-use lock")(e));
+            }
+        }
     }
 }
 
@@ -119,6 +161,23 @@ mod tests {
         drop(archiving);
         let taken = finished.recv_timeout(Duration::from_secs(10)).unwrap();
         assert!(taken.is_ok(), "{taken:?}");
+    }
+
+    #[test]
+    fn a_holder_waiting_out_an_archive_is_refused_once_it_moved_the_instance() {
+        let (root, dir) = instance();
+        let archiving = exclusive(&dir, "run1").unwrap();
+        let (done, finished) = mpsc::channel();
+        let waiting = dir.clone();
+        std::thread::spawn(move || done.send(hold(&waiting, "run1").map(drop)));
+        std::thread::sleep(Duration::from_millis(100));
+        std::fs::rename(&dir, root.path().join("archived/run1")).unwrap();
+        drop(archiving);
+        let refused = finished.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(
+            matches!(refused, Err(StateError::Archived { .. })),
+            "{refused:?}"
+        );
     }
 
     #[test]

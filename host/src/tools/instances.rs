@@ -153,15 +153,17 @@ fn update_instance(cx: &Context<'_>, args: Update) -> Result<Output, ToolError> 
 
 fn archive_instance(cx: &Context<'_>, _: ById) -> Result<Output, ToolError> {
     let id = cx.instance()?;
-    // This gateway's proxied servers in the instance stop first (each stop audited by the
-    // proxy manager): their leases would refuse the archive. If it is refused for another
-    // reason, the next call starts them again.
-    cx.proxies.stop_instance(cx.tenant, id.as_str());
     // Each unfinished job is observed first: one that ended meanwhile no longer
-    // blocks; one the executor cannot answer for stays unfinished (the safe side).
-    let instance = cx
-        .state
-        .archive(cx.tenant, id, |job| cx.jobs.observe(cx.state, job))?;
+    // blocks; one the executor cannot answer for stays unfinished (the safe side). Once no
+    // job stands in the way, this gateway's proxied servers in the instance stop (each stop
+    // audited by the proxy manager), releasing their leases; a lease still held then is
+    // another gateway's or command's, and refuses the archive.
+    let instance = cx.state.archive_releasing(
+        cx.tenant,
+        id,
+        |job| cx.jobs.observe(cx.state, job),
+        || cx.proxies.stop_instance(cx.tenant, id.as_str()),
+    )?;
     cx.record(Entry::new(Event::InstanceArchived).instance(instance.id.as_str()));
     let summary = format!("archived instance `{}`", instance.id);
     Ok(one(instance, summary))

@@ -1,13 +1,12 @@
 //! A proxied server keeps its instance from being archived: by another gateway on the same
 //! state directory, which cannot stop it, until it stops; by its own gateway, which stops it
-//! first. Real `mcp-test-server` in real bwrap sandboxes.
+//! and archives. Real `mcp-test-server` in real bwrap sandboxes.
 
 use crate::support::proxy as support;
 
-use std::time::Duration;
-
+use crate::support::gateway::open;
 use serde_json::json;
-use support::{args, caller, discovered, err, gateway, ok, test_proxy};
+use support::{args, caller, discovered, err, ok, test_proxy};
 
 fn call(gw: &hpcgate::gateway::Gateway, tool: &str) -> hpcgate::gateway::CallResult {
     gw.call(
@@ -17,17 +16,26 @@ fn call(gw: &hpcgate::gateway::Gateway, tool: &str) -> hpcgate::gateway::CallRes
     )
 }
 
-#[test]
-fn another_gateways_server_keeps_the_instance_from_the_archive() {
+/// Two gateways on one state directory, a server of the first running in `run1`.
+fn serving() -> (
+    tempfile::TempDir,
+    hpcgate::gateway::Gateway,
+    hpcgate::gateway::Gateway,
+) {
     let dir = tempfile::tempdir().unwrap();
-    let config = test_proxy("t", "idle_timeout = 1");
-    let serving = gateway(dir.path(), &config);
-    let other = gateway(dir.path(), &config);
+    // Gateways that run jobs (their supervisor is the `hpcgate` binary, not this test's).
+    let serving = open(dir.path(), &test_proxy("t", ""));
+    let other = open(dir.path(), &test_proxy("t", ""));
     discovered(&serving);
     ok(call(&serving, "create_instance"));
     ok(call(&serving, "t__whoami"));
     assert_eq!(serving.proxies().running(), 1);
+    (dir, serving, other)
+}
 
+#[test]
+fn another_gateways_server_keeps_the_instance_from_the_archive() {
+    let (_dir, serving, other) = serving();
     // The other gateway cannot stop that server, so it must not move the instance under it.
     let refused = err(call(&other, "archive_instance"));
     assert!(
@@ -38,33 +46,53 @@ fn another_gateways_server_keeps_the_instance_from_the_archive() {
     assert_eq!(described.structured["instance"]["archived"], false);
     ok(call(&serving, "t__whoami"));
 
-    // Once the server stops (idle here), its lease goes with it.
-    let until = std::time::Instant::now() + Duration::from_secs(30);
-    while serving.proxies().running() > 0 {
-        assert!(
-            std::time::Instant::now() < until,
-            "the idle server was never stopped"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Once the server stops, its lease goes with it.
+    serving
+        .proxies()
+        .stop_instance(&caller("chem").tenant, "run1");
+    ok(call(&other, "archive_instance"));
+}
+
+#[test]
+fn a_crashed_server_holds_no_lease() {
+    let (_dir, serving, other) = serving();
+    let crashed = err(call(&serving, "t__crash"));
+    assert!(crashed.contains("exited with code 3"), "{crashed}");
     ok(call(&other, "archive_instance"));
 }
 
 #[test]
 fn the_serving_gateway_stops_its_own_server_and_archives() {
-    let dir = tempfile::tempdir().unwrap();
-    let gw = gateway(dir.path(), &test_proxy("t", ""));
-    discovered(&gw);
-    ok(call(&gw, "create_instance"));
-    ok(call(&gw, "t__whoami"));
-    assert_eq!(gw.proxies().running(), 1);
-    ok(call(&gw, "archive_instance"));
-    assert_eq!(gw.proxies().running(), 0);
-    let archived = err(call(&gw, "t__whoami"));
+    let (_dir, serving, _other) = serving();
+    ok(call(&serving, "archive_instance"));
+    assert_eq!(serving.proxies().running(), 0);
+    let archived = err(call(&serving, "t__whoami"));
     assert!(archived.contains("archived"), "{archived}");
     assert_eq!(
-        gw.proxies().running(),
+        serving.proxies().running(),
         0,
         "no server for an archived instance"
     );
+}
+
+#[test]
+fn an_archive_refused_for_a_running_job_leaves_the_servers_running() {
+    let (_dir, serving, _other) = serving();
+    let before = ok(call(&serving, "t__whoami")).structured["nonce"].clone();
+    let job = ok(serving.call(
+        &caller("chem"),
+        "submit_job",
+        args(json!({ "instance_id": "run1", "command": "sleep 30", "timeout": 0 })),
+    ));
+    assert_eq!(job.structured["job"]["status"], "running", "{}", job.text);
+    let refused = err(call(&serving, "archive_instance"));
+    assert!(refused.contains("still running"), "{refused}");
+    let after = ok(call(&serving, "t__whoami")).structured["nonce"].clone();
+    assert_eq!(before, after, "the same server, never stopped");
+    let job_id = job.structured["job"]["job_id"].as_str().unwrap().to_owned();
+    ok(serving.call(
+        &caller("chem"),
+        "cancel_job",
+        args(json!({ "instance_id": "run1", "job_id": job_id })),
+    ));
 }
