@@ -400,6 +400,20 @@ fn proxied_mcps_resolve_and_bad_entries_name_the_key() {
             "[proxied_mcps.fs]\ncommand = \"x\"\ncall_timeout = -1\n",
             "proxied_mcps.fs.call_timeout",
         ),
+        // Binds that would show a sandbox the state directory (`/home/u/.local/share/hpcgate`
+        // by default here), from above or from inside.
+        (
+            "[sandbox]\nextra_ro_binds = [{ source = \"/scratch\" }, { source = \"/home\", target = \"/h\" }]\n",
+            "sandbox.extra_ro_binds[1].source",
+        ),
+        (
+            "state_dir = \"/srv/hpcgate\"\n[sandbox]\nextra_ro_binds = [{ source = \"/srv/hpcgate/tenants/chem\", target = \"/c\" }]\n",
+            "sandbox.extra_ro_binds[0].source",
+        ),
+        (
+            "state_dir = \"/srv/hpcgate\"\n[proxied_mcps.fs]\ncommand = \"x\"\nbinds = [\"/srv\"]\n",
+            "proxied_mcps.fs.binds[0]",
+        ),
         (
             "[proxied_mcps.fs]\ncommand = \"x\"\nenv = { \"A-B\" = \"1\" }\n",
             "proxied_mcps.fs.env.A-B",
@@ -545,5 +559,30 @@ fn closed_segments_are_compressed_only_when_asked() {
     assert!(
         error.contains("audit.compress") && error.contains("`gzip` is not a compression"),
         "{error}"
+    );
+}
+
+#[test]
+fn binds_beside_the_state_directory_are_kept_and_a_link_to_it_is_seen() {
+    let allowed = settings(&[(
+        "/c.toml",
+        "state_dir = \"/srv/hpcgate\"\n[sandbox]\nextra_ro_binds = [{ source = \"/srv/data\" }, { source = \"/srv/hpcgate-scratch\" }]\n",
+    )]);
+    assert!(allowed.is_ok(), "{:?}", allowed.err());
+
+    // A bind through a symbolic link shows what the link names.
+    let top = tempfile::tempdir().unwrap();
+    let real = top.path().join("real");
+    std::fs::create_dir_all(real.join("state")).unwrap();
+    std::os::unix::fs::symlink(&real, top.path().join("alias")).unwrap();
+    let toml = format!(
+        "state_dir = {:?}\n[sandbox]\nextra_ro_binds = [{{ source = {:?}, target = \"/a\" }}]\n",
+        real.join("state").display().to_string(),
+        top.path().join("alias").display().to_string(),
+    );
+    let err = settings(&[("/c.toml", &toml)]).unwrap_err().to_string();
+    assert!(
+        err.contains("`sandbox.extra_ro_binds[0].source`") && err.contains("state directory"),
+        "{err}"
     );
 }
