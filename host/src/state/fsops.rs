@@ -6,7 +6,7 @@
 //! directories contain sandbox-writable subdirectories, so reads use `O_NOFOLLOW` and
 //! directory checks use `symlink_metadata`.
 
-use std::fs::{self, DirBuilder, File};
+use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -285,6 +285,19 @@ pub(crate) fn empty_trash(trash: Vec<PathBuf>) -> Result<(), StateError> {
         }
     }
     first.map_or(Ok(()), Err)
+}
+
+/// Opens (creating, mode 0600) a file to `flock`: for reading and writing, which a lock on a
+/// network filesystem needs; never through a symbolic link; closed on `exec`.
+pub(crate) fn open_lock_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags((OFlags::NOFOLLOW | OFlags::CLOEXEC).bits() as i32)
+        .open(path)
 }
 
 #[cfg(test)]

@@ -16,15 +16,14 @@
 //! closed), when the holding process dies, never inherited across `exec` (the file is opened
 //! close-on-exec).
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rustix::fs::OFlags;
-
 use super::error::StateError;
+use super::fsops::open_lock_file;
 use super::layout::IN_USE;
 
 /// Held while something runs in a live instance; the instance cannot be archived meanwhile.
@@ -37,7 +36,7 @@ pub struct InstanceLease {
 /// archive's rename in progress. `Err(Archived)` if the instance was archived meanwhile.
 pub(crate) fn hold(dir: &Path, id: &str) -> Result<InstanceLease, StateError> {
     let path = dir.join(IN_USE);
-    let file = open(&path).map_err(|e| match e.kind() {
+    let file = open_lock_file(&path).map_err(|e| match e.kind() {
         // The instance directory is gone: archived (or cleaned) since the caller found it.
         io::ErrorKind::NotFound => StateError::Archived { id: id.to_owned() },
         _ => StateError::io("open the instance's in-use file")(e),
@@ -91,7 +90,7 @@ const ARCHIVE_PATIENCE: Duration = Duration::from_secs(1);
 /// exclusively (hold it across the rename), or `Err(InUse)` if a lease is still held after
 /// [`ARCHIVE_PATIENCE`]. `Err(Archived)` if the instance is gone from the live ones.
 pub(crate) fn exclusive(dir: &Path, id: &str) -> Result<File, StateError> {
-    let file = open(&dir.join(IN_USE)).map_err(|e| match e.kind() {
+    let file = open_lock_file(&dir.join(IN_USE)).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => StateError::Archived { id: id.to_owned() },
         _ => StateError::io("open the instance's in-use file")(e),
     })?;
@@ -110,20 +109,6 @@ pub(crate) fn exclusive(dir: &Path, id: &str) -> Result<File, StateError> {
             }
         }
     }
-}
-
-/// Opens the in-use file for reading and writing (a lock on a network filesystem needs
-/// both), creating it (mode 0600) in an instance made before leases existed. Never follows a
-/// symlink.
-fn open(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags((OFlags::NOFOLLOW | OFlags::CLOEXEC).bits() as i32)
-        .open(path)
 }
 
 #[cfg(test)]
@@ -184,7 +169,7 @@ mod tests {
     fn a_lease_on_an_instance_archived_meanwhile_is_refused() {
         let (root, dir) = instance();
         // Opened while live; the archive renames the instance before the lock is taken.
-        let file = open(&dir.join(IN_USE)).unwrap();
+        let file = open_lock_file(&dir.join(IN_USE)).unwrap();
         std::fs::rename(&dir, root.path().join("archived/run1")).unwrap();
         let refused = checked(file, &dir.join(IN_USE), "run1").unwrap_err();
         assert!(matches!(refused, StateError::Archived { .. }), "{refused}");

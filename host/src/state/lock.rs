@@ -14,13 +14,10 @@
 //! cross-gateway guarantee (not the single-gateway one, which `flock` on a local file keeps).
 //! The lock is released when the guard drops (the file is closed), including on panic.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
-
-use rustix::fs::OFlags;
+use std::fs::File;
 
 use super::error::StateError;
-use super::fsops::ensure_dir_private;
+use super::fsops::{ensure_dir_private, open_lock_file};
 use super::layout::{Location, TenantPaths};
 
 /// Held while a tenant's state is being changed.
@@ -39,15 +36,8 @@ impl TenantLock {
         ] {
             ensure_dir_private(&dir).map_err(StateError::io("create the tenant's directories"))?;
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags((OFlags::NOFOLLOW | OFlags::CLOEXEC).bits() as i32)
-            .open(paths.lock_file())
-            .map_err(StateError::io("open the tenant lock"))?;
+        let file =
+            open_lock_file(&paths.lock_file()).map_err(StateError::io("open the tenant lock"))?;
         file.lock()
             .map_err(StateError::io("take the tenant lock"))?;
         Ok(TenantLock { _file: file })
