@@ -25,6 +25,7 @@ pub mod code_mode;
 pub mod dav;
 pub mod error;
 pub mod executors;
+mod hidden;
 pub mod layers;
 pub mod metrics;
 pub mod ns_hpc;

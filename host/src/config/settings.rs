@@ -167,6 +167,7 @@ impl Settings {
         let policies = config.policies_with_proxy_filters();
         check_policies(config, &policies, &bad)?;
         let fixed = FixedSettings::resolve(config, env, &bad)?;
+        super::hidden::check_sandboxes_cannot_see(&fixed, jwt.as_ref(), &bad)?;
         (super::caps::check_caps(&policies, &fixed.sandbox.limits))
             .map_err(|(key, message)| bad(&key, message))?;
         Ok(Settings {
@@ -252,53 +253,8 @@ impl FixedSettings {
                 bad,
             )?,
         };
-        check_binds_hide_state(&fixed, bad)?;
         Ok(fixed)
     }
-}
-
-/// No read-only bind may show a sandbox the state directory: every tenant's instances, job
-/// records, jobs' door sockets, the audit log, and the in-use files whose locks keep
-/// instances from the archive. A bind of a directory that holds it, or of one inside it, is
-/// refused. Paths are compared as the filesystem resolves them where they exist, since a
-/// bind follows symbolic links.
-fn check_binds_hide_state(fixed: &FixedSettings, bad: &Bad) -> Result<(), ConfigError> {
-    let state = resolved(&fixed.state_dir);
-    let sandbox = (fixed.sandbox.extra_ro_binds.iter().enumerate())
-        .map(|(i, b)| (format!("sandbox.extra_ro_binds[{i}].source"), &b.source));
-    let proxies = fixed.proxied_mcps.iter().flat_map(|(name, p)| {
-        (p.binds.iter().enumerate())
-            .map(move |(i, b)| (format!("proxied_mcps.{name}.binds[{i}]"), &b.source))
-    });
-    for (key, source) in sandbox.chain(proxies) {
-        let shown = resolved(source);
-        if state.starts_with(&shown) || shown.starts_with(&state) {
-            return Err(bad(
-                &key,
-                format!(
-                    "`{}` would show every sandbox the gateway's state directory `{}` (all tenants' instances, job records and audit log); bind a directory that neither holds it nor lies inside it, or move `state_dir` out of it",
-                    source.display(),
-                    fixed.state_dir.display()
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// `path` with its symbolic links resolved as far as it exists, the rest as written.
-fn resolved(path: &Path) -> PathBuf {
-    for ancestor in path.ancestors() {
-        if let Ok(real) = std::fs::canonicalize(ancestor) {
-            let rest = path.strip_prefix(ancestor).unwrap_or(Path::new(""));
-            return if rest.as_os_str().is_empty() {
-                real
-            } else {
-                real.join(rest)
-            };
-        }
-    }
-    path.to_path_buf()
 }
 
 /// `[audit] compress`: `"zstd"` or `"none"` (the default).

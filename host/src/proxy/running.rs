@@ -64,6 +64,9 @@ impl Inner {
     }
 }
 
+/// How long after its last use a dead server is forgotten by the reaper.
+const DEAD_AFTER: Duration = Duration::from_secs(1);
+
 /// How often idle and dead servers are looked for: a quarter of the shortest `idle_timeout`,
 /// between 10 ms and 1 s; every second when no proxy has one (a dead server's lease on its
 /// instance must not outlive it: `state/in_use.rs`).
@@ -91,9 +94,13 @@ pub(super) async fn reap_idle(inner: std::sync::Weak<Inner>, tick: Duration) {
             let Ok(mut current) = slot.try_lock() else {
                 continue;
             };
+            // A dead server is left a second after its last use, so that a call that has just
+            // taken it finds the death itself (and its record names the tool).
             let expired = current.as_ref().is_some_and(|c| {
-                c.idle_since()
-                    .is_some_and(|t| !c.is_alive() || idle.is_some_and(|idle| t.elapsed() >= idle))
+                c.idle_since().is_some_and(|t| {
+                    let dead = t.elapsed() >= DEAD_AFTER && !c.is_alive();
+                    dead || idle.is_some_and(|idle| t.elapsed() >= idle)
+                })
             });
             if expired && let Some(client) = current.take() {
                 client.stop(Stop::Idle).await;

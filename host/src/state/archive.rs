@@ -82,9 +82,15 @@ impl State {
                 seen.insert(record.job_id.clone(), observation);
             }
         }
-        // Refused now if what was seen leaves a job unfinished: before waiting on leases.
+        let mut save = |record: &JobRecord| save_record(&paths, record);
+        // Refused now if what was seen leaves a job unfinished, before waiting on leases; the
+        // observations are recorded all the same.
         let mut unchanged = |_: &JobRecord| Ok(());
-        refuse_unfinished(id, still_running(jobs, &seen, &mut unchanged)?)?;
+        if !still_running(jobs, &seen, &mut unchanged)?.is_empty() {
+            let _lock = TenantLock::acquire(&paths)?;
+            let still = still_running(of_instance(&paths)?, &seen, &mut save)?;
+            refuse_unfinished(id, still)?;
+        }
         release();
 
         let from = paths.instance(Location::Live, id);
@@ -92,11 +98,13 @@ impl State {
         // held from here until the metadata below is written. Taken before the tenant lock,
         // which a holder never takes, so the wait for a lease just released holds up no other
         // call of the tenant.
-        let _unused = in_use::exclusive(&from, id.as_str())?;
+        let unused = in_use::exclusive(&from, id.as_str())?;
         let _lock = TenantLock::acquire(&paths)?;
         let mut meta = self.live_meta(&paths, tenant, id)?;
+        // Still this instance's file: another archive may have moved the instance since it was
+        // opened (and a new one of that name been made).
+        unused.still_at(&from, id.as_str())?;
         // A job recorded meanwhile was not observed: it is unfinished, and refuses the archive.
-        let mut save = |record: &JobRecord| save_record(&paths, record);
         refuse_unfinished(id, still_running(of_instance(&paths)?, &seen, &mut save)?)?;
 
         let to = paths.instance(Location::Archived, id);

@@ -59,7 +59,7 @@ pub enum StateError {
     },
     /// Archive refused because something runs in the instance under a lease (`in_use.rs`).
     #[error(
-        "cannot archive instance `{id}`: it is in use (an `hpcgate instance enter` shell, an `hpcgate bwrap` command, or a proxied MCP server of another gateway runs in it); end that first, then archive"
+        "cannot archive instance `{id}`: it is in use (an `hpcgate instance enter` shell, an `hpcgate bwrap` command or another gateway's proxied MCP server runs in it, or another archive of it is under way); end that first, then archive"
     )]
     InUse { id: String },
     /// The tenant already has the maximum number of live instances.

@@ -8,9 +8,10 @@
 //!
 //! The file moves with the instance. A holder therefore checks, once it has the lock, that the
 //! live path still names the file it locked: an archive that renamed the instance between the
-//! holder's `open` and its lock is seen, and the lease refused. An archive holds the lock from
-//! its last check of the instance's jobs until its metadata is written (a rename and a few
-//! `fsync`s); a holder waits for it, at most [`MAX_WAIT`].
+//! holder's `open` and its lock is seen, and the lease refused; an archive checks the same
+//! once it has the tenant lock. An archive holds the lock from before it takes the tenant lock
+//! until its metadata is written (the tenant lock's wait, a rename and a few `fsync`s); a
+//! holder waits for it, at most [`MAX_WAIT`].
 //!
 //! The lock is on an open file description: it is released when the lease drops (the file is
 //! closed), when the holding process dies, never inherited across `exec` (the file is opened
@@ -70,14 +71,29 @@ fn checked(file: File, path: &Path, id: &str) -> Result<InstanceLease, StateErro
             }
         }
     }
+    names(path, &file, id)?;
+    Ok(InstanceLease { _file: file })
+}
+
+/// `Err(Archived)` unless `path` names the open `file`: the instance it was opened in has moved.
+fn names(path: &Path, file: &File, id: &str) -> Result<(), StateError> {
     let held = file
         .metadata()
         .map_err(StateError::io("read the instance's in-use file"))?;
     match std::fs::symlink_metadata(path) {
-        Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => {
-            Ok(InstanceLease { _file: file })
-        }
+        Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => Ok(()),
         _ => Err(StateError::Archived { id: id.to_owned() }),
+    }
+}
+
+/// The in-use lock held exclusively by an archive; released when dropped.
+#[derive(Debug)]
+pub(crate) struct Exclusive(File);
+
+impl Exclusive {
+    /// `Err(Archived)` if the live instance at `dir` is no longer the one whose file is locked.
+    pub(crate) fn still_at(&self, dir: &Path, id: &str) -> Result<(), StateError> {
+        names(&dir.join(IN_USE), &self.0, id)
     }
 }
 
@@ -89,7 +105,7 @@ const ARCHIVE_PATIENCE: Duration = Duration::from_secs(1);
 /// For `archive`, before it takes the tenant lock: the instance's in-use lock taken
 /// exclusively (hold it across the rename), or `Err(InUse)` if a lease is still held after
 /// [`ARCHIVE_PATIENCE`]. `Err(Archived)` if the instance is gone from the live ones.
-pub(crate) fn exclusive(dir: &Path, id: &str) -> Result<File, StateError> {
+pub(crate) fn exclusive(dir: &Path, id: &str) -> Result<Exclusive, StateError> {
     let file = open_lock_file(&dir.join(IN_USE)).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => StateError::Archived { id: id.to_owned() },
         _ => StateError::io("open the instance's in-use file")(e),
@@ -98,7 +114,7 @@ pub(crate) fn exclusive(dir: &Path, id: &str) -> Result<File, StateError> {
     let mut pause = Duration::from_millis(1);
     loop {
         match file.try_lock() {
-            Ok(()) => return Ok(file),
+            Ok(()) => return Ok(Exclusive(file)),
             Err(TryLockError::WouldBlock) if started.elapsed() < ARCHIVE_PATIENCE => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(50));
@@ -152,10 +168,12 @@ mod tests {
     fn a_holder_waiting_out_an_archive_is_refused_once_it_moved_the_instance() {
         let (root, dir) = instance();
         let archiving = exclusive(&dir, "run1").unwrap();
+        // Opened while live, as a holder that then waits for the lock.
+        let opened = open_lock_file(&dir.join(IN_USE)).unwrap();
         let (done, finished) = mpsc::channel();
-        let waiting = dir.clone();
-        std::thread::spawn(move || done.send(hold(&waiting, "run1").map(drop)));
-        std::thread::sleep(Duration::from_millis(100));
+        let path = dir.join(IN_USE);
+        std::thread::spawn(move || done.send(checked(opened, &path, "run1").map(drop)));
+        assert!(finished.recv_timeout(Duration::from_millis(100)).is_err());
         std::fs::rename(&dir, root.path().join("archived/run1")).unwrap();
         drop(archiving);
         let refused = finished.recv_timeout(Duration::from_secs(10)).unwrap();
@@ -175,6 +193,19 @@ mod tests {
         assert!(matches!(refused, StateError::Archived { .. }), "{refused}");
         // Found archived before the open: the same answer.
         let refused = hold(&dir, "run1").unwrap_err();
+        assert!(matches!(refused, StateError::Archived { .. }), "{refused}");
+    }
+
+    #[test]
+    fn an_archive_sees_the_instance_it_locked_was_moved_and_replaced() {
+        let (root, dir) = instance();
+        let locked = exclusive(&dir, "run1").unwrap();
+        locked.still_at(&dir, "run1").unwrap();
+        // Another archive moved it, and a new instance of that name was made.
+        std::fs::rename(&dir, root.path().join("archived/run1")).unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        drop(hold(&dir, "run1").unwrap());
+        let refused = locked.still_at(&dir, "run1").unwrap_err();
         assert!(matches!(refused, StateError::Archived { .. }), "{refused}");
     }
 

@@ -61,6 +61,48 @@ fn a_crashed_server_holds_no_lease() {
     ok(call(&other, "archive_instance"));
 }
 
+/// A server that dies between calls is forgotten within a second or two, and its lease with
+/// it, though no call finds it dead and it has no `idle_timeout`.
+#[test]
+fn a_server_that_died_between_calls_holds_no_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = format!("archive-{}", std::process::id());
+    let config = test_proxy("t", &format!("env = {{ TEST_MARK = {mark:?} }}"));
+    let serving = open(dir.path(), &config);
+    let other = open(dir.path(), &config);
+    discovered(&serving);
+    ok(call(&serving, "create_instance"));
+    ok(call(&serving, "t__whoami"));
+    let needle = format!("TEST_MARK={mark}");
+    let servers: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|pid: &i32| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                (environ.split(|b| *b == 0)).any(|var| var == needle.as_bytes())
+            })
+        })
+        .collect();
+    assert!(!servers.is_empty(), "no process has {needle}");
+    for pid in servers {
+        let pid = rustix::process::Pid::from_raw(pid).unwrap();
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+    // The reaper looks every second, and forgets a dead server a second after its last use.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let archived = call(&other, "archive_instance");
+        if !archived.is_error {
+            break;
+        }
+        assert!(archived.text.contains("in use"), "{}", archived.text);
+        assert!(
+            std::time::Instant::now() < until,
+            "the dead server's lease was never released"
+        );
+    }
+}
+
 #[test]
 fn the_serving_gateway_stops_its_own_server_and_archives() {
     let (_dir, serving, _other) = serving();
