@@ -227,7 +227,7 @@ impl FixedSettings {
         };
         let sandbox = resolve_sandbox(config, bad)?;
         let checkpoints = resolve_checkpoints(config, &state_dir, bad)?;
-        let fixed = FixedSettings {
+        Ok(FixedSettings {
             audit_dir: state_dir.join("audit"),
             state_dir,
             slurm: resolve_slurm(config, bad)?,
@@ -252,8 +252,7 @@ impl FixedSettings {
                 config.tenants.is_empty(),
                 bad,
             )?,
-        };
-        Ok(fixed)
+        })
     }
 }
 

@@ -34,8 +34,9 @@ pub enum Failure {
     Exists,
     /// A directory where a file was needed.
     IsDirectory,
-    /// The tree's state prevents it: not a directory, not empty, into itself, an instance
-    /// root, a destination of the other kind, across filesystems.
+    /// The tree's or the instance's state prevents it: not a directory, not empty, into
+    /// itself, an instance root, a destination of the other kind, across filesystems; an
+    /// instance with a running job or in use cannot be archived.
     Conflict,
     /// What the path names may not be used so: a link, a hard-linked or special file, an
     /// invalid name, a way out of the instance, a tree too large to handle whole.
@@ -81,7 +82,7 @@ impl From<&StateError> for Failure {
         match e {
             StateError::NotFound { .. } | StateError::Archived { .. } => Failure::NotFound,
             StateError::AlreadyExists { .. } => Failure::Exists,
-            StateError::InUse { .. } => Failure::Conflict,
+            StateError::InUse { .. } | StateError::HasRunningJobs { .. } => Failure::Conflict,
             _ => Failure::Other,
         }
     }

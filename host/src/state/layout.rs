@@ -6,6 +6,7 @@
 //!     instances/<id>/meta.json          live instance: metadata
 //!     instances/<id>/workspace/         bound at /workspace in the sandbox
 //!     instances/<id>/output/            bound at /output in the sandbox
+//!     instances/<id>/in-use             flock(2) target of leases: what runs in it (`in_use.rs`)
 //!     instances/.new-<id>-<random>/     a create in progress (or crashed): never an id
 //!     archived/<id>/                    an archived instance, same shape
 //!     archived/.trash-<id>-<random>/    an archived instance being deleted by `clean`

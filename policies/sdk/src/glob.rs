@@ -428,8 +428,20 @@ mod tests {
             "host_exec",
             "host_exec2",
             "x/host_exec",
+            "größe",
+            "grösse",
         ];
-        for pattern in ["*", "**", "***", "host_exec", r"a\*b", r"\*", "a/b"] {
+        for pattern in [
+            "*",
+            "**",
+            "***",
+            "host_exec",
+            r"a\*b",
+            r"\*",
+            "a/b",
+            "/",
+            "größe",
+        ] {
             let glob = Glob::new(pattern).expect("valid glob");
             assert_ne!(glob.shape, Shape::Nfa, "{pattern}");
             for text in texts {
