@@ -405,13 +405,15 @@ fn an_instance_a_shell_works_in_is_not_archived_under_it() {
         .expect("run hpcgate instance enter");
     let mut input = shell.stdin.take().unwrap();
     let mut output = BufReader::new(shell.stdout.take().unwrap());
-    // Once the shell answers, its sandbox runs and the lease is held.
+    // Once the shell answers, its sandbox runs and the lease is held. The lease's descriptor
+    // is not among the shell's: `ls` sees its three streams and its own listing of the
+    // directory.
     input
-        .write_all(b"echo written > f.txt; echo ready\n")
+        .write_all(b"echo written > f.txt; echo $(ls /proc/self/fd) ready\n")
         .unwrap();
     let mut line = String::new();
     output.read_line(&mut line).unwrap();
-    assert_eq!(line, "ready\n");
+    assert_eq!(line, "0 1 2 3 ready\n");
 
     let refused = gate.run(&["instance", "archive", "run1"]);
     code(&refused, 1);
