@@ -11,21 +11,24 @@
 #   rpm (rpmbuild, for the package test; not with --no-slurm)
 #   curl, litmus and rclone (the WebDAV tests' clients; not with --no-slurm)
 #   Rust: the toolchain and wasm32 targets pinned in rust-toolchain.toml, clippy, rustfmt
-#   Python: the official MCP SDK (PyPI `mcp`) and the OTLP classes (`opentelemetry-proto`, for
-#   the traces test) in target/python-mcp, for the tests (not with
-#   --no-slurm, which is the run script's minimal set-up)
-#   npm: @modelcontextprotocol/server-filesystem (pinned) in target/mcp-filesystem, for the proxy
-#   tests; @modelcontextprotocol/conformance and Node 22 (the npm `node` package: the suite
-#   needs Node 22, Debian's may be older), pinned, in target/conformance, and its
-#   0.2.0-alpha.12 (the 2026-07-28 revision) in target/conformance-next, for
-#   scripts/conformance.sh (none with --no-slurm)
+#   Every client below is pinned with all its dependencies by a file in the repository (npm
+#   lock files, pip requirements with every package's version), so a new release of something
+#   they depend on cannot change what the tests run against:
+#   Python: the official MCP SDK (PyPI `mcp` 2.x) and the OTLP classes (`opentelemetry-proto`,
+#   for the traces test) in target/python-mcp, and `mcp` 1.x (its legacy SSE client) in
+#   target/python-mcp1 (tests/clients/python/mcp2.txt, mcp1.txt)
+#   npm: @modelcontextprotocol/server-filesystem in target/mcp-filesystem, for the proxy tests
+#   (tests/clients/filesystem); @modelcontextprotocol/conformance and Node 22 (the npm `node`
+#   package: the suite needs Node 22, Debian's may be older) in target/conformance, and its
+#   0.2.0 pre-release (the 2026-07-28 revision) in target/conformance-next, for
+#   scripts/conformance.sh (tests/clients/conformance, conformance-next)
 #   npm: the official TypeScript MCP clients (@modelcontextprotocol/sdk 1.x,
-#   @modelcontextprotocol/client 2.x, the MCP Inspector CLI) and Node 22, pinned with their
-#   dependencies by tests/clients/ts's lock file, in target/ts-clients (not with --no-slurm)
-#   JS and Python policies: jco (npm, pinned with its dependencies by scripts/policy-js's lock
-#   file) in target/policy-js, componentize-py (PyPI, pinned) in target/policy-py, which
-#   scripts/componentize.sh and the tests build JavaScript and Python policies with (not with
-#   --no-slurm)
+#   @modelcontextprotocol/client 2.x, the MCP Inspector CLI) and Node 22 in target/ts-clients
+#   (tests/clients/ts)
+#   JS and Python policies: jco (npm, scripts/policy-js) in target/policy-js, componentize-py
+#   (PyPI, scripts/policy-py/requirements.txt) in target/policy-py, which
+#   scripts/componentize.sh and the tests build JavaScript and Python policies with
+#   None of the clients is installed with --no-slurm (the run script's minimal set-up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -82,104 +85,54 @@ if [ "$toolchain" = yes ]; then
     rustup component add --toolchain "$channel" clippy rustfmt >/dev/null 2>&1 \
         || { log "cannot add clippy and rustfmt to $channel"; exit 1; }
 fi
-# The official Python MCP SDK, a third-party client for the end-to-end tests, in a venv inside
-# the target directory (the tests look for it there).
+# Pinned clients in the target directory, where the tests look for them. Each is installed
+# afresh when its pin file differs from the copy kept beside the installation; a failed
+# install leaves no copy, so the next run tries again.
+target="${CARGO_TARGET_DIR:-target}"
+npm_pinned() { # NAME SOURCE-DIR INSTALL-DIR: `npm ci` of SOURCE-DIR's package.json and lock
+    local name="$1" from="$2" into="$3"
+    cmp -s "$from/package-lock.json" "$into/package-lock.json" && [ -d "$into/node_modules" ] \
+        && return 0
+    command -v npm >/dev/null 2>&1 || { log "npm is required: apt-get install nodejs npm"; exit 1; }
+    log "installing $name ($from/package-lock.json) into $into"
+    rm -rf "$into" && mkdir -p "$into"
+    cp "$from/package.json" "$from/package-lock.json" "$into/"
+    npm ci --prefix "$into" --no-audit --no-fund --silent >/dev/null \
+        || { rm -f "$into/package-lock.json"; log "npm ci of $name failed"; exit 1; }
+}
+pip_pinned() { # NAME REQUIREMENTS VENV: a venv with exactly the packages REQUIREMENTS lists
+    local name="$1" pins="$2" venv="$3"
+    cmp -s "$pins" "$venv/pinned.txt" && return 0
+    log "installing $name ($pins) into $venv"
+    rm -rf "$venv"
+    python3 -m venv "$venv" || { log "python3 -m venv failed: apt-get install python3-venv"; exit 1; }
+    # Every dependency is in the file: nothing is resolved, so nothing newer comes in.
+    "$venv/bin/pip" install -q --no-deps -r "$pins" && "$venv/bin/pip" check >/dev/null \
+        || { log "pip install of $name failed"; exit 1; }
+    cp "$pins" "$venv/pinned.txt"
+}
 if [ "$slurm" = yes ]; then
-    venv="${CARGO_TARGET_DIR:-target}/python-mcp"
-    # opentelemetry-proto: the official OTLP classes, which decode the gateway's trace exports
-    # (tests/python/otlp_receiver.py).
-    if ! "$venv/bin/python" -c 'import mcp, opentelemetry.proto' >/dev/null 2>&1; then
-        log "installing the Python MCP SDK and the OTLP classes into $venv"
-        [ -x "$venv/bin/pip" ] || python3 -m venv "$venv" \
-            || { log "python3 -m venv failed: apt-get install python3-venv"; exit 1; }
-        "$venv/bin/pip" install -q "mcp==2.3.0" "opentelemetry-proto==1.45.2" \
-            || { log "pip install mcp==2.3.0 opentelemetry-proto==1.45.2 failed"; exit 1; }
-    fi
-    # mcp 1.x beside it: the generation that still has the legacy HTTP+SSE client
+    # The official Python MCP SDK, a third-party client for the end-to-end tests, with the OTLP
+    # classes that decode the gateway's trace exports (tests/python/otlp_receiver.py); and
+    # mcp 1.x, the generation that still has the legacy HTTP+SSE client
     # (host/tests/it/mcp_sse.rs).
-    venv1="${CARGO_TARGET_DIR:-target}/python-mcp1"
-    if ! "$venv1/bin/python" -c 'import mcp.client.sse' >/dev/null 2>&1; then
-        log "installing the Python MCP SDK 1.x into $venv1"
-        python3 -m venv "$venv1" || { log "python3 -m venv failed: apt-get install python3-venv"; exit 1; }
-        "$venv1/bin/pip" install -q "mcp==1.30.0" || { log "pip install mcp==1.30.0 failed"; exit 1; }
-    fi
-fi
-# The npm filesystem MCP server, pinned, for the proxy tests (host/tests/it/proxy_filesystem.rs),
-# in the target directory (the tests look for it there). node runs it inside bwrap.
-if [ "$slurm" = yes ]; then
-    fs_mcp="${CARGO_TARGET_DIR:-target}/mcp-filesystem"
-    fs_version="2026.8.31"
-    fs_pkg="$fs_mcp/node_modules/@modelcontextprotocol/server-filesystem/package.json"
-    if ! grep -q "\"version\": \"$fs_version\"" "$fs_pkg" 2>/dev/null; then
-        command -v npm >/dev/null 2>&1 || { log "npm is required: apt-get install nodejs npm"; exit 1; }
-        log "installing @modelcontextprotocol/server-filesystem@$fs_version into $fs_mcp"
-        npm install --prefix "$fs_mcp" --no-audit --no-fund --silent \
-            "@modelcontextprotocol/server-filesystem@$fs_version" >/dev/null \
-            || { log "npm install of the filesystem MCP server failed"; exit 1; }
-    fi
-fi
-# The official MCP conformance suite and the Node 22 it runs on, pinned, for
-# scripts/conformance.sh.
-if [ "$slurm" = yes ]; then
-    conformance="${CARGO_TARGET_DIR:-target}/conformance"
-    suite_version="0.1.16"
-    node_version="22.23.3"
-    suite_pkg="$conformance/node_modules/@modelcontextprotocol/conformance/package.json"
-    if ! grep -q "\"version\": \"$suite_version\"" "$suite_pkg" 2>/dev/null \
-        || [ "$("$conformance/node_modules/.bin/node" --version 2>/dev/null)" != "v$node_version" ]; then
-        command -v npm >/dev/null 2>&1 || { log "npm is required: apt-get install nodejs npm"; exit 1; }
-        log "installing @modelcontextprotocol/conformance@$suite_version and node@$node_version into $conformance"
-        npm install --prefix "$conformance" --no-audit --no-fund --silent \
-            "@modelcontextprotocol/conformance@$suite_version" "node@$node_version" >/dev/null \
-            || { log "npm install of the conformance suite failed"; exit 1; }
-    fi
-    # The pre-release that knows the 2026-07-28 revision, beside it (one version per prefix).
-    next_version="0.2.0-alpha.12"
-    next_pkg="${conformance}-next/node_modules/@modelcontextprotocol/conformance/package.json"
-    if ! grep -q "\"version\": \"$next_version\"" "$next_pkg" 2>/dev/null; then
-        log "installing @modelcontextprotocol/conformance@$next_version into ${conformance}-next"
-        npm install --prefix "${conformance}-next" --no-audit --no-fund --silent \
-            "@modelcontextprotocol/conformance@$next_version" >/dev/null \
-            || { log "npm install of the conformance suite ($next_version) failed"; exit 1; }
-    fi
-fi
-# The official TypeScript MCP clients (the SDK 1.x, the SDK 2.x client, the MCP Inspector CLI)
-# and the Node 22 the Inspector needs, pinned with their dependencies by tests/clients/ts's lock
-# file, in the target directory (host/tests/it/mcp_typescript.rs looks for them there).
-if [ "$slurm" = yes ]; then
-    ts_clients="${CARGO_TARGET_DIR:-target}/ts-clients"
-    if ! cmp -s tests/clients/ts/package-lock.json "$ts_clients/package-lock.json" \
-        || [ ! -x "$ts_clients/node_modules/.bin/mcp-inspector" ] \
-        || ! "$ts_clients/node_modules/.bin/node" --version >/dev/null 2>&1; then
-        command -v npm >/dev/null 2>&1 || { log "npm is required: apt-get install nodejs npm"; exit 1; }
-        log "installing the TypeScript MCP clients (tests/clients/ts/package-lock.json) into $ts_clients"
-        mkdir -p "$ts_clients"
-        cp tests/clients/ts/package.json tests/clients/ts/package-lock.json "$ts_clients/"
-        # a failed install must not look current to the next run
-        npm ci --prefix "$ts_clients" --no-audit --no-fund --silent >/dev/null \
-            || { rm -f "$ts_clients/package-lock.json"; log "npm ci of the TypeScript MCP clients failed"; exit 1; }
-    fi
-fi
-# The componentizers of JavaScript and Python policies (scripts/componentize.sh, the scaffolds of
-# `hpcgate policy new --lang js|python`), in the target directory (the tests look for them there).
-if [ "$slurm" = yes ]; then
-    policy_js="${CARGO_TARGET_DIR:-target}/policy-js"
-    if ! cmp -s scripts/policy-js/package-lock.json "$policy_js/package-lock.json" \
-        || [ ! -x "$policy_js/node_modules/.bin/jco" ]; then
-        command -v npm >/dev/null 2>&1 || { log "npm is required: apt-get install nodejs npm"; exit 1; }
-        log "installing jco (scripts/policy-js/package-lock.json) into $policy_js"
-        mkdir -p "$policy_js"
-        cp scripts/policy-js/package.json scripts/policy-js/package-lock.json "$policy_js/"
-        npm ci --prefix "$policy_js" --no-audit --no-fund --silent >/dev/null \
-            || { log "npm ci of jco failed"; exit 1; }
-    fi
-    policy_py="${CARGO_TARGET_DIR:-target}/policy-py"
-    cpy_version="0.25.1"
-    if ! "$policy_py/bin/componentize-py" --version 2>/dev/null | grep -qx "componentize-py $cpy_version"; then
-        log "installing componentize-py $cpy_version into $policy_py"
-        python3 -m venv "$policy_py" || { log "python3 -m venv failed: apt-get install python3-venv"; exit 1; }
-        "$policy_py/bin/pip" install -q "componentize-py==$cpy_version" \
-            || { log "pip install componentize-py==$cpy_version failed"; exit 1; }
-    fi
+    pip_pinned "the Python MCP SDK" tests/clients/python/mcp2.txt "$target/python-mcp"
+    pip_pinned "the Python MCP SDK 1.x" tests/clients/python/mcp1.txt "$target/python-mcp1"
+    # The npm filesystem MCP server for the proxy tests (host/tests/it/proxy_filesystem.rs);
+    # node runs it inside bwrap.
+    npm_pinned "@modelcontextprotocol/server-filesystem" tests/clients/filesystem \
+        "$target/mcp-filesystem"
+    # The official MCP conformance suite and the Node 22 it runs on, for
+    # scripts/conformance.sh; and the pre-release that knows the 2026-07-28 revision.
+    npm_pinned "the MCP conformance suite" tests/clients/conformance "$target/conformance"
+    npm_pinned "the MCP conformance suite (pre-release)" tests/clients/conformance-next \
+        "$target/conformance-next"
+    # The official TypeScript MCP clients and the Node 22 the Inspector needs
+    # (host/tests/it/mcp_typescript.rs).
+    npm_pinned "the TypeScript MCP clients" tests/clients/ts "$target/ts-clients"
+    # The componentizers of JavaScript and Python policies (scripts/componentize.sh, the
+    # scaffolds of `hpcgate policy new --lang js|python`).
+    npm_pinned "jco" scripts/policy-js "$target/policy-js"
+    pip_pinned "componentize-py" scripts/policy-py/requirements.txt "$target/policy-py"
 fi
 log "ready"
