@@ -101,3 +101,6 @@ fn resolved(path: &Path) -> PathBuf {
     }
     path.to_path_buf()
 }
+
+#[cfg(test)]
+mod tests;
