@@ -4,9 +4,11 @@
 //! `archive` decides before it touches anything. It reads the instance and lets the gateway
 //! observe each of the instance's unfinished jobs (through the executor, which the state layer
 //! does not call itself, and without the lock: Slurm's clients can take seconds). If what was
-//! seen leaves a job unfinished it refuses with `HasRunningJobs` at once. Otherwise it takes
-//! the instance's in-use lock exclusively, refusing with `InUse` while a shell or a proxied
-//! server holds a lease on it (`in_use.rs`), then the tenant lock. Under both it records the
+//! seen leaves a job unfinished it refuses with `HasRunningJobs` at once. Otherwise, unless
+//! this machine's lock table shows another process's lease (then `InUse`), it lets
+//! the caller stop what it runs in the instance (the `release` hook) and takes the instance's
+//! in-use lock exclusively, refusing with `InUse` while a shell or a proxied server still
+//! holds a lease on it (`in_use.rs`), then the tenant lock. Under both it records the
 //! observations and checks again, a job recorded meanwhile included. A refused archive leaves
 //! the instance directory and its metadata exactly as before. Because `new_job` takes the same
 //! tenant lock and requires a live instance, no job can be recorded between the check and the
@@ -91,9 +93,14 @@ impl State {
             let still = still_running(of_instance(&paths)?, &seen, &mut save)?;
             refuse_unfinished(id, still)?;
         }
+        let from = paths.instance(Location::Live, id);
+        // Refused before the caller's servers are stopped for nothing if another process
+        // holds a lease (as far as this machine can tell).
+        if in_use::held_elsewhere(&from) {
+            return Err(StateError::InUse { id: id.to_string() });
+        }
         release();
 
-        let from = paths.instance(Location::Live, id);
         // Nothing may run in it under a lease, a shell or a proxied server: the in-use lock is
         // held from here until the metadata below is written. Taken before the tenant lock,
         // which a holder never takes, so the wait for a lease just released holds up no other

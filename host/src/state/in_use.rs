@@ -97,6 +97,41 @@ impl Exclusive {
     }
 }
 
+/// Whether a process other than this one holds a lease on the live instance at `dir`, as far
+/// as this machine's lock table (`/proc/locks`) shows, for [`ARCHIVE_PATIENCE`] (a lease just
+/// released may still be listed a moment). An archive asks before it stops its own servers in
+/// the instance, which would be stopped for nothing. Holders on other machines of a network
+/// filesystem are not listed: for them, as when the table cannot be read, the answer is `false`
+/// and the exclusive lock decides.
+pub(crate) fn held_elsewhere(dir: &Path) -> bool {
+    let Ok(file) = std::fs::symlink_metadata(dir.join(IN_USE)) else {
+        return false;
+    };
+    let device = rustix::fs::Dev::from(file.dev());
+    let this = format!(
+        "{:02x}:{:02x}:{}",
+        rustix::fs::major(device),
+        rustix::fs::minor(device),
+        file.ino()
+    );
+    let me = std::process::id().to_string();
+    let started = Instant::now();
+    loop {
+        let Ok(table) = std::fs::read_to_string("/proc/locks") else {
+            return false;
+        };
+        // `1: FLOCK  ADVISORY  READ 4242 fe:00:10011113 0 EOF`; a waiter's line has `->` second.
+        let others = table.lines().any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            matches!(fields.as_slice(), [_, "FLOCK", _, _, pid, file, ..] if *file == this && *pid != me)
+        });
+        if !others || started.elapsed() >= ARCHIVE_PATIENCE {
+            return others;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// How long `archive` tries for the exclusive lock before it says the instance is in use. A
 /// lease just released can outlive its holder by a moment: a process forked at that instant
 /// (to start any sandbox) holds a copy of the descriptor until it runs its `exec`.

@@ -19,8 +19,8 @@
 //! - **no archive happens while a job of the instance may run, or while something holds a
 //!   lease on it** (a shell, a proxied server), and the checks come before anything in the
 //!   state directory changes (`archive.rs`, `in_use.rs`); the caller's own servers in the
-//!   instance are stopped by a hook between the two checks, so a refused archive has stopped
-//!   them (they start again on the next call);
+//!   instance are stopped by a hook between the two checks, unless this machine's lock table
+//!   already shows another process's lease;
 //! - **no check-then-act race between gateways**: read-modify-write sequences hold the
 //!   tenant's `flock` (`lock.rs`).
 

@@ -117,6 +117,47 @@ fn the_serving_gateway_stops_its_own_server_and_archives() {
     );
 }
 
+/// Another process's lease (here `flock(1)`, as a shell's would be) refuses the archive before
+/// this gateway stops its own servers, which would be stopped for nothing.
+#[test]
+fn an_archive_refused_for_another_process_s_lease_leaves_the_servers_running() {
+    use std::process::{Command, Stdio};
+
+    let (dir, serving, _other) = serving();
+    let before = ok(call(&serving, "t__whoami")).structured["nonce"].clone();
+    let in_use = dir.path().join("state/tenants/chem/instances/run1/in-use");
+    let mut holder = Command::new("flock")
+        .args(["--shared", "--close"])
+        .arg(&in_use)
+        .arg("cat")
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("run flock(1)");
+    let pid = holder.id().to_string();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string("/proc/locks")
+        .unwrap()
+        .lines()
+        .any(|line| line.contains("FLOCK") && line.split_whitespace().nth(4) == Some(&pid))
+    {
+        assert!(
+            std::time::Instant::now() < until,
+            "flock(1) never took its lock"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    let refused = err(call(&serving, "archive_instance"));
+    assert!(refused.contains("it is in use"), "{refused}");
+    let after = ok(call(&serving, "t__whoami")).structured["nonce"].clone();
+    assert_eq!(before, after, "the same server, never stopped");
+
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+    ok(call(&serving, "archive_instance"));
+    assert_eq!(serving.proxies().running(), 0);
+}
+
 #[test]
 fn an_archive_refused_for_a_running_job_leaves_the_servers_running() {
     let (_dir, serving, _other) = serving();
