@@ -86,30 +86,34 @@ if [ "$toolchain" = yes ]; then
         || { log "cannot add clippy and rustfmt to $channel"; exit 1; }
 fi
 # Pinned clients in the target directory, where the tests look for them. Each is installed
-# afresh when its pin file differs from the copy kept beside the installation; a failed
-# install leaves no copy, so the next run tries again.
+# afresh unless its stamp (`.pinned`: its pin files, and for Python the interpreter's version)
+# says it is current; the stamp is written once the install succeeded, so an install that
+# failed or was interrupted is tried again.
 target="${CARGO_TARGET_DIR:-target}"
 npm_pinned() { # NAME SOURCE-DIR INSTALL-DIR: `npm ci` of SOURCE-DIR's package.json and lock
     local name="$1" from="$2" into="$3"
-    cmp -s "$from/package-lock.json" "$into/package-lock.json" && [ -d "$into/node_modules" ] \
-        && return 0
+    # The stamp is written only once `npm ci` succeeded: an interrupted install is not current.
+    cat "$from/package.json" "$from/package-lock.json" | cmp -s - "$into/.pinned" && return 0
     command -v npm >/dev/null 2>&1 || { log "npm is required: apt-get install nodejs npm"; exit 1; }
     log "installing $name ($from/package-lock.json) into $into"
     rm -rf "$into" && mkdir -p "$into"
     cp "$from/package.json" "$from/package-lock.json" "$into/"
     npm ci --prefix "$into" --no-audit --no-fund --silent >/dev/null \
-        || { rm -f "$into/package-lock.json"; log "npm ci of $name failed"; exit 1; }
+        || { log "npm ci of $name failed"; exit 1; }
+    cat "$from/package.json" "$from/package-lock.json" >"$into/.pinned"
 }
 pip_pinned() { # NAME REQUIREMENTS VENV: a venv with exactly the packages REQUIREMENTS lists
     local name="$1" pins="$2" venv="$3"
-    cmp -s "$pins" "$venv/pinned.txt" && return 0
+    # The stamp names the Python too: a venv of another Python is made again.
+    { python3 --version; cat "$pins"; } | cmp -s - "$venv/.pinned" && return 0
     log "installing $name ($pins) into $venv"
     rm -rf "$venv"
     python3 -m venv "$venv" || { log "python3 -m venv failed: apt-get install python3-venv"; exit 1; }
-    # Every dependency is in the file: nothing is resolved, so nothing newer comes in.
-    "$venv/bin/pip" install -q --no-deps -r "$pins" && "$venv/bin/pip" check >/dev/null \
-        || { log "pip install of $name failed"; exit 1; }
-    cp "$pins" "$venv/pinned.txt"
+    # Every dependency is in the file, and only built wheels are taken: nothing is resolved or
+    # compiled, so nothing newer comes in.
+    "$venv/bin/pip" install -q --no-deps --only-binary :all: -r "$pins" >&2 \
+        && "$venv/bin/pip" check >&2 || { log "pip install of $name failed"; exit 1; }
+    { python3 --version; cat "$pins"; } >"$venv/.pinned"
 }
 if [ "$slurm" = yes ]; then
     # The official Python MCP SDK, a third-party client for the end-to-end tests, with the OTLP

@@ -310,6 +310,14 @@ impl ProxyManager {
         .unwrap_or(Err(ProxyError::ShuttingDown))
     }
 
+    /// Whether a server of `tenant`'s `instance` runs here (or is starting, or died and is not
+    /// yet forgotten).
+    pub fn runs_in(&self, tenant: &TenantName, instance: &str) -> bool {
+        self.inner.as_ref().is_some_and(|inner| {
+            (lock(&inner.clients).keys()).any(|k| &k.tenant == tenant && k.instance == instance)
+        })
+    }
+
     /// Stops every server of `tenant`'s `instance`, releasing their leases on it. Blocks until
     /// they are gone.
     pub fn stop_instance(&self, tenant: &TenantName, instance: &str) {

@@ -47,18 +47,19 @@ impl State {
     where
         F: FnMut(&JobRecord) -> Option<Observation>,
     {
-        self.archive_releasing(tenant, id, observe, || ())
+        self.archive_releasing(tenant, id, observe, None::<fn()>)
     }
 
     /// [`State::archive`] for a caller that holds leases on the instance itself: `release` is
-    /// called, with no lock held, once no job stands in the way, and must end what the caller
-    /// runs in the instance before the leases are checked.
+    /// called, with no lock held, once no job stands in the way and no other process is seen
+    /// to hold a lease, and must end what the caller runs in the instance before the leases
+    /// are checked.
     pub fn archive_releasing<F, R>(
         &self,
         tenant: &TenantName,
         id: &InstanceId,
         mut observe: F,
-        release: R,
+        release: Option<R>,
     ) -> Result<Instance, StateError>
     where
         F: FnMut(&JobRecord) -> Option<Observation>,
@@ -94,12 +95,14 @@ impl State {
             refuse_unfinished(id, still)?;
         }
         let from = paths.instance(Location::Live, id);
-        // Refused before the caller's servers are stopped for nothing if another process
-        // holds a lease (as far as this machine can tell).
-        if in_use::held_elsewhere(&from) {
-            return Err(StateError::InUse { id: id.to_string() });
+        if let Some(release) = release {
+            // Refused before the caller's servers are stopped for nothing if another process
+            // holds a lease (as far as this machine can tell).
+            if in_use::held_elsewhere(&from) {
+                return Err(StateError::InUse { id: id.to_string() });
+            }
+            release();
         }
-        release();
 
         // Nothing may run in it under a lease, a shell or a proxied server: the in-use lock is
         // held from here until the metadata below is written. Taken before the tenant lock,

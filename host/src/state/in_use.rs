@@ -102,19 +102,32 @@ impl Exclusive {
 /// released may still be listed a moment). An archive asks before it stops its own servers in
 /// the instance, which would be stopped for nothing. Holders on other machines of a network
 /// filesystem are not listed: for them, as when the table cannot be read, the answer is `false`
-/// and the exclusive lock decides.
+/// and the exclusive lock decides. `true` while another archive holds the lock exclusively.
 pub(crate) fn held_elsewhere(dir: &Path) -> bool {
-    let Ok(file) = std::fs::symlink_metadata(dir.join(IN_USE)) else {
+    // The kernel's own name for the file, as the table prints it (a filesystem's `st_dev` may
+    // differ, as btrfs subvolumes' do): read from this descriptor's lock, taken shared for it.
+    let Ok(file) = open_lock_file(&dir.join(IN_USE)) else {
         return false;
     };
-    let device = rustix::fs::Dev::from(file.dev());
-    let this = format!(
-        "{:02x}:{:02x}:{}",
-        rustix::fs::major(device),
-        rustix::fs::minor(device),
-        file.ino()
-    );
-    let me = std::process::id().to_string();
+    match file.try_lock_shared() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => return true,
+        Err(TryLockError::Error(_)) => return false,
+    }
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+    let Some(key) = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))
+        .ok()
+        .and_then(|info| lock_key(&info))
+    else {
+        return false;
+    };
+    // This process as the table's `/proc` numbers it (a pid namespace may number it otherwise).
+    let Some(me) = std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str().map(str::to_owned))
+    else {
+        return false;
+    };
     let started = Instant::now();
     loop {
         let Ok(table) = std::fs::read_to_string("/proc/locks") else {
@@ -123,12 +136,23 @@ pub(crate) fn held_elsewhere(dir: &Path) -> bool {
         // `1: FLOCK  ADVISORY  READ 4242 fe:00:10011113 0 EOF`; a waiter's line has `->` second.
         let others = table.lines().any(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            matches!(fields.as_slice(), [_, "FLOCK", _, _, pid, file, ..] if *file == this && *pid != me)
+            matches!(fields.as_slice(), [_, "FLOCK", _, _, pid, file, ..] if *file == key && *pid != me)
         });
         if !others || started.elapsed() >= ARCHIVE_PATIENCE {
             return others;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The `major:minor:inode` of the lock in a descriptor's `fdinfo`
+/// (`lock:\t1: FLOCK  ADVISORY  READ 4242 fe:00:10011113 0 EOF`).
+fn lock_key(fdinfo: &str) -> Option<String> {
+    let line = fdinfo.lines().find(|l| l.starts_with("lock:"))?;
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    match fields.as_slice() {
+        ["lock:", _, "FLOCK", _, _, _, key, ..] => Some((*key).to_owned()),
+        _ => None,
     }
 }
 
@@ -242,6 +266,39 @@ mod tests {
         drop(hold(&dir, "run1").unwrap());
         let refused = locked.still_at(&dir, "run1").unwrap_err();
         assert!(matches!(refused, StateError::Archived { .. }), "{refused}");
+    }
+
+    #[test]
+    #[allow(clippy::disallowed_methods)] // flock(1): another process holding a lease
+    fn another_process_s_lease_is_seen_and_this_one_s_is_not() {
+        let (_root, dir) = instance();
+        let mine = hold(&dir, "run1").unwrap();
+        assert!(!held_elsewhere(&dir), "this process's own lease");
+        let mut other = std::process::Command::new("flock")
+            .args(["--shared", "--close"])
+            .arg(dir.join(IN_USE))
+            .arg("cat")
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("run flock(1)");
+        let until = Instant::now() + Duration::from_secs(10);
+        while !held_elsewhere(&dir) {
+            assert!(Instant::now() < until, "flock(1)'s lease was never seen");
+        }
+        drop(other.stdin.take());
+        assert!(other.wait().unwrap().success());
+        assert!(!held_elsewhere(&dir), "its lease went with it");
+        drop(mine);
+        let archiving = exclusive(&dir, "run1").unwrap();
+        assert!(held_elsewhere(&dir), "an archive holds it exclusively");
+        drop(archiving);
+    }
+
+    #[test]
+    fn the_kernel_s_name_of_a_lock_is_read_from_fdinfo() {
+        let info = "pos:\t0\nflags:\t02100000\nlock:\t1: FLOCK  ADVISORY  READ 32019 fe:00:10011113 0 EOF\n";
+        assert_eq!(lock_key(info).as_deref(), Some("fe:00:10011113"));
+        assert_eq!(lock_key("pos:\t0\n"), None);
     }
 
     #[test]

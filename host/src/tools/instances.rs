@@ -162,7 +162,8 @@ fn archive_instance(cx: &Context<'_>, _: ById) -> Result<Output, ToolError> {
         cx.tenant,
         id,
         |job| cx.jobs.observe(cx.state, job),
-        || cx.proxies.stop_instance(cx.tenant, id.as_str()),
+        (cx.proxies.runs_in(cx.tenant, id.as_str()))
+            .then_some(|| cx.proxies.stop_instance(cx.tenant, id.as_str())),
     )?;
     cx.record(Entry::new(Event::InstanceArchived).instance(instance.id.as_str()));
     let summary = format!("archived instance `{}`", instance.id);
