@@ -36,13 +36,41 @@ pub struct InstanceLease {
 /// Takes a shared lease on the live instance at `dir` (whose id is `id`), waiting out an
 /// archive's rename in progress. `Err(Archived)` if the instance was archived meanwhile.
 pub(crate) fn hold(dir: &Path, id: &str) -> Result<InstanceLease, StateError> {
-    let path = dir.join(IN_USE);
-    let file = open_lock_file(&path).map_err(|e| match e.kind() {
-        // The instance directory is gone: archived (or cleaned) since the caller found it.
+    checked(open_in(dir, id)?, &dir.join(IN_USE), id)
+}
+
+/// The in-use file of the live instance at `dir`; `Err(Archived)` if the instance directory is
+/// gone (archived, or cleaned, since the caller found it).
+fn open_in(dir: &Path, id: &str) -> Result<File, StateError> {
+    open_lock_file(&dir.join(IN_USE)).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => StateError::Archived { id: id.to_owned() },
         _ => StateError::io("open the instance's in-use file")(e),
-    })?;
-    checked(file, &path, id)
+    })
+}
+
+/// Tries for `file`'s lock (`shared` or exclusive) for up to `patience`, pausing a little
+/// longer each time: whether it was taken.
+fn lock_within(file: &File, shared: bool, patience: Duration) -> Result<bool, StateError> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let tried = if shared {
+            file.try_lock_shared()
+        } else {
+            file.try_lock()
+        };
+        match tried {
+            Ok(()) => return Ok(true),
+            Err(TryLockError::WouldBlock) if started.elapsed() < patience => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err(TryLockError::WouldBlock) => return Ok(false),
+            Err(TryLockError::Error(e)) => {
+                return Err(StateError::io("take the instance's in-use lock")(e));
+            }
+        }
+    }
 }
 
 /// The longest a holder waits for the lock: an archive holds it for a rename and a few
@@ -52,24 +80,10 @@ const MAX_WAIT: Duration = Duration::from_secs(10);
 /// Waits for a shared lock on `file`, opened at `path` (at most [`MAX_WAIT`]), and keeps it
 /// if `path` still names it.
 fn checked(file: File, path: &Path, id: &str) -> Result<InstanceLease, StateError> {
-    let started = Instant::now();
-    let mut pause = Duration::from_millis(1);
-    loop {
-        match file.try_lock_shared() {
-            Ok(()) => break,
-            Err(TryLockError::WouldBlock) if started.elapsed() < MAX_WAIT => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(50));
-            }
-            Err(TryLockError::WouldBlock) => {
-                return Err(StateError::io(
-                    "take the instance's in-use lock (held for over 10 s, by an archive or a stuck process; retry)",
-                )(io::ErrorKind::WouldBlock.into()));
-            }
-            Err(TryLockError::Error(e)) => {
-                return Err(StateError::io("take the instance's in-use lock")(e));
-            }
-        }
+    if !lock_within(&file, true, MAX_WAIT)? {
+        return Err(StateError::io(
+            "take the instance's in-use lock (held for over 10 s, by an archive or a stuck process; retry)",
+        )(io::ErrorKind::WouldBlock.into()));
     }
     names(path, &file, id)?;
     Ok(InstanceLease { _file: file })
@@ -165,24 +179,10 @@ const ARCHIVE_PATIENCE: Duration = Duration::from_secs(1);
 /// exclusively (hold it across the rename), or `Err(InUse)` if a lease is still held after
 /// [`ARCHIVE_PATIENCE`]. `Err(Archived)` if the instance is gone from the live ones.
 pub(crate) fn exclusive(dir: &Path, id: &str) -> Result<Exclusive, StateError> {
-    let file = open_lock_file(&dir.join(IN_USE)).map_err(|e| match e.kind() {
-        io::ErrorKind::NotFound => StateError::Archived { id: id.to_owned() },
-        _ => StateError::io("open the instance's in-use file")(e),
-    })?;
-    let started = Instant::now();
-    let mut pause = Duration::from_millis(1);
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(Exclusive(file)),
-            Err(TryLockError::WouldBlock) if started.elapsed() < ARCHIVE_PATIENCE => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(50));
-            }
-            Err(TryLockError::WouldBlock) => return Err(StateError::InUse { id: id.to_owned() }),
-            Err(TryLockError::Error(e)) => {
-                return Err(StateError::io("take the instance's in-use lock")(e));
-            }
-        }
+    let file = open_in(dir, id)?;
+    match lock_within(&file, false, ARCHIVE_PATIENCE)? {
+        true => Ok(Exclusive(file)),
+        false => Err(StateError::InUse { id: id.to_owned() }),
     }
 }
 
