@@ -1,3 +1,6 @@
+//! What no sandbox may see: binds beside the state directory pass; a link to it, a secret in a
+//! bound directory, the system directories and `..` are seen through.
+
 use super::super::tests::settings;
 
 #[test]
