@@ -26,7 +26,8 @@ pub struct ArgumentRule {
 
 /// What to redact. `Default` redacts `content` of `write_file` (builtin and proxied) and every
 /// value whose key contains `token`, `password`, `passwd`, `secret`, `api_key`, `apikey`,
-/// `authorization`, `credential` or `private_key` (case-insensitive), at any depth.
+/// `authorization`, `credential` or `private_key` (case-insensitive), at any depth, but for
+/// the keys of counts of language-model tokens (`max_tokens`, `prompt_tokens`, …).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedactionRules {
@@ -35,6 +36,10 @@ pub struct RedactionRules {
     /// Case-insensitive substrings of object keys.
     #[serde(default = "default_secret_keys")]
     pub secret_keys: Vec<String>,
+    /// Keys that are not secret although they contain one of `secret_keys`: compared whole,
+    /// ignoring case and the separators `_`, `-` and `.` (`max_tokens` is also `maxTokens`).
+    #[serde(default = "default_not_secret_keys")]
+    pub not_secret_keys: Vec<String>,
 }
 
 impl Default for RedactionRules {
@@ -42,6 +47,7 @@ impl Default for RedactionRules {
         RedactionRules {
             arguments: default_arguments(),
             secret_keys: default_secret_keys(),
+            not_secret_keys: default_not_secret_keys(),
         }
     }
 }
@@ -72,12 +78,35 @@ fn default_secret_keys() -> Vec<String> {
     .to_vec()
 }
 
+/// Counts and limits of language-model tokens, which agents pass to proxied model servers and
+/// policies cap: a replay must see the number, not a digest.
+fn default_not_secret_keys() -> Vec<String> {
+    [
+        "max_tokens",
+        "max_new_tokens",
+        "max_completion_tokens",
+        "max_output_tokens",
+        "min_tokens",
+        "num_tokens",
+        "prompt_tokens",
+        "completion_tokens",
+        "input_tokens",
+        "output_tokens",
+        "total_tokens",
+        "token_count",
+        "token_limit",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 impl RedactionRules {
     /// Redacts nothing.
     pub fn none() -> RedactionRules {
         RedactionRules {
             arguments: Vec::new(),
             secret_keys: Vec::new(),
+            not_secret_keys: Vec::new(),
         }
     }
 
@@ -129,11 +158,28 @@ impl RedactionRules {
     }
 
     fn is_secret(&self, key: &str) -> bool {
-        let key = key.to_ascii_lowercase();
-        self.secret_keys
+        let lower = key.to_ascii_lowercase();
+        if !self
+            .secret_keys
             .iter()
-            .any(|s| key.contains(&s.to_ascii_lowercase()))
+            .any(|s| lower.contains(&s.to_ascii_lowercase()))
+        {
+            return false;
+        }
+        let bare = without_separators(key);
+        !self
+            .not_secret_keys
+            .iter()
+            .any(|k| without_separators(k) == bare)
     }
+}
+
+/// `key` in lower case without `_`, `-` and `.`.
+fn without_separators(key: &str) -> String {
+    key.chars()
+        .filter(|c| !matches!(c, '_' | '-' | '.'))
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
 }
 
 /// Replaces a value by its digest form, unless it already is one.
@@ -227,6 +273,48 @@ mod tests {
         assert!(
             serde_json::from_value::<RedactionRules>(json!({"argumnts": []})).is_err(),
             "unknown keys are errors"
+        );
+    }
+
+    #[test]
+    fn counts_of_model_tokens_are_not_secrets() {
+        let rules = RedactionRules::default();
+        let mut args = json!({
+            "max_tokens": 4096, "maxTokens": 10, "Prompt-Tokens": 7,
+            "usage": {"total_tokens": 3, "access_token": "a"},
+            "tokens": ["t"], "API_TOKEN": "s", "max_tokens_secret": "k"
+        })
+        .as_object()
+        .unwrap()
+        .clone();
+        rules.redact_arguments("call_model", &mut args);
+        assert_eq!(args["max_tokens"], 4096);
+        assert_eq!(args["maxTokens"], 10);
+        assert_eq!(args["Prompt-Tokens"], 7);
+        assert_eq!(args["usage"]["total_tokens"], 3);
+        for redacted in [
+            &args["usage"]["access_token"],
+            &args["tokens"],
+            &args["API_TOKEN"],
+        ] {
+            assert_eq!(redacted["redacted"], true, "{args:?}");
+        }
+        assert_eq!(
+            args["max_tokens_secret"]["redacted"], true,
+            "an exception is a whole key, not a prefix"
+        );
+
+        let rules: RedactionRules =
+            serde_json::from_value(json!({"not_secret_keys": ["token_budget"]})).unwrap();
+        let mut args = json!({"token_budget": 5, "max_tokens": 6})
+            .as_object()
+            .unwrap()
+            .clone();
+        rules.redact_arguments("t", &mut args);
+        assert_eq!(args["token_budget"], 5);
+        assert_eq!(
+            args["max_tokens"]["redacted"], true,
+            "a configured list replaces the default one"
         );
     }
 }
