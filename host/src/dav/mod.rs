@@ -171,8 +171,15 @@ impl Dav {
         caller: &Caller,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Option<T> {
-        let _permit = self.bridge.enter(&caller.tenant).await.ok()?;
-        tokio::task::spawn_blocking(work).await.ok()
+        let permit = self.bridge.enter(&caller.tenant).await.ok()?;
+        // The place goes with the work: a client that hangs up drops this future, not the
+        // blocking thread's work, which must go on counting against the tenant's places.
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            work()
+        })
+        .await
+        .ok()
     }
 
     /// Runs one tool call through the pipeline on the blocking bridge, lending `transfer`;
@@ -184,12 +191,12 @@ impl Dav {
         arguments: Value,
         transfer: Option<Transfer>,
     ) -> (CallResult, Option<Transfer>) {
-        let _permit = match self.bridge.enter(&caller.tenant).await {
+        let permit = match self.bridge.enter(&caller.tenant).await {
             Ok(permit) => permit,
             // The tenant's calls waiting for a place are as many as it may have: say so.
             Err(full) => return (busy_with(full.to_string()), None),
         };
-        self.run(caller, tool, arguments, transfer, false).await
+        (self.run(caller, tool, arguments, transfer, false, Some(permit))).await
     }
 
     /// A place of `caller`'s on the bridge for a run of calls that make one request.
@@ -204,7 +211,8 @@ impl Dav {
         }
     }
 
-    /// Runs one call on a blocking thread, the caller holding its place.
+    /// Runs one call on a blocking thread, holding `place` until the call ends, whether or
+    /// not this future is still awaited then (a client that hangs up drops it).
     async fn run(
         &self,
         caller: &Caller,
@@ -212,6 +220,7 @@ impl Dav {
         arguments: Value,
         transfer: Option<Transfer>,
         follows: bool,
+        place: Option<Held>,
     ) -> (CallResult, Option<Transfer>) {
         let (gateway, caller) = (self.gateway.clone(), caller.clone());
         let arguments = match arguments {
@@ -219,6 +228,7 @@ impl Dav {
             _ => Map::new(),
         };
         let joined = tokio::task::spawn_blocking(move || {
+            let _place = place;
             let live = gateway.snapshot();
             let mut request = CallRequest::new(caller, Via::Dav, tool, arguments);
             if follows {
@@ -249,7 +259,9 @@ pub(super) struct Steps {
 impl Steps {
     /// A call of the request, counted against the rate limit.
     pub(super) async fn call(&self, tool: &'static str, arguments: Value) -> CallResult {
-        let run = self.dav.run(&self.caller, tool, arguments, None, false);
+        let run = self
+            .dav
+            .run(&self.caller, tool, arguments, None, false, None);
         run.await.0
     }
 
@@ -273,7 +285,9 @@ impl Steps {
 
     /// A call that restores or completes what the request's calls did: not counted.
     pub(super) async fn finish(&self, tool: &'static str, arguments: Value) -> CallResult {
-        let run = self.dav.run(&self.caller, tool, arguments, None, true);
+        let run = self
+            .dav
+            .run(&self.caller, tool, arguments, None, true, None);
         run.await.0
     }
 }

@@ -97,6 +97,14 @@ pub async fn propfind(cx: &Cx<'_>, request: Request) -> Response {
     };
     let mut body = String::from(MULTISTATUS_OPEN);
     for resource in &resources {
+        if body.len() > MAX_ANSWER_BYTES {
+            body.push_str(&format!(
+                "<D:response><D:href>{}</D:href><D:status>HTTP/1.1 507 Insufficient Storage</D:status><D:responsedescription>the answer is cut at {} MiB: ask for fewer properties</D:responsedescription></D:response>\n",
+                escape(&resource.href),
+                MAX_ANSWER_BYTES >> 20
+            ));
+            break;
+        }
         render(&mut body, resource, &asked);
     }
     body.push_str(MULTISTATUS_CLOSE);
@@ -301,6 +309,10 @@ fn live(resource: &Resource, local: &str) -> Option<String> {
         _ => return None,
     })
 }
+
+/// Where a PROPFIND's answer is cut (with a 507 entry, as for a listing cut at its length): its
+/// entries repeat every property asked for, up to [`MAX_ASKED`] names of up to 384 bytes.
+const MAX_ANSWER_BYTES: usize = 8 << 20;
 
 /// The most properties one PROPFIND may name: a body of 64 KiB could name one thousands of
 /// times, and each is answered in every entry of a listing.

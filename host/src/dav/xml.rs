@@ -17,6 +17,12 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// prefix is looked up through the open elements, so the depth bounds that work.
 pub const MAX_DEPTH: usize = 32;
 
+/// The longest element name (prefix included) and namespace URI accepted. Each element keeps its
+/// namespace and a listing's answer repeats the names asked for in every entry, so a 64 KiB body
+/// of long names would cost gigabytes; WebDAV's names and namespaces are tens of bytes.
+pub const MAX_NAME_BYTES: usize = 128;
+pub const MAX_NAMESPACE_BYTES: usize = 256;
+
 /// The DAV: namespace.
 pub const DAV: &str = "DAV:";
 
@@ -83,8 +89,27 @@ pub fn elements(body: &str) -> Result<Vec<Element>, BadXml> {
             .next()
             .ok_or_else(|| bad("has an empty tag"))?
             .to_owned();
+        if name.len() > MAX_NAME_BYTES {
+            return Err(bad(&format!(
+                "has an element name longer than {MAX_NAME_BYTES} bytes"
+            )));
+        }
+        if !name
+            .chars()
+            .all(|c| c.is_alphanumeric() || "-_.:".contains(c))
+        {
+            return Err(bad(
+                "has an element name with characters XML names do not have",
+            ));
+        }
         let mut declared = HashMap::new();
         for attribute in attributes(&tag[name.len()..]).map_err(|why| bad(&why))? {
+            let declares = attribute.0 == "xmlns" || attribute.0.starts_with("xmlns:");
+            if declares && !namespace_like(&attribute.1) {
+                return Err(bad(&format!(
+                    "declares a namespace longer than {MAX_NAMESPACE_BYTES} bytes or with characters a namespace URI does not have"
+                )));
+            }
             if attribute.0 == "xmlns" {
                 declared.insert(String::new(), attribute.1);
             } else if let Some(prefix) = attribute.0.strip_prefix("xmlns:") {
@@ -153,6 +178,14 @@ fn attributes(mut text: &str) -> Result<Vec<(String, String)>, String> {
         out.push((name, value.to_owned()));
         text = &after[close + 2..];
     }
+}
+
+/// A namespace URI as WebDAV clients send them: short, printable, nothing to escape.
+fn namespace_like(uri: &str) -> bool {
+    uri.len() <= MAX_NAMESPACE_BYTES
+        && uri
+            .chars()
+            .all(|c| !c.is_control() && !"<>&\"'".contains(c))
 }
 
 fn predefined_entity(after_amp: &str) -> bool {
@@ -271,5 +304,38 @@ mod tests {
         // A body of nothing but open tags is refused at the cap, not scanned to its end.
         let open = "<D:a xmlns:D=\"DAV:\">".to_owned() + &"<D:a>".repeat(13_000);
         assert!(elements(&open).unwrap_err().0.contains("deeper than"));
+    }
+
+    /// Long names and namespaces are refused (a listing answers each name in every entry), and
+    /// so are namespaces that would need escaping; the lengths WebDAV clients use pass.
+    #[test]
+    fn names_and_namespaces_are_bounded() {
+        let ns = |uri: &str| {
+            format!(
+                "<D:propfind xmlns:D=\"DAV:\"><D:prop xmlns:z=\"{uri}\"><z:p/></D:prop></D:propfind>"
+            )
+        };
+        let longest = "u".repeat(MAX_NAMESPACE_BYTES);
+        assert_eq!(elements(&ns(&longest)).unwrap()[2].ns, longest);
+        assert!(elements(&ns("http://apache.org/dav/props/")).is_ok());
+        for uri in [
+            "u".repeat(MAX_NAMESPACE_BYTES + 1),
+            "'".repeat(100),
+            "a&amp;b".into(),
+            "a\u{1}".into(),
+        ] {
+            let refused = elements(&ns(&uri)).unwrap_err().0;
+            assert!(refused.contains("namespace"), "{refused}");
+        }
+        let named = |name: &str| {
+            format!("<D:propfind xmlns:D=\"DAV:\"><D:prop><{name}/></D:prop></D:propfind>")
+        };
+        let longest = "n".repeat(MAX_NAME_BYTES);
+        assert_eq!(elements(&named(&longest)).unwrap()[2].local, longest);
+        assert!(elements(&named("D:quota-used-bytes")).is_ok());
+        for name in ["n".repeat(MAX_NAME_BYTES + 1), "a'b".into(), "a\"b".into()] {
+            let refused = elements(&named(&name)).unwrap_err().0;
+            assert!(refused.contains("element name"), "{refused}");
+        }
     }
 }

@@ -372,3 +372,65 @@ fn an_overwrite_the_policies_would_not_finish_is_refused_first() {
     assert_eq!(kept, "old");
     assert_no_hidden_destination(&s);
 }
+
+/// A request whose client hangs up keeps its tenant's place until its call has ended: chem
+/// sends eight DELETEs of large trees (its share of the door's 32 places) and hangs up once
+/// every removal has begun; chem's next GET then waits for a place, so by its answer one tree
+/// at least is gone. Before, the place was given back with the request's future while the
+/// removal went on, and a tenant could keep any number of calls running by hanging up.
+#[test]
+fn a_client_that_hangs_up_leaves_its_call_holding_its_place() {
+    use std::io::Write as _;
+    const TREES: usize = 8;
+    const FILES: usize = 20_000;
+    let s = setup();
+    let tree = |t: usize| s.workspace.join(format!("tree{t}"));
+    for t in 0..TREES {
+        std::fs::create_dir(tree(t)).unwrap();
+        for f in 0..FILES {
+            std::fs::File::create(tree(t).join(f.to_string())).unwrap();
+        }
+    }
+    std::fs::write(s.workspace.join("after.txt"), "served").unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(
+        s.dir.path(),
+        &s.dir.path().join("gateway.toml"),
+    ));
+    let authority = served.authority();
+    let hanging: Vec<_> = (0..TREES)
+        .map(|t| {
+            let mut tcp = std::net::TcpStream::connect(&authority).unwrap();
+            let head = format!(
+                "DELETE /dav/instances/run1/workspace/tree{t}/ HTTP/1.1\r\nHost: localhost\r\n\
+                 Authorization: Bearer {}\r\n\r\n",
+                s.chem
+            );
+            tcp.write_all(head.as_bytes()).unwrap();
+            tcp
+        })
+        .collect();
+    let begun = |t: usize| std::fs::read_dir(tree(t)).map_or(true, |d| d.count() < FILES);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !(0..TREES).all(begun) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the removals did not begin"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(hanging);
+
+    let scratch = tempfile::tempdir().unwrap();
+    let auth = format!("Authorization: Bearer {}", s.chem);
+    let url = format!("http://{authority}/dav/instances/run1/workspace/after.txt");
+    let got = curl(scratch.path(), &["--max-time", "60", "-H", &auth, &url]);
+    assert_eq!((got.status, got.body.as_str()), (200, "served"));
+    let gone = (0..TREES).filter(|&t| !tree(t).exists()).count();
+    assert!(
+        gone >= 1,
+        "chem's GET was served while its eight hung-up removals all still ran"
+    );
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{status:?}: {stderr}");
+}
