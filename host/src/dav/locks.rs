@@ -29,6 +29,7 @@ use super::status::{self, Op};
 use super::target::{SandboxView, Target};
 use super::xml::{DAV, escape};
 use crate::gateway::{Failure, Transfer, Upload};
+use crate::policy::Via;
 
 /// The longest lock, and the timeout of one asked for without a limit.
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -339,14 +340,31 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
     }
     let exclusive = !elements.iter().any(|e| e.is(DAV, "shared"));
     let infinite = headers.get("Depth").is_none_or(|d| d.as_bytes() != b"0");
+    if view.is_area() {
+        // A lock of the whole area would stop every other writer of the tenant.
+        return (
+            StatusCode::FORBIDDEN,
+            "an instance's workspace or output cannot be locked whole: lock the files or directories inside it\n",
+        )
+            .into_response();
+    }
     let arguments = json!({ "instance_id": id.as_str(), "path": view.path() });
     let (stat, _) = cx
         .dav
         .call(&cx.caller, "stat_path", arguments.clone(), None)
         .await;
     let missing = stat.is_error;
-    if missing && (stat.failure != Failure::NoPath || view.is_area()) {
+    if missing && stat.failure != Failure::NoPath {
         return status::failed(&stat, Op::Read);
+    }
+    // A lock stops others' writes, so only who may write the path may take one.
+    let write = arguments.as_object().cloned().unwrap_or_default();
+    if !(cx.dav.gateway).would_allow(&cx.caller, Via::Dav, "write_file", write) {
+        return (
+            StatusCode::FORBIDDEN,
+            "the policies would not let you write here, so you cannot lock it\n",
+        )
+            .into_response();
     }
     let is_dir = stat.structured["kind"] == "directory";
     let mut token_bytes = [0u8; 16];

@@ -238,8 +238,17 @@ fn default_wait(cx: &Context<'_>, detach: Option<bool>) -> u64 {
     }
 }
 
+/// How `run_python` starts its script: as `python3 SCRIPT` would, but with nothing of the
+/// workspace on the import path. Python puts a script's own directory (or, for `-c`, the
+/// working directory) first on `sys.path`, and both are the workspace, which any job of the
+/// instance may write: a job run without tools could leave a `json.py` there that every later
+/// `run_python`, with tools, would import. `runpy` runs a file without adding its directory.
+const RUN_SCRIPT: &str = "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; \
+     sys.argv = sys.argv[1:]; import runpy; runpy.run_path(sys.argv[0], run_name='__main__')";
+
 /// Writes the code to `/workspace/.hpcgate/run-<random>.py` (through the files executor, so
-/// size caps and the workspace quota apply) and runs `python3` on it as a local job.
+/// size caps and the workspace quota apply) and runs `python3` on it ([`RUN_SCRIPT`]) as a
+/// local job.
 fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
     use hpcgate_executors::files::{self as exec, InstanceRoots, WriteMode, WriteRequest};
     let instance = cx.instance()?.clone();
@@ -276,7 +285,12 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
     };
     exec::write_file(&roots, cx.files, &request)?;
     drop(hold);
-    let command = vec!["python3".to_owned(), path];
+    let command = vec![
+        "python3".to_owned(),
+        "-c".to_owned(),
+        RUN_SCRIPT.to_owned(),
+        path,
+    ];
     let new = new_job(cx, instance, JobMode::Local, command, args.resources);
     start(cx, new, &wait, args.tools.unwrap_or(true))
 }

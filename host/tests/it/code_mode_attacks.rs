@@ -300,3 +300,42 @@ async fn another_uid_is_refused_at_a_jobs_door() {
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{stderr}");
 }
+
+/// A job run without tools cannot plant code that a later `run_python`, with tools, imports:
+/// the script's directory (`/workspace/.hpcgate`) and the working directory are the workspace,
+/// which Python put first on its import path. The tool-less job leaves a `json.py` in both;
+/// the later script imports `json` and gets the standard library's.
+#[tokio::test]
+async fn a_tool_less_job_cannot_plant_modules_for_run_python() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = served::config(dir.path(), CHAIN);
+    let served = Served::http(dir.path(), &config).await;
+    let plant = "mkdir -p /workspace/.hpcgate && for d in /workspace /workspace/.hpcgate; do \
+                 printf 'print(\"PLANTED\")\\ndumps = lambda *a, **k: \"PLANTED\"\\n' > $d/json.py; done";
+    let calls = json!([
+        call("create_instance", json!({"instance_id": "cm"})),
+        call(
+            "submit_job",
+            json!({"instance_id": "cm", "command": ["sh", "-c", plant], "tools": false, "timeout": 60})
+        ),
+        call(
+            "run_python",
+            json!({"instance_id": "cm", "code": "import json, sys\nprint(json.dumps({'argv': sys.argv[1:], 'file': __file__.startswith('/workspace/.hpcgate/run-')}))", "timeout": 120})
+        ),
+    ]);
+    let results = drive(&served, &calls).await;
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+    let planted = &results[1]["structured"]["job"];
+    assert_eq!(planted["exit_code"], 0, "{planted}");
+    let run = &results[2]["structured"]["job"];
+    assert_eq!(run["exit_code"], 0, "{run}");
+    let stdout = run["stdout_tail"].as_str().unwrap();
+    assert!(!stdout.contains("PLANTED"), "{stdout}");
+    let printed: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        printed,
+        json!({"argv": [], "file": true}),
+        "the script runs as `python3 SCRIPT` would"
+    );
+}

@@ -371,6 +371,12 @@ fn curl_uses_the_one_pipeline_and_attacks_fail() {
     // not a 423.
     assert_eq!(lock("inputs/new.txt"), 403);
     assert_eq!(lock("inputs/new.txt"), 403);
+    // A lock stops others' writes: a file the policies keep from writing cannot be locked
+    // (it is read only for everyone anyway), nor can a whole area.
+    std::fs::write(s.workspace.join("inputs/held.txt"), "kept").unwrap();
+    assert_eq!(lock("inputs/held.txt"), 403);
+    assert_eq!(lock(""), 403, "the workspace itself");
+    assert_eq!(lock("ok-to-lock.txt"), 201, "a writable path still locks");
 
     crate::dav_attacks::attacks(&s, sc, &base, &chem);
 
