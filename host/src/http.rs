@@ -40,7 +40,7 @@ use axum::Router;
 use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::{Next, from_fn_with_state};
+use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::serve::{IncomingStream, Listener};
@@ -55,8 +55,11 @@ use crate::gateway::Gateway;
 use crate::mcp::McpServer;
 use crate::metrics::Access;
 use crate::state::TenantName;
-use guards::{allowed_hosts, check_host, confine_job_tokens};
+use connections::{Activity, Bounded, InFlight};
+use guards::confine_job_tokens;
+pub(crate) use guards::{allowed_hosts, check_host};
 
+pub(crate) mod connections;
 mod guards;
 mod tcp_owner;
 
@@ -97,6 +100,9 @@ pub struct Identity {
     multi_tenant: bool,
     /// Whether some tenant's `unix_uids` holds a uid other than the gateway's own.
     foreign_unix_uids: bool,
+    /// The configuration keys that give sandboxes the host's network (`[sandbox] network`,
+    /// `[proxied_mcps.<name>] network`).
+    host_network: Vec<String>,
 }
 
 impl Identity {
@@ -110,6 +116,7 @@ impl Identity {
                 .values()
                 .flat_map(|tenant| &tenant.unix_uids)
                 .any(|&uid| uid != own),
+            host_network: host_network(settings),
         }
     }
 
@@ -136,6 +143,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let path = flavor.path();
     check(&listen, &identity, path)?;
+    let connections = gateway.snapshot().connection_limits();
     let shutdown = CancellationToken::new();
     let config = stateless_config(shutdown.clone());
     let signalled = {
@@ -153,7 +161,7 @@ pub async fn serve(
                 .await
                 .with_context(|| format!("cannot listen on `{host}:{port}`"))?;
             let bound = listener.local_addr()?;
-            let listener = NoDelay(listener);
+            let listener = Bounded::new(NoDelay(listener), connections);
             announce(&format!("http://{bound}{path}"));
             if gateway.snapshot().dav().enabled {
                 announce_dav(&format!("http://{bound}{}/", crate::dav::MOUNT));
@@ -181,6 +189,7 @@ pub async fn serve(
                     (listener, Some(RemoveOnDrop(socket.clone())))
                 }
             };
+            let listener = Bounded::new(listener, connections);
             announce(&format!("unix:{} (MCP at {path})", socket.display()));
             if gateway.snapshot().dav().enabled {
                 announce_dav(&format!(
@@ -276,6 +285,7 @@ fn app(
         .merge(metadata)
         .merge(crate::metrics::router(gateway, access))
         .layer(from_fn_with_state(job_path, confine_job_tokens))
+        .layer(from_fn(mark_in_flight))
 }
 
 /// RFC 9728 protected-resource metadata (`[auth.oauth]`), unauthenticated like the document
@@ -432,7 +442,29 @@ fn check_tcp_host(host: &str, identity: &Identity) -> anyhow::Result<()> {
             identity.stdio_tenant
         );
     }
+    // Without tenants a TCP caller is known by the uid owning its socket, and a sandbox's
+    // processes run as the gateway's own uid: with the host's network, a job or a proxied
+    // server could call this listener as the tenant, past code mode's limits.
+    if !identity.multi_tenant && !identity.host_network.is_empty() {
+        bail!(
+            "{} gives sandboxes the host's network, and without `[tenants]` this TCP listener serves every process of this uid as `{}`: jobs and proxied servers could call it as the tenant. Serve over stdio or a Unix socket (`--uds PATH`), or configure `[tenants]` with a token",
+            identity.host_network.join(", "),
+            identity.stdio_tenant
+        );
+    }
     Ok(())
+}
+
+/// The keys of `settings` that give sandboxes the host's network.
+fn host_network(settings: &Settings) -> Vec<String> {
+    use hpcgate_executors::sandbox::Network;
+    let fixed = &settings.fixed;
+    let sandbox = (fixed.sandbox.network == Network::Host)
+        .then(|| "`[sandbox] network = \"host\"`".to_owned());
+    let proxies = (fixed.proxied_mcps.iter())
+        .filter(|(_, proxy)| proxy.network == Network::Host)
+        .map(|(name, _)| format!("`[proxied_mcps.{name}] network = \"host\"`"));
+    sandbox.into_iter().chain(proxies).collect()
 }
 
 /// One parseable line on stderr (stdout belongs to MCP over stdio; tests read this line).
@@ -465,21 +497,36 @@ impl Listener for NoDelay {
     }
 }
 
-/// The peer of one Unix-socket connection, from `SO_PEERCRED`.
-#[derive(Debug, Clone, Copy)]
+/// The peer of one Unix-socket connection, from `SO_PEERCRED`, and what its requests tell its
+/// idle clock.
+#[derive(Debug, Clone)]
 pub(crate) struct UnixPeer {
     pub(crate) cred: Option<PeerCredentials>,
+    pub(crate) activity: Arc<Activity>,
 }
 
-impl Connected<IncomingStream<'_, UnixListener>> for UnixPeer {
-    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> UnixPeer {
+impl Connected<IncomingStream<'_, Bounded<UnixListener>>> for UnixPeer {
+    fn connect_info(stream: IncomingStream<'_, Bounded<UnixListener>>) -> UnixPeer {
+        let io = stream.io();
         UnixPeer {
-            cred: stream.io().peer_cred().ok().map(|cred| PeerCredentials {
+            cred: io.inner().peer_cred().ok().map(|cred| PeerCredentials {
                 uid: cred.uid(),
                 gid: cred.gid(),
             }),
+            activity: Arc::clone(io.activity()),
         }
     }
+}
+
+/// Middleware for every listener: marks each request in flight on its connection (see
+/// [`connections`]) until its handler has answered, so that no idle clock ends it meanwhile.
+pub(crate) async fn mark_in_flight(request: Request, next: Next) -> Response {
+    let extensions = request.extensions();
+    let activity = (extensions.get::<ConnectInfo<TcpPeer>>())
+        .map(|info| &info.0.activity)
+        .or_else(|| (extensions.get::<ConnectInfo<UnixPeer>>()).map(|info| &info.0.activity));
+    let _in_flight = activity.map(InFlight::begin);
+    next.run(request).await
 }
 
 /// Binds `path` with `mode`, replacing a stale socket and refusing anything else.
@@ -552,34 +599,4 @@ pub fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn single_tenant_tcp_listens_only_on_loopback() {
-        let identity = Identity {
-            stdio_tenant: TenantName::parse("default").unwrap(),
-            multi_tenant: false,
-            foreign_unix_uids: false,
-        };
-        for host in ["127.0.0.1", "::1", "localhost"] {
-            assert!(check_tcp_host(host, &identity).is_ok(), "{host}");
-        }
-        for host in ["0.0.0.0", "10.1.2.3", "login1.cluster"] {
-            let error = check_tcp_host(host, &identity).unwrap_err().to_string();
-            assert!(error.contains("not a loopback address"), "{error}");
-        }
-    }
-
-    #[test]
-    fn with_tenants_tcp_may_listen_anywhere_since_every_request_authenticates() {
-        let identity = Identity {
-            stdio_tenant: TenantName::parse("default").unwrap(),
-            multi_tenant: true,
-            foreign_unix_uids: false,
-        };
-        for host in ["127.0.0.1", "0.0.0.0", "login1.cluster"] {
-            assert!(check_tcp_host(host, &identity).is_ok(), "{host}");
-        }
-    }
-}
+mod tests;

@@ -12,14 +12,16 @@ use axum::Router;
 use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
-use axum::middleware::{Next, from_fn_with_state};
+use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::JobScope;
+use crate::config::ConnectionLimits;
 use crate::gateway::Gateway;
-use crate::http::{UnixPeer, mcp_service, stateless_config};
+use crate::http::connections::Bounded;
+use crate::http::{UnixPeer, mark_in_flight, mcp_service, stateless_config};
 use crate::mcp::McpServer;
 use crate::permits::Permits;
 
@@ -39,6 +41,15 @@ const REQUESTS: usize = 8;
 /// `[code_mode] max_concurrent_calls` allows by default), shared by every request.
 const PLACES: usize = 16;
 
+/// The door's connections: the job's processes may hold this many open at once (more wait
+/// unaccepted, costing the gateway nothing), each let go after a minute with nothing in flight.
+/// Only the job's own calls wait for them; without a bound, a job could open connections
+/// until the gateway had no file descriptor left for any tenant.
+const CONNECTIONS: ConnectionLimits = ConnectionLimits {
+    max: 2 * REQUESTS,
+    idle: std::time::Duration::from_secs(60),
+};
+
 /// Serves the door on `listener` until `stop` is cancelled.
 pub(super) async fn serve(
     listener: std::os::unix::net::UnixListener,
@@ -50,6 +61,7 @@ pub(super) async fn serve(
     let Ok(listener) = tokio::net::UnixListener::from_std(listener) else {
         return;
     };
+    let listener = Bounded::new(listener, CONNECTIONS);
     let config = stateless_config(stop.clone()).with_max_request_body_bytes(MAX_BODY_BYTES);
     let places = Arc::new(Permits::new(PLACES));
     let make = move || {
@@ -66,7 +78,8 @@ pub(super) async fn serve(
             crate::bounded_json::bounded,
         ))
         .layer(from_fn_with_state(requests, one_of_few))
-        .layer(from_fn_with_state(peers, check_peer));
+        .layer(from_fn_with_state(peers, check_peer))
+        .layer(from_fn(mark_in_flight));
     let _ = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<UnixPeer>(),

@@ -57,6 +57,11 @@ pub struct JwtConfig {
 pub struct HttpConfig {
     /// Browser origins allowed to call (`scheme://host[:port]`); loopback origins always are.
     pub allowed_origins: Option<Vec<String>>,
+    /// Connections open at once on the gateway's listener (default 512); more wait unaccepted.
+    pub max_connections: Option<usize>,
+    /// Seconds a connection may stay open with no request in flight and nothing written to it
+    /// (default 60): a request's headers must arrive within this time.
+    pub idle_timeout_s: Option<u64>,
 }
 
 /// One `rate_limits` entry: exactly one of `per_second`, `per_minute`, `per_hour`, and an

@@ -62,7 +62,7 @@ pub use sections::{
     AuditConfig, BindConfig, DavConfig, FilesConfig, HostCommandConfig, LimitsConfig, McpConfig,
     ResultType, SandboxConfig, SlurmConfig,
 };
-pub use settings::{HostCommand, Settings, load_settings};
+pub use settings::{ConnectionLimits, HostCommand, Settings, load_settings};
 pub use telemetry::{TelemetryConfig, TelemetrySettings};
 pub use tenants::{Quotas, QuotasConfig, Tenant, TenantConfig, Token, TokenConfig};
 

@@ -83,6 +83,16 @@ pub struct FixedSettings {
     pub telemetry: Option<super::telemetry::TelemetrySettings>,
     /// `[code_mode] url`: where Slurm jobs with tools reach the gateway; `None`: they cannot.
     pub code_mode_url: Option<String>,
+    /// `[http] max_connections` and `idle_timeout_s`.
+    pub connections: ConnectionLimits,
+}
+
+/// How many connections a listener keeps open at once, and how long one may be idle: no request
+/// in flight and nothing written to it (so also how long a request's headers may take).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    pub max: usize,
+    pub idle: Duration,
 }
 
 impl FixedSettings {
@@ -99,6 +109,7 @@ impl FixedSettings {
             proxied_mcps,
             telemetry,
             code_mode_url,
+            connections,
         } = self;
         [
             ("state_dir", *state_dir != other.state_dir),
@@ -110,6 +121,7 @@ impl FixedSettings {
             ("proxied_mcps", *proxied_mcps != other.proxied_mcps),
             ("telemetry", *telemetry != other.telemetry),
             ("code_mode.url", *code_mode_url != other.code_mode_url),
+            ("http", *connections != other.connections),
         ]
         .into_iter()
         .filter_map(|(name, differs)| differs.then_some(name))
@@ -252,6 +264,20 @@ impl FixedSettings {
                 config.tenants.is_empty(),
                 bad,
             )?,
+            connections: ConnectionLimits {
+                max: positive(
+                    "http.max_connections",
+                    config.http.max_connections,
+                    512,
+                    bad,
+                )?,
+                idle: Duration::from_secs(positive(
+                    "http.idle_timeout_s",
+                    config.http.idle_timeout_s,
+                    60,
+                    bad,
+                )?),
+            },
         })
     }
 }

@@ -21,43 +21,39 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::connect_info::Connected;
-use axum::serve::IncomingStream;
-use tokio::net::{TcpListener, TcpStream};
+use axum::serve::{IncomingStream, Listener};
+use tokio::net::TcpStream;
 use tokio::sync::OnceCell;
 
-use super::NoDelay;
+use super::connections::{Activity, Bounded};
 use crate::auth::SocketOwner;
 
-/// One TCP connection as the HTTP app sees it: the peer's address and ours, and the owner of
-/// the peer's socket once looked up (shared by every request on the connection).
+/// One TCP connection as the HTTP app sees it: the peer's address and ours, the owner of the
+/// peer's socket once looked up (shared by every request on the connection), and what its
+/// requests tell its idle clock.
 #[derive(Debug, Clone)]
 pub(crate) struct TcpPeer {
     pub(crate) remote: SocketAddr,
     local: Option<SocketAddr>,
     owner: Arc<OnceCell<SocketOwner>>,
+    pub(crate) activity: Arc<Activity>,
 }
 
-impl Connected<IncomingStream<'_, TcpListener>> for TcpPeer {
-    fn connect_info(stream: IncomingStream<'_, TcpListener>) -> TcpPeer {
-        TcpPeer::new(*stream.remote_addr(), stream.io())
-    }
-}
-
-impl Connected<IncomingStream<'_, NoDelay>> for TcpPeer {
-    fn connect_info(stream: IncomingStream<'_, NoDelay>) -> TcpPeer {
-        TcpPeer::new(*stream.remote_addr(), stream.io())
+impl<L: Listener<Io = TcpStream, Addr = SocketAddr>> Connected<IncomingStream<'_, Bounded<L>>>
+    for TcpPeer
+{
+    fn connect_info(stream: IncomingStream<'_, Bounded<L>>) -> TcpPeer {
+        let io = stream.io();
+        TcpPeer {
+            remote: *stream.remote_addr(),
+            local: io.inner().local_addr().ok(),
+            owner: Arc::default(),
+            activity: Arc::clone(io.activity()),
+        }
     }
 }
 
 impl TcpPeer {
-    fn new(remote: SocketAddr, stream: &TcpStream) -> TcpPeer {
-        TcpPeer {
-            remote,
-            local: stream.local_addr().ok(),
-            owner: Arc::default(),
-        }
-    }
-
     /// The owner of the peer's socket, looked up on the connection's first call only.
     pub(crate) async fn owner(&self) -> SocketOwner {
         let (remote, local) = (self.remote, self.local);

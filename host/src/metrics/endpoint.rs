@@ -17,13 +17,15 @@ use axum::Router;
 use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use subtle::ConstantTimeEq as _;
 
 use crate::auth::bearer::{bearer_token, hash_token};
-use crate::config::MetricsSettings;
+use crate::config::{ConnectionLimits, MetricsSettings};
 use crate::gateway::Gateway;
+use crate::http::connections::Bounded;
 use crate::http::{TcpPeer, UnixPeer};
 
 /// The content type of the Prometheus text format.
@@ -45,12 +47,28 @@ pub fn router(gateway: Arc<Gateway>, access: Access) -> Router {
         .with_state((gateway, access))
 }
 
+/// The metrics listener's connections: a few scrapers, each answered at once.
+const SCRAPERS: ConnectionLimits = ConnectionLimits {
+    max: 16,
+    idle: std::time::Duration::from_secs(30),
+};
+
 /// Serves `/metrics` alone on `listener` (bound by the caller, so a bad address fails at
 /// start) until the runtime stops.
 pub async fn serve(gateway: Arc<Gateway>, listener: std::net::TcpListener) -> anyhow::Result<()> {
     listener.set_nonblocking(true)?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
-    let app = router(gateway, Access::Tcp);
+    let bound = listener.local_addr()?.ip();
+    let listener = Bounded::new(listener, SCRAPERS);
+    let mut app = router(gateway, Access::Tcp);
+    if bound.is_loopback() {
+        // Loopback scrapers need no token, so a web page whose name was rebound to this
+        // address must not pass for one: its `Host` names no address of ours (with a token,
+        // scrapers may name the host as they like; a page cannot send the token).
+        let hosts = Arc::new(crate::http::allowed_hosts(&bound.to_string()));
+        app = app.layer(from_fn_with_state(hosts, crate::http::check_host));
+    }
+    let app = app.layer(from_fn(crate::http::mark_in_flight));
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<TcpPeer>(),

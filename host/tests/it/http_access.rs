@@ -265,3 +265,48 @@ async fn curl_create(url: &str, id: &str, uid: Option<u32>) -> Option<(u16, Stri
         .unwrap_or_else(|_| panic!("curl: {stdout} {}", String::from_utf8_lossy(&output.stderr)));
     Some((status, body.to_owned()))
 }
+
+/// Connections that send nothing cannot keep the gateway from others for long, nor run it out
+/// of file descriptors: with `[http] max_connections = 2` and `idle_timeout_s = 1`, two
+/// silent connections are closed after their idle second, and a real call made beside them
+/// waits for a place and is then served. Before, every connection was accepted and kept for
+/// as long as its peer liked, before any request was read or authenticated.
+#[tokio::test]
+async fn silent_connections_are_let_go_and_a_call_gets_their_place() {
+    use tokio::io::AsyncReadExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = "[http]\nmax_connections = 2\nidle_timeout_s = 1\n";
+    let config = config(dir.path(), &format!("{POLICIES}{extra}"));
+    let served = Served::http(dir.path(), &config).await;
+    let authority = served.authority();
+    let mut silent = Vec::new();
+    for _ in 0..2 {
+        silent.push(TcpStream::connect(authority.as_str()).await.unwrap());
+    }
+    let client = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        ().serve(StreamableHttpClientTransport::from_uri(
+            served.address.as_str(),
+        )),
+    )
+    .await
+    .expect("the client got a place within 30 s")
+    .unwrap();
+    let tools = client.list_tools(None).await.unwrap();
+    assert!(tools.tools.iter().any(|t| t.name == "list_instances"));
+    client.cancel().await.unwrap();
+    for mut tcp in silent {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            tcp.read_to_end(&mut rest),
+        )
+        .await;
+        assert!(
+            matches!(read, Ok(Ok(0) | Err(_))),
+            "a silent connection is closed: {read:?} {rest:?}"
+        );
+    }
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+}

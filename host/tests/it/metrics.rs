@@ -327,6 +327,10 @@ async fn a_stdio_gateway_serves_metrics_on_its_own_listener() {
     let (status, text) = get(&authority, "/metrics").await;
     assert_eq!(status, 200, "{text}");
     assert!(text.contains("hpcgate_build_info{version="), "{text}");
+    // A page whose name was rebound to 127.0.0.1 names itself as `Host`: refused.
+    let tcp = TcpStream::connect(authority.as_str()).await.unwrap();
+    let rebound = exchange(tcp, "GET", "/metrics", &[("Host", "evil.example")], "").await;
+    assert_eq!(rebound.0, 403, "{}", rebound.1);
     // Held open until the gateway has exited: `wait` would close it, and an MCP client that
     // leaves before the handshake is an error.
     let _stdin = child.stdin.take();

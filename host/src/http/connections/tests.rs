@@ -1,0 +1,172 @@
+//! The bounds on a real Unix-socket listener served by axum, as the gateway serves its own.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::middleware::from_fn;
+use axum::routing::get;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{UnixListener, UnixStream};
+
+use super::{Bounded, ConnectionLimits};
+use crate::http::{UnixPeer, mark_in_flight};
+
+const IDLE: Duration = Duration::from_millis(300);
+/// Far longer than anything here should take: a test that waits this long has failed.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Serves `/` (answers `ok`), `/slow` (answers after three idle periods) and `/big` (8 MiB) on
+/// a socket in `dir`, at most `max` connections at once.
+async fn serve(dir: &std::path::Path, max: usize) -> std::path::PathBuf {
+    let path = dir.join("s");
+    let listener = Bounded::new(
+        UnixListener::bind(&path).unwrap(),
+        ConnectionLimits { max, idle: IDLE },
+    );
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(3 * IDLE).await;
+                "slow but whole"
+            }),
+        )
+        .route("/big", get(|| async { vec![b'x'; 8 << 20] }))
+        .layer(from_fn(mark_in_flight));
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<UnixPeer>(),
+        )
+        .await
+    });
+    path
+}
+
+/// Sends `GET path` on `stream` and reads the answer to its end (the request asks to close).
+async fn get_on(stream: &mut UnixStream, path: &str) -> String {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut answer))
+        .await
+        .expect("answered in time")
+        .unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Whether the server has closed `stream` (reads end), waiting at most `PATIENCE`.
+async fn closed(stream: &mut UnixStream) -> bool {
+    let mut rest = Vec::new();
+    matches!(
+        tokio::time::timeout(PATIENCE, stream.read_to_end(&mut rest)).await,
+        Ok(Ok(_) | Err(_))
+    )
+}
+
+#[tokio::test]
+async fn idle_connections_hold_no_place_for_long_and_the_next_one_waits_for_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = serve(dir.path(), 2).await;
+    // Two connections that never send a byte take both places.
+    let mut silent = [
+        UnixStream::connect(&path).await.unwrap(),
+        UnixStream::connect(&path).await.unwrap(),
+    ];
+    let mut third = UnixStream::connect(&path).await.unwrap();
+    let answer = get_on(&mut third, "/").await;
+    assert!(answer.ends_with("ok"), "{answer}");
+    // The third was answered only once a place was free: a silent one had been closed.
+    let mut gone = 0;
+    for stream in &mut silent {
+        let mut byte = [0; 1];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(1), stream.read(&mut byte)).await
+        {
+            gone += 1;
+        }
+    }
+    assert!(
+        gone >= 1,
+        "the third connection was served beside two silent ones"
+    );
+    for stream in &mut silent {
+        assert!(
+            closed(stream).await,
+            "a silent connection is closed once idle"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_request_in_flight_keeps_its_connection_however_long_it_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = serve(dir.path(), 4).await;
+    let mut stream = UnixStream::connect(&path).await.unwrap();
+    let answer = get_on(&mut stream, "/slow").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("slow but whole"), "{answer}");
+}
+
+#[tokio::test]
+async fn headers_sent_a_byte_at_a_time_are_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = serve(dir.path(), 4).await;
+    let mut stream = UnixStream::connect(&path).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    // A byte every third of the idle time: the reads never pause long, but no request begins.
+    let dribble = async {
+        loop {
+            tokio::time::sleep(IDLE / 3).await;
+            if stream.write_all(b"a").await.is_err() {
+                return;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "still open after {PATIENCE:?}"
+            );
+        }
+    };
+    tokio::time::timeout(PATIENCE, dribble)
+        .await
+        .expect("the dribbling connection is closed");
+}
+
+#[tokio::test]
+async fn a_kept_alive_connection_is_closed_after_its_idle_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = serve(dir.path(), 4).await;
+    let mut stream = UnixStream::connect(&path).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = vec![0; 4096];
+    let n = stream.read(&mut answer).await.unwrap();
+    assert!(String::from_utf8_lossy(&answer[..n]).ends_with("ok"));
+    assert!(
+        closed(&mut stream).await,
+        "a kept-alive connection is let go"
+    );
+}
+
+#[tokio::test]
+async fn an_answer_nobody_reads_gives_its_place_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = serve(dir.path(), 1).await;
+    let mut reader_gone = UnixStream::connect(&path).await.unwrap();
+    reader_gone
+        .write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // It never reads its 8 MiB; the one place comes free once the writes have stalled a while.
+    let mut next = UnixStream::connect(&path).await.unwrap();
+    let answer = get_on(&mut next, "/").await;
+    assert!(answer.ends_with("ok"), "{answer}");
+    drop(reader_gone);
+}

@@ -1,0 +1,65 @@
+//! The listen checks: loopback only without tenants, and no TCP listener beside sandboxes
+//! that have the host's network.
+
+use super::*;
+
+#[test]
+fn single_tenant_tcp_listens_only_on_loopback() {
+    let identity = Identity {
+        stdio_tenant: TenantName::parse("default").unwrap(),
+        multi_tenant: false,
+        foreign_unix_uids: false,
+        host_network: Vec::new(),
+    };
+    for host in ["127.0.0.1", "::1", "localhost"] {
+        assert!(check_tcp_host(host, &identity).is_ok(), "{host}");
+    }
+    for host in ["0.0.0.0", "10.1.2.3", "login1.cluster"] {
+        let error = check_tcp_host(host, &identity).unwrap_err().to_string();
+        assert!(error.contains("not a loopback address"), "{error}");
+    }
+}
+
+#[test]
+fn with_tenants_tcp_may_listen_anywhere_since_every_request_authenticates() {
+    let identity = Identity {
+        stdio_tenant: TenantName::parse("default").unwrap(),
+        multi_tenant: true,
+        foreign_unix_uids: false,
+        host_network: Vec::new(),
+    };
+    for host in ["127.0.0.1", "0.0.0.0", "login1.cluster"] {
+        assert!(check_tcp_host(host, &identity).is_ok(), "{host}");
+    }
+}
+
+fn identity(config: &str) -> Identity {
+    let config = crate::config::Config::parse(config, "t.toml").unwrap();
+    let env = crate::config::Environment {
+        home: Some("/home/u".into()),
+        ..crate::config::Environment::default()
+    };
+    let origins = crate::config::Origins::single("t.toml");
+    Identity::from_settings(&Settings::resolve(&config, &env, &origins).unwrap())
+}
+
+/// A sandbox's processes run as the gateway's uid, which a single-tenant TCP listener trusts:
+/// with the host's network, a job or a proxied server could call it as the tenant.
+#[test]
+fn single_tenant_tcp_is_refused_beside_sandboxes_on_the_hosts_network() {
+    let jobs = identity("[sandbox]\nnetwork = \"host\"\n");
+    let error = check_tcp_host("127.0.0.1", &jobs).unwrap_err().to_string();
+    assert!(
+        error.contains("`[sandbox] network = \"host\"`") && error.contains("--uds"),
+        "{error}"
+    );
+    let proxy = identity("[proxied_mcps.web]\ncommand = \"/usr/bin/env\"\nnetwork = \"host\"\n");
+    let error = check_tcp_host("127.0.0.1", &proxy).unwrap_err().to_string();
+    assert!(error.contains("`[proxied_mcps.web] network"), "{error}");
+    assert!(check_tcp_host("127.0.0.1", &identity("")).is_ok());
+    let tenants = identity("[sandbox]\nnetwork = \"host\"\n[tenants.chem]\nunix_uids = [1000]\n");
+    assert!(
+        check_tcp_host("127.0.0.1", &tenants).is_ok(),
+        "with tenants every TCP request carries a token"
+    );
+}
