@@ -23,24 +23,25 @@ pub(super) const GRACE: Duration = Duration::from_secs(10);
 /// The longest a body may send nothing, however fast it was before.
 pub(super) const MAX_IDLE: Duration = Duration::from_secs(60);
 
-/// `inner`, ending in a `TimedOut` error once it falls behind the minimum rate.
+/// `inner`, ending in a `TimedOut` error once it falls behind the minimum rate. The clock
+/// starts when the body is first asked for: a PUT that waited for its tenant's place, or
+/// for the checks before the write, has not been slow.
 pub(super) struct MinRate<S> {
     inner: S,
     started: Instant,
     bytes: u64,
-    /// When the body falls behind unless more arrives.
-    behind: Pin<Box<Sleep>>,
+    /// When the body falls behind unless more arrives (set at the first poll).
+    behind: Option<Pin<Box<Sleep>>>,
     ended: bool,
 }
 
 impl<S> MinRate<S> {
     pub(super) fn new(inner: S) -> MinRate<S> {
-        let started = Instant::now();
         MinRate {
             inner,
-            started,
+            started: Instant::now(),
             bytes: 0,
-            behind: Box::pin(tokio::time::sleep_until(started + GRACE)),
+            behind: None,
             ended: false,
         }
     }
@@ -64,16 +65,24 @@ where
         if self.ended {
             return Poll::Ready(None);
         }
+        if self.behind.is_none() {
+            self.started = Instant::now();
+            self.behind = Some(Box::pin(tokio::time::sleep_until(self.started + GRACE)));
+        }
         match Pin::new(&mut self.inner).poll_next(cx) {
             Poll::Ready(Some(Ok(chunk))) => {
                 self.bytes += chunk.as_ref().len() as u64;
                 let at = self.falls_behind_at().min(Instant::now() + MAX_IDLE);
-                self.behind.as_mut().reset(at);
+                if let Some(behind) = self.behind.as_mut() {
+                    behind.as_mut().reset(at);
+                }
                 Poll::Ready(Some(Ok(chunk)))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
             Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => match self.behind.as_mut().poll(cx) {
+            Poll::Pending => match (self.behind.as_mut())
+                .map_or(Poll::Pending, |behind| behind.as_mut().poll(cx))
+            {
                 Poll::Ready(()) => {
                     self.ended = true;
                     let why = if self.falls_behind_at() > Instant::now() {
@@ -165,6 +174,19 @@ mod tests {
             "{e}"
         );
         assert_eq!(started.elapsed(), MAX_IDLE);
+    }
+
+    /// A body first asked for long after the request came (its PUT waited for a place, or for
+    /// the walks before the write) has its grace from then: a fast upload is not given up.
+    #[tokio::test(start_paused = true)]
+    async fn the_clock_starts_when_the_body_is_first_read() {
+        let chunks = futures_util::stream::iter([Ok(vec![0u8; 10]) as Chunk]);
+        let body = MinRate::new(Box::pin(chunks.chain(futures_util::stream::pending())));
+        tokio::time::sleep(5 * GRACE).await;
+        let started = Instant::now();
+        let read: Vec<Chunk> = body.collect().await;
+        assert!(read[0].is_ok(), "the first chunk is not refused: {read:?}");
+        assert!(started.elapsed() >= GRACE, "{:?}", started.elapsed());
     }
 
     #[tokio::test(start_paused = true)]
