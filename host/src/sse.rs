@@ -23,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::{SinkExt as _, Stream, StreamExt as _};
 use rmcp::ServiceExt as _;
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, RequestId, ServerJsonRpcMessage};
 use tokio::sync::mpsc;
 use tokio_util::sync::PollSender;
 
@@ -38,6 +38,8 @@ pub const MESSAGES_PATH: &str = "/messages";
 
 /// Messages queued per session in each direction before the sender waits.
 const QUEUE: usize = 64;
+/// Requests one session may have unanswered at once ([`Unanswered`]).
+const UNANSWERED: usize = 16;
 /// Largest message body accepted (the same bound as the job doors').
 const MAX_BODY: usize = 32 * 1024 * 1024;
 /// Sessions one tenant may have open at once: each holds a server, two queues and a stream,
@@ -53,9 +55,34 @@ struct Sessions {
 struct Session {
     owner: Caller,
     to_server: mpsc::Sender<ClientJsonRpcMessage>,
-    /// The session's answers on their way to its stream: full when the client does not read
-    /// them, and then it may send no more (each call's answer would wait in memory).
-    answers: mpsc::WeakSender<ServerJsonRpcMessage>,
+    /// The session's requests not yet answered on its stream (nor cancelled).
+    unanswered: Arc<Unanswered>,
+}
+
+/// The ids of a session's requests whose answers have not reached its stream: at most
+/// [`UNANSWERED`]. Each answer is built as soon as its call ends and waits in memory until the
+/// client reads it, so this bounds what a session that stops reading holds (an answer can be
+/// megabytes: a file read, a proxied result). A request past the bound gets 429; one whose id
+/// is still unanswered, 400 (or answers could not be told apart).
+#[derive(Default)]
+struct Unanswered(Mutex<std::collections::HashSet<RequestId>>);
+
+impl Unanswered {
+    fn ids(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<RequestId>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets `message`'s request once its answer is on the stream.
+    fn answered(&self, message: &ServerJsonRpcMessage) {
+        let id = match message {
+            ServerJsonRpcMessage::Response(response) => Some(&response.id),
+            ServerJsonRpcMessage::Error(error) => error.id.as_ref(),
+            _ => None,
+        };
+        if let Some(id) = id {
+            self.ids().remove(id);
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -102,6 +129,7 @@ async fn open(State(shared): State<Shared>, request: Request) -> Response {
     };
     let (to_server, from_client) = mpsc::channel::<ClientJsonRpcMessage>(QUEUE);
     let (to_client, from_server) = mpsc::channel::<ServerJsonRpcMessage>(QUEUE);
+    let unanswered;
     {
         let mut sessions = lock(&shared.sessions);
         let open = (sessions.values())
@@ -118,8 +146,9 @@ async fn open(State(shared): State<Shared>, request: Request) -> Response {
         let session = Session {
             owner: caller.clone(),
             to_server,
-            answers: to_client.downgrade(),
+            unanswered: Arc::default(),
         };
+        unanswered = session.unanswered.clone();
         sessions.insert(id.clone(), session);
     }
     let server = shared.server.in_session(caller);
@@ -142,7 +171,7 @@ async fn open(State(shared): State<Shared>, request: Request) -> Response {
     let endpoint = Event::default()
         .event("endpoint")
         .data(format!("{MESSAGES_PATH}?session={id}"));
-    let messages = events(from_server, forget);
+    let messages = events(from_server, forget, unanswered);
     Sse::new(futures_util::stream::once(async move { Ok(endpoint) }).chain(messages))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
@@ -153,14 +182,18 @@ async fn open(State(shared): State<Shared>, request: Request) -> Response {
 fn events(
     mut from_server: mpsc::Receiver<ServerJsonRpcMessage>,
     forget: Forget,
+    unanswered: Arc<Unanswered>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     futures_util::stream::poll_fn(move |cx| {
         let _keep = &forget;
         from_server.poll_recv(cx)
     })
-    .filter_map(|message| async move {
-        let json = serde_json::to_string(&message).ok()?;
-        Some(Ok(Event::default().event("message").data(json)))
+    .filter_map(move |message| {
+        unanswered.answered(&message);
+        async move {
+            let json = serde_json::to_string(&message).ok()?;
+            Some(Ok(Event::default().event("message").data(json)))
+        }
     })
 }
 
@@ -206,14 +239,14 @@ async fn message(State(shared): State<Shared>, request: Request) -> Response {
             "`session` is missing: post to the endpoint `GET /sse` named",
         );
     };
-    let (to_server, answers) = {
+    let (to_server, unanswered) = {
         let sessions = lock(&shared.sessions);
         match sessions.get(&id) {
             Some(session)
                 if session.owner.tenant == caller.tenant
                     && session.owner.principal == caller.principal =>
             {
-                (session.to_server.clone(), session.answers.clone())
+                (session.to_server.clone(), session.unanswered.clone())
             }
             _ => return unknown(),
         }
@@ -239,18 +272,39 @@ async fn message(State(shared): State<Shared>, request: Request) -> Response {
             );
         }
     };
-    // A request makes an answer; notifications (a cancellation among them) and replies do not,
-    // and may always come.
-    if matches!(message, ClientJsonRpcMessage::Request(_))
-        && (answers.upgrade()).is_some_and(|answers| answers.capacity() == 0)
-    {
-        return (
-            StatusCode::TOO_MANY_REQUESTS,
-            [(axum::http::header::RETRY_AFTER, "1")],
-            "this session's answers are not being read: read its event stream before sending \
-             more requests\n",
-        )
-            .into_response();
+    // A request makes an answer; notifications and replies do not, and may always come. A
+    // cancelled request may get no answer: its id is forgotten.
+    match &message {
+        ClientJsonRpcMessage::Request(request) => {
+            let mut ids = unanswered.ids();
+            if ids.contains(&request.id) {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    "a request of this session with this id is still unanswered: give each \
+                     request an id of its own",
+                );
+            }
+            if ids.len() >= UNANSWERED {
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [(axum::http::header::RETRY_AFTER, "1")],
+                    format!(
+                        "this session has {UNANSWERED} requests unanswered: read its event \
+                         stream before sending more\n"
+                    ),
+                )
+                    .into_response();
+            }
+            ids.insert(request.id.clone());
+        }
+        ClientJsonRpcMessage::Notification(notification) => {
+            if let ClientNotification::CancelledNotification(cancelled) = &notification.notification
+                && let Some(id) = &cancelled.params.request_id
+            {
+                unanswered.ids().remove(id);
+            }
+        }
+        _ => {}
     }
     match to_server.send(message).await {
         Ok(()) => StatusCode::ACCEPTED.into_response(),

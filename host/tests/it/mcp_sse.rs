@@ -330,3 +330,54 @@ async fn a_session_whose_answers_are_not_read_may_send_no_more() {
     let (status, stderr) = gw.served.stop().await;
     assert!(status.success(), "{status:?}: {stderr}");
 }
+
+/// Answers wait in memory until the client reads them, and a file read's is megabytes: a
+/// session that reads nothing has at most 16 requests unanswered, however many it sends at
+/// once. Before, the check looked at the answers already queued, so a burst of reads was taken
+/// whole and each answer waited in memory.
+#[tokio::test]
+async fn a_session_that_reads_nothing_holds_few_answers_however_many_it_sends_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(dir.path()).await;
+    let a = gw.authority.as_str();
+    let chem = format!("Bearer {}", gw.chem);
+    let (_, session) = open(a, &[("Authorization", &chem)]).await;
+    let (endpoint, mut events) = session.unwrap();
+    let big = "x".repeat(1_000_000);
+    for body in [
+        INITIALIZE.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"create_instance","arguments":{"instance_id":"big"}}}"#.to_owned(),
+        format!(r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"write_file","arguments":{{"instance_id":"big","path":"big.txt","content":"{big}"}}}}}}"#),
+    ] {
+        assert_eq!(post(a, &endpoint, &gw.chem, &body).await, 202);
+    }
+    let mut answers = 0;
+    let mut line = String::new();
+    while answers < 3 {
+        line.clear();
+        events.read_line(&mut line).await.unwrap();
+        if line.starts_with("data: ") {
+            assert!(!line.contains("\"isError\":true"), "{line}");
+            answers += 1;
+        }
+    }
+    let reads = (100..200).map(|id| {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"read_file","arguments":{{"instance_id":"big","path":"big.txt"}}}}}}"#
+        );
+        let (endpoint, token) = (endpoint.clone(), gw.chem.clone());
+        async move { post(a, &endpoint, &token, &body).await }
+    });
+    let statuses = futures_util::future::join_all(reads).await;
+    let taken = statuses.iter().filter(|&&s| s == 202).count();
+    assert!(
+        statuses.iter().all(|s| [202, 429].contains(s)),
+        "{statuses:?}"
+    );
+    // 16 unanswered, and what the kernel's socket buffers took of the answers (a few).
+    assert!((16..=32).contains(&taken), "{taken} of 100 taken");
+    drop(events);
+    let (status, stderr) = gw.served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+}
