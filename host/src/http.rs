@@ -531,6 +531,7 @@ pub(crate) async fn mark_in_flight(request: Request, next: Next) -> Response {
 
 /// Binds `path` with `mode`, replacing a stale socket and refusing anything else.
 fn bind_unix(path: &Path, mode: u32) -> anyhow::Result<UnixListener> {
+    check_socket_dir(path)?;
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("cannot inspect `{}`", path.display())),
@@ -573,6 +574,31 @@ fn bind_unix(path: &Path, mode: u32) -> anyhow::Result<UnixListener> {
         )?;
     }
     Ok(bound)
+}
+
+/// Refuses a socket path in a directory others may write without the sticky bit: they could
+/// replace a stale socket, or the new one between its creation and its mode being set, and
+/// take the clients' tokens. (In a sticky directory such as `/tmp` nobody else may remove or
+/// rename our file.)
+fn check_socket_dir(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = (path.parent())
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let meta = std::fs::metadata(dir)
+        .with_context(|| format!("cannot inspect the socket's directory `{}`", dir.display()))?;
+    let sticky = meta.mode() & 0o1000 != 0;
+    let others_write = meta.mode() & 0o022 != 0;
+    let own = rustix::process::geteuid().as_raw();
+    if !sticky && (others_write || (meta.uid() != own && meta.uid() != 0)) {
+        bail!(
+            "the socket's directory `{}` (mode {:o}, owner uid {}) may be written by others, who could replace the socket and take its clients' tokens: put `--uds` in a directory only you or root can write",
+            dir.display(),
+            meta.mode() & 0o7777,
+            meta.uid()
+        );
+    }
+    Ok(())
 }
 
 struct RemoveOnDrop(PathBuf);

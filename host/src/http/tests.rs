@@ -63,3 +63,26 @@ fn single_tenant_tcp_is_refused_beside_sandboxes_on_the_hosts_network() {
         "with tenants every TCP request carries a token"
     );
 }
+
+/// A socket in a directory others may write (and that is not sticky) could be replaced by
+/// them: refused. Owner-only and sticky directories are fine.
+#[tokio::test]
+async fn a_socket_is_not_made_where_others_could_replace_it() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    for (mode, ok) in [
+        (0o700, true),
+        (0o1777, true),
+        (0o777, false),
+        (0o770, false),
+    ] {
+        let sub = dir.path().join(format!("{mode:o}"));
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(mode)).unwrap();
+        let bound = bind_unix(&sub.join("s"), 0o600);
+        assert_eq!(bound.is_ok(), ok, "{mode:o}: {:?}", bound.err());
+        if let Err(e) = bound {
+            assert!(e.to_string().contains("may be written by others"), "{e}");
+        }
+    }
+}
