@@ -55,9 +55,8 @@ use crate::gateway::Gateway;
 use crate::mcp::McpServer;
 use crate::metrics::Access;
 use crate::state::TenantName;
-use connections::{Activity, Bounded, InFlight};
-use guards::confine_job_tokens;
-pub(crate) use guards::{allowed_hosts, check_host};
+use connections::{Activity, Bounded, Counted, InFlight};
+use guards::{allowed_hosts, check_host, confine_job_tokens};
 
 pub(crate) mod connections;
 mod guards;
@@ -519,14 +518,18 @@ impl Connected<IncomingStream<'_, Bounded<UnixListener>>> for UnixPeer {
 }
 
 /// Middleware for every listener: marks each request in flight on its connection (see
-/// [`connections`]) until its handler has answered, so that no idle clock ends it meanwhile.
+/// [`connections`]) until its answer's body has been sent, so that no idle clock ends it
+/// meanwhile (a long call, an SSE stream).
 pub(crate) async fn mark_in_flight(request: Request, next: Next) -> Response {
     let extensions = request.extensions();
     let activity = (extensions.get::<ConnectInfo<TcpPeer>>())
         .map(|info| &info.0.activity)
         .or_else(|| (extensions.get::<ConnectInfo<UnixPeer>>()).map(|info| &info.0.activity));
-    let _in_flight = activity.map(InFlight::begin);
-    next.run(request).await
+    let Some(in_flight) = activity.map(InFlight::begin) else {
+        return next.run(request).await;
+    };
+    let response = next.run(request).await;
+    response.map(|body| axum::body::Body::new(Counted::new(body, in_flight)))
 }
 
 /// Binds `path` with `mode`, replacing a stale socket and refusing anything else.

@@ -36,8 +36,9 @@ pub struct RedactionRules {
     /// Case-insensitive substrings of object keys.
     #[serde(default = "default_secret_keys")]
     pub secret_keys: Vec<String>,
-    /// Keys that are not secret although they contain one of `secret_keys`: compared whole,
-    /// ignoring case and the separators `_`, `-` and `.` (`max_tokens` is also `maxTokens`).
+    /// Keys whose numbers (and `true`, `false`, `null`) are not secret although the key contains
+    /// one of `secret_keys`: compared whole, ignoring case and the separators `_`, `-` and `.`
+    /// (`max_tokens` is also `maxTokens`). Other values under them are still redacted.
     #[serde(default = "default_not_secret_keys")]
     pub not_secret_keys: Vec<String>,
 }
@@ -141,7 +142,7 @@ impl RedactionRules {
 
     fn redact_secrets(&self, object: &mut Map<String, Value>) {
         for (key, value) in object.iter_mut() {
-            if self.is_secret(key) {
+            if self.is_secret(key, value) {
                 redact(value);
             } else {
                 self.redact_secrets_in(value);
@@ -157,7 +158,10 @@ impl RedactionRules {
         }
     }
 
-    fn is_secret(&self, key: &str) -> bool {
+    /// Whether `value` under `key` is a secret. A number, `true`/`false` or `null` under one of
+    /// `not_secret_keys` is not; any other value there still is (a string under `max_tokens`
+    /// is not a count).
+    fn is_secret(&self, key: &str, value: &Value) -> bool {
         let lower = key.to_ascii_lowercase();
         if !self
             .secret_keys
@@ -165,6 +169,9 @@ impl RedactionRules {
             .any(|s| lower.contains(&s.to_ascii_lowercase()))
         {
             return false;
+        }
+        if !matches!(value, Value::Number(_) | Value::Bool(_) | Value::Null) {
+            return true;
         }
         let bare = without_separators(key);
         !self
@@ -303,6 +310,16 @@ mod tests {
             args["max_tokens_secret"]["redacted"], true,
             "an exception is a whole key, not a prefix"
         );
+        let mut text = json!({"max_tokens": "sk-not-a-count", "token_count": null})
+            .as_object()
+            .unwrap()
+            .clone();
+        rules.redact_arguments("call_model", &mut text);
+        assert_eq!(
+            text["max_tokens"]["redacted"], true,
+            "only numbers (and true, false, null) are let through"
+        );
+        assert_eq!(text["token_count"], Value::Null);
 
         let rules: RedactionRules =
             serde_json::from_value(json!({"not_secret_keys": ["token_budget"]})).unwrap();

@@ -46,7 +46,7 @@ const PLACES: usize = 16;
 /// Only the job's own calls wait for them; without a bound, a job could open connections
 /// until the gateway had no file descriptor left for any tenant.
 const CONNECTIONS: ConnectionLimits = ConnectionLimits {
-    max: 2 * REQUESTS,
+    max: 4 * REQUESTS,
     idle: std::time::Duration::from_secs(60),
 };
 

@@ -196,7 +196,8 @@ impl Dav {
             // The tenant's calls waiting for a place are as many as it may have: say so.
             Err(full) => return (busy_with(full.to_string()), None),
         };
-        (self.run(caller, tool, arguments, transfer, false, Some(permit))).await
+        let place = Some(Arc::new(permit));
+        (self.run(caller, tool, arguments, transfer, false, place)).await
     }
 
     /// A place of `caller`'s on the bridge for a run of calls that make one request.
@@ -205,7 +206,7 @@ impl Dav {
             Ok(permit) => Ok(Steps {
                 dav: self.clone(),
                 caller: caller.clone(),
-                _permit: permit,
+                place: Arc::new(permit),
             }),
             Err(full) => Err(busy_with(full.to_string())),
         }
@@ -220,7 +221,7 @@ impl Dav {
         arguments: Value,
         transfer: Option<Transfer>,
         follows: bool,
-        place: Option<Held>,
+        place: Option<Arc<Held>>,
     ) -> (CallResult, Option<Transfer>) {
         let (gateway, caller) = (self.gateway.clone(), caller.clone());
         let arguments = match arguments {
@@ -253,15 +254,21 @@ impl Dav {
 pub(super) struct Steps {
     dav: Dav,
     caller: Caller,
-    _permit: Held,
+    /// Shared by the request and each call it makes: given back when the last of them ends, so
+    /// a call whose client hung up still holds it.
+    place: Arc<Held>,
 }
 
 impl Steps {
+    fn place(&self) -> Option<Arc<Held>> {
+        Some(Arc::clone(&self.place))
+    }
+
     /// A call of the request, counted against the rate limit.
     pub(super) async fn call(&self, tool: &'static str, arguments: Value) -> CallResult {
         let run = self
             .dav
-            .run(&self.caller, tool, arguments, None, false, None);
+            .run(&self.caller, tool, arguments, None, false, self.place());
         run.await.0
     }
 
@@ -287,7 +294,7 @@ impl Steps {
     pub(super) async fn finish(&self, tool: &'static str, arguments: Value) -> CallResult {
         let run = self
             .dav
-            .run(&self.caller, tool, arguments, None, true, None);
+            .run(&self.caller, tool, arguments, None, true, self.place());
         run.await.0
     }
 }

@@ -4,11 +4,17 @@
 //! nothing), and one that stays idle for [`ConnectionLimits::idle`] is closed.
 //!
 //! Idle means no request in flight (counted by `http::mark_in_flight` through the connection's
-//! [`Activity`], which its `ConnectInfo` carries) and no byte written to the peer: so a request's headers
-//! must arrive within that time of the connection's opening or its last answer, a keep-alive
-//! connection is let go after it, and so is an answer the peer stopped reading. A request in
-//! flight keeps its connection however long it takes (a long `poll_job`); an answer streamed
-//! in pieces (SSE, whose keep-alive comments come every 15 s) keeps it while it moves.
+//! [`Activity`], which its `ConnectInfo` carries, from the request's head to its answer's last
+//! byte) and nothing written to the peer: so a request's headers must arrive within that time
+//! of the connection's opening or its last answer (a connection that has read part of one gets
+//! that time once more), a keep-alive connection is let go after it, and so is an answer the
+//! peer stopped reading for that long. A request in flight keeps its connection however long it
+//! takes (a long `poll_job`, an SSE stream).
+//!
+//! When every place is taken and another connection waits for one, connections kept alive
+//! between requests (one answered, none in flight) are closed at once to make room, as nginx
+//! reuses its kept-alive connections: a client with many processes, each keeping a connection
+//! open between calls, cannot keep the next one out for a whole idle period.
 //!
 //! axum's `serve` does not let hyper's own header timeout be set (it gives hyper no timer), so
 //! the bound is kept here, on the connection's reads and writes.
@@ -22,7 +28,8 @@ use std::task::{Context, Poll};
 
 use axum::serve::Listener;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::futures::OwnedNotified;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 pub use crate::config::ConnectionLimits;
@@ -31,7 +38,15 @@ pub use crate::config::ConnectionLimits;
 pub(crate) struct Bounded<L> {
     inner: L,
     places: Arc<Semaphore>,
+    crowd: Arc<Crowd>,
     limits: ConnectionLimits,
+}
+
+/// Whether a connection waits for a place, and how the connections kept alive hear of it.
+#[derive(Default)]
+struct Crowd {
+    waiting: AtomicBool,
+    notify: Arc<Notify>,
 }
 
 impl<L> Bounded<L> {
@@ -39,6 +54,7 @@ impl<L> Bounded<L> {
         Bounded {
             inner,
             places: Arc::new(Semaphore::new(limits.max)),
+            crowd: Arc::default(),
             limits,
         }
     }
@@ -49,10 +65,19 @@ impl<L: Listener> Listener for Bounded<L> {
     type Addr = L::Addr;
 
     async fn accept(&mut self) -> (Guarded<L::Io>, L::Addr) {
-        let place = (Arc::clone(&self.places).acquire_owned().await)
-            .expect("the semaphore is never closed");
+        let place = match Arc::clone(&self.places).try_acquire_owned() {
+            Ok(place) => place,
+            Err(_) => {
+                self.crowd.waiting.store(true, Ordering::Release);
+                self.crowd.notify.notify_waiters();
+                let place = Arc::clone(&self.places).acquire_owned().await;
+                self.crowd.waiting.store(false, Ordering::Release);
+                place.expect("the semaphore is never closed")
+            }
+        };
         let (io, addr) = self.inner.accept().await;
-        (Guarded::new(io, place, self.limits.idle), addr)
+        let guarded = Guarded::new(io, place, self.limits.idle, Arc::clone(&self.crowd));
+        (guarded, addr)
     }
 
     fn local_addr(&self) -> io::Result<L::Addr> {
@@ -66,9 +91,19 @@ pub(crate) struct Activity {
     in_flight: AtomicUsize,
     /// A request began or ended, or bytes were written, since the idle clock was last set.
     stirred: AtomicBool,
+    /// A request has been answered on this connection (so it is kept alive when idle).
+    answered: AtomicBool,
 }
 
-/// A request in flight on a connection, from its headers to its answer's head.
+impl Activity {
+    /// Kept alive between requests: one answered, none in flight.
+    fn kept_alive(&self) -> bool {
+        self.answered.load(Ordering::Acquire) && self.in_flight.load(Ordering::Acquire) == 0
+    }
+}
+
+/// A request in flight on a connection, from its head to its answer's last byte (held by the
+/// answer's body, see `http::mark_in_flight`).
 pub(crate) struct InFlight(Arc<Activity>);
 
 impl InFlight {
@@ -81,8 +116,45 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        self.0.answered.store(true, Ordering::Release);
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.0.stirred.store(true, Ordering::Release);
+    }
+}
+
+/// An answer's body holding its request's [`InFlight`] until the body has been sent (or
+/// dropped): a streamed answer counts as in flight to its end.
+pub(crate) struct Counted {
+    inner: axum::body::Body,
+    _in_flight: InFlight,
+}
+
+impl Counted {
+    pub(crate) fn new(inner: axum::body::Body, in_flight: InFlight) -> Counted {
+        Counted {
+            inner,
+            _in_flight: in_flight,
+        }
+    }
+}
+
+impl http_body::Body for Counted {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -93,17 +165,37 @@ pub(crate) struct Guarded<T> {
     activity: Arc<Activity>,
     idle: std::time::Duration,
     clock: Pin<Box<Sleep>>,
+    /// Bytes were read since the clock was set (part of a request may be in).
+    read: bool,
+    /// The once-more the clock gives a connection that has read part of a request was given.
+    graced: bool,
+    crowd: Arc<Crowd>,
+    crowded: Pin<Box<OwnedNotified>>,
 }
 
 impl<T> Guarded<T> {
-    fn new(io: T, place: OwnedSemaphorePermit, idle: std::time::Duration) -> Guarded<T> {
+    fn new(
+        io: T,
+        place: OwnedSemaphorePermit,
+        idle: std::time::Duration,
+        crowd: Arc<Crowd>,
+    ) -> Guarded<T> {
         Guarded {
             io,
             _place: place,
             activity: Arc::default(),
             idle,
             clock: Box::pin(tokio::time::sleep(idle)),
+            read: false,
+            graced: false,
+            crowded: Box::pin(Arc::clone(&crowd.notify).notified_owned()),
+            crowd,
         }
+    }
+
+    /// Whether the connection should make room for one that waits: kept alive, and asked.
+    fn makes_room(&self) -> bool {
+        self.crowd.waiting.load(Ordering::Acquire) && self.activity.kept_alive()
     }
 
     /// The stream itself (for the peer's credentials and addresses).
@@ -120,12 +212,36 @@ impl<T> Guarded<T> {
     /// an error that ends the connection. A connection stirred since the clock was set, or
     /// (`reading`) with a request in flight, gets a new clock.
     fn poll_idle(&mut self, cx: &mut Context<'_>, reading: bool) -> Poll<io::Error> {
+        if reading {
+            loop {
+                if self.makes_room() {
+                    return Poll::Ready(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "closed between requests to make room for a waiting connection",
+                    ));
+                }
+                if self.crowded.as_mut().poll(cx).is_pending() {
+                    break;
+                }
+                let notify = Arc::clone(&self.crowd.notify);
+                self.crowded = Box::pin(notify.notified_owned());
+            }
+        }
         loop {
             if self.clock.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
             let busy = reading && self.activity.in_flight.load(Ordering::Acquire) > 0;
-            if self.activity.stirred.swap(false, Ordering::AcqRel) || busy {
+            let stirred = self.activity.stirred.swap(false, Ordering::AcqRel);
+            if stirred || busy {
+                self.graced = false;
+            }
+            // Part of a request in: one more period for the rest (a slow start is not cut at
+            // once, a dribble still is).
+            let grace = reading && self.read && !self.graced;
+            self.graced |= grace;
+            self.read = false;
+            if stirred || busy || grace {
                 self.clock.as_mut().reset(Instant::now() + self.idle);
                 continue;
             }
@@ -144,9 +260,13 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        let before = buf.filled().len();
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Pending => this.poll_idle(cx, true).map(Err),
-            ready => ready,
+            ready => {
+                this.read |= buf.filled().len() > before;
+                ready
+            }
         }
     }
 }

@@ -13,7 +13,7 @@ use rmcp::transport::StreamableHttpServerConfig;
 /// listens on (a loopback name, or the `--host` given), as rmcp requires at the MCP path. A web
 /// page whose name was rebound to 127.0.0.1 sends its own name, and no `Origin` on a same-origin
 /// `GET`: without this it could read `/dav` and `/metrics` of a gateway that trusts loopback.
-pub(crate) async fn check_host(
+pub(super) async fn check_host(
     State(allowed): State<Arc<Vec<String>>>,
     request: Request,
     next: Next,
@@ -61,7 +61,7 @@ pub(super) async fn confine_job_tokens(
 }
 
 /// rmcp's loopback `Host` names, plus the host we listen on (e.g. `127.0.0.2`).
-pub(crate) fn allowed_hosts(host: &str) -> Vec<String> {
+pub(super) fn allowed_hosts(host: &str) -> Vec<String> {
     let mut hosts = StreamableHttpServerConfig::default().allowed_hosts;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     if !hosts.iter().any(|h| h == host) {

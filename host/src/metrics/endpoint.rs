@@ -17,7 +17,7 @@ use axum::Router;
 use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::{from_fn, from_fn_with_state};
+use axum::middleware::from_fn;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use subtle::ConstantTimeEq as _;
@@ -58,17 +58,8 @@ const SCRAPERS: ConnectionLimits = ConnectionLimits {
 pub async fn serve(gateway: Arc<Gateway>, listener: std::net::TcpListener) -> anyhow::Result<()> {
     listener.set_nonblocking(true)?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
-    let bound = listener.local_addr()?.ip();
     let listener = Bounded::new(listener, SCRAPERS);
-    let mut app = router(gateway, Access::Tcp);
-    if bound.is_loopback() {
-        // Loopback scrapers need no token, so a web page whose name was rebound to this
-        // address must not pass for one: its `Host` names no address of ours (with a token,
-        // scrapers may name the host as they like; a page cannot send the token).
-        let hosts = Arc::new(crate::http::allowed_hosts(&bound.to_string()));
-        app = app.layer(from_fn_with_state(hosts, crate::http::check_host));
-    }
-    let app = app.layer(from_fn(crate::http::mark_in_flight));
+    let app = router(gateway, Access::Tcp).layer(from_fn(crate::http::mark_in_flight));
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<TcpPeer>(),
@@ -95,13 +86,28 @@ fn is_loopback(ip: IpAddr) -> bool {
     ip.to_canonical().is_loopback()
 }
 
+/// Whether a `Host` header (`name`, `name:port`, `[v6]:port`) names this machine's loopback.
+fn names_loopback(host: &str) -> bool {
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name.eq_ignore_ascii_case("localhost") || name.parse().is_ok_and(is_loopback)
+}
+
 async fn scrape(
     State((gateway, access)): State<(Arc<Gateway>, Access)>,
     request: Request,
 ) -> Response {
+    let host = (request.headers().get(header::HOST)).and_then(|h| h.to_str().ok());
     let peer = match access {
+        // A loopback peer whose request names another host reached us through a name rebound
+        // to this machine (a web page's): it is not taken for a local scraper.
         Access::Tcp => (request.extensions().get::<ConnectInfo<TcpPeer>>())
-            .map(|peer| Peer::Ip(peer.0.remote.ip())),
+            .map(|peer| peer.0.remote.ip())
+            .filter(|&ip| !is_loopback(ip) || host.is_some_and(names_loopback))
+            .map(Peer::Ip),
         Access::Socket => (request.extensions().get::<ConnectInfo<UnixPeer>>())
             .and_then(|peer| peer.0.cred)
             .map(|cred| Peer::Uid(cred.uid)),
@@ -377,5 +383,27 @@ mod tests {
         let error = bind("0.0.0.0:0", false).unwrap_err().to_string();
         assert!(error.contains("token_sha256"), "{error}");
         assert!(bind("127.0.0.1:0", false).is_ok());
+    }
+
+    #[test]
+    fn only_loopback_names_pass_for_a_local_scraper() {
+        for host in [
+            "localhost",
+            "LOCALHOST:9464",
+            "127.0.0.1:9464",
+            "[::1]:80",
+            "[::1]",
+            "[::ffff:127.0.0.1]:1",
+        ] {
+            assert!(names_loopback(host), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:9464",
+            "10.0.0.1",
+            "localhost.evil.example",
+        ] {
+            assert!(!names_loopback(host), "{host}");
+        }
     }
 }

@@ -15,14 +15,16 @@ const IDLE: Duration = Duration::from_millis(300);
 /// Far longer than anything here should take: a test that waits this long has failed.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-/// Serves `/` (answers `ok`), `/slow` (answers after three idle periods) and `/big` (8 MiB) on
-/// a socket in `dir`, at most `max` connections at once.
+/// Serves `/` (answers `ok`), `/slow` (answers after three idle periods), `/big` (8 MiB) and
+/// `/stream` (three pieces two idle periods apart) on a socket in `dir`, at most `max`
+/// connections at once.
 async fn serve(dir: &std::path::Path, max: usize) -> std::path::PathBuf {
+    serve_with(dir, ConnectionLimits { max, idle: IDLE }).await
+}
+
+async fn serve_with(dir: &std::path::Path, limits: ConnectionLimits) -> std::path::PathBuf {
     let path = dir.join("s");
-    let listener = Bounded::new(
-        UnixListener::bind(&path).unwrap(),
-        ConnectionLimits { max, idle: IDLE },
-    );
+    let listener = Bounded::new(UnixListener::bind(&path).unwrap(), limits);
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .route(
@@ -33,6 +35,19 @@ async fn serve(dir: &std::path::Path, max: usize) -> std::path::PathBuf {
             }),
         )
         .route("/big", get(|| async { vec![b'x'; 8 << 20] }))
+        .route(
+            "/stream",
+            get(|| async {
+                let pieces = futures_util::stream::unfold(0, |n| async move {
+                    if n == 3 {
+                        return None;
+                    }
+                    tokio::time::sleep(2 * IDLE).await;
+                    Some((Ok::<_, std::io::Error>(format!("piece{n};")), n + 1))
+                });
+                axum::body::Body::from_stream(pieces)
+            }),
+        )
         .layer(from_fn(mark_in_flight));
     tokio::spawn(async move {
         axum::serve(
@@ -169,4 +184,71 @@ async fn an_answer_nobody_reads_gives_its_place_back() {
     let answer = get_on(&mut next, "/").await;
     assert!(answer.ends_with("ok"), "{answer}");
     drop(reader_gone);
+}
+
+#[tokio::test]
+async fn a_streamed_answer_with_pauses_keeps_its_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = serve(dir.path(), 4).await;
+    let mut stream = UnixStream::connect(&path).await.unwrap();
+    let answer = get_on(&mut stream, "/stream").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    for n in 0..3 {
+        assert!(answer.contains(&format!("piece{n};")), "{answer}");
+    }
+}
+
+#[tokio::test]
+async fn a_request_head_that_pauses_once_is_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = serve(dir.path(), 4).await;
+    let mut stream = UnixStream::connect(&path).await.unwrap();
+    stream.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+    tokio::time::sleep(IDLE + IDLE / 2).await;
+    stream
+        .write_all(b"Host: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.ends_with("ok"), "{answer}");
+}
+
+/// With every place taken by connections kept alive between requests, a new one does not wait
+/// out their idle time: they are closed to make room. (The idle time here is far longer than
+/// the test's patience.)
+#[tokio::test]
+async fn kept_alive_connections_make_room_for_a_waiting_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = ConnectionLimits {
+        max: 2,
+        idle: Duration::from_secs(600),
+    };
+    let path = serve_with(dir.path(), limits).await;
+    let mut kept = Vec::new();
+    for _ in 0..2 {
+        let mut stream = UnixStream::connect(&path).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = vec![0; 4096];
+        let n = stream.read(&mut answer).await.unwrap();
+        assert!(String::from_utf8_lossy(&answer[..n]).ends_with("ok"));
+        kept.push(stream);
+    }
+    let mut third = UnixStream::connect(&path).await.unwrap();
+    let answer = get_on(&mut third, "/").await;
+    assert!(answer.ends_with("ok"), "{answer}");
+    let mut closed_now = 0;
+    for stream in &mut kept {
+        let mut byte = [0; 1];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(100), stream.read(&mut byte)).await
+        {
+            closed_now += 1;
+        }
+    }
+    assert!(closed_now >= 1, "a kept-alive connection made room");
 }
