@@ -43,10 +43,12 @@ const PLACES: usize = 16;
 
 /// The door's connections: the job's processes may hold this many open at once (more wait
 /// unaccepted, costing the gateway nothing), each let go after a minute with nothing in flight.
+/// `hpcgate_tools` and `hpcgate-call` close theirs after each call, so a pool of processes
+/// holds one only while it calls.
 /// Only the job's own calls wait for them; without a bound, a job could open connections
 /// until the gateway had no file descriptor left for any tenant.
 const CONNECTIONS: ConnectionLimits = ConnectionLimits {
-    max: 4 * REQUESTS,
+    max: 128,
     idle: std::time::Duration::from_secs(60),
 };
 

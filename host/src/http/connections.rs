@@ -8,13 +8,10 @@
 //! byte) and nothing written to the peer: so a request's headers must arrive within that time
 //! of the connection's opening or its last answer (a connection that has read part of one gets
 //! that time once more), a keep-alive connection is let go after it, and so is an answer the
-//! peer stopped reading for that long. A request in flight keeps its connection however long it
-//! takes (a long `poll_job`, an SSE stream).
-//!
-//! When every place is taken and another connection waits for one, connections kept alive
-//! between requests (one answered, none in flight) are closed at once to make room, as nginx
-//! reuses its kept-alive connections: a client with many processes, each keeping a connection
-//! open between calls, cannot keep the next one out for a whole idle period.
+//! peer stopped reading for that long (a write that waits does not count as a request in
+//! flight). A request in flight keeps its connection however long it takes (a long
+//! `poll_job`, an SSE stream).
+
 //!
 //! axum's `serve` does not let hyper's own header timeout be set (it gives hyper no timer), so
 //! the bound is kept here, on the connection's reads and writes.
@@ -28,8 +25,7 @@ use std::task::{Context, Poll};
 
 use axum::serve::Listener;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::futures::OwnedNotified;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 pub use crate::config::ConnectionLimits;
@@ -38,15 +34,7 @@ pub use crate::config::ConnectionLimits;
 pub(crate) struct Bounded<L> {
     inner: L,
     places: Arc<Semaphore>,
-    crowd: Arc<Crowd>,
     limits: ConnectionLimits,
-}
-
-/// Whether a connection waits for a place, and how the connections kept alive hear of it.
-#[derive(Default)]
-struct Crowd {
-    waiting: AtomicBool,
-    notify: Arc<Notify>,
 }
 
 impl<L> Bounded<L> {
@@ -54,7 +42,6 @@ impl<L> Bounded<L> {
         Bounded {
             inner,
             places: Arc::new(Semaphore::new(limits.max)),
-            crowd: Arc::default(),
             limits,
         }
     }
@@ -65,19 +52,10 @@ impl<L: Listener> Listener for Bounded<L> {
     type Addr = L::Addr;
 
     async fn accept(&mut self) -> (Guarded<L::Io>, L::Addr) {
-        let place = match Arc::clone(&self.places).try_acquire_owned() {
-            Ok(place) => place,
-            Err(_) => {
-                self.crowd.waiting.store(true, Ordering::Release);
-                self.crowd.notify.notify_waiters();
-                let place = Arc::clone(&self.places).acquire_owned().await;
-                self.crowd.waiting.store(false, Ordering::Release);
-                place.expect("the semaphore is never closed")
-            }
-        };
+        let place = (Arc::clone(&self.places).acquire_owned().await)
+            .expect("the semaphore is never closed");
         let (io, addr) = self.inner.accept().await;
-        let guarded = Guarded::new(io, place, self.limits.idle, Arc::clone(&self.crowd));
-        (guarded, addr)
+        (Guarded::new(io, place, self.limits.idle), addr)
     }
 
     fn local_addr(&self) -> io::Result<L::Addr> {
@@ -91,15 +69,6 @@ pub(crate) struct Activity {
     in_flight: AtomicUsize,
     /// A request began or ended, or bytes were written, since the idle clock was last set.
     stirred: AtomicBool,
-    /// A request has been answered on this connection (so it is kept alive when idle).
-    answered: AtomicBool,
-}
-
-impl Activity {
-    /// Kept alive between requests: one answered, none in flight.
-    fn kept_alive(&self) -> bool {
-        self.answered.load(Ordering::Acquire) && self.in_flight.load(Ordering::Acquire) == 0
-    }
 }
 
 /// A request in flight on a connection, from its head to its answer's last byte (held by the
@@ -116,7 +85,6 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.answered.store(true, Ordering::Release);
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.0.stirred.store(true, Ordering::Release);
     }
@@ -169,17 +137,13 @@ pub(crate) struct Guarded<T> {
     read: bool,
     /// The once-more the clock gives a connection that has read part of a request was given.
     graced: bool,
-    crowd: Arc<Crowd>,
-    crowded: Pin<Box<OwnedNotified>>,
+    /// The last write waited for the peer to read: a request in flight does not keep the
+    /// connection then, or a peer that stopped reading a stream would hold it for good.
+    write_waits: bool,
 }
 
 impl<T> Guarded<T> {
-    fn new(
-        io: T,
-        place: OwnedSemaphorePermit,
-        idle: std::time::Duration,
-        crowd: Arc<Crowd>,
-    ) -> Guarded<T> {
+    fn new(io: T, place: OwnedSemaphorePermit, idle: std::time::Duration) -> Guarded<T> {
         Guarded {
             io,
             _place: place,
@@ -188,14 +152,8 @@ impl<T> Guarded<T> {
             clock: Box::pin(tokio::time::sleep(idle)),
             read: false,
             graced: false,
-            crowded: Box::pin(Arc::clone(&crowd.notify).notified_owned()),
-            crowd,
+            write_waits: false,
         }
-    }
-
-    /// Whether the connection should make room for one that waits: kept alive, and asked.
-    fn makes_room(&self) -> bool {
-        self.crowd.waiting.load(Ordering::Acquire) && self.activity.kept_alive()
     }
 
     /// The stream itself (for the peer's credentials and addresses).
@@ -212,26 +170,12 @@ impl<T> Guarded<T> {
     /// an error that ends the connection. A connection stirred since the clock was set, or
     /// (`reading`) with a request in flight, gets a new clock.
     fn poll_idle(&mut self, cx: &mut Context<'_>, reading: bool) -> Poll<io::Error> {
-        if reading {
-            loop {
-                if self.makes_room() {
-                    return Poll::Ready(io::Error::new(
-                        io::ErrorKind::ConnectionAborted,
-                        "closed between requests to make room for a waiting connection",
-                    ));
-                }
-                if self.crowded.as_mut().poll(cx).is_pending() {
-                    break;
-                }
-                let notify = Arc::clone(&self.crowd.notify);
-                self.crowded = Box::pin(notify.notified_owned());
-            }
-        }
         loop {
             if self.clock.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            let busy = reading && self.activity.in_flight.load(Ordering::Acquire) > 0;
+            let busy =
+                reading && !self.write_waits && self.activity.in_flight.load(Ordering::Acquire) > 0;
             let stirred = self.activity.stirred.swap(false, Ordering::AcqRel);
             if stirred || busy {
                 self.graced = false;
@@ -249,6 +193,29 @@ impl<T> Guarded<T> {
                 io::ErrorKind::TimedOut,
                 "the connection was idle too long",
             ));
+        }
+    }
+}
+
+impl<T> Guarded<T> {
+    /// Notes what a write did: bytes out stir the connection, a write that waits starts (or
+    /// goes on with) the idle clock.
+    fn wrote(
+        &mut self,
+        written: Poll<io::Result<usize>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        match written {
+            Poll::Pending => {
+                self.write_waits = true;
+                self.poll_idle(cx, false).map(Err)
+            }
+            Poll::Ready(Ok(n)) => {
+                self.write_waits = false;
+                self.activity.stirred.store(true, Ordering::Release);
+                Poll::Ready(Ok(n))
+            }
+            ready => ready,
         }
     }
 }
@@ -278,14 +245,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.io).poll_write(cx, buf) {
-            Poll::Pending => this.poll_idle(cx, false).map(Err),
-            Poll::Ready(Ok(n)) => {
-                this.activity.stirred.store(true, Ordering::Release);
-                Poll::Ready(Ok(n))
-            }
-            ready => ready,
-        }
+        let written = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.wrote(written, cx)
     }
 
     fn poll_write_vectored(
@@ -294,14 +255,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.io).poll_write_vectored(cx, bufs) {
-            Poll::Pending => this.poll_idle(cx, false).map(Err),
-            Poll::Ready(Ok(n)) => {
-                this.activity.stirred.store(true, Ordering::Release);
-                Poll::Ready(Ok(n))
-            }
-            ready => ready,
-        }
+        let written = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.wrote(written, cx)
     }
 
     fn is_write_vectored(&self) -> bool {

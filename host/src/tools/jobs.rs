@@ -242,9 +242,9 @@ fn default_wait(cx: &Context<'_>, detach: Option<bool>) -> u64 {
 /// workspace on the import path. Python puts a script's own directory (or, for `-c`, the
 /// working directory) first on `sys.path`, and both are the workspace, which any job of the
 /// instance may write: a job run without tools could leave a `json.py` there that every later
-/// `run_python`, with tools, would import. `runpy` runs a file without adding its directory,
-/// and `PYTHONSAFEPATH` (Python 3.11 and later) keeps the working directory off the path of
-/// the interpreters the script starts (`multiprocessing`, `sys.executable -c`).
+/// `run_python`, with tools, would import. `runpy` runs a file without adding its directory.
+/// (The interpreters the script starts itself are Python's as usual: `sys.executable -c` puts
+/// the working directory first.)
 const RUN_SCRIPT: &str = "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; \
      sys.argv = sys.argv[1:]; import runpy; runpy.run_path(sys.argv[0], run_name='__main__')";
 
@@ -287,16 +287,9 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
     };
     exec::write_file(&roots, cx.files, &request)?;
     drop(hold);
-    let command = [
-        "env",
-        "PYTHONSAFEPATH=1",
-        "python3",
-        "-c",
-        RUN_SCRIPT,
-        &path,
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    let command = ["python3", "-c", RUN_SCRIPT, &path]
+        .map(str::to_owned)
+        .to_vec();
     let new = new_job(cx, instance, JobMode::Local, command, args.resources);
     start(cx, new, &wait, args.tools.unwrap_or(true))
 }

@@ -85,6 +85,9 @@ def _post(message):
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
         "MCP-Protocol-Version": PROTOCOL_VERSION,
+        # One connection a call: the door takes a bounded number at once, and a process
+        # that kept one between calls would hold a place others of the job wait for.
+        "Connection": "close",
         **extra,
     }
     retried, waited_until, pause = False, None, 0.05
@@ -95,6 +98,8 @@ def _post(message):
             _conn.request("POST", path, body, headers)
             response = _conn.getresponse()
             data = response.read()
+            _conn.close()
+            _conn = None
             break
         except (ConnectionRefusedError, FileNotFoundError) as e:
             # Nobody listens (the gateway is restarting) and nothing was sent: wait for it.
