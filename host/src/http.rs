@@ -32,7 +32,7 @@
 use std::future::Future;
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
@@ -57,10 +57,12 @@ use crate::metrics::Access;
 use crate::state::TenantName;
 use connections::{Activity, Bounded, Counted, InFlight};
 use guards::{allowed_hosts, check_host, confine_job_tokens};
+use unix_socket::{RemoveOnDrop, bind_unix};
 
 pub(crate) mod connections;
 mod guards;
 mod tcp_owner;
+mod unix_socket;
 
 pub(crate) use tcp_owner::TcpPeer;
 
@@ -102,6 +104,8 @@ pub struct Identity {
     /// The configuration keys that give sandboxes the host's network (`[sandbox] network`,
     /// `[proxied_mcps.<name>] network`).
     host_network: Vec<String>,
+    /// `[http] max_connections` and `idle_timeout_s`.
+    connections: connections::ConnectionLimits,
 }
 
 impl Identity {
@@ -116,6 +120,7 @@ impl Identity {
                 .flat_map(|tenant| &tenant.unix_uids)
                 .any(|&uid| uid != own),
             host_network: host_network(settings),
+            connections: settings.fixed.connections,
         }
     }
 
@@ -142,7 +147,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let path = flavor.path();
     check(&listen, &identity, path)?;
-    let connections = gateway.snapshot().connection_limits();
+    let connections = identity.connections;
     let shutdown = CancellationToken::new();
     let config = stateless_config(shutdown.clone());
     let signalled = {
@@ -530,86 +535,6 @@ pub(crate) async fn mark_in_flight(request: Request, next: Next) -> Response {
     };
     let response = next.run(request).await;
     response.map(|body| axum::body::Body::new(Counted::new(body, in_flight)))
-}
-
-/// Binds `path` with `mode`, replacing a stale socket and refusing anything else.
-fn bind_unix(path: &Path, mode: u32) -> anyhow::Result<UnixListener> {
-    check_socket_dir(path)?;
-    match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot inspect `{}`", path.display())),
-        Ok(meta) => {
-            use std::os::unix::fs::FileTypeExt as _;
-            if !meta.file_type().is_socket() {
-                bail!(
-                    "`{}` exists and is not a socket: choose another `--uds` path or remove it",
-                    path.display()
-                );
-            }
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                bail!(
-                    "`{}` is in use by a running server: stop it or choose another `--uds` path",
-                    path.display()
-                );
-            }
-            std::fs::remove_file(path)
-                .with_context(|| format!("cannot remove the stale socket `{}`", path.display()))?;
-        }
-    }
-    // The socket file is created by bind with the process umask; tighten the umask around it so
-    // the socket is never connectable by others, not even between bind and a chmod. The runtime's
-    // other threads create no files at this point.
-    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
-    let bound = UnixListener::bind(path);
-    rustix::process::umask(old);
-    let bound =
-        bound.with_context(|| format!("cannot listen on the Unix socket `{}`", path.display()))?;
-    // Widening after bind opens nothing too early: the wider mode is the intended one.
-    if mode != 0o600 {
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).with_context(
-            || {
-                format!(
-                    "cannot set mode {mode:o} on the Unix socket `{}`",
-                    path.display()
-                )
-            },
-        )?;
-    }
-    Ok(bound)
-}
-
-/// Refuses a socket path in a directory others may write without the sticky bit: they could
-/// replace a stale socket, or the new one between its creation and its mode being set, and
-/// take the clients' tokens. (In a sticky directory such as `/tmp` nobody else may remove or
-/// rename our file.)
-fn check_socket_dir(path: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::MetadataExt as _;
-    let dir = (path.parent())
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let meta = std::fs::metadata(dir)
-        .with_context(|| format!("cannot inspect the socket's directory `{}`", dir.display()))?;
-    let sticky = meta.mode() & 0o1000 != 0;
-    let others_write = meta.mode() & 0o022 != 0;
-    let own = rustix::process::geteuid().as_raw();
-    if !sticky && (others_write || (meta.uid() != own && meta.uid() != 0)) {
-        bail!(
-            "the socket's directory `{}` (mode {:o}, owner uid {}) may be written by others, who could replace the socket and take its clients' tokens: put `--uds` in a directory only you or root can write",
-            dir.display(),
-            meta.mode() & 0o7777,
-            meta.uid()
-        );
-    }
-    Ok(())
-}
-
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 /// A future that resolves on SIGINT or SIGTERM. The handlers are installed now, not when the

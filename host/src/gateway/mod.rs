@@ -91,11 +91,6 @@ impl Snapshot {
         self.settings.result_type
     }
 
-    /// `[http] max_connections` and `idle_timeout_s` (fixed at start).
-    pub fn connection_limits(&self) -> crate::config::ConnectionLimits {
-        self.settings.fixed.connections
-    }
-
     /// `[metrics]` in force.
     pub fn metrics_settings(&self) -> crate::config::MetricsSettings {
         self.settings.metrics

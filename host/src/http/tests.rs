@@ -10,6 +10,10 @@ fn single_tenant_tcp_listens_only_on_loopback() {
         multi_tenant: false,
         foreign_unix_uids: false,
         host_network: Vec::new(),
+        connections: crate::config::ConnectionLimits {
+            max: 1,
+            idle: std::time::Duration::from_secs(1),
+        },
     };
     for host in ["127.0.0.1", "::1", "localhost"] {
         assert!(check_tcp_host(host, &identity).is_ok(), "{host}");
@@ -27,6 +31,10 @@ fn with_tenants_tcp_may_listen_anywhere_since_every_request_authenticates() {
         multi_tenant: true,
         foreign_unix_uids: false,
         host_network: Vec::new(),
+        connections: crate::config::ConnectionLimits {
+            max: 1,
+            idle: std::time::Duration::from_secs(1),
+        },
     };
     for host in ["127.0.0.1", "0.0.0.0", "login1.cluster"] {
         assert!(check_tcp_host(host, &identity).is_ok(), "{host}");
@@ -79,7 +87,7 @@ async fn a_socket_is_not_made_where_others_could_replace_it() {
         let sub = dir.path().join(format!("{mode:o}"));
         std::fs::create_dir(&sub).unwrap();
         std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(mode)).unwrap();
-        let bound = bind_unix(&sub.join("s"), 0o600);
+        let bound = super::unix_socket::bind_unix(&sub.join("s"), 0o600);
         assert_eq!(bound.is_ok(), ok, "{mode:o}: {:?}", bound.err());
         if let Err(e) = bound {
             assert!(e.to_string().contains("may be written by others"), "{e}");
