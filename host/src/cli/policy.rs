@@ -136,6 +136,12 @@ pub(crate) fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// How long `policy check` lets the policy configure itself. It checks that the policy loads
+/// and accepts its settings, not how fast: a componentized Python policy's fresh interpreter
+/// took more than a chain's default 100 ms on a loaded 2-core machine, and was called
+/// invalid. A configure that never returns is still refused, after this long.
+const CHECK_DEADLINE: Duration = Duration::from_secs(2);
+
 fn check(module: &str, settings: &str) -> anyhow::Result<ExitCode> {
     let settings: serde_json::Value = serde_json::from_str(settings)
         .context("`--settings` is not JSON; pass the policy's config table as a JSON object")?;
@@ -164,7 +170,7 @@ fn check(module: &str, settings: &str) -> anyhow::Result<ExitCode> {
         mode: Mode::Enforce,
         tenants: vec!["*".to_owned()],
         tools: vec!["*".to_owned()],
-        deadline: Duration::from_millis(100),
+        deadline: CHECK_DEADLINE,
         memory_bytes: 64 << 20,
         reuse: true,
         prepared: 0,
