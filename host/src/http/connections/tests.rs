@@ -179,20 +179,10 @@ async fn a_kept_alive_connection_is_closed_after_its_idle_time() {
     );
 }
 
+/// It never reads its 8 MiB; the one place comes free once the writes have stalled a while.
 #[tokio::test]
 async fn an_answer_nobody_reads_gives_its_place_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = serve(dir.path(), 1).await;
-    let mut reader_gone = UnixStream::connect(&path).await.unwrap();
-    reader_gone
-        .write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    // It never reads its 8 MiB; the one place comes free once the writes have stalled a while.
-    let mut next = UnixStream::connect(&path).await.unwrap();
-    let answer = get_on(&mut next, "/").await;
-    assert!(answer.ends_with("ok"), "{answer}");
-    drop(reader_gone);
+    a_reader_gone_gives_its_place_back("/big").await;
 }
 
 #[tokio::test]
@@ -228,14 +218,17 @@ async fn a_request_head_that_pauses_once_is_still_read() {
 /// request is still in flight: its writes wait, and after the idle time the connection ends.
 #[tokio::test]
 async fn a_streamed_answer_nobody_reads_gives_its_place_back() {
+    a_reader_gone_gives_its_place_back("/flood").await;
+}
+
+/// One place; a client asks for `path` and never reads the answer; the next client is served.
+async fn a_reader_gone_gives_its_place_back(path: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let path = serve(dir.path(), 1).await;
-    let mut reader_gone = UnixStream::connect(&path).await.unwrap();
-    reader_gone
-        .write_all(b"GET /flood HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut next = UnixStream::connect(&path).await.unwrap();
+    let socket = serve(dir.path(), 1).await;
+    let mut reader_gone = UnixStream::connect(&socket).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    reader_gone.write_all(request.as_bytes()).await.unwrap();
+    let mut next = UnixStream::connect(&socket).await.unwrap();
     let answer = get_on(&mut next, "/").await;
     assert!(answer.ends_with("ok"), "{answer}");
     drop(reader_gone);
