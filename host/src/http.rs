@@ -56,6 +56,7 @@ use crate::mcp::McpServer;
 use crate::metrics::Access;
 use crate::state::TenantName;
 use connections::{Activity, Bounded, Counted, InFlight};
+pub(crate) use guards::host_name;
 use guards::{allowed_hosts, check_host, confine_job_tokens};
 use unix_socket::{RemoveOnDrop, bind_unix};
 

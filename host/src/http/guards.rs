@@ -31,12 +31,17 @@ pub(super) async fn check_host(
 
 /// Whether `host` (`name`, `name:port` or `[v6]:port`) names one of `allowed`.
 fn host_allowed(allowed: &[String], host: &str) -> bool {
+    let name = host_name(host);
+    allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
+}
+
+/// The name of a `Host` header (`name`, `name:port` or `[v6]:port`): without port or brackets.
+pub(crate) fn host_name(host: &str) -> &str {
     let name = match host.rsplit_once(':') {
         Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
         _ => host,
     };
-    let name = name.trim_start_matches('[').trim_end_matches(']');
-    allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
+    name.trim_start_matches('[').trim_end_matches(']')
 }
 
 /// A job's token (code mode) is for MCP at `path` only: `/metrics` (which loopback peers may

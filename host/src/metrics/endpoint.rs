@@ -88,11 +88,7 @@ fn is_loopback(ip: IpAddr) -> bool {
 
 /// Whether a `Host` header (`name`, `name:port`, `[v6]:port`) names this machine's loopback.
 fn names_loopback(host: &str) -> bool {
-    let name = match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => host,
-    };
-    let name = name.trim_start_matches('[').trim_end_matches(']');
+    let name = crate::http::host_name(host);
     name.eq_ignore_ascii_case("localhost") || name.parse().is_ok_and(is_loopback)
 }
 
