@@ -263,10 +263,12 @@ impl Jobs {
             ),
             gpus: r.gpus.unwrap_or(0),
             working_dir: spec.workspace.clone(),
-            stdout_path: dir.join("stdout"),
-            stderr_path: dir.join("stderr"),
+            output_dir: dir.to_owned(),
             command: record.command.clone(),
-            sandbox: JobSandbox::Bwrap(Box::new(spec)),
+            sandbox: JobSandbox::Supervised {
+                sandbox: Box::new(spec),
+                supervisor: self.supervisor.clone(),
+            },
         };
         let id = runner.submit(&job).map_err(|e| slurm_message(&e))?;
         let handle = ExecutorHandle::Slurm {
@@ -294,10 +296,18 @@ impl Jobs {
             }
             Some(ExecutorHandle::Slurm { slurm_job_id, .. }) => {
                 let (runner, _) = self.slurm.as_ref()?;
-                runner
+                let status = runner
                     .status(*slurm_job_id, &job_name(&record.job_id))
-                    .ok()
-                    .map(|s| Observation::from(&s))
+                    .ok()?;
+                if status.phase.is_final()
+                    && let Some(ended) = state
+                        .job_dir_ambient(&record.tenant, &record.job_id)
+                        .ok()
+                        .and_then(|dir| supervisor_ending(&dir))
+                {
+                    return Some(ended);
+                }
+                Some(Observation::from(&status))
             }
         }
     }
@@ -457,6 +467,16 @@ pub fn last_lines(text: &str, n: usize) -> String {
 /// cancel can name the job it means.
 fn job_name(job_id: &JobId) -> String {
     format!("hpcgate-{job_id}")
+}
+
+/// How a Slurm job's supervisor says it ended, when that says more than Slurm's exit code:
+/// it stopped the sandbox at its output cap or wall time, or could not start it. Slurm only
+/// sees the supervisor exit non-zero then.
+fn supervisor_ending(dir: &Path) -> Option<Observation> {
+    let ended = sandbox::batch_state(dir).ok()?;
+    let said = ended.phase == sandbox::JobPhase::Finished
+        && !matches!(ended.reason, Some(sandbox::EndReason::Exited) | None);
+    said.then(|| Observation::from(&ended))
 }
 
 fn create_private_dir(dir: &Path) -> io::Result<()> {

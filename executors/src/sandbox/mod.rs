@@ -49,8 +49,9 @@ mod validate;
 pub use argv::bwrap_argv;
 pub use error::SandboxError;
 pub use job::{
-    JobHandle, JobPhase, JobState, OutputStream, SupervisorCommand, Tail, attach_job, cancel_job,
-    job_status, spawn_job, supervisor_main, tail, wait_job,
+    BATCH_FLAG, JobHandle, JobPhase, JobState, OutputStream, SupervisorCommand, Tail, attach_job,
+    batch_main, batch_state, cancel_job, job_status, spawn_job, supervisor_cli, supervisor_main,
+    tail, wait_job, write_batch_request,
 };
 pub use limits::{EnforcedLimit, EnforcedLimits, LimitMechanism};
 pub use monitor::{EndReason, ExitInfo};

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use super::error::SandboxError;
 use super::monitor::{EndReason, ExitInfo, Watch, monitor};
-use super::spawn::{prepare, sandbox_init};
+use super::spawn::{Containment, prepare, sandbox_init};
 use super::spec::SandboxSpec;
 
 /// How an attached run ended.
@@ -36,7 +36,7 @@ pub fn run_attached(
 ) -> Result<AttachedResult, SandboxError> {
     let started = Instant::now();
     let name = format!("hpcgate-attached-{}", std::process::id());
-    let mut prepared = prepare(spec, command, Stdio::inherit(), &name)?;
+    let mut prepared = prepare(spec, command, Stdio::inherit(), &name, Containment::Own)?;
     prepared
         .command
         .stdout(Stdio::inherit())

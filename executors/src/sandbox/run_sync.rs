@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::error::SandboxError;
 use super::limits::EnforcedLimits;
 use super::monitor::{EndReason, ExitInfo, Watch, monitor};
-use super::spawn::{prepare, sandbox_init};
+use super::spawn::{Containment, prepare, sandbox_init};
 use super::spec::SandboxSpec;
 
 /// The result of a synchronous sandbox run.
@@ -53,7 +53,7 @@ pub fn run_sync(
     } else {
         Stdio::null()
     };
-    let mut prepared = prepare(spec, command, stdin_mode, &name)?;
+    let mut prepared = prepare(spec, command, stdin_mode, &name, Containment::Own)?;
     let mut child = prepared.spawn().map_err(SandboxError::Spawn)?;
     let init = sandbox_init(&mut prepared.info, child.id() as i32);
 

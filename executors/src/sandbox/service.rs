@@ -19,7 +19,7 @@ use super::error::SandboxError;
 use super::limits::EnforcedLimits;
 use super::monitor::ExitInfo;
 use super::proc::PidFd;
-use super::spawn::{prepare, sandbox_init};
+use super::spawn::{Containment, prepare, sandbox_init};
 use super::spec::SandboxSpec;
 
 /// A running sandboxed service. Dropping it kills the whole sandbox.
@@ -47,7 +47,7 @@ pub fn spawn_service(
     command: &[String],
     name: &str,
 ) -> Result<(Service, ServicePipes), SandboxError> {
-    let mut prepared = prepare(spec, command, Stdio::piped(), name)?;
+    let mut prepared = prepare(spec, command, Stdio::piped(), name, Containment::Own)?;
     let mut child = prepared.spawn().map_err(SandboxError::Spawn)?;
     let init = sandbox_init(&mut prepared.info, child.id() as i32).map(|(fd, _)| fd);
     let pipes = match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {

@@ -59,12 +59,24 @@ impl Prepared {
     }
 }
 
+/// Who holds a sandbox's CPUs, memory and tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Containment {
+    /// This host: a cgroup of the sandbox's own where one is usable, rlimits and the memory
+    /// watchdog for what it does not hold.
+    Own,
+    /// The batch scheduler whose job runs the supervisor: the sandbox stays in the job's
+    /// cgroup, where the scheduler's limits, accounting and cancel reach it.
+    Scheduler,
+}
+
 /// Validates and prepares one sandbox; `name` labels its cgroup.
 pub(crate) fn prepare(
     spec: &SandboxSpec,
     command: &[String],
     stdin: Stdio,
     name: &str,
+    containment: Containment,
 ) -> Result<Prepared, SandboxError> {
     validate(spec, command)?;
     if !spec.bwrap.is_file() {
@@ -77,7 +89,10 @@ pub(crate) fn prepare(
         return Err(SandboxError::RunAsNeedsRoot);
     }
     let host_uid = spec.run_as.map_or(euid, |u| u.uid);
-    let cgroup = JobCgroup::create_for(name, &spec.limits);
+    let cgroup = match containment {
+        Containment::Own => JobCgroup::create_for(name, &spec.limits),
+        Containment::Scheduler => None,
+    };
     let join = match cgroup.as_ref().map(JobCgroup::joiner).transpose() {
         Ok(j) => j,
         Err(e) => {
@@ -87,13 +102,15 @@ pub(crate) fn prepare(
             return Err(SandboxError::Spawn(e));
         }
     };
-    let enforced = cgroup.as_ref().map(|c| c.enforced(&spec.limits));
-    let plan = limits::plan(
-        &spec.limits,
-        enforced.as_ref(),
-        host_uid,
-        spec.run_as.is_some(),
-    );
+    let plan = match containment {
+        Containment::Own => limits::plan(
+            &spec.limits,
+            cgroup.as_ref().map(|c| c.enforced(&spec.limits)).as_ref(),
+            host_uid,
+            spec.run_as.is_some(),
+        ),
+        Containment::Scheduler => limits::plan_in_batch(&spec.limits),
+    };
 
     let (info_read, info_write) = pipe().map_err(SandboxError::Spawn)?;
     let info_fd = info_write.as_raw_fd();

@@ -50,6 +50,13 @@ pub enum SlurmError {
         #[source]
         source: std::io::Error,
     },
+    /// The supervised job's request could not be written to its output directory.
+    #[error("cannot write the job's request into `{}`: check that the job directory exists and is writable", path.display())]
+    RequestWrite {
+        path: PathBuf,
+        #[source]
+        source: crate::sandbox::SandboxError,
+    },
     /// A Slurm client program could not be started.
     #[error("cannot run `{program}`: install slurm-wlm or set the Slurm bin dir")]
     Spawn {

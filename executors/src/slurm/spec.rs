@@ -9,7 +9,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{SlurmError, validate};
-use crate::sandbox::SandboxSpec;
+use crate::sandbox::{SandboxSpec, SupervisorCommand};
+
+/// Slurm's own log of a supervised job (`--output` and `--error`): what Slurm and the
+/// supervisor say about the job, a few lines. The job's streams are `stdout` and `stderr`
+/// beside it.
+pub const BATCH_LOG: &str = "slurm.log";
 
 /// Longest accepted time limit (Slurm counts in minutes; one year is far beyond any partition).
 pub const MAX_TIME_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -35,11 +40,11 @@ pub struct SlurmJobSpec {
     pub gpus: u32,
     /// `--chdir`: the job's working directory on the compute node (absolute).
     pub working_dir: PathBuf,
-    /// `--output`: where Slurm writes the job's stdout, host-side (absolute, no `%`, outside
-    /// every sandbox mount so the job cannot plant a symlink there).
-    pub stdout_path: PathBuf,
-    /// `--error`: where Slurm writes the job's stderr, host-side (same rules as `stdout_path`).
-    pub stderr_path: PathBuf,
+    /// The job's host-side directory: it must exist and be private to the submitting user, and
+    /// lie outside every sandbox mount, so the job cannot plant a symlink there (absolute, no
+    /// `%`). The job's output lands in its `stdout` and `stderr`; a supervised job also keeps
+    /// its request and final state there, and Slurm's log in [`BATCH_LOG`].
+    pub output_dir: PathBuf,
     /// The program and its arguments, run exactly as given (never through a shell).
     pub command: Vec<String>,
     /// What the command runs inside on the compute node.
@@ -49,10 +54,16 @@ pub struct SlurmJobSpec {
 /// The wrapper around a job's command on the compute node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobSandbox {
-    /// `exec bwrap …` built by [`crate::sandbox::bwrap_argv`]: the normal case. The sandbox's
-    /// `limits` are not applied here: Slurm enforces the job's own `cpus`, `memory_mb` and
-    /// `time_limit`. `run_as` is refused: a Slurm job runs as the user who submits it.
-    Bwrap(Box<SandboxSpec>),
+    /// The normal case: `exec <supervisor> --batch <output_dir>` on the compute node, which
+    /// runs the sandbox as a local job's supervisor does (the seccomp filter, the monitor)
+    /// and stops it at its `output_bytes` and `wall_time`. Slurm enforces the job's own
+    /// `cpus`, `memory_mb` and `time_limit`; the sandbox stays in the job's cgroup. The
+    /// supervisor's program must be at the same path on the compute nodes. `run_as` is refused:
+    /// a Slurm job runs as the user who submits it.
+    Supervised {
+        sandbox: Box<SandboxSpec>,
+        supervisor: SupervisorCommand,
+    },
     /// The command runs directly with the compute node's ambient authority: the job user's
     /// files, network and environment. Only for trusted admin work and tests.
     UnsandboxedAmbient,
@@ -81,15 +92,13 @@ impl SlurmJobSpec {
             return Err(limit("time_limit", "must be between 1 s and 365 days"));
         }
         validate::path("working_dir", &self.working_dir)?;
-        validate::path("stdout_path", &self.stdout_path)?;
-        validate::path("stderr_path", &self.stderr_path)?;
-        if let JobSandbox::Bwrap(sandbox) = &self.sandbox {
+        validate::path("output_dir", &self.output_dir)?;
+        if let JobSandbox::Supervised { sandbox, .. } = &self.sandbox {
             if sandbox.run_as.is_some() {
                 return Err(SlurmError::RunAsUnsupported);
             }
             let mounts: Vec<&Path> = sandbox.host_sources().collect();
-            validate::outside("stdout_path", &self.stdout_path, &mounts)?;
-            validate::outside("stderr_path", &self.stderr_path, &mounts)?;
+            validate::outside("output_dir", &self.output_dir, &mounts)?;
         }
         if self.command.is_empty() || self.command[0].is_empty() {
             return Err(SlurmError::InvalidCommand {
@@ -102,6 +111,14 @@ impl SlurmJobSpec {
             });
         }
         Ok(())
+    }
+
+    /// The files of `output_dir` Slurm writes the batch script's stdout and stderr to.
+    fn slurm_output(&self) -> (&'static str, &'static str) {
+        match self.sandbox {
+            JobSandbox::Supervised { .. } => (BATCH_LOG, BATCH_LOG),
+            JobSandbox::UnsandboxedAmbient => ("stdout", "stderr"),
+        }
     }
 
     /// Time limit in whole minutes, rounded up, as Slurm counts it.
@@ -129,8 +146,8 @@ impl SlurmJobSpec {
                 format!("--gres=gpu:{}", self.gpus).into()
             },
             path_arg("--chdir=", &self.working_dir),
-            path_arg("--output=", &self.stdout_path),
-            path_arg("--error=", &self.stderr_path),
+            path_arg("--output=", &self.output_dir.join(self.slurm_output().0)),
+            path_arg("--error=", &self.output_dir.join(self.slurm_output().1)),
             "--input=/dev/null".into(),
         ];
         for (option, value) in [
@@ -177,8 +194,7 @@ mod tests {
             time_limit: Duration::from_secs(61),
             gpus: 1,
             working_dir: PathBuf::from("/srv/ws"),
-            stdout_path: PathBuf::from("/srv/jobs/1/stdout"),
-            stderr_path: PathBuf::from("/srv/jobs/1/stderr"),
+            output_dir: PathBuf::from("/srv/jobs/1"),
             command: vec!["make".to_owned()],
             sandbox: JobSandbox::UnsandboxedAmbient,
         }
@@ -243,5 +259,30 @@ mod tests {
             assert!(broken.validate().is_err(), "{broken:?}");
         }
         assert!(spec().validate().is_ok());
+    }
+
+    #[test]
+    fn a_supervised_job_gives_slurm_only_its_log() {
+        let supervised = SlurmJobSpec {
+            sandbox: JobSandbox::Supervised {
+                sandbox: Box::new(SandboxSpec::new("/srv/ws", "/srv/out")),
+                supervisor: SupervisorCommand::helper("/usr/libexec/hpcgate-supervisor"),
+            },
+            ..spec()
+        };
+        let args = supervised.sbatch_args(Path::new("/s"));
+        assert!(args.contains(&"--output=/srv/jobs/1/slurm.log".into()));
+        assert!(args.contains(&"--error=/srv/jobs/1/slurm.log".into()));
+        let inside = SlurmJobSpec {
+            output_dir: PathBuf::from("/srv/ws/logs"),
+            ..supervised
+        };
+        assert!(matches!(
+            inside.validate(),
+            Err(SlurmError::InvalidPath {
+                field: "output_dir",
+                ..
+            })
+        ));
     }
 }

@@ -14,14 +14,23 @@ use super::{SlurmError, SlurmJobId, SlurmJobSpec, SlurmRunner, script};
 impl SlurmRunner {
     /// Validates `spec`, writes its batch script and submits it; returns Slurm's job id.
     ///
-    /// The script file is removed once `sbatch` returns (Slurm keeps its own copy).
+    /// The script file is removed once `sbatch` returns (Slurm keeps its own copy). A
+    /// supervised job's request stays in its output directory for the supervisor to read.
     pub fn submit(&self, spec: &SlurmJobSpec) -> Result<SlurmJobId, SlurmError> {
         spec.validate()?;
         let body: Vec<OsString> = match &spec.sandbox {
-            JobSandbox::Bwrap(sandbox) => {
+            JobSandbox::Supervised {
+                sandbox,
+                supervisor,
+            } => {
                 crate::sandbox::validate(sandbox, &spec.command)
                     .map_err(|source| SlurmError::InvalidSandbox { source })?;
-                crate::sandbox::bwrap_argv(sandbox, &spec.command)
+                crate::sandbox::write_batch_request(&spec.output_dir, sandbox, &spec.command)
+                    .map_err(|source| SlurmError::RequestWrite {
+                        path: spec.output_dir.clone(),
+                        source,
+                    })?;
+                supervisor.batch_argv(&spec.output_dir)
             }
             JobSandbox::UnsandboxedAmbient => spec.command.iter().map(OsString::from).collect(),
         };

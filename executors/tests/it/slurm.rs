@@ -11,6 +11,7 @@ mod harness;
 
 use std::time::Duration;
 
+use hpcgate_executors::sandbox::{EndReason, LimitMechanism};
 use hpcgate_executors::slurm::{CancelOutcome, JobPhase};
 
 use harness::{
@@ -112,8 +113,71 @@ fn a_memory_hog_is_killed_as_oom() {
     } else {
         assert_eq!(status.phase, JobPhase::Failed, "{status:?}");
         assert_eq!(status.signal, Some(9), "{status:?}");
-        assert!(dirs.stderr().contains("memory limit"), "{}", dirs.stderr());
+        assert!(
+            dirs.slurm_log().contains("memory limit"),
+            "{}",
+            dirs.slurm_log()
+        );
     }
+}
+
+/// Slurm writes a job's output wherever `--output` says, without a limit: a `yes` could fill
+/// the disk the gateway keeps its state and audit log on. The supervisor on the node copies
+/// the sandbox's output, and ends it at its cap.
+#[test]
+fn output_past_the_cap_ends_the_job() {
+    const CAP: u64 = 64 * 1024;
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    let mut spec = dirs.spec(&["/usr/bin/yes", "flood"]);
+    JobDirs::sandbox(&mut spec).limits.output_bytes = CAP;
+    let job = runner.submit(&spec).unwrap();
+    // Well inside the two-minute time limit: the cap ends it, not Slurm.
+    let status = wait_final(&runner, job.id, Duration::from_secs(60));
+    assert_eq!(status.phase, JobPhase::Failed, "{status:?}");
+    let written = dirs.stdout().len() as u64;
+    assert!(
+        written > 0 && written <= CAP,
+        "{written} bytes of output kept"
+    );
+    let ended = hpcgate_executors::sandbox::batch_state(&dirs.path("logs")).unwrap();
+    assert_eq!(ended.reason, Some(EndReason::OutputCap), "{ended:?}");
+    assert!(ended.output_truncated);
+    assert_eq!(
+        ended.limits.unwrap().memory.mechanism,
+        LimitMechanism::Scheduler,
+        "the job's cgroup holds its memory"
+    );
+}
+
+/// The seccomp filter of local sandboxes holds in a Slurm job too (the body used to be a
+/// bare `bwrap` without it): kernel keyrings, which are not namespaced, stay out of reach.
+#[test]
+fn a_slurm_sandbox_has_the_seccomp_filter() {
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    let probe = format!(
+        "import ctypes, os\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         r = libc.syscall({keyctl}, 0, -3, 0)\n\
+         print('keyctl', r, os.strerror(ctypes.get_errno()) if r < 0 else 'ok')\n\
+         print(open('/proc/self/status').read())",
+        keyctl = libc::SYS_keyctl,
+    );
+    let job = runner
+        .submit(&dirs.spec(&["/usr/bin/python3", "-c", &probe]))
+        .unwrap();
+    let status = wait_final(&runner, job.id, Duration::from_secs(60));
+    assert_eq!(
+        status.phase,
+        JobPhase::Completed,
+        "{status:?} {} {}",
+        dirs.stderr(),
+        dirs.slurm_log()
+    );
+    let out = String::from_utf8_lossy(&dirs.stdout()).into_owned();
+    assert!(out.contains("keyctl -1 Function not implemented"), "{out}");
+    assert!(out.contains("Seccomp:\t2"), "{out}");
 }
 
 #[test]

@@ -91,13 +91,12 @@ enum BenchCommand {
 
 /// Parses the command line and runs the command.
 pub fn main() -> ExitCode {
-    // `hpcgate __supervise <job_dir>`: this process becomes a job's supervisor. Dispatched
-    // before anything else runs (no threads, no runtime), as `supervisor_main` requires.
+    // `hpcgate __supervise [--batch] <job_dir>`: this process becomes a job's supervisor.
+    // Dispatched before anything else runs (no threads, no runtime), as it requires.
     let mut args = std::env::args_os();
-    if args.nth(1).as_deref() == Some(std::ffi::OsStr::new(crate::jobs::SUPERVISE_SUBCOMMAND))
-        && let (Some(job_dir), None) = (args.next(), args.next())
-    {
-        let code = hpcgate_executors::sandbox::supervisor_main(std::path::Path::new(&job_dir));
+    if args.nth(1).as_deref() == Some(std::ffi::OsStr::new(crate::jobs::SUPERVISE_SUBCOMMAND)) {
+        let rest: Vec<std::ffi::OsString> = args.collect();
+        let code = hpcgate_executors::sandbox::supervisor_cli(&rest);
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     let cli = Cli::parse();

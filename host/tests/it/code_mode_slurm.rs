@@ -296,13 +296,28 @@ async fn a_slurm_jobs_script_calls_tools_with_its_token_across_a_restart_and_not
     assert!(!slurm_id.is_empty(), "the job is in the queue");
     let shown = slurm_client("scontrol", &["show", "job", "-d", slurm_id]);
     let script = slurm_client("scontrol", &["write", "batch_script", slurm_id, "-"]);
+    // The script starts the supervisor on the job's directory, whose request holds the sandbox.
+    let job_dir = script
+        .trim_end()
+        .rsplit(' ')
+        .next()
+        .map(|word| word.trim_matches('\''))
+        .unwrap();
+    let request = std::fs::read_to_string(std::path::Path::new(job_dir).join("request.json"))
+        .unwrap_or_else(|e| panic!("the batch script names the job's directory ({e}): {script}"));
     assert!(
-        script.contains("HPCGATE_TOOLS_TOKEN_FILE") && script.contains("--share-net"),
-        "the batch script names the token's file and shares the node's network: {script}"
+        script.contains("'--batch'")
+            && request.contains("HPCGATE_TOOLS_TOKEN_FILE")
+            && request.contains("\"network\": \"host\""),
+        "the job's request names the token's file and shares the node's network: {request}"
     );
     let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
     let ps = String::from_utf8_lossy(&ps.stdout);
-    for (place, text) in [("scontrol show job", &shown), ("batch script", &script)] {
+    for (place, text) in [
+        ("scontrol show job", &shown),
+        ("batch script", &script),
+        ("job's request", &request),
+    ] {
         assert!(!text.contains(&kept), "the token is in the {place}");
     }
     assert!(!ps.contains(&kept), "the token is in a process's argv");

@@ -14,7 +14,7 @@ fn slurm_jobs_run_sandboxed_report_output_and_cancel() {
     let conf = slurm_conf();
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
-        "[slurm]\nenabled = true\nslurm_conf = {:?}\n",
+        "[sandbox.limits]\noutput_bytes = 65536\n[slurm]\nenabled = true\nslurm_conf = {:?}\n",
         conf.display().to_string()
     );
     let gw = support::open(dir.path(), &config);
@@ -52,6 +52,25 @@ fn slurm_jobs_run_sandboxed_report_output_and_cancel() {
             .unwrap()
             .contains("slurm_job_id"),
         "the Slurm id stays internal"
+    );
+
+    // Slurm itself caps no output: the supervisor on the node ends the flood at the cap,
+    // long before the time limit, and says why.
+    let flood = ok(gw.call(
+        &chem,
+        "submit_job",
+        args(
+            json!({"instance_id": "run1", "mode": "slurm", "timeout": 100, "command": "yes flood"}),
+        ),
+    ))["job"]
+        .clone();
+    assert_eq!(flood["status"], "output_cap", "{flood}");
+    assert!(
+        flood["stdout_tail"]
+            .as_str()
+            .unwrap()
+            .starts_with("flood\nflood\n"),
+        "{flood}"
     );
 
     let status = ok(gw.call(&chem, "cluster_status", args(json!({}))));

@@ -52,6 +52,44 @@ impl SupervisorCommand {
             args: vec![subcommand.into()],
         }
     }
+
+    /// The argv that runs the job in `job_dir` as a batch job's body ([`super::batch_main`]):
+    /// `program args… --batch <job_dir>`.
+    pub fn batch_argv(&self, job_dir: &Path) -> Vec<OsString> {
+        let mut argv = vec![self.program.clone().into_os_string()];
+        argv.extend(self.args.iter().cloned());
+        argv.push(super::supervisor::BATCH_FLAG.into());
+        argv.push(job_dir.as_os_str().to_owned());
+        argv
+    }
+}
+
+/// Writes the request a batch job's supervisor runs ([`SupervisorCommand::batch_argv`]) into
+/// `job_dir`, which must exist, be private to the gateway's user and lie outside every mount
+/// of the sandbox. The spec is validated and its environment resolved here, on the host that
+/// submits: the batch job runs with the scheduler's environment, not the gateway's.
+pub fn write_batch_request(
+    job_dir: &Path,
+    spec: &SandboxSpec,
+    command: &[String],
+) -> Result<(), SandboxError> {
+    validate(spec, command)?;
+    write_json(job_dir, REQUEST, &job_request(spec, command)).map_err(SandboxError::io(job_dir))
+}
+
+/// The request for `spec` and `command`, with the environment allow-list resolved now (the
+/// supervisor starts with an empty environment, or a batch job's).
+fn job_request(spec: &SandboxSpec, command: &[String]) -> JobRequest {
+    let mut spec = spec.clone();
+    spec.env.set = resolved_env(&spec)
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string_lossy().into_owned()))
+        .collect();
+    spec.env.allow.clear();
+    JobRequest {
+        spec,
+        command: command.to_vec(),
+    }
 }
 
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -90,18 +128,8 @@ pub fn spawn_job(
         }
     }
 
-    // The supervisor runs with an empty environment: resolve the allow-list now.
-    let mut spec = spec.clone();
-    spec.env.set = resolved_env(&spec)
-        .into_iter()
-        .map(|(k, v)| (k, v.to_string_lossy().into_owned()))
-        .collect();
-    spec.env.allow.clear();
-    let request = JobRequest {
-        spec,
-        command: command.to_vec(),
-    };
-    write_json(&job_dir, REQUEST, &request).map_err(SandboxError::io(&job_dir))?;
+    write_json(&job_dir, REQUEST, &job_request(spec, command))
+        .map_err(SandboxError::io(&job_dir))?;
 
     #[allow(clippy::disallowed_methods)] // the job executor's spawn: the supervisor
     let mut cmd = Command::new(&supervisor.program);

@@ -36,6 +36,12 @@ pub fn job_status(job_dir: &Path) -> Result<JobState, SandboxError> {
     Ok(state)
 }
 
+/// The state a batch job's supervisor recorded in `job_dir`, as written: the scheduler, not
+/// a process identity, says whether that job still runs.
+pub fn batch_state(job_dir: &Path) -> Result<JobState, SandboxError> {
+    read_state(job_dir)
+}
+
 /// Waits up to `timeout` for the job to finish (no polling: waits on a pidfd of the
 /// supervisor), then returns its state.
 pub fn wait_job(job_dir: &Path, timeout: Duration) -> Result<JobState, SandboxError> {

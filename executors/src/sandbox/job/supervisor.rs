@@ -6,7 +6,14 @@
 //! init), opens the output files host-side with `O_CREAT|O_EXCL|O_NOFOLLOW`, starts bwrap,
 //! records the state, answers `ready`, and then monitors the sandbox until it ends — wall
 //! time, output cap, memory, cancel marker — and records the final state atomically.
+//!
+//! [`batch_main`] is the same supervisor as the body of a batch job (`--batch`): Slurm
+//! started it and waits for it, so it neither forks nor answers, and it leaves CPUs, memory
+//! and tasks to the job's cgroup. It still runs the sandbox with the seccomp filter and
+//! copies its output through the monitor, so a job's output stops at its cap instead of
+//! filling the disk Slurm writes to.
 
+use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -17,9 +24,37 @@ use super::state::{
     CANCEL, JobPhase, JobRequest, JobState, REQUEST, STDERR, STDOUT, create_new, now_ms, read_json,
     write_state,
 };
-use crate::sandbox::monitor::{EndReason, Watch, monitor};
+use crate::sandbox::monitor::{EndReason, ExitInfo, Watch, monitor};
 use crate::sandbox::proc::ProcessIdentity;
-use crate::sandbox::spawn::{prepare, sandbox_init, wait_until_running};
+use crate::sandbox::spawn::{Containment, prepare, sandbox_init, wait_until_running};
+
+/// The flag before the job directory that makes the supervisor a batch job's body.
+pub const BATCH_FLAG: &str = "--batch";
+
+/// The supervisor's command line after the program (or the gateway's subcommand):
+/// `<job_dir>` runs [`supervisor_main`], `--batch <job_dir>` runs [`batch_main`]. Returns
+/// the exit code; 2 for any other arguments. Call it first thing in `main`, as both require.
+pub fn supervisor_cli(args: &[OsString]) -> i32 {
+    match args {
+        [job_dir] => supervisor_main(Path::new(job_dir)),
+        [flag, job_dir] if flag == BATCH_FLAG => batch_main(Path::new(job_dir)),
+        _ => {
+            say(&format!(
+                "usage: hpcgate-supervisor [{BATCH_FLAG}] <job-dir>"
+            ));
+            2
+        }
+    }
+}
+
+/// How the supervisor was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// By `spawn_job`: detached, answering `ready` on stdout.
+    Detached,
+    /// As a batch job's body: in the foreground, its exit status the sandbox's.
+    Batch,
+}
 
 /// Runs the supervisor for `job_dir`; returns the process exit code. Call it first thing in
 /// `main`, before any thread exists.
@@ -38,8 +73,8 @@ pub fn supervisor_main(job_dir: &Path) -> i32 {
         0 => {}
         _ => return 0,
     }
-    match supervise(job_dir) {
-        Ok(()) => 0,
+    match supervise(job_dir, Mode::Detached) {
+        Ok(_) => 0,
         Err(message) => {
             reply(&format!("error: {message}"));
             1
@@ -47,7 +82,24 @@ pub fn supervisor_main(job_dir: &Path) -> i32 {
     }
 }
 
-fn supervise(job_dir: &Path) -> Result<(), String> {
+/// Runs the job in `job_dir` as the body of a batch job and returns what the scheduler
+/// should record: the command's exit code, 128 + the signal that ended the sandbox, or 1
+/// when it could not start (the reason is in the job state and on stderr, Slurm's log).
+pub fn batch_main(job_dir: &Path) -> i32 {
+    match supervise(job_dir, Mode::Batch) {
+        Ok(state) => match state.exit {
+            Some(ExitInfo::Code(code)) => code,
+            Some(ExitInfo::Signal(signal)) => 128 + signal,
+            None => 1,
+        },
+        Err(message) => {
+            say(&format!("hpcgate-supervisor: {message}"));
+            1
+        }
+    }
+}
+
+fn supervise(job_dir: &Path, mode: Mode) -> Result<JobState, String> {
     let started = Instant::now();
     let me = ProcessIdentity::of(std::process::id() as i32)
         .map_err(|e| format!("cannot read own identity: {e}"))?;
@@ -86,7 +138,18 @@ fn supervise(job_dir: &Path) -> Result<(), String> {
         Err(e) => return fail(state, format!("cannot create the output files: {e}")),
     };
     let name = format!("hpcgate-job-{}", std::process::id());
-    let mut prepared = match prepare(&request.spec, &request.command, Stdio::null(), &name) {
+    let containment = match mode {
+        Mode::Detached => Containment::Own,
+        Mode::Batch => Containment::Scheduler,
+    };
+    let prepared = prepare(
+        &request.spec,
+        &request.command,
+        Stdio::null(),
+        &name,
+        containment,
+    );
+    let mut prepared = match prepared {
         Ok(p) => p,
         Err(e) => return fail(state, e.to_string()),
     };
@@ -103,8 +166,10 @@ fn supervise(job_dir: &Path) -> Result<(), String> {
     }
     state.limits = Some(prepared.plan.enforced.clone());
     record(&state)?;
-    reply("ready");
-    detach_stdout();
+    if mode == Mode::Detached {
+        reply("ready");
+        detach_stdout();
+    }
 
     let cancel_marker = job_dir.join(CANCEL);
     let cancel_requested = || cancel_marker.exists();
@@ -138,7 +203,13 @@ fn supervise(job_dir: &Path) -> Result<(), String> {
             state.message = Some(format!("monitoring failed: {e}"));
         }
     }
-    record(&state)
+    record(&state)?;
+    Ok(state)
+}
+
+/// One line on stderr: in a batch job, Slurm's log of it.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Writes the one-line answer to `spawn_job` on stdout (the handshake pipe).

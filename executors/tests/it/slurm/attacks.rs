@@ -44,12 +44,12 @@ fn hostile_names_are_refused_before_anything_is_submitted() {
             }
         }
     }
-    let in_workspace = dirs.path("workspace/job.out");
-    let in_output = dirs.path("output/job.out");
+    let in_workspace = dirs.path("workspace/logs");
+    let in_output = dirs.path("output");
     let hostile_paths = [
-        PathBuf::from("/tmp/%u.out"),
+        PathBuf::from("/tmp/%u"),
         PathBuf::from("/tmp/a\nb"),
-        PathBuf::from("relative/out"),
+        PathBuf::from("relative/logs"),
         PathBuf::from("/tmp/../etc/passwd"),
         // A job could plant a symlink there before Slurm opens it.
         in_workspace,
@@ -57,16 +57,14 @@ fn hostile_names_are_refused_before_anything_is_submitted() {
     ];
     for path in hostile_paths {
         let mut spec = dirs.spec(&["/bin/true"]);
-        spec.stdout_path = path.clone();
+        spec.output_dir = path.clone();
         assert!(
             matches!(runner.submit(&spec), Err(SlurmError::InvalidPath { .. })),
             "{path:?}"
         );
     }
     let mut spec = dirs.spec(&["/bin/true"]);
-    if let JobSandbox::Bwrap(sandbox) = &mut spec.sandbox {
-        sandbox.run_as = Some(HostUser { uid: 0, gid: 0 });
-    }
+    JobDirs::sandbox(&mut spec).run_as = Some(HostUser { uid: 0, gid: 0 });
     assert!(matches!(
         runner.submit(&spec),
         Err(SlurmError::RunAsUnsupported)

@@ -53,10 +53,15 @@ fn measure(
     pause: Duration,
 ) -> (Vec<Duration>, Vec<Duration>) {
     let (mut total, mut submit) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
+    let logs = tempfile::tempdir().unwrap();
+    for run in 0..runs {
         std::thread::sleep(pause);
+        // Each job's output directory is its own: its supervisor creates `stdout` anew.
+        let mut spec = spec.clone();
+        spec.output_dir = logs.path().join(run.to_string());
+        std::fs::create_dir(&spec.output_dir).unwrap();
         let start = Instant::now();
-        let job = runner.submit(spec).unwrap();
+        let job = runner.submit(&spec).unwrap();
         submit.push(start.elapsed());
         loop {
             let status = runner.status(job.id, super::harness::NAME).unwrap();

@@ -70,14 +70,28 @@ impl JobDirs {
             time_limit: Duration::from_secs(120),
             gpus: 0,
             working_dir: self.path("workspace"),
-            stdout_path: self.path("logs/stdout"),
-            stderr_path: self.path("logs/stderr"),
+            output_dir: self.path("logs"),
             command: command.iter().map(|s| s.to_string()).collect(),
-            sandbox: JobSandbox::Bwrap(Box::new(SandboxSpec::new(
-                self.path("workspace"),
-                self.path("output"),
-            ))),
+            sandbox: JobSandbox::Supervised {
+                sandbox: Box::new(SandboxSpec::new(
+                    self.path("workspace"),
+                    self.path("output"),
+                )),
+                supervisor: crate::sandbox_harness::supervisor(),
+            },
         }
+    }
+    /// The sandbox of a supervised [`Self::spec`].
+    pub fn sandbox(spec: &mut SlurmJobSpec) -> &mut SandboxSpec {
+        match &mut spec.sandbox {
+            JobSandbox::Supervised { sandbox, .. } => sandbox,
+            JobSandbox::UnsandboxedAmbient => panic!("not a supervised job"),
+        }
+    }
+    /// What Slurm itself and the supervisor wrote about the job (`--output`, `--error`).
+    pub fn slurm_log(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(self.path("logs/slurm.log")).unwrap_or_default())
+            .into_owned()
     }
     pub fn stdout(&self) -> Vec<u8> {
         std::fs::read(self.path("logs/stdout")).unwrap_or_default()
