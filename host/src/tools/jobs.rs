@@ -13,6 +13,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use sha2::Digest as _;
 
 use super::results::{Job, JobList, JobResult};
 use super::{
@@ -238,19 +239,36 @@ fn default_wait(cx: &Context<'_>, detach: Option<bool>) -> u64 {
     }
 }
 
-/// How `run_python` starts its script: as `python3 SCRIPT` would, but with nothing of the
-/// workspace on the import path. Python puts a script's own directory (or, for `-c`, the
-/// working directory) first on `sys.path`, and both are the workspace, which any job of the
-/// instance may write: a job run without tools could leave a `json.py` there that every later
-/// `run_python`, with tools, would import. `runpy` runs a file without adding its directory.
+/// How `run_python` starts its script (`python3 -c RUN_SCRIPT PATH SHA256`): as `python3 PATH`
+/// would, with two differences.
+///
+/// - Nothing of the workspace is on the import path. Python puts a script's own directory
+///   (or, for `-c`, the working directory) first on `sys.path`, and both are the workspace,
+///   which any job of the instance may write: a job run without tools could leave a `json.py`
+///   there that every later `run_python`, with tools, would import.
+/// - The file is read once and run from memory only if its SHA-256 is the one written. The
+///   same job could otherwise replace the script between its write and Python's read, and run
+///   its own code with the tools.
+///
 /// (The interpreters the script starts itself are Python's as usual: `sys.executable -c` puts
 /// the working directory first.)
-const RUN_SCRIPT: &str = "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; \
-     sys.argv = sys.argv[1:]; import runpy; runpy.run_path(sys.argv[0], run_name='__main__')";
+const RUN_SCRIPT: &str = r#"def _hpcgate_run():
+    import hashlib, sys
+    sys.path[:] = [p for p in sys.path if p not in ('', '.')]
+    path, digest = sys.argv[1:3]
+    with open(path, 'rb') as script:
+        source = script.read()
+    if hashlib.sha256(source).hexdigest() != digest:
+        sys.exit('hpcgate: ' + path + ' changed after run_python wrote it (another job of the instance?): not run')
+    sys.argv = [path]
+    main = sys.modules['__main__']
+    del main._hpcgate_run
+    main.__file__ = path
+    exec(compile(source, path, 'exec'), main.__dict__)
+_hpcgate_run()"#;
 
 /// Writes the code to `/workspace/.hpcgate/run-<random>.py` (through the files executor, so
-/// size caps and the workspace quota apply) and runs `python3` on it ([`RUN_SCRIPT`]) as a
-/// local job.
+/// size caps and the workspace quota apply) and runs it with [`RUN_SCRIPT`] as a local job.
 fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
     use hpcgate_executors::files::{self as exec, InstanceRoots, WriteMode, WriteRequest};
     let instance = cx.instance()?.clone();
@@ -279,6 +297,10 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
     )?;
     let paths = cx.state.instance_paths_ambient(cx.tenant, &instance)?;
     let roots = InstanceRoots::ambient(&paths.workspace, &paths.output);
+    let digest: String = sha2::Sha256::digest(args.code.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let request = WriteRequest {
         path: path.clone(),
         data: args.code.into_bytes(),
@@ -287,7 +309,7 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
     };
     exec::write_file(&roots, cx.files, &request)?;
     drop(hold);
-    let command = ["python3", "-c", RUN_SCRIPT, &path]
+    let command = ["python3", "-c", RUN_SCRIPT, &path, &digest]
         .map(str::to_owned)
         .to_vec();
     let new = new_job(cx, instance, JobMode::Local, command, args.resources);

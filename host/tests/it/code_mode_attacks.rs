@@ -345,3 +345,63 @@ async fn a_tool_less_job_cannot_plant_modules_for_run_python() {
         "the script runs as `python3 SCRIPT` would"
     );
 }
+
+/// Nor can it replace the script `run_python` wrote before Python reads it, to run its own code
+/// with the tools: the script is read once and run only if its SHA-256 is the one written. The
+/// tool-less job below waits for the script, overwrites it with code that leaves a mark, and
+/// ends; `run_python` must refuse what it finds, and the mark must not appear.
+#[tokio::test]
+async fn a_tool_less_job_cannot_swap_the_script_of_run_python() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = served::config(dir.path(), CHAIN);
+    let served = Served::http(dir.path(), &config).await;
+    let swap = "mkdir -p /workspace/.hpcgate; end=$(( $(date +%s) + 60 )); \
+                while [ $(date +%s) -lt $end ]; do for f in /workspace/.hpcgate/run-*.py; do \
+                if [ -e \"$f\" ]; then printf 'open(\"/workspace/swapped\", \"w\").write(\"x\")\\n' > \"$f\"; \
+                exit 0; fi; done; done; exit 7";
+    let calls = json!([
+        call("create_instance", json!({"instance_id": "cm"})),
+        // Waits one second, so the loop runs before the script is written; the job goes on.
+        call(
+            "submit_job",
+            json!({"instance_id": "cm", "command": ["sh", "-c", swap], "tools": false, "timeout": 1})
+        ),
+        call(
+            "run_python",
+            json!({"instance_id": "cm", "code": IMPORTS_JSON, "timeout": 120})
+        ),
+        call("list_jobs", json!({"instance_id": "cm"})),
+        call("stat_path", json!({"instance_id": "cm", "path": "swapped"})),
+    ]);
+    let results = drive(&served, &calls).await;
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+    let swapper = &results[1]["structured"]["job"];
+    assert_eq!(
+        swapper["final"], false,
+        "the swapper still waits: {swapper}"
+    );
+    let run = &results[2]["structured"]["job"];
+    assert_eq!(run["exit_code"], 1, "{run}");
+    assert!(
+        run["stderr_tail"]
+            .as_str()
+            .unwrap()
+            .contains("changed after run_python wrote it"),
+        "{run}"
+    );
+    let jobs = &results[3]["structured"]["jobs"];
+    let swapper_id = &swapper["job_id"];
+    let swapper = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|job| &job["job_id"] == swapper_id)
+        .unwrap();
+    assert_eq!(swapper["exit_code"], 0, "the swap happened: {swapper}");
+    let stat = &results[4];
+    assert!(
+        stat["is_error"] == true && stat["text"].as_str().unwrap().contains("swapped"),
+        "the swapped-in code ran: {stat}"
+    );
+}
