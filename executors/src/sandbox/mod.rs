@@ -51,7 +51,7 @@ pub use error::SandboxError;
 pub use job::{
     BATCH_FLAG, JobHandle, JobPhase, JobState, OutputStream, SupervisorCommand, Tail, attach_job,
     batch_main, batch_state, cancel_job, job_status, spawn_job, supervisor_cli, supervisor_main,
-    tail, wait_job, write_batch_request,
+    supervisor_pidfd, tail, wait_job, write_batch_request,
 };
 pub use limits::{EnforcedLimit, EnforcedLimits, LimitMechanism};
 pub use monitor::{EndReason, ExitInfo};

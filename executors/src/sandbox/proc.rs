@@ -203,6 +203,11 @@ impl PidFd {
         self.0.as_raw_fd()
     }
 
+    /// The fd itself: readable (to `poll`, `epoll`) once the process has exited.
+    pub(crate) fn into_fd(self) -> OwnedFd {
+        self.0
+    }
+
     /// Waits until the process exits; false on timeout.
     pub(crate) fn wait_exit(&self, timeout: Duration) -> bool {
         crate::sandbox::monitor::poll_readable(self.0.as_raw_fd(), timeout)

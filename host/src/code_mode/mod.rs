@@ -35,7 +35,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use hpcgate_executors::sandbox::{self, Bind, JobPhase, SandboxSpec};
+use hpcgate_executors::sandbox::{self, Bind, SandboxSpec};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
 use tokio_util::sync::CancellationToken;
 
 pub use door::JobScope;
@@ -130,13 +132,21 @@ impl CodeMode {
             return;
         };
         let (doors, job_id) = (self.doors.clone(), job_id.clone());
-        runtime.spawn_blocking(move || {
-            loop {
-                match sandbox::wait_job(&job_dir, WATCH_STEP) {
-                    Ok(state) if state.phase == JobPhase::Finished => break,
-                    Ok(_) if lock(&doors).contains_key(&job_id) => {}
-                    _ => break,
-                }
+        // A task, not a thread: it waits on the supervisor's pidfd in the runtime's epoll, so
+        // any number of running jobs cost no thread of a pool other calls need.
+        runtime.spawn(async move {
+            if let Ok(Some(pidfd)) = sandbox::supervisor_pidfd(&job_dir)
+                && let Ok(exit) = watch_fd(pidfd)
+            {
+                // Until the supervisor exits, or the door is closed by someone else.
+                while tokio::time::timeout(WATCH_STEP, exit.readable())
+                    .await
+                    .is_err()
+                    && lock(&doors).contains_key(&job_id)
+                {}
+                // How it ended: a supervisor that died without recording it is reconciled
+                // (what is left of its sandbox is killed).
+                let _ = tokio::task::spawn_blocking(move || sandbox::job_status(&job_dir)).await;
             }
             close_door(&doors, &job_id);
         });
@@ -349,6 +359,19 @@ fn close_door(doors: &Mutex<HashMap<JobId, Door>>, job_id: &JobId) {
     door.stop.cancel();
     let _ = std::fs::remove_file(door.dir.join(SOCKET_NAME));
     let _ = std::fs::remove_dir(&door.dir);
+}
+
+/// `fd` in the runtime's epoll, readable when it is (a pidfd: when its process has exited).
+#[allow(unsafe_code)]
+fn watch_fd(
+    fd: std::os::fd::OwnedFd,
+) -> Result<
+    AsyncFd<std::os::fd::OwnedFd>,
+    tokio::io::unix::AsyncFdRegisterError<std::os::fd::OwnedFd>,
+> {
+    // SAFETY: an `OwnedFd` owns its descriptor until it is dropped, and its `as_raw_fd` is
+    // that descriptor for as long: what `register_with_interest` asks of its `inner`.
+    unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

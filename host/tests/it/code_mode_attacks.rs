@@ -405,3 +405,59 @@ async fn a_tool_less_job_cannot_swap_the_script_of_run_python() {
         "the swapped-in code ran: {stat}"
     );
 }
+
+/// Running jobs with tools hold no thread each. Each one's door is closed by a watcher when
+/// the job ends; a watcher used to be a blocking thread, from the pool every tenant's door
+/// calls share, for the job's whole life: a few hundred jobs of one tenant stalled every
+/// other tenant's doors. The gateway's threads are counted before and after 24 more jobs.
+#[tokio::test]
+async fn running_jobs_with_tools_hold_no_thread_each() {
+    const JOBS: usize = 24;
+    let dir = tempfile::tempdir().unwrap();
+    let config = served::config(dir.path(), CHAIN);
+    let served = Served::http(dir.path(), &config).await;
+    let pid = served.child.id().unwrap();
+    let threads = || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("Threads:")).unwrap();
+        line["Threads:".len()..].trim().parse::<usize>().unwrap()
+    };
+    let job = |seconds: u32| {
+        call(
+            "submit_job",
+            json!({"instance_id": "cm", "command": format!("sleep {seconds}"), "tools": true, "timeout": 0}),
+        )
+    };
+    // One job first, so that the code-mode runtime and its threads exist; it ends by itself.
+    let create = call("create_instance", json!({"instance_id": "cm"}));
+    let first = drive(&served, &json!([create, job(3)])).await;
+    let before = threads();
+    let more = drive(&served, &Value::Array((0..JOBS).map(|_| job(60)).collect())).await;
+    let after = threads();
+    // Its door closes when it ends, with nobody asking about it.
+    let first_job = first[1]["structured"]["job"]["job_id"].as_str().unwrap();
+    let first_socket = dir.path().join(format!("state/run/{first_job}/tools.sock"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while first_socket.exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(!first_socket.exists(), "the door outlived its job");
+    let cancels: Vec<Value> = more
+        .iter()
+        .map(|submitted| {
+            let job = &submitted["structured"]["job"];
+            assert_eq!(job["status"], "running", "{submitted}");
+            call(
+                "cancel_job",
+                json!({"instance_id": "cm", "job_id": job["job_id"]}),
+            )
+        })
+        .collect();
+    drive(&served, &Value::Array(cancels)).await;
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+    assert!(
+        after < before + JOBS / 2,
+        "{JOBS} running jobs took the gateway from {before} to {after} threads"
+    );
+}

@@ -13,6 +13,6 @@ mod tail;
 pub use cancel::cancel_job;
 pub use spawn::{SupervisorCommand, spawn_job, write_batch_request};
 pub use state::{JobPhase, JobState};
-pub use status::{JobHandle, attach_job, batch_state, job_status, wait_job};
+pub use status::{JobHandle, attach_job, batch_state, job_status, supervisor_pidfd, wait_job};
 pub use supervisor::{BATCH_FLAG, batch_main, supervisor_cli, supervisor_main};
 pub use tail::{OutputStream, Tail, tail};

@@ -36,6 +36,18 @@ pub fn job_status(job_dir: &Path) -> Result<JobState, SandboxError> {
     Ok(state)
 }
 
+/// A pidfd of the supervisor of the job in `job_dir`, for a caller that waits on many jobs
+/// with its own `poll` or `epoll` rather than a thread each: it turns readable when the
+/// supervisor exits, and [`job_status`] then tells how the job ended. `None` when the job has
+/// already ended.
+pub fn supervisor_pidfd(job_dir: &Path) -> Result<Option<std::os::fd::OwnedFd>, SandboxError> {
+    let state = job_status(job_dir)?;
+    if state.phase == JobPhase::Finished {
+        return Ok(None);
+    }
+    Ok(state.supervisor.pidfd().map(|fd| fd.into_fd()))
+}
+
 /// The state a batch job's supervisor recorded in `job_dir`, as written: the scheduler, not
 /// a process identity, says whether that job still runs.
 pub fn batch_state(job_dir: &Path) -> Result<JobState, SandboxError> {
