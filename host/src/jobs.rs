@@ -30,6 +30,7 @@ use crate::state::{
     ExecutorHandle, JobId, JobMode, JobRecord, NewJob, Observation, Refreshed, State, TenantName,
 };
 
+mod batch;
 mod reattach;
 
 pub(crate) use reattach::unless_starting;
@@ -299,15 +300,8 @@ impl Jobs {
                 let status = runner
                     .status(*slurm_job_id, &job_name(&record.job_id))
                     .ok()?;
-                if status.phase.is_final()
-                    && let Some(ended) = state
-                        .job_dir_ambient(&record.tenant, &record.job_id)
-                        .ok()
-                        .and_then(|dir| supervisor_ending(&dir))
-                {
-                    return Some(ended);
-                }
-                Some(Observation::from(&status))
+                let dir = state.job_dir_ambient(&record.tenant, &record.job_id).ok();
+                Some(batch::observation(&status, dir.as_deref()))
             }
         }
     }
@@ -467,16 +461,6 @@ pub fn last_lines(text: &str, n: usize) -> String {
 /// cancel can name the job it means.
 fn job_name(job_id: &JobId) -> String {
     format!("hpcgate-{job_id}")
-}
-
-/// How a Slurm job's supervisor says it ended, when that says more than Slurm's exit code:
-/// it stopped the sandbox at its output cap or wall time, or could not start it. Slurm only
-/// sees the supervisor exit non-zero then.
-fn supervisor_ending(dir: &Path) -> Option<Observation> {
-    let ended = sandbox::batch_state(dir).ok()?;
-    let said = ended.phase == sandbox::JobPhase::Finished
-        && !matches!(ended.reason, Some(sandbox::EndReason::Exited) | None);
-    said.then(|| Observation::from(&ended))
 }
 
 fn create_private_dir(dir: &Path) -> io::Result<()> {

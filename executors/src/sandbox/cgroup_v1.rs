@@ -165,7 +165,7 @@ fn sweep_stale(parent: &Path) {
 
 /// Our own directory in the v1 hierarchy of `c`: its mount point joined with our path in
 /// it, relative to the mount's root. `None` if not mounted or our path lies outside the mount.
-fn own_dir(mountinfo: &str, own_cgroup: &str, c: Controller) -> Option<PathBuf> {
+pub(crate) fn own_dir(mountinfo: &str, own_cgroup: &str, c: Controller) -> Option<PathBuf> {
     let names = |list: &str| list.split(',').any(|x| x == c.name());
     let (root, mount) = mountinfo.lines().find_map(|line| {
         let (pre, post) = line.split_once(" - ")?;

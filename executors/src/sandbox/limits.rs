@@ -34,8 +34,8 @@ pub enum LimitMechanism {
     WatchdogAndRlimit,
     /// The monitor (supervisor or `run_sync`): wall time and output bytes.
     Monitor,
-    /// The batch scheduler that started the sandbox (Slurm's `--cpus-per-task`, `--mem`, and
-    /// its job cgroup), which the sandbox stays in.
+    /// The batch scheduler that started the sandbox: a limit of the job's cgroup (the sandbox
+    /// stays in it) or its CPU affinity; `detail` names the file and value.
     Scheduler,
     /// Not enforced on this host; `detail` says why.
     NotEnforced,
@@ -152,31 +152,6 @@ pub(crate) fn plan(
             pids,
         },
         watch_memory_bytes,
-    }
-}
-
-/// The plan for a sandbox inside a batch job: the scheduler's job cgroup holds CPUs, memory
-/// and tasks, so no cgroup of ours and no rlimit but `RLIMIT_CORE` (a core dump is output
-/// nobody capped). Wall time and output bytes are still the monitor's.
-pub(crate) fn plan_in_batch(limits: &Limits) -> LimitPlan {
-    use LimitMechanism::*;
-    let scheduler = |what: &str| lim(Scheduler, format!("{what} of the batch job"));
-    LimitPlan {
-        rlimits: RlimitPlan(vec![(libc::RLIMIT_CORE, 0, 0)]),
-        enforced: EnforcedLimits {
-            wall_time: lim(
-                Monitor,
-                format!("killed after {} s", limits.wall_time.as_secs().max(1)),
-            ),
-            output_bytes: lim(
-                Monitor,
-                format!("killed after {} bytes", limits.output_bytes),
-            ),
-            cpus: scheduler("the CPUs"),
-            memory: scheduler("the memory limit"),
-            pids: scheduler("the task limit, if the scheduler sets one,"),
-        },
-        watch_memory_bytes: None,
     }
 }
 

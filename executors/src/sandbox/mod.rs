@@ -40,6 +40,7 @@ mod monitor;
 mod proc;
 mod run_attached;
 mod run_sync;
+mod scheduler;
 mod seccomp;
 mod service;
 mod spawn;

@@ -203,3 +203,66 @@ fn a_service_talks_over_its_pipes_and_dies_whole_when_killed() {
     );
     assert!(service.kill().is_some(), "idempotent");
 }
+
+/// `--batch`, a Slurm job's body: the supervisor runs the job in the foreground, exits with
+/// the command's code, keeps its output in the job directory up to the cap, and records its
+/// end. A request it cannot read (another hpcgate version wrote it) is a recorded start
+/// failure, not a command that exited 1.
+#[test]
+fn batch_mode_runs_in_the_foreground_and_records_its_end() {
+    use hpcgate_executors::sandbox::{batch_state, write_batch_request};
+    let mut inst = Instance::create();
+    inst.spec.limits.output_bytes = 1000;
+    let batch = |dir: &std::path::Path| {
+        std::process::Command::new(supervisor().program)
+            .arg("--batch")
+            .arg(dir)
+            .env_clear()
+            .output()
+            .expect("the supervisor runs")
+    };
+
+    let dir = inst.job_dir("exits");
+    std::fs::create_dir(&dir).unwrap();
+    write_batch_request(&dir, &inst.spec, &sh("echo out; echo err >&2; exit 3")).unwrap();
+    let out = batch(&dir);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(std::fs::read(dir.join("stdout")).unwrap(), b"out\n");
+    assert_eq!(std::fs::read(dir.join("stderr")).unwrap(), b"err\n");
+    let ended = batch_state(&dir).unwrap();
+    assert_eq!(
+        (ended.phase, ended.reason, ended.exit),
+        (
+            JobPhase::Finished,
+            Some(EndReason::Exited),
+            Some(ExitInfo::Code(3))
+        )
+    );
+
+    let dir = inst.job_dir("floods");
+    std::fs::create_dir(&dir).unwrap();
+    write_batch_request(&dir, &inst.spec, &sh("yes")).unwrap();
+    let out = batch(&dir);
+    assert_eq!(out.status.code(), Some(128 + 9), "{out:?}");
+    assert!(std::fs::metadata(dir.join("stdout")).unwrap().len() <= 1000);
+    assert_eq!(
+        batch_state(&dir).unwrap().reason,
+        Some(EndReason::OutputCap)
+    );
+
+    let dir = inst.job_dir("newer");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("request.json"),
+        br#"{"spec": {}, "command": [], "v": 2}"#,
+    )
+    .unwrap();
+    let out = batch(&dir);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let ended = batch_state(&dir).unwrap();
+    assert_eq!(ended.reason, Some(EndReason::StartFailed), "{ended:?}");
+    let message = ended.message.unwrap();
+    assert!(message.contains("same hpcgate version"), "{message}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&message));
+    assert!(!dir.join("stdout").exists(), "nothing ran");
+}

@@ -73,6 +73,19 @@ fn slurm_jobs_run_sandboxed_report_output_and_cancel() {
         "{flood}"
     );
 
+    // The supervisor ends a job at its own time limit; Slurm's, in whole minutes, comes later.
+    let late = ok(gw.call(
+        &chem,
+        "submit_job",
+        args(
+            json!({"instance_id": "run1", "mode": "slurm", "timeout": 100, "command": "sleep 60",
+                    "resources": {"time_limit_s": 2}}),
+        ),
+    ))["job"]
+        .clone();
+    assert_eq!(late["status"], "timeout", "{late}");
+    assert!(late["duration_s"].as_f64().unwrap() < 30.0, "{late}");
+
     let status = ok(gw.call(&chem, "cluster_status", args(json!({}))));
     assert!(
         status["slurm"]["partitions"]

@@ -103,7 +103,6 @@ fn supervise(job_dir: &Path, mode: Mode) -> Result<JobState, String> {
     let started = Instant::now();
     let me = ProcessIdentity::of(std::process::id() as i32)
         .map_err(|e| format!("cannot read own identity: {e}"))?;
-    let request: JobRequest = read_json(job_dir, REQUEST).map_err(|e| e.to_string())?;
     let mut state = JobState {
         phase: JobPhase::Running,
         started_at_ms: now_ms(),
@@ -131,6 +130,12 @@ fn supervise(job_dir: &Path, mode: Mode) -> Result<JobState, String> {
         Err(message)
     };
 
+    // On a compute node, a request another hpcgate version wrote may not parse: recorded as a
+    // start failure, so the job does not read as its command failing.
+    let request: JobRequest = match read_json(job_dir, REQUEST) {
+        Ok(request) => request,
+        Err(e) => return fail(state, request_problem(&e)),
+    };
     let files =
         create_new(&job_dir.join(STDOUT)).and_then(|o| Ok((o, create_new(&job_dir.join(STDERR))?)));
     let (mut out, mut err) = match files {
@@ -203,8 +208,27 @@ fn supervise(job_dir: &Path, mode: Mode) -> Result<JobState, String> {
             state.message = Some(format!("monitoring failed: {e}"));
         }
     }
-    record(&state)?;
-    Ok(state)
+    match (record(&state), mode) {
+        // Slurm records the exit code too: the command's, not this failure's.
+        (Err(e), Mode::Batch) => {
+            say(&format!("hpcgate-supervisor: {e}"));
+            Ok(state)
+        }
+        (recorded, _) => recorded.map(|()| state),
+    }
+}
+
+/// Why the job's request could not be read, without host paths (the job's owner reads it).
+fn request_problem(e: &crate::sandbox::SandboxError) -> String {
+    use crate::sandbox::SandboxError as E;
+    match e {
+        E::NotAJob { .. } => "the job's request is missing from its directory".to_owned(),
+        E::StateCorrupt { source, .. } => format!(
+            "the job's request is not one this supervisor reads ({source}): run the same hpcgate version on the gateway and the compute nodes"
+        ),
+        E::Io { source, .. } => format!("cannot read the job's request ({source})"),
+        other => other.to_string(),
+    }
 }
 
 /// One line on stderr: in a batch job, Slurm's log of it.
