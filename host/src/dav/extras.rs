@@ -42,7 +42,9 @@ pub async fn handle(cx: &Cx<'_>, request: Request) -> Response {
             .await;
         return match opened {
             Some(Ok(opened)) => {
-                super::methods::send(opened, request.headers(), method == Method::HEAD).await
+                let window = super::methods::Window::whole(&opened);
+                let head_only = method == Method::HEAD;
+                super::methods::send(opened, request.headers(), head_only, window).await
             }
             Some(Err(e)) => status::with_body(Failure::from(&e), Op::Read, format!("{e}\n")),
             None => (StatusCode::SERVICE_UNAVAILABLE, "retry\n").into_response(),

@@ -79,7 +79,40 @@ pub async fn get(cx: &Cx<'_>, headers: &HeaderMap, head_only: bool) -> Response 
     let Some(opened) = transfer.and_then(|t| t.take_download()) else {
         return (StatusCode::INTERNAL_SERVER_ERROR, "the file was not opened").into_response();
     };
-    send(opened, headers, head_only).await
+    // The bytes the call may read: the whole file, unless a policy narrowed its `offset` or
+    // `length` (what the tool reports, and the audit records).
+    let allowed = |key| {
+        result
+            .structured
+            .get(key)
+            .and_then(serde_json::Value::as_u64)
+    };
+    let window = Window {
+        start: allowed("offset").unwrap_or(0),
+        len: allowed("bytes").unwrap_or(opened.size),
+    };
+    send(opened, headers, head_only, window).await
+}
+
+/// The part of a file a GET may send: `len` bytes from `start`.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub start: u64,
+    pub len: u64,
+}
+
+impl Window {
+    pub fn whole(opened: &OpenedFile) -> Window {
+        Window {
+            start: 0,
+            len: opened.size,
+        }
+    }
+
+    /// Whether `len` bytes from `start` lie inside.
+    fn holds(self, start: u64, len: u64) -> bool {
+        start >= self.start && start.saturating_add(len) <= self.start.saturating_add(self.len)
+    }
 }
 
 /// Bytes read from a file per chunk of a GET body (tokio's file reads hop to the blocking pool
@@ -88,8 +121,14 @@ const CHUNK: usize = 256 * 1024;
 
 /// Sends an opened file: `If-Match`, `If-None-Match`, one `Range` (honoured only while
 /// `If-Range` names this version), `ETag`, `Last-Modified`; the bytes stream from the
-/// descriptor.
-pub async fn send(opened: OpenedFile, headers: &HeaderMap, head_only: bool) -> Response {
+/// descriptor. What is asked must lie in `window` (403 otherwise, naming it): a part of a file
+/// is never sent as if it were the whole.
+pub async fn send(
+    opened: OpenedFile,
+    headers: &HeaderMap,
+    head_only: bool,
+    window: Window,
+) -> Response {
     let etag = super::props::etag(opened.size, opened.modified_unix, opened.modified_nsec);
     let size = opened.size;
     let text = |name| {
@@ -129,6 +168,16 @@ pub async fn send(opened: OpenedFile, headers: &HeaderMap, head_only: bool) -> R
             return response;
         }
     };
+    if !window.holds(start, len) {
+        let allowed = match window.len {
+            0 => "no byte".to_owned(),
+            n => format!("bytes {}-{}", window.start, window.start + n - 1),
+        };
+        let why = format!(
+            "the policies let this request read {allowed} of this file ({size} bytes): ask for them with a Range header, or ask the admin\n"
+        );
+        return (StatusCode::FORBIDDEN, why).into_response();
+    }
     let body = if head_only {
         Body::empty()
     } else {

@@ -436,3 +436,57 @@ fn a_client_that_hangs_up_leaves_its_call_holding_its_place() {
     let (status, stderr) = runtime.block_on(served.stop());
     assert!(status.success(), "{status:?}: {stderr}");
 }
+
+/// A policy that narrows a read (here a Rego rule gives `capped.txt` reads 5 bytes) narrows a
+/// GET too. The door used to send the whole file whatever the policy rewrote. A GET asks for
+/// the whole file, or one range: only what lies inside the allowed bytes is sent, never a part
+/// dressed as the whole.
+#[test]
+fn a_policy_that_narrows_reads_narrows_gets() {
+    let s = setup();
+    std::fs::write(s.workspace.join("capped.txt"), "0123456789abcdefghij").unwrap();
+    std::fs::write(s.workspace.join("open.txt"), "0123456789abcdefghij").unwrap();
+    std::fs::write(
+        s.dir.path().join("narrow.rego"),
+        r#"package hpcgate
+import rego.v1
+rewrite := object.union(input.arguments, {"length": 5}) if {
+	input.tool == "read_file"
+	endswith(input.arguments.path, "capped.txt")
+}
+"#,
+    )
+    .unwrap();
+    let config = s.dir.path().join("gateway.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "\n[[policies]]\nname = \"narrow\"\nmodule = \"stock:rego\"\n[policies.config]\npolicy_file = {:?}\n",
+        s.dir.path().join("narrow.rego").display().to_string()
+    ));
+    std::fs::write(&config, text).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(s.dir.path(), &config));
+    let scratch = tempfile::tempdir().unwrap();
+    let auth = format!("Authorization: Bearer {}", s.chem);
+    let base = format!("http://{}/dav/instances/run1/workspace", served.authority());
+    let get = |file: &str, extra: &[&str]| {
+        let url = format!("{base}/{file}");
+        let mut args = vec!["-H", auth.as_str(), url.as_str()];
+        args.extend_from_slice(extra);
+        curl(scratch.path(), &args)
+    };
+    let whole = get("capped.txt", &[]);
+    assert_eq!(whole.status, 403, "{}", whole.body);
+    assert!(whole.body.contains("bytes 0-4"), "{}", whole.body);
+    let part = get("capped.txt", &["-H", "Range: bytes=1-3"]);
+    assert_eq!((part.status, part.body.as_str()), (206, "123"));
+    let past = get("capped.txt", &["-H", "Range: bytes=3-9"]);
+    assert_eq!(past.status, 403, "{}", past.body);
+    let open = get("open.txt", &[]);
+    assert_eq!(
+        (open.status, open.body.as_str()),
+        (200, "0123456789abcdefghij")
+    );
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{stderr}");
+}
