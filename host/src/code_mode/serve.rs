@@ -49,6 +49,7 @@ const PLACES: usize = 16;
 /// until the gateway had no file descriptor left for any tenant.
 const CONNECTIONS: ConnectionLimits = ConnectionLimits {
     max: 128,
+    per_peer: 128,
     idle: std::time::Duration::from_secs(60),
 };
 

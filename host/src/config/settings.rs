@@ -83,15 +83,18 @@ pub struct FixedSettings {
     pub telemetry: Option<super::telemetry::TelemetrySettings>,
     /// `[code_mode] url`: where Slurm jobs with tools reach the gateway; `None`: they cannot.
     pub code_mode_url: Option<String>,
-    /// `[http] max_connections` and `idle_timeout_s`.
+    /// `[http] max_connections`, `max_connections_per_peer` and `idle_timeout_s`.
     pub connections: ConnectionLimits,
 }
 
-/// How many connections a listener keeps open at once, and how long one may be idle: no request
-/// in flight and nothing written to it (so also how long a request's headers may take).
+/// How many connections a listener keeps open at once, how many of them one TCP peer may
+/// hold, and how long one may be idle: no request in flight and nothing written to it (so
+/// also how long a request's headers may take).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
     pub max: usize,
+    /// Of `max`, for one IPv4 address or IPv6 /64 (a Unix socket's peers are not counted).
+    pub per_peer: usize,
     pub idle: Duration,
 }
 
@@ -269,6 +272,12 @@ impl FixedSettings {
                     "http.max_connections",
                     config.http.max_connections,
                     512,
+                    bad,
+                )?,
+                per_peer: positive(
+                    "http.max_connections_per_peer",
+                    config.http.max_connections_per_peer,
+                    128,
                     bad,
                 )?,
                 idle: Duration::from_secs(positive(

@@ -15,12 +15,18 @@
 //!
 //! axum's `serve` does not let hyper's own header timeout be set (it gives hyper no timer), so
 //! the bound is kept here, on the connection's reads and writes.
+//!
+//! One TCP peer (an IPv4 address, an IPv6 /64, which one host commonly has whole) may hold at
+//! most [`ConnectionLimits::per_peer`] of the places: a connection past that is closed as soon
+//! as it is accepted, so one peer cannot keep every other waiting.
 
+use std::collections::HashMap;
 use std::future::Future as _;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use axum::serve::Listener;
@@ -34,6 +40,7 @@ pub use crate::config::ConnectionLimits;
 pub(crate) struct Bounded<L> {
     inner: L,
     places: Arc<Semaphore>,
+    peers: Peers,
     limits: ConnectionLimits,
 }
 
@@ -42,24 +49,104 @@ impl<L> Bounded<L> {
         Bounded {
             inner,
             places: Arc::new(Semaphore::new(limits.max)),
+            peers: Peers::default(),
             limits,
         }
     }
 }
 
-impl<L: Listener> Listener for Bounded<L> {
+impl<L: Listener> Listener for Bounded<L>
+where
+    L::Addr: PeerAddr,
+{
     type Io = Guarded<L::Io>;
     type Addr = L::Addr;
 
     async fn accept(&mut self) -> (Guarded<L::Io>, L::Addr) {
-        let place = (Arc::clone(&self.places).acquire_owned().await)
-            .expect("the semaphore is never closed");
-        let (io, addr) = self.inner.accept().await;
-        (Guarded::new(io, place, self.limits.idle), addr)
+        loop {
+            let place = (Arc::clone(&self.places).acquire_owned().await)
+                .expect("the semaphore is never closed");
+            let (io, addr) = self.inner.accept().await;
+            let peer = match addr.peer() {
+                None => None,
+                Some(peer) => match self.peers.admit(peer, self.limits.per_peer) {
+                    Some(held) => Some(held),
+                    // Its peer holds its share: closed now, its place given back.
+                    None => continue,
+                },
+            };
+            return (Guarded::new(io, place, peer, self.limits.idle), addr);
+        }
     }
 
     fn local_addr(&self) -> io::Result<L::Addr> {
         self.inner.local_addr()
+    }
+}
+
+/// A listener address that may name a peer whose connections are counted.
+pub(crate) trait PeerAddr {
+    /// The peer as counted: an IPv4 address, or the /64 of an IPv6 one; `None` for peers
+    /// that are not counted (a Unix socket's).
+    fn peer(&self) -> Option<IpAddr>;
+}
+
+impl PeerAddr for std::net::SocketAddr {
+    fn peer(&self) -> Option<IpAddr> {
+        Some(match self.ip().to_canonical() {
+            IpAddr::V6(v6) => {
+                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(prefix.into())
+            }
+            v4 => v4,
+        })
+    }
+}
+
+impl PeerAddr for tokio::net::unix::SocketAddr {
+    fn peer(&self) -> Option<IpAddr> {
+        None
+    }
+}
+
+/// The connections each counted peer holds now.
+#[derive(Clone, Default)]
+struct Peers(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+impl Peers {
+    /// One more connection of `peer`, unless it holds `most` already.
+    fn admit(&self, peer: IpAddr, most: usize) -> Option<PeerHeld> {
+        let mut held = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = held.entry(peer).or_insert(0);
+        if *count >= most {
+            return None;
+        }
+        *count += 1;
+        Some(PeerHeld {
+            peers: self.clone(),
+            peer,
+        })
+    }
+}
+
+/// One connection counted against its peer, until it is dropped.
+struct PeerHeld {
+    peers: Peers,
+    peer: IpAddr,
+}
+
+impl Drop for PeerHeld {
+    fn drop(&mut self) {
+        let mut held = (self.peers.0.lock()).unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&self.peer) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.peer);
+            }
+        }
     }
 }
 
@@ -130,6 +217,7 @@ impl http_body::Body for Counted {
 pub(crate) struct Guarded<T> {
     io: T,
     _place: OwnedSemaphorePermit,
+    _peer: Option<PeerHeld>,
     activity: Arc<Activity>,
     idle: std::time::Duration,
     clock: Pin<Box<Sleep>>,
@@ -143,10 +231,16 @@ pub(crate) struct Guarded<T> {
 }
 
 impl<T> Guarded<T> {
-    fn new(io: T, place: OwnedSemaphorePermit, idle: std::time::Duration) -> Guarded<T> {
+    fn new(
+        io: T,
+        place: OwnedSemaphorePermit,
+        peer: Option<PeerHeld>,
+        idle: std::time::Duration,
+    ) -> Guarded<T> {
         Guarded {
             io,
             _place: place,
+            _peer: peer,
             activity: Arc::default(),
             idle,
             clock: Box::pin(tokio::time::sleep(idle)),

@@ -12,6 +12,7 @@ fn single_tenant_tcp_listens_only_on_loopback() {
         host_network: Vec::new(),
         connections: crate::config::ConnectionLimits {
             max: 1,
+            per_peer: 1,
             idle: std::time::Duration::from_secs(1),
         },
     };
@@ -33,6 +34,7 @@ fn with_tenants_tcp_may_listen_anywhere_since_every_request_authenticates() {
         host_network: Vec::new(),
         connections: crate::config::ConnectionLimits {
             max: 1,
+            per_peer: 1,
             idle: std::time::Duration::from_secs(1),
         },
     };

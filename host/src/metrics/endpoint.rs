@@ -50,6 +50,7 @@ pub fn router(gateway: Arc<Gateway>, access: Access) -> Router {
 /// The metrics listener's connections: a few scrapers, each answered at once.
 const SCRAPERS: ConnectionLimits = ConnectionLimits {
     max: 16,
+    per_peer: 16,
     idle: std::time::Duration::from_secs(30),
 };
 

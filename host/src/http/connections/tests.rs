@@ -19,7 +19,12 @@ const PATIENCE: Duration = Duration::from_secs(20);
 /// `/stream` (three pieces two idle periods apart) on a socket in `dir`, at most `max`
 /// connections at once.
 async fn serve(dir: &std::path::Path, max: usize) -> std::path::PathBuf {
-    serve_with(dir, ConnectionLimits { max, idle: IDLE }).await
+    let limits = ConnectionLimits {
+        max,
+        per_peer: max,
+        idle: IDLE,
+    };
+    serve_with(dir, limits).await
 }
 
 async fn serve_with(dir: &std::path::Path, limits: ConnectionLimits) -> std::path::PathBuf {
@@ -232,4 +237,61 @@ async fn a_reader_gone_gives_its_place_back(path: &str) {
     let answer = get_on(&mut next, "/").await;
     assert!(answer.ends_with("ok"), "{answer}");
     drop(reader_gone);
+}
+
+/// One TCP peer holds at most `per_peer` of the places: its next connection is closed as it
+/// comes, another peer's is served, and one of its own is again once it closed one.
+#[tokio::test]
+async fn one_peer_holds_at_most_its_share() {
+    use tokio::net::{TcpListener, TcpSocket, TcpStream};
+    let limits = ConnectionLimits {
+        max: 8,
+        per_peer: 2,
+        idle: PATIENCE,
+    };
+    let listener = Bounded::new(TcpListener::bind("127.0.0.1:0").await.unwrap(), limits);
+    let address = axum::serve::Listener::local_addr(&listener).unwrap();
+    let app = Router::new().route("/", get(|| async { "ok" }));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let from = |ip: [u8; 4]| async move {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind((ip, 0).into()).unwrap();
+        socket.connect(address).await.unwrap()
+    };
+    let ask = |mut stream: TcpStream| async move {
+        let request = "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        let _ = stream.write_all(request.as_bytes()).await;
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(PATIENCE, stream.read_to_end(&mut answer)).await;
+        String::from_utf8_lossy(&answer).ends_with("ok")
+    };
+    let (first, second) = (from([127, 0, 0, 1]).await, from([127, 0, 0, 1]).await);
+    // The third of that peer is closed unanswered, while its first two wait, unused.
+    assert!(!ask(from([127, 0, 0, 1]).await).await, "a third was served");
+    assert!(ask(from([127, 0, 0, 2]).await).await, "another peer waits");
+    assert!(ask(first).await, "the first is served");
+    // Its first is closed now: a new one of its own is served once the listener has seen it.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !ask(from([127, 0, 0, 1]).await).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "its place never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(second);
+}
+
+/// An IPv6 peer is its /64 (one host commonly has all of it), an IPv4-mapped one its IPv4.
+#[test]
+fn a_peer_is_an_ipv4_address_or_an_ipv6_64() {
+    use super::PeerAddr as _;
+    let peer = |text: &str| text.parse::<std::net::SocketAddr>().unwrap().peer();
+    assert_eq!(
+        peer("[2001:db8:1:2::1]:1"),
+        peer("[2001:db8:1:2:ffff::9]:2")
+    );
+    assert_ne!(peer("[2001:db8:1:2::1]:1"), peer("[2001:db8:1:3::1]:1"));
+    assert_eq!(peer("[::ffff:10.0.0.1]:1"), peer("10.0.0.1:2"));
+    assert_ne!(peer("10.0.0.1:1"), peer("10.0.0.2:1"));
 }
