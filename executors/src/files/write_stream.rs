@@ -25,6 +25,9 @@ pub struct StreamWriteRequest {
     pub max_bytes: u64,
     /// Create missing parent directories.
     pub create_dirs: bool,
+    /// Only create the file: refuse with `AlreadyExists` if the name is taken, also when it is
+    /// taken while the body arrives (the file is put in place with no replacing).
+    pub create_new: bool,
 }
 
 /// Writes a regular file from `source` beneath the instance roots, atomically.
@@ -40,9 +43,14 @@ pub fn write_stream(
     }
     let (dir, name) = roots.open_parent(&path, "written")?;
     let existing = existing_file(&dir, name, &path)?;
+    if req.create_new && existing.is_some() {
+        return Err(FileError::AlreadyExists {
+            path: path.to_string(),
+        });
+    }
     let mut written = 0u64;
     let mut too_large = false;
-    let placed = place_atomically(&dir, name, false, |tmp| {
+    let placed = place_atomically(&dir, name, req.create_new, |tmp| {
         written = io::copy(&mut source.take(req.max_bytes.saturating_add(1)), tmp)?;
         if written > req.max_bytes {
             too_large = true;

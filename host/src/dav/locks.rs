@@ -411,6 +411,8 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
             source: Box::new(std::io::empty()),
             max_bytes: 0,
             announced: Some(0),
+            // A file made since the lock found the path missing stays as it is.
+            create_only: true,
         };
         let (made, _) = cx
             .dav

@@ -290,6 +290,10 @@ pub async fn put(cx: &Cx<'_>, request: Request) -> Response {
     // way the body is cut at the size announced.
     let announced = size_in(request.headers(), header::CONTENT_LENGTH.as_str())
         .or_else(|| size_in(request.headers(), "x-expected-entity-length"));
+    // `If-None-Match: *` held when checked; the file must still be new when it is put in place
+    // (another PUT may have made it meanwhile): 412 then, as if it had been there.
+    let create_only = (request.headers().get(header::IF_NONE_MATCH))
+        .is_some_and(|v| v.as_bytes().trim_ascii() == b"*");
     let stream = request
         .into_body()
         .into_data_stream()
@@ -299,6 +303,7 @@ pub async fn put(cx: &Cx<'_>, request: Request) -> Response {
         source: Box::new(source),
         max_bytes: cx.dav.gateway.snapshot().dav().max_upload_bytes,
         announced,
+        create_only,
     };
     let arguments = json!({ "instance_id": id.as_str(), "path": view.path() });
     let (result, _) = (cx.dav)

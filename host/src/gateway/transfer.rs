@@ -31,6 +31,9 @@ pub struct Upload {
     pub max_bytes: u64,
     /// The size the client announced (`Content-Length`), to refuse before reading anything.
     pub announced: Option<u64>,
+    /// Only create the file (`If-None-Match: *`, a LOCK of a missing path): one made by
+    /// anyone while the body arrives is not replaced, and the write fails as existing.
+    pub create_only: bool,
 }
 
 impl Transfer {

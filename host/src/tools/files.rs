@@ -361,6 +361,7 @@ fn write_upload(
             .map_or(upload.max_bytes, |room| room.min(upload.max_bytes))
             .min(upload.announced.unwrap_or(u64::MAX)),
         create_dirs: args.create_dirs,
+        create_new: upload.create_only,
     };
     let announced = upload.announced;
     let written = match exec::write_stream(&roots(cx)?, &request, &mut upload.source) {

@@ -245,3 +245,46 @@ fn a_depth_0_lock_on_a_collection_protects_its_members_list() {
     // Another collection is not held.
     assert_eq!(dav(&["-T", &upload, &format!("{ws}/free.txt")]), 201);
 }
+
+/// `If-None-Match: *` makes a PUT create-only up to the moment its file is put in place: of
+/// sixteen such PUTs of one new name sent together (50 kB each, all within chem's 1 MiB
+/// quota), exactly one creates it and the others get 412; the file is the winner's, whole. Before, each was checked before any had written, and
+/// several replaced each other's file, each told it had created it.
+#[test]
+fn of_concurrent_create_only_puts_exactly_one_wins() {
+    let d = door();
+    let url = format!("{}/new.bin", d.ws);
+    let start = std::sync::Barrier::new(16);
+    let results: Vec<(u16, String)> = std::thread::scope(|scope| {
+        let puts: Vec<_> = (0..16)
+            .map(|i| {
+                let (url, auth, start) = (&url, &d.auth, &start);
+                scope.spawn(move || {
+                    let scratch = tempfile::tempdir().unwrap();
+                    let body = scratch.path().join("body.bin");
+                    let content = format!("{i:02}").repeat(25_000);
+                    std::fs::write(&body, &content).unwrap();
+                    let data = format!("@{}", body.display());
+                    start.wait();
+                    let args = ["-X", "PUT", "-H", auth, "-H", "If-None-Match: *"];
+                    let mut args = args.to_vec();
+                    args.extend(["--data-binary", &data, url]);
+                    (curl(scratch.path(), &args).status, content)
+                })
+            })
+            .collect();
+        puts.into_iter().map(|put| put.join().unwrap()).collect()
+    });
+    let won: Vec<&(u16, String)> = results
+        .iter()
+        .filter(|(status, _)| *status == 201)
+        .collect();
+    let statuses: Vec<u16> = results.iter().map(|(status, _)| *status).collect();
+    assert_eq!(won.len(), 1, "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| *s == 201 || *s == 412),
+        "{statuses:?}"
+    );
+    let stored = std::fs::read_to_string(d.s.workspace.join("new.bin")).unwrap();
+    assert!(stored == won[0].1, "the file is not the winner's whole");
+}
