@@ -245,7 +245,8 @@ fn default_wait(cx: &Context<'_>, detach: Option<bool>) -> u64 {
 /// - Nothing of the workspace is on the import path. Python puts a script's own directory
 ///   (or, for `-c`, the working directory) first on `sys.path`, and both are the workspace,
 ///   which any job of the instance may write: a job run without tools could leave a `json.py`
-///   there that every later `run_python`, with tools, would import.
+///   there that every later `run_python`, with tools, would import. So the path is cleaned
+///   before anything is imported but `sys` (built in): even the check's `hashlib`.
 /// - The file is read once and run from memory only if its SHA-256 is the one written. The
 ///   same job could otherwise replace the script between its write and Python's read, and run
 ///   its own code with the tools.
@@ -253,8 +254,9 @@ fn default_wait(cx: &Context<'_>, detach: Option<bool>) -> u64 {
 /// (The interpreters the script starts itself are Python's as usual: `sys.executable -c` puts
 /// the working directory first.)
 const RUN_SCRIPT: &str = r#"def _hpcgate_run():
-    import hashlib, sys
+    import sys
     sys.path[:] = [p for p in sys.path if p not in ('', '.')]
+    import hashlib
     path, digest = sys.argv[1:3]
     with open(path, 'rb') as script:
         source = script.read()

@@ -316,8 +316,11 @@ async fn a_tool_less_job_cannot_plant_modules_for_run_python() {
     let dir = tempfile::tempdir().unwrap();
     let config = served::config(dir.path(), CHAIN);
     let served = Served::http(dir.path(), &config).await;
+    // `hashlib.py` too: the bootstrap imports it to check the script (a fake one would say
+    // any script is the one written).
     let plant = "mkdir -p /workspace/.hpcgate && for d in /workspace /workspace/.hpcgate; do \
-                 printf 'print(\"PLANTED\")\\ndumps = lambda *a, **k: \"PLANTED\"\\n' > $d/json.py; done";
+                 printf 'print(\"PLANTED\")\\ndumps = lambda *a, **k: \"PLANTED\"\\n' > $d/json.py; \
+                 printf 'print(\"PLANTED\")\\n' > $d/hashlib.py; done";
     let calls = json!([
         call("create_instance", json!({"instance_id": "cm"})),
         call(
