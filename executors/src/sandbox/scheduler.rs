@@ -1,59 +1,93 @@
-//! What a batch scheduler's job cgroup holds of a sandbox's limits, read from the cgroups
-//! the supervisor runs in (the sandbox stays in them).
+//! The limits of a sandbox inside a batch job, read from the cgroups the supervisor runs in
+//! (the sandbox stays in them): the scheduler, not this process, holds CPUs, memory and tasks.
 //!
 //! Slurm constrains memory only where `task/cgroup` with `ConstrainRAMSpace` is configured,
 //! tasks hardly ever, and CPUs through the affinity mask or a cpuset. So each limit is looked
 //! up rather than assumed: a finite `memory.max` (v2) or `memory.limit_in_bytes` (v1), or a
-//! `pids.max`, in the job's group or one above it up to the hierarchy's root, and an affinity
-//! mask (or CPU quota) of at most the job's CPUs. A limit found nowhere is left to the same fallbacks as a
-//! local sandbox's (the memory watchdog and `RLIMIT_AS`, `RLIMIT_NPROC`, `RLIMIT_CPU`), and
-//! the job's record names the file and value of each one found.
+//! `pids.max`, in the job's group or one above it, at most a quarter over what the job asked
+//! for (a larger one is a node's or a slice's, not the job's), and an affinity mask (or CPU
+//! quota) of at most the job's CPUs. The record names the file and value of each one found,
+//! and says `not_enforced` for the others.
+//!
+//! Nothing of a local sandbox's fallbacks is applied here: every Slurm job runs as the one
+//! user who submits them all, so `RLIMIT_NPROC` would count every tenant's tasks on the node;
+//! `RLIMIT_AS` at the job's memory breaks CUDA and large mappings; `RLIMIT_CPU` kills a
+//! multithreaded job given whole SMT cores; and the resident-memory watchdog counts shared
+//! pages once per process. Slurm's own accounting still ends a job over `--mem` where it polls.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::cgroup::CgroupLimits;
 use super::cgroup_v1::{Controller, own_dir};
-use super::limits::{EnforcedLimit, LimitMechanism};
+use super::limits::{EnforcedLimit, EnforcedLimits, LimitMechanism, LimitPlan, RlimitPlan};
 use super::spec::Limits;
 
-/// The limits the cgroups of this process (a batch job's) enforce.
-pub(crate) fn scheduler_limits(limits: &Limits) -> CgroupLimits {
-    let (Ok(mountinfo), Ok(own)) = (
+/// The plan for a sandbox in a batch job: what its cgroups and CPU mask hold, no rlimit but
+/// `RLIMIT_CORE` (a core dump is output nobody capped), no watchdog.
+pub(crate) fn plan_in_batch(limits: &Limits) -> LimitPlan {
+    let monitor = |detail: String| EnforcedLimit {
+        mechanism: LimitMechanism::Monitor,
+        detail,
+    };
+    let cgroups = (
         fs::read_to_string("/proc/self/mountinfo"),
         fs::read_to_string("/proc/self/cgroup"),
-    ) else {
-        return CgroupLimits {
-            cpus: cpus(limits),
-            memory: None,
-            pids: None,
+    );
+    let find = |v1: Controller, v1_file: &str, v2_file: &str, at_most: u64| {
+        let (Ok(mountinfo), Ok(own)) = &cgroups else {
+            return None;
         };
-    };
-    let v2 = v2_dir(&mountinfo, &own);
-    let find = |v1: Controller, v1_file: &str, v2_file: &str| {
-        let (dir, file) = match own_dir(&mountinfo, &own, v1) {
+        let (dir, file) = match own_dir(mountinfo, own, v1) {
             Some(dir) => (dir, v1_file),
-            None => (v2.clone()?, v2_file),
+            None => (v2_dir(mountinfo, own)?, v2_file),
         };
-        finite_limit(&dir, file)
+        held(&dir, file, at_most.saturating_add(at_most / 4))
     };
-    CgroupLimits {
-        cpus: cpus(limits),
-        memory: find(Controller::Memory, "memory.limit_in_bytes", "memory.max"),
-        pids: find(Controller::Pids, "pids.max", "pids.max"),
+    let memory_bytes = limits.memory_mb.saturating_mul(1024 * 1024);
+    let memory = find(
+        Controller::Memory,
+        "memory.limit_in_bytes",
+        "memory.max",
+        memory_bytes,
+    )
+    .unwrap_or_else(|| {
+        not_enforced(
+            "the batch job's cgroup sets no memory limit of its size (Slurm's ConstrainRAMSpace); Slurm's accounting may still end it over --mem",
+        )
+    });
+    let pids = find(Controller::Pids, "pids.max", "pids.max", limits.pids.into())
+        .unwrap_or_else(|| not_enforced("the batch job's cgroup sets no task limit of its size"));
+    LimitPlan {
+        rlimits: RlimitPlan(vec![(libc::RLIMIT_CORE, 0, 0)]),
+        enforced: EnforcedLimits {
+            wall_time: monitor(format!(
+                "killed after {} s",
+                limits.wall_time.as_secs().max(1)
+            )),
+            output_bytes: monitor(format!("killed after {} bytes", limits.output_bytes)),
+            cpus: cpus(limits),
+            memory,
+            pids,
+        },
+        watch_memory_bytes: None,
     }
 }
 
-/// The closest finite `file` in `dir` or above it, as a record.
-fn finite_limit(dir: &Path, file: &str) -> Option<EnforcedLimit> {
+/// The closest finite `file` in `dir` or above it, held if it is at most `at_most`.
+fn held(dir: &Path, file: &str, at_most: u64) -> Option<EnforcedLimit> {
     // v1 writes "unlimited" as the largest page-aligned value; anything that large is none.
     const UNLIMITED: u64 = 1 << 62;
-    dir.ancestors()
+    let (at, value) = dir
+        .ancestors()
         .take_while(|d| d.join(file).exists())
         .find_map(|d| {
             let value: u64 = fs::read_to_string(d.join(file)).ok()?.trim().parse().ok()?;
-            (value < UNLIMITED).then(|| scheduler(format!("{file} {value} in {}", d.display())))
-        })
+            (value < UNLIMITED).then_some((d, value))
+        })?;
+    (value <= at_most).then(|| EnforcedLimit {
+        mechanism: LimitMechanism::Scheduler,
+        detail: format!("{file} {value} in {}", at.display()),
+    })
 }
 
 /// Our group in the cgroup v2 hierarchy, when it is mounted.
@@ -67,19 +101,26 @@ fn v2_dir(mountinfo: &str, own: &str) -> Option<PathBuf> {
 }
 
 /// The CPUs this process may use (its affinity mask, or its cgroup's CPU quota, whichever is
-/// less), when that is no more than the job asked for.
-fn cpus(limits: &Limits) -> Option<EnforcedLimit> {
-    let allowed = std::thread::available_parallelism().ok()?.get();
-    (allowed <= limits.cpus as usize).then(|| {
-        scheduler(format!(
-            "{allowed} CPUs available to the batch job (its affinity mask or CPU quota)"
-        ))
-    })
+/// less): held when that is no more than the job asked for.
+fn cpus(limits: &Limits) -> EnforcedLimit {
+    match std::thread::available_parallelism().map(usize::from) {
+        Ok(allowed) if allowed <= limits.cpus as usize => EnforcedLimit {
+            mechanism: LimitMechanism::Scheduler,
+            detail: format!(
+                "{allowed} CPUs available to the batch job (its affinity mask or CPU quota)"
+            ),
+        },
+        Ok(allowed) => not_enforced(&format!(
+            "{allowed} CPUs available to the batch job, which asked for {}: Slurm did not bind it to them",
+            limits.cpus
+        )),
+        Err(_) => not_enforced("the CPUs available to the batch job are not known"),
+    }
 }
 
-fn scheduler(detail: String) -> EnforcedLimit {
+fn not_enforced(detail: &str) -> EnforcedLimit {
     EnforcedLimit {
-        mechanism: LimitMechanism::Scheduler,
-        detail,
+        mechanism: LimitMechanism::NotEnforced,
+        detail: detail.to_owned(),
     }
 }

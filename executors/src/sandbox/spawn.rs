@@ -66,8 +66,8 @@ pub(crate) enum Containment {
     /// watchdog for what it does not hold.
     Own,
     /// The batch scheduler whose job runs the supervisor: the sandbox stays in the job's
-    /// cgroup, where the scheduler's limits, accounting and cancel reach it. Each limit the
-    /// job's cgroups do not hold falls back as in `Own` ([`super::scheduler`]).
+    /// cgroup, where the scheduler's limits, accounting and cancel reach it. What those hold is
+    /// recorded, and nothing is added ([`super::scheduler`]).
     Scheduler,
 }
 
@@ -110,12 +110,7 @@ pub(crate) fn prepare(
             host_uid,
             spec.run_as.is_some(),
         ),
-        Containment::Scheduler => limits::plan(
-            &spec.limits,
-            Some(&super::scheduler::scheduler_limits(&spec.limits)),
-            host_uid,
-            spec.run_as.is_some(),
-        ),
+        Containment::Scheduler => super::scheduler::plan_in_batch(&spec.limits),
     };
 
     let (info_read, info_write) = pipe().map_err(SandboxError::Spawn)?;

@@ -143,15 +143,25 @@ fn output_past_the_cap_ends_the_job() {
     let ended = hpcgate_executors::sandbox::batch_state(&dirs.path("logs")).unwrap();
     assert_eq!(ended.reason, Some(EndReason::OutputCap), "{ended:?}");
     assert!(ended.output_truncated);
-    // The record names what held the memory: the job's cgroup where Slurm constrains it,
-    // else the same watchdog as a local sandbox's.
-    let memory = ended.limits.unwrap().memory;
+    // The record names what held the memory: the job's cgroup where Slurm constrains it;
+    // else nothing of hpcgate's (a local sandbox's rlimits and watchdog would hurt jobs that
+    // share the node's one Slurm user), and the record says so.
+    let limits = ended.limits.unwrap();
     let expected = if memory_enforced_by_cgroup() {
         LimitMechanism::Scheduler
     } else {
-        LimitMechanism::WatchdogAndRlimit
+        LimitMechanism::NotEnforced
     };
-    assert_eq!(memory.mechanism, expected, "{memory:?}");
+    assert_eq!(limits.memory.mechanism, expected, "{limits:?}");
+    if expected == LimitMechanism::Scheduler {
+        assert!(
+            limits
+                .memory
+                .detail
+                .contains(&format!("{}", 200 * 1024 * 1024)),
+            "the job's own 200 MiB: {limits:?}"
+        );
+    }
 }
 
 /// The seccomp filter of local sandboxes holds in a Slurm job too (the body used to be a

@@ -132,22 +132,11 @@ impl CodeMode {
             return;
         };
         let (doors, job_id) = (self.doors.clone(), job_id.clone());
-        // A task, not a thread: it waits on the supervisor's pidfd in the runtime's epoll, so
-        // any number of running jobs cost no thread of a pool other calls need.
+        // A task, not a thread: any number of running jobs cost no thread of a pool other
+        // calls need.
         runtime.spawn(async move {
-            if let Ok(Some(pidfd)) = sandbox::supervisor_pidfd(&job_dir)
-                && let Ok(exit) = watch_fd(pidfd)
-            {
-                // Until the supervisor exits, or the door is closed by someone else.
-                while tokio::time::timeout(WATCH_STEP, exit.readable())
-                    .await
-                    .is_err()
-                    && lock(&doors).contains_key(&job_id)
-                {}
-                // How it ended: a supervisor that died without recording it is reconciled
-                // (what is left of its sandbox is killed).
-                let _ = tokio::task::spawn_blocking(move || sandbox::job_status(&job_dir)).await;
-            }
+            let open = || lock(&doors).contains_key(&job_id);
+            until_ended(job_dir, &open).await;
             close_door(&doors, &job_id);
         });
     }
@@ -359,6 +348,44 @@ fn close_door(doors: &Mutex<HashMap<JobId, Door>>, job_id: &JobId) {
     door.stop.cancel();
     let _ = std::fs::remove_file(door.dir.join(SOCKET_NAME));
     let _ = std::fs::remove_dir(&door.dir);
+}
+
+/// Returns once the job supervised in `job_dir` has ended (its state reconciled: what is left
+/// of a sandbox whose supervisor died is killed), or `open()` is false. It waits on the
+/// supervisor's pidfd in the runtime's epoll; where it cannot (no descriptor left, say), it
+/// looks every [`WATCH_STEP`].
+async fn until_ended(job_dir: PathBuf, open: &(dyn Fn() -> bool + Sync)) {
+    let status = |dir: PathBuf| tokio::task::spawn_blocking(move || sandbox::job_status(&dir));
+    let dir = job_dir.clone();
+    let pidfd = tokio::task::spawn_blocking(move || sandbox::supervisor_pidfd(&dir)).await;
+    match pidfd {
+        Ok(Ok(None)) => return,
+        Ok(Ok(Some(pidfd))) => {
+            if let Ok(exit) = watch_fd(pidfd) {
+                while tokio::time::timeout(WATCH_STEP, exit.readable())
+                    .await
+                    .is_err()
+                    && open()
+                {}
+                let _ = status(job_dir).await;
+                return;
+            }
+        }
+        _ => {}
+    }
+    while open() {
+        tokio::time::sleep(WATCH_STEP).await;
+        let ended = match status(job_dir.clone()).await {
+            Ok(Ok(state)) => state.phase == sandbox::JobPhase::Finished,
+            // No longer a job: its directory is gone.
+            Ok(Err(sandbox::SandboxError::NotAJob { .. })) => true,
+            // A look that failed is taken again.
+            _ => false,
+        };
+        if ended {
+            return;
+        }
+    }
 }
 
 /// `fd` in the runtime's epoll, readable when it is (a pidfd: when its process has exited).

@@ -267,28 +267,36 @@ impl FixedSettings {
                 config.tenants.is_empty(),
                 bad,
             )?,
-            connections: ConnectionLimits {
-                max: positive(
-                    "http.max_connections",
-                    config.http.max_connections,
-                    512,
-                    bad,
-                )?,
-                per_peer: positive(
-                    "http.max_connections_per_peer",
-                    config.http.max_connections_per_peer,
-                    128,
-                    bad,
-                )?,
-                idle: Duration::from_secs(positive(
-                    "http.idle_timeout_s",
-                    config.http.idle_timeout_s,
-                    60,
-                    bad,
-                )?),
-            },
+            connections: resolve_connections(&config.http, bad)?,
         })
     }
+}
+
+/// `[http] max_connections`, `max_connections_per_peer` (at most the former; by default 128
+/// or the former if less) and `idle_timeout_s`.
+fn resolve_connections(
+    http: &super::auth::HttpConfig,
+    bad: &Bad,
+) -> Result<ConnectionLimits, ConfigError> {
+    let max = positive("http.max_connections", http.max_connections, 512, bad)?;
+    let per_peer = positive(
+        "http.max_connections_per_peer",
+        http.max_connections_per_peer,
+        128.min(max),
+        bad,
+    )?;
+    if per_peer > max {
+        return Err(bad(
+            "http.max_connections_per_peer",
+            format!("must be at most `http.max_connections` ({max})"),
+        ));
+    }
+    let idle = positive("http.idle_timeout_s", http.idle_timeout_s, 60, bad)?;
+    Ok(ConnectionLimits {
+        max,
+        per_peer,
+        idle: Duration::from_secs(idle),
+    })
 }
 
 /// `[audit] compress`: `"zstd"` or `"none"` (the default).

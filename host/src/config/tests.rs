@@ -561,3 +561,18 @@ fn closed_segments_are_compressed_only_when_asked() {
         "{error}"
     );
 }
+
+#[test]
+fn a_peers_share_of_connections_is_at_most_all_of_them() {
+    let limits = |text: &str| settings(&[("/t.toml", text)]).map(|s| s.fixed.connections);
+    let default = limits("").unwrap();
+    assert_eq!((default.max, default.per_peer), (512, 128));
+    // A lower `max_connections` lowers the default share with it.
+    let few = limits("[http]\nmax_connections = 64\n").unwrap();
+    assert_eq!((few.max, few.per_peer), (64, 64));
+    let err = limits("[http]\nmax_connections = 64\nmax_connections_per_peer = 65\n").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "`/t.toml`: key `http.max_connections_per_peer`: must be at most `http.max_connections` (64)"
+    );
+}

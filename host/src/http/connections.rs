@@ -72,7 +72,10 @@ where
                 Some(peer) => match self.peers.admit(peer, self.limits.per_peer) {
                     Some(held) => Some(held),
                     // Its peer holds its share: closed now, its place given back.
-                    None => continue,
+                    None => {
+                        say_refused(peer, self.limits.per_peer);
+                        continue;
+                    }
                 },
             };
             return (Guarded::new(io, place, peer, self.limits.idle), addr);
@@ -82,6 +85,22 @@ where
     fn local_addr(&self) -> io::Result<L::Addr> {
         self.inner.local_addr()
     }
+}
+
+/// Says on the gateway's log that `peer`'s connection was closed, at most once a minute (a
+/// peer that holds its share may try thousands of times).
+fn say_refused(peer: IpAddr, share: usize) {
+    static LAST: Mutex<Option<Instant>> = Mutex::new(None);
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if last.is_some_and(|at| at.elapsed() < std::time::Duration::from_secs(60)) {
+        return;
+    }
+    *last = Some(Instant::now());
+    crate::proxy::log(&format!(
+        "connections from {peer} are closed as they come: it holds its {share} ([http] max_connections_per_peer; behind a reverse proxy, set it to max_connections)"
+    ));
 }
 
 /// A listener address that may name a peer whose connections are counted.
