@@ -103,6 +103,17 @@ impl McpServer {
         (if job.is_some() { Via::Job } else { Via::Mcp }, job)
     }
 
+    /// Counts a request other than a tool call against its job's `max_calls_per_job`, when a
+    /// job's code sent it (tool calls are counted as they are admitted).
+    fn count_job_request(&self, context: &RequestContext<RoleServer>) -> Result<(), McpError> {
+        match self.job(context) {
+            (_, Some(job)) => job
+                .count(self.gateway.snapshot().code_mode())
+                .map_err(|message| McpError::invalid_request(message, None)),
+            (_, None) => Ok(()),
+        }
+    }
+
     /// Who sent this request: the session's caller, else the one the transport attached.
     fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
         self.caller
@@ -241,6 +252,7 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         self.gateway.metrics().request("tools/list");
+        self.count_job_request(&context)?;
         let (via, _) = self.job(&context);
         let (specs, proxied, result_type) = self
             .blocking(self.caller(&context)?, false, move |gateway, caller| {
@@ -264,6 +276,7 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         self.gateway.metrics().request("resources/list");
+        self.count_job_request(&context)?;
         let entries = self
             .blocking(self.caller(&context)?, false, |gateway, _| {
                 gateway.resources()
@@ -287,6 +300,7 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         self.gateway.metrics().request("resources/read");
+        self.count_job_request(&context)?;
         let uri = request.uri;
         let read = self
             .blocking(self.caller(&context)?, false, move |gateway, _| {
@@ -454,6 +468,7 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.gateway.metrics().request("tasks/update");
+        self.count_job_request(&context)?;
         let (via, job) = self.job(&context);
         let found = self
             .blocking(self.caller(&context)?, false, move |gateway, caller| {

@@ -60,15 +60,9 @@ impl JobScope {
         self.closed.load(Ordering::SeqCst)
     }
 
-    /// Admits one call of `tool` under `limits`, filling in the job's `instance_id` when the
-    /// call has none, and counts it in flight until [`JobScope::release`]. `Err` is the
-    /// refusal message for the caller (and the audit log); nothing is then counted in flight.
-    pub fn admit(
-        &self,
-        limits: &CodeModeSettings,
-        tool: &str,
-        arguments: &mut Map<String, Value>,
-    ) -> Result<(), String> {
+    /// Counts one request of the job's code against `max_calls_per_job`: a tool call, or any
+    /// other request (a listing asks the policies about every tool, so it is not free).
+    pub fn count(&self, limits: &CodeModeSettings) -> Result<(), String> {
         if self.is_closed() {
             return Err(format!(
                 "refused: job `{}` has ended; its tools socket serves only while the job runs",
@@ -78,10 +72,23 @@ impl JobScope {
         let made = self.calls.fetch_add(1, Ordering::SeqCst);
         if made >= limits.max_calls_per_job {
             return Err(format!(
-                "refused: job `{}` has made {} tool calls, the most `[code_mode] max_calls_per_job` allows; batch the work into fewer calls or ask the admin to raise `max_calls_per_job`",
+                "refused: job `{}` has made {} requests, the most `[code_mode] max_calls_per_job` allows; batch the work into fewer calls or ask the admin to raise `max_calls_per_job`",
                 self.job_id, limits.max_calls_per_job
             ));
         }
+        Ok(())
+    }
+
+    /// Admits one call of `tool` under `limits`, filling in the job's `instance_id` when the
+    /// call has none, and counts it in flight until [`JobScope::release`]. `Err` is the
+    /// refusal message for the caller (and the audit log); nothing is then counted in flight.
+    pub fn admit(
+        &self,
+        limits: &CodeModeSettings,
+        tool: &str,
+        arguments: &mut Map<String, Value>,
+    ) -> Result<(), String> {
+        self.count(limits)?;
         if SUBMITTING_TOOLS.contains(&tool) && !limits.allow_submit {
             return Err(format!(
                 "refused: a job's code may not start jobs (`{tool}`) unless the admin sets `[code_mode] allow_submit = true`; return the work to the agent, which can submit it"

@@ -11,7 +11,7 @@ use super::settings::{Bad, positive};
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CodeModeConfig {
-    /// Tool calls one job may make in its whole life (default 1000).
+    /// Requests (tool calls, listings) one job may make in its whole life (default 1000).
     pub max_calls_per_job: Option<u64>,
     /// Tool calls of one job in flight at once (default 4).
     pub max_concurrent_calls: Option<u32>,

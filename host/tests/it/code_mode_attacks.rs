@@ -464,3 +464,56 @@ async fn running_jobs_with_tools_hold_no_thread_each() {
         "{JOBS} running jobs took the gateway from {before} to {after} threads"
     );
 }
+
+/// A job's requests other than tool calls count against its `max_calls_per_job` too: a
+/// listing asks the policies about every tool, and a job's code could ask for one forever.
+#[tokio::test]
+async fn a_jobs_listings_count_against_its_calls() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!("{CHAIN}\n[code_mode]\nmax_calls_per_job = 5\n");
+    let config = served::config(dir.path(), &extra);
+    let served = Served::http(dir.path(), &config).await;
+    let submit = call(
+        "submit_job",
+        json!({"instance_id": "cm", "command": "sleep 60", "tools": true, "timeout": 0}),
+    );
+    let create = call("create_instance", json!({"instance_id": "cm"}));
+    let started = drive(&served, &json!([create, submit])).await;
+    let job_id = started[1]["structured"]["job"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let socket = dir.path().join(format!("state/run/{job_id}/tools.sock"));
+    let list = || {
+        let mut door = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#;
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        door.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        door.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    let answers: Vec<String> = (0..6).map(|_| list()).collect();
+    drive(
+        &served,
+        &json!([call(
+            "cancel_job",
+            json!({"instance_id": "cm", "job_id": job_id})
+        )]),
+    )
+    .await;
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+    for answer in &answers[..5] {
+        assert!(answer.contains("\"tools\""), "{answer}");
+    }
+    assert!(
+        !answers[5].contains("\"tools\"") && answers[5].contains("max_calls_per_job"),
+        "{}",
+        answers[5]
+    );
+}
