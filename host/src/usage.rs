@@ -57,6 +57,18 @@ pub struct Count {
     pub entries: u64,
     /// False when a cap stopped the walk: then `bytes` is a lower bound.
     pub complete: bool,
+    /// Of `bytes`, those of this process's temporary files: writes in flight here, whose room
+    /// their holds count already (see [`Count::beside_holds`]).
+    pub writing_here: u64,
+}
+
+impl Count {
+    /// The bytes to count beside `held` bytes of room that this process's writes in flight
+    /// hold: their partly written temporary files are inside that room, so counting them as
+    /// well would count them twice.
+    pub fn beside_holds(&self, held: u64) -> u64 {
+        self.bytes.saturating_sub(self.writing_here.min(held))
+    }
 }
 
 impl fmt::Display for Count {
@@ -183,8 +195,12 @@ fn walk(fd: OwnedFd, depth: usize, caps: &Caps, total: &mut Count) -> io::Result
         }
         match FileType::from_raw_mode(stat.st_mode) {
             FileType::RegularFile => {
+                let size = stat.st_size.max(0) as u64;
                 total.files += 1;
-                total.bytes = total.bytes.saturating_add(stat.st_size.max(0) as u64);
+                total.bytes = total.bytes.saturating_add(size);
+                if written_here(name) {
+                    total.writing_here = total.writing_here.saturating_add(size);
+                }
             }
             FileType::Directory => {
                 if depth + 1 > caps.max_depth {
@@ -229,6 +245,13 @@ const LEFTOVER_AFTER_S: i64 = 60;
 /// Deletes `name` in `fd` (found as `stat`), a temporary of an atomic placement, if it is a
 /// leftover: untouched for [`LEFTOVER_AFTER_S`] and held by no writer (its `flock` can be
 /// taken). True when it is gone. Anything unexpected leaves it in place, to be counted.
+/// Whether `name` is a temporary file of this process's atomic placement
+/// (`<TEMP_PREFIX><pid>-…`).
+fn written_here(name: &CStr) -> bool {
+    let ours = format!("{}{}-", exec::TEMP_PREFIX, std::process::id());
+    name.to_bytes().starts_with(ours.as_bytes())
+}
+
 fn swept(fd: &OwnedFd, name: &CStr, stat: &Stat, depth_left: usize) -> bool {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
     let now = now.map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));

@@ -370,7 +370,12 @@ pub(crate) fn check_space(
         return Ok(());
     };
     let held = cx.room.held(cx.tenant, instance, area);
-    if used.bytes.saturating_add(held).saturating_add(adding) > max {
+    if used
+        .beside_holds(held)
+        .saturating_add(held)
+        .saturating_add(adding)
+        > max
+    {
         return Err(full(instance, area, used, held, max, adding));
     }
     Ok(())
@@ -411,7 +416,7 @@ pub(crate) fn hold_room(
     let Some(max) = quota(cx, area) else {
         return Ok(None);
     };
-    let measure = || walk(cx, instance, area, max).map(|used| (used, used.bytes, max));
+    let measure = || walk(cx, instance, area, max).map(|used| (used, max));
     let wanted = |used, left: u64, held| match announced {
         Some(size) if size > left => Err(full(instance, area, used, held, max, size)),
         Some(size) => Ok(size),

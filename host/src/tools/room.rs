@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::state::{InstanceId, TenantName};
+use crate::usage::Count;
 
 use super::Area;
 
@@ -41,19 +42,21 @@ impl Room {
         *area.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Holds `wanted(measured, left, held)` bytes: `measure()` gives what it measured, the bytes
-    /// on disk and the quota, measured while no other upload of this area takes room; `left` is
-    /// what the quota leaves after those bytes and the room others hold (`held`). `wanted`
-    /// refuses with its own message.
-    pub(crate) fn take<M, E>(
+    /// Holds `wanted(measured, left, held)` bytes: `measure()` gives what it measured and the
+    /// quota, measured while no other upload of this area takes room; `left` is what the quota
+    /// leaves after the bytes on disk and the room others hold (`held`), the partly written
+    /// files of those others counted once ([`Count::beside_holds`]). `wanted` refuses with its
+    /// own message.
+    pub(crate) fn take<E>(
         &self,
         (tenant, instance, area): (&TenantName, &InstanceId, Area),
-        measure: impl FnOnce() -> Result<(M, u64, u64), E>,
-        wanted: impl FnOnce(M, u64, u64) -> Result<u64, E>,
+        measure: impl FnOnce() -> Result<(Count, u64), E>,
+        wanted: impl FnOnce(Count, u64, u64) -> Result<u64, E>,
     ) -> Result<Hold, E> {
         let area = self.area(tenant, instance, area);
         let mut held = area.lock().unwrap_or_else(PoisonError::into_inner);
-        let (measured, used, max) = measure()?;
+        let (measured, max) = measure()?;
+        let used = measured.beside_holds(*held);
         let left = max.saturating_sub(used).saturating_sub(*held);
         let bytes = wanted(measured, left, *held)?;
         *held += bytes;
@@ -100,14 +103,19 @@ mod tests {
         let room = Room::default();
         let (tenant, instance) = key();
         let at = (&tenant, &instance, Area::Workspace);
-        let measure = || Ok::<_, String>(((), 100, 1000));
+        let on_disk = |bytes, writing_here| Count {
+            bytes,
+            writing_here,
+            ..Count::default()
+        };
+        let measure = || Ok::<_, String>((on_disk(100, 0), 1000));
         let first = room
-            .take(at, measure, |(), left, _| Ok::<_, String>(left.min(600)))
+            .take(at, measure, |_, left, _| Ok::<_, String>(left.min(600)))
             .unwrap();
         assert_eq!(first.bytes(), 600);
         assert_eq!(room.held(&tenant, &instance, Area::Workspace), 600);
         assert_eq!(room.held(&tenant, &instance, Area::Output), 0);
-        let refused = room.take(at, measure, |(), left, held| {
+        let refused = room.take(at, measure, |_, left, held| {
             if left < 600 {
                 Err(format!("only {left} left, {held} held"))
             } else {
@@ -115,10 +123,17 @@ mod tests {
             }
         });
         assert_eq!(refused.err().as_deref(), Some("only 300 left, 600 held"));
+        // The first write's 250 bytes on disk so far are inside its 600 held: counted once.
+        let writing = || Ok::<_, String>((on_disk(350, 250), 1000));
+        let beside = room
+            .take(at, writing, |_, left, _| Ok::<_, String>(left))
+            .unwrap();
+        assert_eq!(beside.bytes(), 300);
+        drop(beside);
         drop(first);
         assert_eq!(room.held(&tenant, &instance, Area::Workspace), 0);
         let again = room
-            .take(at, measure, |(), left, _| Ok::<_, String>(left))
+            .take(at, measure, |_, left, _| Ok::<_, String>(left))
             .unwrap();
         assert_eq!(again.bytes(), 900);
     }

@@ -490,3 +490,58 @@ rewrite := object.union(input.arguments, {"length": 5}) if {
     let (status, stderr) = runtime.block_on(served.stop());
     assert!(status.success(), "{stderr}");
 }
+
+/// An upload in flight counts once against the quota: by the room it holds, not by that room
+/// and again by the part of its file already written. chem's quota is 1 MiB: a PUT of 600 kB
+/// that has sent 400 kB leaves room for a PUT of 300 kB (counted twice, 1.3 MB would not fit).
+#[test]
+fn an_upload_in_flight_counts_once_against_the_quota() {
+    use std::io::{Read as _, Write as _};
+    let s = setup();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(
+        s.dir.path(),
+        &s.dir.path().join("gateway.toml"),
+    ));
+    let authority = served.authority();
+    let mut first = std::net::TcpStream::connect(&authority).unwrap();
+    let head = format!(
+        "PUT /dav/instances/run1/workspace/first.bin HTTP/1.1\r\nHost: localhost\r\n\
+         Authorization: Bearer {}\r\nContent-Length: 600000\r\nConnection: close\r\n\r\n",
+        s.chem
+    );
+    first.write_all(head.as_bytes()).unwrap();
+    first.write_all(&[b'a'; 400_000]).unwrap();
+    // Until its temporary file holds what was sent.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let written = || {
+        std::fs::read_dir(&s.workspace)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".hpcgate-tmp-"))
+            .map(|e| e.metadata().map_or(0, |m| m.len()))
+            .sum::<u64>()
+    };
+    while written() < 400_000 {
+        assert!(std::time::Instant::now() < deadline, "the upload stalled");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
+    let scratch = tempfile::tempdir().unwrap();
+    std::fs::write(scratch.path().join("second.bin"), [b'b'; 300_000]).unwrap();
+    let auth = format!("Authorization: Bearer {}", s.chem);
+    let url = format!("http://{authority}/dav/instances/run1/workspace/second.bin");
+    let data = format!("@{}", scratch.path().join("second.bin").display());
+    let second = curl(
+        scratch.path(),
+        &["-X", "PUT", "-H", &auth, "--data-binary", &data, &url],
+    );
+    assert_eq!(second.status, 201, "{}", second.body);
+
+    first.write_all(&[b'a'; 200_000]).unwrap();
+    let mut answer = String::new();
+    first.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{stderr}");
+}
