@@ -9,6 +9,14 @@ use crate::support::served::Served;
 use hpcgate::auth::bearer::{generate_token, hash_token};
 use serde_json::json;
 
+/// The real gateway serving `config` of `dir` over HTTP, with the runtime it runs on (drop the
+/// gateway first).
+fn serve(dir: &std::path::Path, config: &std::path::Path) -> (tokio::runtime::Runtime, Served) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(dir, config));
+    (runtime, served)
+}
+
 /// One tenant's slow uploads neither stall another tenant's WebDAV nor hold its own places for
 /// good: chem opens 12 PUTs that promise 30 kB (all within its quota) and send one byte, bio
 /// still gets its file while all of them wait, and each of chem's is given up once it falls
@@ -22,11 +30,7 @@ fn slow_uploads_hold_only_their_tenants_places_and_are_given_up() {
     let s = setup();
     let bio_file = find_workspace(&s.dir.path().join("state"), "bio", "run1").join("mine.txt");
     std::fs::write(&bio_file, "bio's own").unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let served = runtime.block_on(Served::http(
-        s.dir.path(),
-        &s.dir.path().join("gateway.toml"),
-    ));
+    let (runtime, served) = serve(s.dir.path(), &s.dir.path().join("gateway.toml"));
     let authority = served.authority();
     let mut slow: Vec<_> = (0..12)
         .map(|i| {
@@ -108,8 +112,7 @@ fn a_propfind_of_the_instances_lists_them_all_or_says_it_is_cut() {
             text.push_str(&format!("\n[files]\nmax_list_entries = {cap}\n"));
             std::fs::write(&file, text).unwrap();
         }
-        let runtime = tokio::runtime::Runtime::new().unwrap();
-        let served = runtime.block_on(Served::http(dir.path(), &file));
+        let (runtime, served) = serve(dir.path(), &file);
         let url = format!("http://{}/dav/instances/", served.authority());
         let reply = curl(
             sc.path(),
@@ -136,11 +139,7 @@ fn a_propfind_of_the_instances_lists_them_all_or_says_it_is_cut() {
 fn uploads_in_flight_together_cannot_pass_the_quota() {
     use std::io::{Read as _, Write as _};
     let s = setup();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let served = runtime.block_on(Served::http(
-        s.dir.path(),
-        &s.dir.path().join("gateway.toml"),
-    ));
+    let (runtime, served) = serve(s.dir.path(), &s.dir.path().join("gateway.toml"));
     let authority = served.authority();
     let size = 700 * 1024;
     let mut first = std::net::TcpStream::connect(&authority).unwrap();
@@ -256,8 +255,7 @@ fn folder_over_folder(
         std::fs::create_dir(s.workspace.join(folder)).unwrap();
         std::fs::write(s.workspace.join(folder).join("f"), folder).unwrap();
     }
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let served = runtime.block_on(Served::http(s.dir.path(), &file));
+    let (_runtime, served) = serve(s.dir.path(), &file);
     let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
     let scratch = tempfile::tempdir().unwrap();
     let reply = curl(
@@ -313,11 +311,7 @@ fn overwrite_without_its_client(then_stop: bool) {
     }
     std::fs::create_dir(s.workspace.join("old")).unwrap();
     std::fs::write(s.workspace.join("old/kept"), "old").unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let served = runtime.block_on(Served::http(
-        s.dir.path(),
-        &s.dir.path().join("gateway.toml"),
-    ));
+    let (runtime, served) = serve(s.dir.path(), &s.dir.path().join("gateway.toml"));
     let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
     let mut tcp = std::net::TcpStream::connect(served.authority()).unwrap();
     let head = format!(
@@ -394,11 +388,7 @@ fn a_client_that_hangs_up_leaves_its_call_holding_its_place() {
         }
     }
     std::fs::write(s.workspace.join("after.txt"), "served").unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let served = runtime.block_on(Served::http(
-        s.dir.path(),
-        &s.dir.path().join("gateway.toml"),
-    ));
+    let (runtime, served) = serve(s.dir.path(), &s.dir.path().join("gateway.toml"));
     let authority = served.authority();
     let hanging: Vec<_> = (0..TREES)
         .map(|t| {
@@ -464,8 +454,7 @@ rewrite := object.union(input.arguments, {"length": 5}) if {
         s.dir.path().join("narrow.rego").display().to_string()
     ));
     std::fs::write(&config, text).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let served = runtime.block_on(Served::http(s.dir.path(), &config));
+    let (runtime, served) = serve(s.dir.path(), &config);
     let scratch = tempfile::tempdir().unwrap();
     let auth = format!("Authorization: Bearer {}", s.chem);
     let base = format!("http://{}/dav/instances/run1/workspace", served.authority());
@@ -498,11 +487,7 @@ rewrite := object.union(input.arguments, {"length": 5}) if {
 fn an_upload_in_flight_counts_once_against_the_quota() {
     use std::io::{Read as _, Write as _};
     let s = setup();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let served = runtime.block_on(Served::http(
-        s.dir.path(),
-        &s.dir.path().join("gateway.toml"),
-    ));
+    let (runtime, served) = serve(s.dir.path(), &s.dir.path().join("gateway.toml"));
     let authority = served.authority();
     let mut first = std::net::TcpStream::connect(&authority).unwrap();
     let head = format!(
