@@ -107,8 +107,7 @@ impl McpServer {
     /// job's code sent it (tool calls are counted as they are admitted).
     fn count_job_request(&self, context: &RequestContext<RoleServer>) -> Result<(), McpError> {
         match self.job(context) {
-            (_, Some(job)) => job
-                .count(self.gateway.snapshot().code_mode())
+            (_, Some(job)) => (self.gateway.count_job_request(&job))
                 .map_err(|message| McpError::invalid_request(message, None)),
             (_, None) => Ok(()),
         }

@@ -88,6 +88,12 @@ enum Recorded {
 }
 
 impl Gateway {
+    /// Counts a request of a job's code that is not a tool call against the job's
+    /// `[code_mode] max_calls_per_job` (a tool call is counted as it is admitted).
+    pub fn count_job_request(&self, job: &JobScope) -> Result<(), String> {
+        job.count(&self.snapshot().settings.code_mode)
+    }
+
     /// Runs one call through the pipeline with the settings and policies of `live`, counted in
     /// the metrics and traced (when `[telemetry]` is on) whichever way it ends. Its records
     /// are made durable on this thread (see [`crate::audit::AuditLog::append_all`]).

@@ -81,11 +81,6 @@ impl Snapshot {
         &self.settings.dav
     }
 
-    /// `[code_mode]`: what a job's code may do.
-    pub fn code_mode(&self) -> &crate::config::CodeModeSettings {
-        &self.settings.code_mode
-    }
-
     /// `[files]`: the file tools' caps (WebDAV's extras read with them too).
     pub fn file_limits(&self) -> hpcgate_executors::files::FileLimits {
         self.settings.files
