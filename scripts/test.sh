@@ -47,6 +47,20 @@ setup_status="$(mktemp -u)"
 setup_pid=$!
 executors_pid=
 executors_log="$(mktemp)"
+# Each test binary's output is also kept here, one file each, for the digest at the end: a CI
+# log shown only by its head and tail still says which test failed and why.
+results="$(mktemp -d)"
+digest() { # the panic of each failed test, at most 30 lines each, after everything else
+    local log
+    for log in "$results"/*.log; do
+        [ -e "$log" ] || continue
+        awk -v bin="$(basename "$log" .log)" '
+            /^---- .* stdout ----$/ { name = $2; taken = 0; next }
+            /^thread .* panicked at / && name != "" { taking = 1; print "test.sh: failed in " bin ": " name }
+            taking && (/^note: run with/ || /^---- / || /^failures:$/ || taken >= 30) { taking = 0; name = "" }
+            taking { print "  " $0; taken++ }' "$log"
+    done
+}
 finish_setup() { # waits for the set-up beside the build and shows what it said
     local status=0
     [ -n "$setup_pid" ] || return 0
@@ -67,7 +81,7 @@ finish_executors() { # waits for the executors' tests started during the build, 
 }
 # A failed build still waits for the set-up and the executors' tests: an apt-get or npm killed
 # half-way could leave the machine's packages or the target directory half-installed.
-trap 'finish_setup || true; finish_executors || true; rm -f "$setup_status" "$executors_log"; report' EXIT
+trap 'finish_setup || true; finish_executors || true; digest >&2; rm -rf "$setup_status" "$executors_log" "$results"; report' EXIT
 step fmt cargo fmt --all --check
 # Clippy lints the workspace inside the test build rather than in a `cargo clippy` pass of its
 # own. `cargo clippy` only checks, so every dependency (and the guests' build scripts under it)
@@ -145,7 +159,7 @@ run_binaries() { # [THREADS], DIR TAB NAME TAB EXECUTABLE lines on stdin: runs e
     while IFS=$'\t' read -r dir name exe; do
         printf '\n     Running %s (%s)\n' "${dir#"$PWD"/}: $name" "$exe"
         (cd "$dir" && "${lint[@]}" INSTA_UPDATE=no CARGO_MANIFEST_DIR="$dir" "$exe" "${threads[@]}") \
-            </dev/null || status=$?
+            </dev/null 2>&1 | tee "$results/$(basename "$exe").log" || status=$?
     done
     return "$status"
 }
