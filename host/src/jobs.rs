@@ -62,6 +62,13 @@ pub struct Jobs {
     metrics: Arc<Metrics>,
 }
 
+/// A job whose code calls tools: through `code_mode`'s door, with `script` (`run_python`'s)
+/// placed beside a local job's door ([`crate::code_mode::SANDBOX_SCRIPT`]).
+pub struct WithTools<'a> {
+    pub code_mode: &'a CodeMode,
+    pub script: Option<&'a [u8]>,
+}
+
 /// Where a job's output streams are, host-side.
 struct JobDirs {
     /// The sandbox job directory (local) or the Slurm output directory.
@@ -145,13 +152,19 @@ impl Jobs {
         state: &State,
         tenant: &TenantName,
         new: NewJob,
-        tools: Option<&CodeMode>,
+        tools: Option<WithTools<'_>>,
     ) -> Result<Refreshed, JobError> {
-        if let Some(code_mode) = tools
+        if let Some(tools) = &tools
             && new.mode == JobMode::Slurm
-            && code_mode.url().is_none()
         {
-            return Err(JobError(crate::code_mode::remote::no_url()));
+            if tools.code_mode.url().is_none() {
+                return Err(JobError(crate::code_mode::remote::no_url()));
+            }
+            if tools.script.is_some() {
+                return Err(JobError(
+                    "a script beside the door is for local jobs only".to_owned(),
+                ));
+            }
         }
         if new.mode == JobMode::Slurm && self.slurm.is_none() {
             return Err(JobError(
@@ -170,10 +183,10 @@ impl Jobs {
         let dir = state.job_dir_ambient(tenant, &record.job_id)?;
         // Local: a socket of its own; Slurm: a token for the gateway's HTTP listener.
         let door = match (tools, record.mode) {
-            (Some(code_mode), JobMode::Local) => code_mode
-                .open(tenant, &record.job_id, &record.instance, &mut spec)
+            (Some(WithTools { code_mode, script }), JobMode::Local) => code_mode
+                .open(tenant, &record.job_id, &record.instance, &mut spec, script)
                 .map(|()| Some(code_mode)),
-            (Some(code_mode), JobMode::Slurm) => code_mode
+            (Some(WithTools { code_mode, .. }), JobMode::Slurm) => code_mode
                 .open_remote(tenant, &record.job_id, &record.instance, &mut spec)
                 .map(|()| Some(code_mode)),
             (None, _) => Ok(None),

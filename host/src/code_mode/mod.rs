@@ -52,8 +52,13 @@ pub const SANDBOX_DIR: &str = "/run/hpcgate";
 pub const SANDBOX_SOCKET: &str = "/run/hpcgate/tools.sock";
 /// Where the Python module and `hpcgate-call` appear in the sandbox (read-only).
 pub const SUPPORT_MOUNT: &str = "/opt/hpcgate";
+/// A script given with the door (`run_python`'s) as the job's code sees it: in the door's
+/// directory, which no job can write, so no other job of the instance can change what this
+/// job's Python reads again (`multiprocessing`'s spawned children run the file anew).
+pub const SANDBOX_SCRIPT: &str = "/run/hpcgate/run.py";
 
 const SOCKET_NAME: &str = "tools.sock";
+const SCRIPT_NAME: &str = "run.py";
 const SUPPORT_DIR: &str = "support";
 const TOOLS_MODULE: &str = include_str!("python/hpcgate_tools.py");
 const CALL_COMMAND: &str = include_str!("python/hpcgate-call");
@@ -110,7 +115,8 @@ impl CodeMode {
     }
 
     /// Opens job `job_id`'s door and adds to `spec` what its sandbox needs to use it: the door
-    /// directory at [`SANDBOX_DIR`], the support files at [`SUPPORT_MOUNT`] and the environment.
+    /// directory at [`SANDBOX_DIR`], the support files at [`SUPPORT_MOUNT`] and the environment;
+    /// `script`, if any, is placed in the door directory, at [`SANDBOX_SCRIPT`] in the sandbox.
     /// Call [`CodeMode::watch`] once the job started, [`CodeMode::close`] if it did not.
     pub fn open(
         &self,
@@ -118,9 +124,16 @@ impl CodeMode {
         job_id: &JobId,
         instance: &InstanceId,
         spec: &mut SandboxSpec,
+        script: Option<&[u8]>,
     ) -> Result<(), String> {
         let support = self.support()?;
         let dir = self.open_door(tenant, job_id, instance)?;
+        if let Some(script) = script
+            && let Err(e) = write_private(&dir.join(SCRIPT_NAME), script)
+        {
+            self.close(job_id);
+            return Err(admin(&format!("cannot write the job's script ({e})")));
+        }
         equip(spec, dir, support, [("HPCGATE_TOOLS", SANDBOX_SOCKET)]);
         Ok(())
     }
@@ -347,6 +360,7 @@ fn close_door(doors: &Mutex<HashMap<JobId, Door>>, job_id: &JobId) {
     door.scope.close();
     door.stop.cancel();
     let _ = std::fs::remove_file(door.dir.join(SOCKET_NAME));
+    let _ = std::fs::remove_file(door.dir.join(SCRIPT_NAME));
     let _ = std::fs::remove_dir(&door.dir);
 }
 
@@ -422,6 +436,18 @@ fn create_private_dir(dir: &Path) -> io::Result<()> {
 
 /// `dir/hpcgate_tools.py` and `dir/bin/hpcgate-call`, each replaced atomically (a running job
 /// may be reading them).
+/// `bytes` in a new file at `path`, readable only by the gateway's uid (the sandbox's).
+fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o400)
+        .open(path)?;
+    file.write_all(bytes)
+}
+
 fn write_support(base: &Path, dir: &Path) -> io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::PermissionsExt as _;

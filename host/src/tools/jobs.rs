@@ -20,6 +20,7 @@ use super::{
     Context, Output, Progress, ToolError, ToolSpec, output_schema, parse, schema, tool_family,
 };
 use crate::audit::{Entry, Event, Outcome};
+use crate::code_mode::SANDBOX_SCRIPT;
 use crate::jobs::{job_outcome, phase_name, state_event};
 use crate::state::{JobId, JobMode, JobRecord, NewJob, PageRequest, Resources};
 
@@ -225,7 +226,7 @@ fn submit_job(cx: &Context<'_>, args: Submit) -> Result<Output, ToolError> {
         args.detach,
         args.tail,
     )?;
-    start(cx, new, &wait, args.tools.unwrap_or(false))
+    start(cx, new, &wait, args.tools.unwrap_or(false), None)
 }
 
 /// How long `submit_job` and `run_python` wait when their `timeout` is left out: shorter for
@@ -243,13 +244,18 @@ fn default_wait(cx: &Context<'_>, detach: Option<bool>) -> u64 {
 /// would, with two differences.
 ///
 /// - Nothing of the workspace is on the import path. Python puts a script's own directory
-///   (or, for `-c`, the working directory) first on `sys.path`, and both are the workspace,
-///   which any job of the instance may write: a job run without tools could leave a `json.py`
-///   there that every later `run_python`, with tools, would import. So the path is cleaned
-///   before anything is imported but `sys` (built in): even the check's `hashlib`.
-/// - The file is read once and run from memory only if its SHA-256 is the one written. The
-///   same job could otherwise replace the script between its write and Python's read, and run
-///   its own code with the tools.
+///   (or, for `-c`, the working directory) first on `sys.path`, and the working directory is
+///   the workspace, which any job of the instance may write: a job run without tools could
+///   leave a `json.py` there that every later `run_python`, with tools, would import. So the
+///   path is cleaned before anything is imported but `sys` (built in): even the check's
+///   `hashlib`.
+/// - The file is read once and run from memory only if its SHA-256 is the one written.
+///
+/// With tools, the script is not in the workspace at all but beside the job's door
+/// ([`SANDBOX_SCRIPT`]), which no job can write: another job of the instance could otherwise
+/// replace it, between its write and Python's read or before `multiprocessing` runs it again
+/// in a spawned child, and run its own code with this job's tools. Without tools it is
+/// written to `/workspace/.hpcgate/run-<random>.py`, where such a swap gains nothing.
 ///
 /// (The interpreters the script starts itself are Python's as usual: `sys.executable -c` puts
 /// the working directory first.)
@@ -269,10 +275,13 @@ const RUN_SCRIPT: &str = r#"def _hpcgate_run():
     exec(compile(source, path, 'exec'), main.__dict__)
 _hpcgate_run()"#;
 
-/// Writes the code to `/workspace/.hpcgate/run-<random>.py` (through the files executor, so
-/// size caps and the workspace quota apply) and runs it with [`RUN_SCRIPT`] as a local job.
+/// Runs the code with [`RUN_SCRIPT`] as a local job. With tools (the default) the script is
+/// placed beside the job's door, within `[files] max_write_bytes`; without, it is written to
+/// the workspace through the files executor (size caps and the workspace quota apply).
 fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
-    use hpcgate_executors::files::{self as exec, InstanceRoots, WriteMode, WriteRequest};
+    use hpcgate_executors::files::{
+        self as exec, FileError, InstanceRoots, WriteMode, WriteRequest,
+    };
     let instance = cx.instance()?.clone();
     if args.code.trim().is_empty() {
         return Err(ToolError::new(
@@ -284,6 +293,35 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
         args.detach,
         args.tail,
     )?;
+    let digest: String = sha2::Sha256::digest(args.code.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let command = |path: &str| {
+        ["python3", "-c", RUN_SCRIPT, path, &digest]
+            .map(str::to_owned)
+            .to_vec()
+    };
+    if args.tools.unwrap_or(true) {
+        let size = args.code.len() as u64;
+        if size > cx.files.max_write_bytes {
+            return Err(FileError::TooLarge {
+                path: SANDBOX_SCRIPT.to_owned(),
+                size,
+                limit: cx.files.max_write_bytes,
+                hint: "the limit is `[files] max_write_bytes`; write the code to files with write_file and run them with submit_job",
+            }
+            .into());
+        }
+        let new = new_job(
+            cx,
+            instance,
+            JobMode::Local,
+            command(SANDBOX_SCRIPT),
+            args.resources,
+        );
+        return start(cx, new, &wait, true, Some(args.code.as_bytes()));
+    }
     let mut random = [0u8; 8];
     getrandom::fill(&mut random)
         .map_err(|e| ToolError::new(format!("cannot name the script ({e}); retry")))?;
@@ -299,10 +337,6 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
     )?;
     let paths = cx.state.instance_paths_ambient(cx.tenant, &instance)?;
     let roots = InstanceRoots::ambient(&paths.workspace, &paths.output);
-    let digest: String = sha2::Sha256::digest(args.code.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
     let request = WriteRequest {
         path: path.clone(),
         data: args.code.into_bytes(),
@@ -311,11 +345,8 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
     };
     exec::write_file(&roots, cx.files, &request)?;
     drop(hold);
-    let command = ["python3", "-c", RUN_SCRIPT, &path, &digest]
-        .map(str::to_owned)
-        .to_vec();
-    let new = new_job(cx, instance, JobMode::Local, command, args.resources);
-    start(cx, new, &wait, args.tools.unwrap_or(true))
+    let new = new_job(cx, instance, JobMode::Local, command(&path), args.resources);
+    start(cx, new, &wait, false, None)
 }
 
 fn new_job(
@@ -340,13 +371,23 @@ fn new_job(
     }
 }
 
-/// Checks the space quotas, starts the job (with its door when `tools`), records it, waits.
-fn start(cx: &Context<'_>, new: NewJob, wait: &Wait, tools: bool) -> Result<Output, ToolError> {
+/// Checks the space quotas, starts the job (with its door when `tools`, and `script` beside
+/// it), records it, waits.
+fn start(
+    cx: &Context<'_>,
+    new: NewJob,
+    wait: &Wait,
+    tools: bool,
+    script: Option<&[u8]>,
+) -> Result<Output, ToolError> {
     // A running job cannot be stopped from filling its areas; an area already past
     // its quota refuses new jobs.
     super::check_space(cx, &new.instance, super::Area::Workspace, 0)?;
     super::check_space(cx, &new.instance, super::Area::Output, 0)?;
-    let door = tools.then_some(cx.code_mode);
+    let door = tools.then_some(crate::jobs::WithTools {
+        code_mode: cx.code_mode,
+        script,
+    });
     let submitted = cx.jobs.submit(cx.state, cx.tenant, new, door)?;
     let record = submitted.record;
     let submitted_event = Entry::new(Event::JobSubmitted)

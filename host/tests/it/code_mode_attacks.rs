@@ -304,13 +304,13 @@ async fn another_uid_is_refused_at_a_jobs_door() {
 /// The script of the planting test.
 const IMPORTS_JSON: &str = r#"
 import json, sys
-print(json.dumps({"argv": sys.argv[1:], "file": __file__.startswith("/workspace/.hpcgate/run-")}))
+print(json.dumps({"argv": sys.argv[1:], "file": __file__}))
 "#;
 
 /// A job run without tools cannot plant code that a later `run_python`, with tools, imports:
-/// the script's directory (`/workspace/.hpcgate`) and the working directory are the workspace,
-/// which Python put first on its import path. The tool-less job leaves a `json.py` in both;
-/// the later script imports `json` and gets the standard library's.
+/// the working directory is the workspace, which Python put first on its import path. The
+/// tool-less job leaves a `json.py` there and in `/workspace/.hpcgate` (where a script without
+/// tools is written); the later script imports `json` and gets the standard library's.
 #[tokio::test]
 async fn a_tool_less_job_cannot_plant_modules_for_run_python() {
     let dir = tempfile::tempdir().unwrap();
@@ -344,17 +344,17 @@ async fn a_tool_less_job_cannot_plant_modules_for_run_python() {
     let printed: Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(
         printed,
-        json!({"argv": [], "file": true}),
-        "the script runs as `python3 SCRIPT` would"
+        json!({"argv": [], "file": "/run/hpcgate/run.py"}),
+        "the script runs as `python3 SCRIPT` would, from beside its door"
     );
 }
 
-/// Nor can it replace the script `run_python` wrote before Python reads it, to run its own code
-/// with the tools: the script is read once and run only if its SHA-256 is the one written. The
-/// tool-less job below waits for the script, overwrites it with code that leaves a mark, and
-/// ends; `run_python` must refuse what it finds, and the mark must not appear.
+/// A script run without tools is in the workspace, where another job could replace it before
+/// Python reads it: it is read once and run only if its SHA-256 is the one written. The job
+/// below waits for the script, overwrites it with code that leaves a mark, and ends;
+/// `run_python` must refuse what it finds, and the mark must not appear.
 #[tokio::test]
-async fn a_tool_less_job_cannot_swap_the_script_of_run_python() {
+async fn a_script_run_without_tools_runs_only_as_written() {
     let dir = tempfile::tempdir().unwrap();
     let config = served::config(dir.path(), CHAIN);
     let served = Served::http(dir.path(), &config).await;
@@ -371,7 +371,7 @@ async fn a_tool_less_job_cannot_swap_the_script_of_run_python() {
         ),
         call(
             "run_python",
-            json!({"instance_id": "cm", "code": IMPORTS_JSON, "timeout": 120})
+            json!({"instance_id": "cm", "code": IMPORTS_JSON, "timeout": 120, "tools": false})
         ),
         call("list_jobs", json!({"instance_id": "cm"})),
         call("stat_path", json!({"instance_id": "cm", "path": "swapped"})),
@@ -406,6 +406,85 @@ async fn a_tool_less_job_cannot_swap_the_script_of_run_python() {
     assert!(
         stat["is_error"] == true && stat["text"].as_str().unwrap().contains("swapped"),
         "the swapped-in code ran: {stat}"
+    );
+}
+
+/// With tools, the script is out of every job's reach: beside the job's door, which no job can
+/// write, not in the workspace, where another job of the instance could replace it before
+/// `multiprocessing` runs it again in a spawned child, and run its own code with the tools.
+/// A tool-less job overwrites every Python file it finds in the workspace for 20 s; the script
+/// spawns a child after 2 s, and the child must be the script's own code. A script over
+/// `[files] max_write_bytes` is refused and says which limit.
+#[tokio::test]
+async fn run_pythons_script_with_tools_is_out_of_other_jobs_reach() {
+    const SPAWNS: &str = r#"
+import json, multiprocessing, time
+def child(conn):
+    conn.send(["original", __file__])
+if __name__ == "__main__":
+    time.sleep(2)
+    ctx = multiprocessing.get_context("spawn")
+    mine, theirs = ctx.Pipe()
+    process = ctx.Process(target=child, args=(theirs,))
+    process.start()
+    got = mine.recv()
+    process.join()
+    print(json.dumps({"file": __file__, "child": got}))
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let config = served::config(
+        dir.path(),
+        &format!("{CHAIN}\n[files]\nmax_write_bytes = 4096\n"),
+    );
+    let served = Served::http(dir.path(), &config).await;
+    let swap = "printf 'open(\"/workspace/swapped\", \"w\").write(\"x\")\\n' > /tmp/payload; \
+                end=$(( $(date +%s) + 20 )); while [ $(date +%s) -lt $end ]; do \
+                find /workspace -name '*.py' -type f -exec cp /tmp/payload {} \\; ; done";
+    let calls = json!([
+        call("create_instance", json!({"instance_id": "cm"})),
+        call(
+            "submit_job",
+            json!({"instance_id": "cm", "command": ["sh", "-c", swap], "tools": false, "timeout": 1})
+        ),
+        call(
+            "run_python",
+            json!({"instance_id": "cm", "code": SPAWNS, "timeout": 120})
+        ),
+        call("stat_path", json!({"instance_id": "cm", "path": "swapped"})),
+        call(
+            "run_python",
+            json!({"instance_id": "cm", "code": format!("# {}\n", "x".repeat(5000))})
+        ),
+    ]);
+    let results = drive(&served, &calls).await;
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{stderr}");
+    assert_eq!(
+        results[1]["structured"]["job"]["final"], false,
+        "the swapper still looks: {}",
+        results[1]
+    );
+    let run = &results[2]["structured"]["job"];
+    assert_eq!(run["exit_code"], 0, "{run}");
+    let printed: Value = serde_json::from_str(run["stdout_tail"].as_str().unwrap().trim()).unwrap();
+    assert_eq!(
+        printed,
+        json!({"file": "/run/hpcgate/run.py", "child": ["original", "/run/hpcgate/run.py"]}),
+        "the spawned child ran the script as written"
+    );
+    let stat = &results[3];
+    assert!(
+        stat["is_error"] == true && stat["text"].as_str().unwrap().contains("swapped"),
+        "code swapped in ran: {stat}"
+    );
+    let too_large = &results[4];
+    assert!(
+        too_large["is_error"] == true
+            && too_large["text"]
+                .as_str()
+                .unwrap()
+                .contains("`[files] max_write_bytes`"),
+        "{too_large}"
     );
 }
 
