@@ -272,9 +272,11 @@ impl Jobs {
             qos: settings.qos.clone(),
             cpus: r.cpus.unwrap_or(1).max(1),
             memory_mb: r.memory_mb.unwrap_or(spec.limits.memory_mb).max(1),
+            // The supervisor stops the sandbox at its wall time, with its grace; Slurm's own
+            // limit comes after, or its kill would leave no grace.
             time_limit: Duration::from_secs(
                 r.time_limit_s.unwrap_or(spec.limits.wall_time.as_secs()),
-            ),
+            ) + spec.limits.stop_grace,
             gpus: r.gpus.unwrap_or(0),
             working_dir: spec.workspace.clone(),
             output_dir: dir.to_owned(),

@@ -79,6 +79,15 @@ fn lim(mechanism: LimitMechanism, detail: String) -> EnforcedLimit {
 /// Plans the limits; `cgroup` says which limits the sandbox's cgroup enforces (if any),
 /// `host_uid` the uid bwrap will run as, `dedicated` whether that uid runs nothing but this
 /// sandbox. Each limit the cgroup does not enforce gets its rlimit fallback.
+/// How the wall time is kept, for the record: the `SIGTERM`, the grace, the kill.
+pub(crate) fn wall_time_detail(limits: &Limits) -> String {
+    let wall_s = limits.wall_time.as_secs().max(1);
+    match limits.stop_grace.as_secs() {
+        0 => format!("killed after {wall_s} s"),
+        grace => format!("SIGTERM after {wall_s} s, killed {grace} s later"),
+    }
+}
+
 pub(crate) fn plan(
     limits: &Limits,
     cgroup: Option<&CgroupLimits>,
@@ -89,7 +98,7 @@ pub(crate) fn plan(
     let mem_bytes = limits.memory_mb.saturating_mul(1024 * 1024);
     let wall_s = limits.wall_time.as_secs().max(1);
     let mut rl = vec![(libc::RLIMIT_CORE, 0, 0)];
-    let wall_time = lim(Monitor, format!("killed after {wall_s} s"));
+    let wall_time = lim(Monitor, wall_time_detail(limits));
     let output_bytes = lim(
         Monitor,
         format!("killed after {} bytes", limits.output_bytes),
@@ -97,7 +106,9 @@ pub(crate) fn plan(
     let by_cgroup =
         |pick: fn(&CgroupLimits) -> &Option<EnforcedLimit>| cgroup.and_then(|c| pick(c).clone());
     let cpus = by_cgroup(|c| &c.cpus).unwrap_or_else(|| {
-        let cpu_s = wall_s.saturating_mul(u64::from(limits.cpus));
+        // The grace too: a process busy all its wall time must still get to clean up.
+        let cpu_s = (wall_s.saturating_add(limits.stop_grace.as_secs()))
+            .saturating_mul(u64::from(limits.cpus));
         rl.push((libc::RLIMIT_CPU, cpu_s, cpu_s + 5));
         lim(
             Rlimit,

@@ -64,4 +64,4 @@ pub use spec::{
     Bind, DEFAULT_BWRAP, ETC_ESSENTIALS, EnvSpec, HostUser, Limits, Network, OUTPUT_MOUNT,
     SandboxIdentity, SandboxSpec, SystemMount, WORKSPACE_MOUNT,
 };
-pub use validate::{validate, validate_limits};
+pub use validate::{MAX_STOP_GRACE_S, validate, validate_limits};

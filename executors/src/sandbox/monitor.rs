@@ -10,6 +10,11 @@
 //! makes the kernel kill the pid-namespace init and with it every process in the namespace,
 //! daemons and double forks included (plus the cgroup's kill when there is one: `cgroup.kill`
 //! in v2, freeze-kill-thaw in v1).
+//!
+//! A sandbox stopped at its wall time or by a cancel is first asked to end, as Slurm does:
+//! `SIGTERM` to each of its processes, then the kill once the grace ([`Watch::stop_grace`])
+//! is over, or at once if it goes over its memory or output cap meanwhile. One that goes over
+//! its memory or output cap is killed at once.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -20,7 +25,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::JobCgroup;
-use super::proc::{PidFd, descendants, page_size};
+use super::proc::{PidFd, ProcessIdentity, descendants, page_size, read_stat};
 
 /// Why a sandbox run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,11 +87,13 @@ impl Sink for std::fs::File {
 /// What the monitor watches besides the process.
 pub(crate) struct Watch<'a> {
     pub wall_time: Duration,
+    /// Between `SIGTERM` and the kill, when stopped at the wall time or by a cancel.
+    pub stop_grace: Duration,
     pub output_bytes: u64,
     pub watch_memory_bytes: Option<u64>,
     pub cgroup: Option<&'a JobCgroup>,
     /// The sandbox's pid-namespace init: killing it ends every process of the sandbox.
-    pub init: Option<&'a PidFd>,
+    pub init: Option<&'a (PidFd, ProcessIdentity)>,
     pub cancel_requested: &'a dyn Fn() -> bool,
     pub started: Instant,
 }
@@ -141,7 +148,11 @@ fn watch(child: &mut Child, sinks: [&mut dyn Sink; 2], w: &Watch<'_>) -> io::Res
     let mut written = 0u64;
     let mut bytes = [0u64; 2];
     let mut truncated = [false; 2];
+    // Why the sandbox is being stopped; whether it was killed (else it is in its grace,
+    // which ends at `grace_ends`).
     let mut killed: Option<EndReason> = None;
+    let mut hard_killed = false;
+    let mut grace_ends: Option<Instant> = None;
     let mut status: Option<ExitStatus> = None;
     let mut exited_at: Option<Instant> = None;
     // The first memory check comes one tick in: a short run never pays for a /proc scan.
@@ -182,8 +193,9 @@ fn watch(child: &mut Child, sinks: [&mut dyn Sink; 2], w: &Watch<'_>) -> io::Res
                         }
                         if keep < n {
                             truncated[i] = true;
-                            if killed.is_none() && status.is_none() {
-                                killed = Some(EndReason::OutputCap);
+                            if !hard_killed && status.is_none() {
+                                killed.get_or_insert(EndReason::OutputCap);
+                                hard_killed = true;
                                 kill(child, w);
                             }
                         }
@@ -207,29 +219,47 @@ fn watch(child: &mut Child, sinks: [&mut dyn Sink; 2], w: &Watch<'_>) -> io::Res
             }
             continue;
         }
-        if killed.is_some() {
+        if hard_killed {
             continue;
         }
         let now = Instant::now();
-        if now >= deadline {
-            killed = Some(EndReason::Timeout);
-        } else if (w.cancel_requested)() {
-            killed = Some(EndReason::Cancelled);
-        } else if let Some(limit) = w.watch_memory_bytes
-            && now.duration_since(last_mem) >= TICK
-        {
-            last_mem = now;
-            let rss: u64 = descendants(child.id() as i32)
-                .iter()
-                .map(|(_, s)| s.rss_pages)
-                .sum::<u64>()
-                * page_size();
-            if rss > limit {
-                killed = Some(EndReason::Oom);
+        let over_memory = w.watch_memory_bytes.is_some_and(|limit| {
+            now.duration_since(last_mem) >= TICK && {
+                last_mem = now;
+                let rss: u64 = descendants(child.id() as i32)
+                    .iter()
+                    .map(|(_, s)| s.rss_pages)
+                    .sum::<u64>()
+                    * page_size();
+                rss > limit
             }
+        });
+        if let Some(ends) = grace_ends {
+            // Asked to end: killed when its grace is over, or at once over its memory.
+            if now >= ends || over_memory {
+                hard_killed = true;
+                kill(child, w);
+            }
+            continue;
         }
-        if killed.is_some() {
-            kill(child, w);
+        let stop = if now >= deadline {
+            Some(EndReason::Timeout)
+        } else if (w.cancel_requested)() {
+            Some(EndReason::Cancelled)
+        } else if over_memory {
+            Some(EndReason::Oom)
+        } else {
+            None
+        };
+        if let Some(reason) = stop {
+            killed = Some(reason);
+            if reason == EndReason::Oom || w.stop_grace.is_zero() {
+                hard_killed = true;
+                kill(child, w);
+            } else {
+                grace_ends = Some(now + w.stop_grace);
+                terminate(child, w);
+            }
         }
     }
 
@@ -260,6 +290,20 @@ fn watch(child: &mut Child, sinks: [&mut dyn Sink; 2], w: &Watch<'_>) -> io::Res
     })
 }
 
+/// Asks every process of the sandbox to end: `SIGTERM` to each one below its pid-namespace
+/// init (below bwrap when the init is not known; the init itself ignores it), each through a
+/// pidfd opened before its start time is checked again, so a recycled pid is never signalled.
+fn terminate(child: &Child, w: &Watch<'_>) {
+    let root = w.init.map_or(child.id() as i32, |(_, id)| id.pid);
+    for (pid, stat) in descendants(root) {
+        if let Ok(fd) = PidFd::open(pid)
+            && read_stat(pid).is_ok_and(|now| now.start_time == stat.start_time)
+        {
+            let _ = fd.signal(libc::SIGTERM);
+        }
+    }
+}
+
 fn kill(child: &mut Child, w: &Watch<'_>) {
     if let Some(cg) = w.cgroup {
         cg.kill();
@@ -267,7 +311,7 @@ fn kill(child: &mut Child, w: &Watch<'_>) {
     // Killing the pid-namespace init makes the kernel kill every process in the namespace;
     // bwrap's --die-with-parent would do the same once armed, the direct kill covers the
     // instant before.
-    if let Some(init) = w.init {
+    if let Some((init, _)) = w.init {
         let _ = init.signal(libc::SIGKILL);
     }
     let _ = child.kill();

@@ -72,10 +72,11 @@ pub fn run_sync(
     let never = || false;
     let watch = Watch {
         wall_time: spec.limits.wall_time,
+        stop_grace: spec.limits.stop_grace,
         output_bytes: spec.limits.output_bytes,
         watch_memory_bytes: prepared.plan.watch_memory_bytes,
         cgroup: prepared.cgroup.as_ref(),
-        init: init.as_ref().map(|(fd, _)| fd),
+        init: init.as_ref(),
         cancel_requested: &never,
         started,
     };

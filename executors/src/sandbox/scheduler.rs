@@ -60,10 +60,7 @@ pub(crate) fn plan_in_batch(limits: &Limits) -> LimitPlan {
     LimitPlan {
         rlimits: RlimitPlan(vec![(libc::RLIMIT_CORE, 0, 0)]),
         enforced: EnforcedLimits {
-            wall_time: monitor(format!(
-                "killed after {} s",
-                limits.wall_time.as_secs().max(1)
-            )),
+            wall_time: monitor(super::limits::wall_time_detail(limits)),
             output_bytes: monitor(format!("killed after {} bytes", limits.output_bytes)),
             cpus: cpus(limits),
             memory,

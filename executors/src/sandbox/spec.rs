@@ -217,8 +217,12 @@ pub struct HostUser {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
-    /// Wall-clock time after which the whole sandbox is killed.
+    /// Wall-clock time after which the sandbox is stopped.
     pub wall_time: Duration,
+    /// How long a sandbox stopped at its wall time or by a cancel has between `SIGTERM` to
+    /// its processes and the kill of all of it; zero kills at once.
+    #[serde(default)]
+    pub stop_grace: Duration,
     /// Bytes of stdout plus stderr kept; more kills the sandbox (reason `output_cap`).
     pub output_bytes: u64,
     /// CPUs (cgroup `cpu.max`; with rlimits only CPU seconds are capped).
@@ -233,6 +237,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             wall_time: Duration::from_secs(3600),
+            stop_grace: Duration::from_secs(10),
             output_bytes: 16 * 1024 * 1024,
             cpus: 1,
             memory_mb: 4096,

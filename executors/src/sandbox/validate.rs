@@ -60,6 +60,7 @@ pub fn validate_limits(l: &Limits) -> Result<(), SandboxError> {
         ("cpus", u64::from(l.cpus), MAX_CPUS),
         ("time_limit_s", l.wall_time.as_secs(), MAX_WALL_TIME_S),
         ("memory_mb", l.memory_mb, MAX_MEMORY_MB),
+        ("stop_grace_s", l.stop_grace.as_secs(), MAX_STOP_GRACE_S),
     ] {
         if value > max {
             return Err(SandboxError::LimitTooLarge { what, value, max });
@@ -72,6 +73,8 @@ pub fn validate_limits(l: &Limits) -> Result<(), SandboxError> {
 pub const MAX_CPUS: u64 = 65_536;
 /// The longest wall time of a sandbox: a year.
 pub const MAX_WALL_TIME_S: u64 = 366 * 86_400;
+/// The longest grace between `SIGTERM` and the kill of a stopped sandbox: ten minutes.
+pub const MAX_STOP_GRACE_S: u64 = 600;
 /// The most memory of a sandbox: 1 PiB.
 pub const MAX_MEMORY_MB: u64 = 1 << 30;
 

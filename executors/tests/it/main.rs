@@ -23,6 +23,7 @@ mod sandbox_cgroup_v1;
 mod sandbox_env;
 mod sandbox_gateway_kill;
 mod sandbox_smoke;
+mod sandbox_stop;
 mod sandbox_tty;
 mod slurm;
 

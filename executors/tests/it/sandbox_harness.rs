@@ -46,6 +46,7 @@ impl Instance {
         let mut spec = SandboxSpec::new(&ws, &out);
         spec.limits = Limits {
             wall_time: Duration::from_secs(20),
+            stop_grace: Duration::from_secs(2),
             output_bytes: 1 << 20,
             cpus: 1,
             memory_mb: 512,

@@ -164,6 +164,34 @@ fn output_past_the_cap_ends_the_job() {
     }
 }
 
+/// At its wall time the supervisor on the node asks the sandbox to end (`SIGTERM`) and gives
+/// it its grace, as on the login node: a job that saves its work and exits 0 completes, and
+/// the record says it was stopped at its wall time.
+#[test]
+fn a_slurm_job_gets_its_grace_at_its_wall_time() {
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    let mut spec = dirs.spec(&[
+        "/bin/sh",
+        "-c",
+        "trap 'echo saving; sleep 0.3; echo saved; exit 0' TERM; while :; do sleep 0.1; done",
+    ]);
+    let limits = &mut JobDirs::sandbox(&mut spec).limits;
+    limits.wall_time = Duration::from_secs(2);
+    limits.stop_grace = Duration::from_secs(10);
+    let job = runner.submit(&spec).unwrap();
+    let status = wait_final(&runner, job.id, Duration::from_secs(90));
+    assert_eq!(
+        (&status.phase, status.exit_code),
+        (&JobPhase::Completed, Some(0)),
+        "{status:?} {}",
+        dirs.slurm_log()
+    );
+    assert_eq!(String::from_utf8_lossy(&dirs.stdout()), "saving\nsaved\n");
+    let ended = hpcgate_executors::sandbox::batch_state(&dirs.path("logs")).unwrap();
+    assert_eq!(ended.reason, Some(EndReason::Timeout), "{ended:?}");
+}
+
 /// The seccomp filter of local sandboxes holds in a Slurm job too (the body used to be a
 /// bare `bwrap` without it): kernel keyrings, which are not namespaced, stay out of reach.
 #[test]

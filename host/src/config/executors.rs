@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hpcgate_executors::sandbox::{
-    Bind, EnvSpec, Limits, Network, OUTPUT_MOUNT, SandboxSpec, WORKSPACE_MOUNT,
+    self, Bind, EnvSpec, Limits, Network, OUTPUT_MOUNT, SandboxSpec, WORKSPACE_MOUNT,
 };
 use hpcgate_executors::slurm::{SlurmClientConfig, validate};
 
@@ -100,6 +100,16 @@ pub(super) fn resolve_sandbox(config: &Config, bad: &Bad) -> Result<SandboxSetti
             d.wall_time.as_secs(),
             bad,
         )?),
+        stop_grace: Duration::from_secs(match l.stop_grace_s {
+            Some(s) if s > sandbox::MAX_STOP_GRACE_S => {
+                return Err(bad(
+                    "sandbox.limits.stop_grace_s",
+                    format!("must be at most {} (seconds)", sandbox::MAX_STOP_GRACE_S),
+                ));
+            }
+            Some(s) => s,
+            None => d.stop_grace.as_secs(),
+        }),
         output_bytes: positive(
             "sandbox.limits.output_bytes",
             l.output_bytes,

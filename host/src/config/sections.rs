@@ -76,8 +76,11 @@ pub struct BindConfig {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
-    /// Wall time after which the whole sandbox is killed, seconds (default 3600).
+    /// Wall time after which the sandbox is stopped, seconds (default 3600).
     pub wall_time_s: Option<u64>,
+    /// Seconds a sandbox stopped at its wall time or by a cancel has between `SIGTERM` to its
+    /// processes and the kill (default 10; 0 kills at once; at most 600).
+    pub stop_grace_s: Option<u64>,
     /// stdout plus stderr kept before the sandbox is killed, bytes (default 16 MiB).
     pub output_bytes: Option<u64>,
     /// CPUs (default 1).

@@ -1,9 +1,10 @@
-//! `cancel_job`: kill a job's whole sandbox and wait (≤ 2 s) for the supervisor's record.
+//! `cancel_job`: stop a job's whole sandbox and wait (≤ 2 s) for the supervisor's record.
 //!
-//! The cancel marker tells the supervisor to kill the sandbox and record `cancelled` (it
-//! checks every 50 ms). Only if the supervisor has not finished after 1.5 s do we kill the
-//! sandbox ourselves, through pidfds opened and then identity-checked, so a recycled pid is
-//! never signalled.
+//! The cancel marker tells the supervisor to stop the sandbox and record `cancelled` (it
+//! checks every 50 ms): `SIGTERM` to its processes, the kill after the job's grace. A job still
+//! in its grace after 1.5 s is returned running; the supervisor ends it. Only if the
+//! supervisor is gone do we kill the sandbox ourselves, through pidfds opened and then
+//! identity-checked, so a recycled pid is never signalled.
 
 use std::io;
 use std::path::Path;
@@ -31,7 +32,7 @@ pub fn cancel_job(job_dir: &Path) -> Result<JobState, SandboxError> {
         }
     }
     let state = wait_job(job_dir, Duration::from_millis(1500))?;
-    if state.phase == JobPhase::Finished {
+    if state.phase == JobPhase::Finished || state.supervisor.is_alive() {
         return Ok(state);
     }
     // The namespace init first (that ends every sandbox process), then bwrap.

@@ -180,10 +180,11 @@ fn supervise(job_dir: &Path, mode: Mode) -> Result<JobState, String> {
     let cancel_requested = || cancel_marker.exists();
     let watch = Watch {
         wall_time: request.spec.limits.wall_time,
+        stop_grace: request.spec.limits.stop_grace,
         output_bytes: request.spec.limits.output_bytes,
         watch_memory_bytes: prepared.plan.watch_memory_bytes,
         cgroup: prepared.cgroup.as_ref(),
-        init: init.as_ref().map(|(fd, _)| fd),
+        init: init.as_ref(),
         cancel_requested: &cancel_requested,
         started,
     };
