@@ -3,9 +3,10 @@
 //! A local job submitted with `tools = true` (or `run_python`) gets a **door**: a Unix socket
 //! private to that job, `<state_dir>/run/<job_id>/tools.sock`, whose directory (not the socket:
 //! it can be made again after a gateway restart) is bound read-only at `/run/hpcgate` in the
-//! job's sandbox. The door serves MCP over streamable HTTP with the gateway's own handler; the
-//! caller is fixed by which socket it is — the job's tenant, principal `job:<job_id>`,
-//! `via = "job"` and the job id in the policy input ([`JobScope`]) — and every call goes
+//! job's sandbox, with `run_python`'s script beside the socket ([`SANDBOX_SCRIPT`]), out of
+//! every other job's reach. The door serves MCP over streamable HTTP with the gateway's own
+//! handler; the caller is fixed by which socket it is — the job's tenant, principal
+//! `job:<job_id>`, `via = "job"` and the job id in the policy input ([`JobScope`]) — and every call goes
 //! through [`Gateway::dispatch`](crate::gateway::Gateway::dispatch): judged, rate-limited,
 //! audited. `[code_mode]` limits each job's calls (see [`JobScope::admit`]).
 //!
@@ -128,13 +129,19 @@ impl CodeMode {
     ) -> Result<(), String> {
         let support = self.support()?;
         let dir = self.open_door(tenant, job_id, instance)?;
-        if let Some(script) = script
-            && let Err(e) = write_private(&dir.join(SCRIPT_NAME), script)
-        {
-            self.close(job_id);
-            return Err(admin(&format!("cannot write the job's script ({e})")));
+        let mut env = vec![("HPCGATE_TOOLS", SANDBOX_SOCKET)];
+        if let Some(script) = script {
+            if let Err(e) = write_private(&dir.join(SCRIPT_NAME), script) {
+                self.close(job_id);
+                return Err(admin(&format!("cannot write the job's script ({e})")));
+            }
+            // No interpreter of the job (Python ≥ 3.11) puts its working directory, the
+            // workspace, on its import path: `multiprocessing` starts its children with
+            // `python3 -c`, which would import a module another job of the instance left
+            // there, with this job's tools.
+            env.push(("PYTHONSAFEPATH", "1"));
         }
-        equip(spec, dir, support, [("HPCGATE_TOOLS", SANDBOX_SOCKET)]);
+        equip(spec, dir, support, env);
         Ok(())
     }
 
@@ -434,8 +441,6 @@ fn create_private_dir(dir: &Path) -> io::Result<()> {
     }
 }
 
-/// `dir/hpcgate_tools.py` and `dir/bin/hpcgate-call`, each replaced atomically (a running job
-/// may be reading them).
 /// `bytes` in a new file at `path`, readable only by the gateway's uid (the sandbox's).
 fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write as _;
@@ -448,6 +453,8 @@ fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     file.write_all(bytes)
 }
 
+/// `dir/hpcgate_tools.py` and `dir/bin/hpcgate-call`, each replaced atomically (a running job
+/// may be reading them).
 fn write_support(base: &Path, dir: &Path) -> io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::PermissionsExt as _;

@@ -412,9 +412,11 @@ async fn a_script_run_without_tools_runs_only_as_written() {
 /// With tools, the script is out of every job's reach: beside the job's door, which no job can
 /// write, not in the workspace, where another job of the instance could replace it before
 /// `multiprocessing` runs it again in a spawned child, and run its own code with the tools.
-/// A tool-less job overwrites every Python file it finds in the workspace for 20 s; the script
-/// spawns a child after 2 s, and the child must be the script's own code. A script over
-/// `[files] max_write_bytes` is refused and says which limit.
+/// Nor does the child import what such a job left in the workspace (`multiprocessing` starts
+/// it with `python3 -c`, which puts the working directory first on the import path). A
+/// tool-less job plants `multiprocessing.py` and overwrites every Python file it finds in the
+/// workspace for 20 s; the script spawns a child after 2 s, and the child must be the script's
+/// own code. A script over `[files] max_write_bytes` is refused and says which limit.
 #[tokio::test]
 async fn run_pythons_script_with_tools_is_out_of_other_jobs_reach() {
     const SPAWNS: &str = r#"
@@ -427,8 +429,8 @@ if __name__ == "__main__":
     mine, theirs = ctx.Pipe()
     process = ctx.Process(target=child, args=(theirs,))
     process.start()
-    got = mine.recv()
-    process.join()
+    got = mine.recv() if mine.poll(30) else "no answer"
+    process.join(5)
     print(json.dumps({"file": __file__, "child": got}))
 "#;
     let dir = tempfile::tempdir().unwrap();
@@ -438,7 +440,7 @@ if __name__ == "__main__":
     );
     let served = Served::http(dir.path(), &config).await;
     let swap = "printf 'open(\"/workspace/swapped\", \"w\").write(\"x\")\\n' > /tmp/payload; \
-                end=$(( $(date +%s) + 20 )); while [ $(date +%s) -lt $end ]; do \
+                cp /tmp/payload /workspace/multiprocessing.py; end=$(( $(date +%s) + 20 )); while [ $(date +%s) -lt $end ]; do \
                 find /workspace -name '*.py' -type f -exec cp /tmp/payload {} \\; ; done";
     let calls = json!([
         call("create_instance", json!({"instance_id": "cm"})),
