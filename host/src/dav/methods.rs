@@ -324,7 +324,10 @@ pub async fn put(cx: &Cx<'_>, request: Request) -> Response {
     }
 }
 
-/// DELETE: `delete_path`, recursive (RFC 4918 §9.6.1: a collection goes with its members).
+/// DELETE: `delete_path` (RFC 4918 §9.6.1: a collection goes with its members). Asked first
+/// without `recursive`, which deletes a file or an empty collection; only a collection with
+/// members is asked again with it, so a policy sees a recursive delete only where there is
+/// one (and may refuse those alone).
 pub async fn delete(cx: &Cx<'_>, headers: &HeaderMap) -> Response {
     let (id, view) = match cx.writable(headers).await {
         Ok(found) => found,
@@ -333,11 +336,12 @@ pub async fn delete(cx: &Cx<'_>, headers: &HeaderMap) -> Response {
     if let Err(locked) = cx.dav.locks.check_membership(cx, view, headers) {
         return locked.into_response();
     }
-    let arguments = json!({ "instance_id": id.as_str(), "path": view.path(), "recursive": true });
-    let (result, _) = cx
-        .dav
-        .call(&cx.caller, "delete_path", arguments, None)
-        .await;
+    let arguments = |recursive: bool| json!({ "instance_id": id.as_str(), "path": view.path(), "recursive": recursive });
+    let dav = &cx.dav;
+    let (mut result, _) = (dav.call(&cx.caller, "delete_path", arguments(false), None)).await;
+    if result.is_error && result.failure == Failure::NotEmpty {
+        (result, _) = (dav.call(&cx.caller, "delete_path", arguments(true), None)).await;
+    }
     if result.is_error {
         return status::failed(&result, Op::Other);
     }

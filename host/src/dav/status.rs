@@ -32,7 +32,7 @@ pub fn of(failure: Failure, op: Op) -> StatusCode {
         Failure::NoPath | Failure::NotFound => StatusCode::NOT_FOUND,
         Failure::Exists => StatusCode::PRECONDITION_FAILED,
         Failure::IsDirectory if op == Op::Read => StatusCode::METHOD_NOT_ALLOWED,
-        Failure::IsDirectory | Failure::Conflict => StatusCode::CONFLICT,
+        Failure::IsDirectory | Failure::NotEmpty | Failure::Conflict => StatusCode::CONFLICT,
         Failure::TimedOut | Failure::Unrecorded | Failure::Other => {
             StatusCode::INTERNAL_SERVER_ERROR
         }

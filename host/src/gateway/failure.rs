@@ -34,7 +34,9 @@ pub enum Failure {
     Exists,
     /// A directory where a file was needed.
     IsDirectory,
-    /// The tree's or the instance's state prevents it: not a directory, not empty, into
+    /// A directory has members and the call did not ask to remove them with it.
+    NotEmpty,
+    /// The tree's or the instance's state prevents it: not a directory, into
     /// itself, an instance root, a destination of the other kind, across filesystems; an
     /// instance with a running job or in use cannot be archived.
     Conflict,
@@ -53,9 +55,9 @@ impl From<&FileError> for Failure {
             FileError::AlreadyExists { .. } => Failure::Exists,
             FileError::TooLarge { .. } => Failure::TooLarge,
             FileError::NotAFile { .. } => Failure::IsDirectory,
+            FileError::DirectoryNotEmpty { .. } => Failure::NotEmpty,
             FileError::NotADirectory { .. }
             | FileError::IsRoot { .. }
-            | FileError::DirectoryNotEmpty { .. }
             | FileError::CrossFilesystem { .. }
             | FileError::InvalidRequest { .. } => Failure::Conflict,
             FileError::InvalidPath { .. }

@@ -288,3 +288,72 @@ fn of_concurrent_create_only_puts_exactly_one_wins() {
     let stored = std::fs::read_to_string(d.s.workspace.join("new.bin")).unwrap();
     assert!(stored == won[0].1, "the file is not the winner's whole");
 }
+
+/// DELETE asks `delete_path` for a recursive delete only of a collection with members, so a
+/// policy that refuses recursive deletes (a Rego rule here) still lets a file and an empty
+/// collection go. DELETE used to ask for `recursive` always, and such a policy refused every
+/// DELETE.
+#[test]
+fn a_delete_is_recursive_only_for_a_collection_with_members() {
+    let s = setup();
+    std::fs::write(s.workspace.join("file.txt"), "x").unwrap();
+    std::fs::create_dir(s.workspace.join("empty")).unwrap();
+    std::fs::create_dir_all(s.workspace.join("full/sub")).unwrap();
+    let rules = s.dir.path().join("keep-trees.rego");
+    std::fs::write(
+        &rules,
+        "package hpcgate\nimport rego.v1\ndeny contains \"no recursive deletes\" if {\n\
+         \tinput.tool == \"delete_path\"\n\tinput.arguments.recursive == true\n}\n",
+    )
+    .unwrap();
+    let config = s.dir.path().join("gateway.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "\n[[policies]]\nname = \"keep-trees\"\nmodule = \"stock:rego\"\n\
+         [policies.config]\npolicy_file = {:?}\n",
+        rules.display().to_string()
+    ));
+    std::fs::write(&config, text).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(s.dir.path(), &config));
+    let scratch = tempfile::tempdir().unwrap();
+    let auth = format!("Authorization: Bearer {}", s.chem);
+    let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
+    let delete = |path: &str| {
+        let url = format!("{ws}/{path}");
+        curl(scratch.path(), &["-X", "DELETE", "-H", &auth, &url])
+    };
+    assert_eq!(delete("file.txt").status, 204);
+    assert_eq!(delete("empty").status, 204);
+    let refused = delete("full");
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(
+        refused.body.contains("no recursive deletes"),
+        "{}",
+        refused.body
+    );
+    assert!(s.workspace.join("full/sub").is_dir());
+    assert!(!s.workspace.join("file.txt").exists() && !s.workspace.join("empty").exists());
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{stderr}");
+    let asked: Vec<(String, bool)> = crate::code_mode::audit_records(s.dir.path())
+        .iter()
+        .filter(|r| r["call"]["tool"] == "delete_path" && r["decision"].is_object())
+        .map(|r| {
+            (
+                r["call"]["arguments"]["path"].as_str().unwrap().to_owned(),
+                r["call"]["arguments"]["recursive"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            ("/workspace/file.txt".to_owned(), false),
+            ("/workspace/empty".to_owned(), false),
+            ("/workspace/full".to_owned(), false),
+            ("/workspace/full".to_owned(), true),
+        ],
+        "the policies were asked for a recursive delete of the full collection only"
+    );
+}
