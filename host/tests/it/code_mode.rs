@@ -69,7 +69,9 @@ pub(crate) fn audit_records(dir: &Path) -> Vec<Value> {
         .collect();
     files.sort();
     for path in files {
-        for line in std::fs::read_to_string(path).unwrap().lines() {
+        // Complete lines only: a gateway still running may be midway through a batch.
+        let text = std::fs::read_to_string(path).unwrap();
+        for line in text.split_inclusive('\n').filter(|l| l.ends_with('\n')) {
             records.push(serde_json::from_str(line).unwrap());
         }
     }

@@ -84,10 +84,7 @@ async fn a_jobs_code_cannot_forge_its_identity_escape_its_door_or_outlive_it() {
         ]),
     )
     .await;
-    let sleeper = first[2]["structured"]["job"]["job_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let sleeper = first[2]["structured"]["job"]["job_id"].as_str().unwrap();
     let other_socket = dir.path().join(format!("state/run/{sleeper}/tools.sock"));
     assert!(other_socket.exists(), "{first:?}");
     // A connection to the other job's door kept open from outside, to be used after it ended.
@@ -155,7 +152,12 @@ async fn a_jobs_code_cannot_forge_its_identity_escape_its_door_or_outlive_it() {
     assert!(flood["n"].as_u64().unwrap() < 40, "{seen}");
 
     // The other job ended (cancelled): its socket is gone, a kept connection is served no more.
+    // Its watcher removes the socket (30 s at most); 3 s at least, for the script's late call.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    while other_socket.exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     assert!(!other_socket.exists(), "the door outlived its job");
     use std::io::{Read as _, Write as _};
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#;
@@ -251,10 +253,7 @@ async fn another_uid_is_refused_at_a_jobs_door() {
         ]),
     )
     .await;
-    let job_id = started[1]["structured"]["job"]["job_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let job_id = started[1]["structured"]["job"]["job_id"].as_str().unwrap();
     let door = dir.path().join(format!("state/run/{job_id}"));
     let socket = door.join("tools.sock");
     let as_stranger = || {

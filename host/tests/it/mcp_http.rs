@@ -349,11 +349,12 @@ async fn sighup_reloads_the_policies_and_refuses_a_broken_set() {
     );
 
     let audit = dir.path().join("state/audit/audit-000001.jsonl");
+    // Complete lines only: the gateway may be midway through appending a record.
     let reloads = || {
         std::fs::read_to_string(&audit)
             .unwrap()
-            .lines()
-            .filter(|l| l.contains("\"policies.reloaded\""))
+            .split_inclusive('\n')
+            .filter(|l| l.ends_with('\n') && l.contains("\"policies.reloaded\""))
             .map(str::to_owned)
             .collect::<Vec<_>>()
     };

@@ -234,11 +234,6 @@ async fn a_call_the_client_gives_up_on_stops_waiting() {
         )
         .await
         .unwrap();
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    handle
-        .cancel(Some("the user gave up".into()))
-        .await
-        .unwrap();
     let jobs = || async {
         let listed = client
             .call_tool(
@@ -247,11 +242,17 @@ async fn a_call_the_client_gives_up_on_stops_waiting() {
             )
             .await
             .unwrap();
-        listed.structured_content.unwrap()["jobs"][0]["status"]
-            .as_str()
-            .unwrap()
-            .to_owned()
+        let status = &listed.structured_content.unwrap()["jobs"][0]["status"];
+        status.as_str().unwrap_or_default().to_owned()
     };
+    let started = Instant::now();
+    while jobs().await != "running" && started.elapsed().as_secs() < 60 {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    handle
+        .cancel(Some("the user gave up".into()))
+        .await
+        .unwrap();
     let started = Instant::now();
     let mut status = jobs().await;
     while status != "cancelled" && started.elapsed().as_secs() < 20 {

@@ -56,8 +56,10 @@ async fn spans_until(out: &Path, until: impl Fn(&[Value]) -> bool) -> Vec<Value>
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let text = std::fs::read_to_string(out).unwrap_or_default();
+        // Complete lines only: the receiver may be midway through appending the last one.
         let spans: Vec<Value> = text
-            .lines()
+            .split_inclusive('\n')
+            .filter(|l| l.ends_with('\n'))
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         for span in &spans {
