@@ -417,9 +417,19 @@ impl Jobs {
                     ));
                 };
                 let name = job_name(&record.job_id);
-                runner
-                    .cancel(*slurm_job_id, &name)
-                    .map_err(|e| JobError(slurm_message(&e)))?;
+                // A running supervisor is asked to stop its sandbox with its grace, once; a
+                // pending job, or a second cancel, is cancelled at once.
+                let dir = state.job_dir_ambient(&record.tenant, &record.job_id)?;
+                let running =
+                    sandbox::batch_state(&dir).is_ok_and(|s| s.phase == sandbox::JobPhase::Running);
+                let asked = running
+                    && sandbox::request_cancel(&dir).unwrap_or(false)
+                    && runner.ask_to_stop(*slurm_job_id, &name).is_ok();
+                if !asked {
+                    runner
+                        .cancel(*slurm_job_id, &name)
+                        .map_err(|e| JobError(slurm_message(&e)))?;
+                }
             }
         }
         self.refresh(state, record)

@@ -24,17 +24,39 @@ pub enum CancelOutcome {
 impl SlurmRunner {
     /// Cancels job `job_id` if it is the one named `name` (see the module doc).
     pub fn cancel(&self, job_id: u64, name: &str) -> Result<CancelOutcome, SlurmError> {
+        self.scancel(job_id, name, &[])
+    }
+
+    /// Asks the supervisor of running job `job_id` (if it is the one named `name`) to stop its
+    /// sandbox with the sandbox's grace, as a local job's cancel does: `scancel --batch
+    /// --signal=USR1`, which reaches the batch step's own process (the supervisor) alone. The
+    /// job then ends by itself, its record saying `cancelled`; a pending job is not running
+    /// one, so cancel that with [`SlurmRunner::cancel`].
+    pub fn ask_to_stop(&self, job_id: u64, name: &str) -> Result<CancelOutcome, SlurmError> {
+        let signal = format!("--signal={}", crate::sandbox::CANCEL_SIGNAL_NAME);
+        self.scancel(
+            job_id,
+            name,
+            &[OsString::from("--batch"), OsString::from(signal)],
+        )
+    }
+
+    fn scancel(
+        &self,
+        job_id: u64,
+        name: &str,
+        options: &[OsString],
+    ) -> Result<CancelOutcome, SlurmError> {
         super::validate::name("job_name", name)?;
         // Without `-v` scancel says nothing (and exits 0) for finished or unknown jobs; with it,
         // it names the problem on stderr (22.05 still exits 0).
-        let output = self.client.run(
-            "scancel",
-            &[
-                OsString::from("-v"),
-                OsString::from(format!("--name={name}")),
-                OsString::from(job_id.to_string()),
-            ],
-        )?;
+        let mut args = vec![OsString::from("-v")];
+        args.extend_from_slice(options);
+        args.extend([
+            OsString::from(format!("--name={name}")),
+            OsString::from(job_id.to_string()),
+        ]);
+        let output = self.client.run("scancel", &args)?;
         // No active job has this id and name: ours ended (or Slurm never had it, or the id is
         // another job's now).
         if output.stderr.contains("already completing or completed")

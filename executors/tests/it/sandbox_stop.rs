@@ -103,6 +103,22 @@ fn a_job_that_ignores_sigterm_is_killed_when_its_grace_is_over() {
 }
 
 #[test]
+fn a_second_cancel_kills_at_once() {
+    let mut inst = Instance::create();
+    inst.spec.limits.stop_grace = Duration::from_secs(120);
+    let dir = started(&inst, "twice", &trapping(""));
+    let asked = now_ms();
+    assert_eq!(cancel_job(&dir).expect("cancel").phase, JobPhase::Running);
+    cancel_job(&dir).expect("cancel again");
+    let s = finished(&dir);
+    assert_eq!(s.reason, Some(EndReason::Cancelled), "{s:?}");
+    assert!(
+        s.finished_at_ms.unwrap() < asked + 60_000,
+        "the second cancel did not wait for the two minutes' grace: {s:?}"
+    );
+}
+
+#[test]
 fn a_job_flooding_its_output_in_its_grace_is_killed_at_once() {
     let mut inst = Instance::create();
     inst.spec.limits.stop_grace = Duration::from_secs(120);

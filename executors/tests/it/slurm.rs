@@ -192,6 +192,46 @@ fn a_slurm_job_gets_its_grace_at_its_wall_time() {
     assert_eq!(ended.reason, Some(EndReason::Timeout), "{ended:?}");
 }
 
+/// Asked to stop (`ask_to_stop`, what `cancel_job` does to a running Slurm job), the
+/// supervisor gives the sandbox its grace: a plain `scancel` would reach bwrap too, whose end
+/// ends the sandbox at once.
+#[test]
+fn a_slurm_job_asked_to_stop_gets_its_grace() {
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    let mut spec = dirs.spec(&[
+        "/bin/sh",
+        "-c",
+        "trap 'echo saving; sleep 0.3; echo saved; exit 0' TERM; echo ready; \
+         while :; do sleep 0.1; done",
+    ]);
+    JobDirs::sandbox(&mut spec).limits.stop_grace = Duration::from_secs(30);
+    let job = runner.submit(&spec).unwrap();
+    for _ in 0..600 {
+        if dirs.stdout().starts_with(b"ready") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        runner.ask_to_stop(job.id, NAME).unwrap(),
+        CancelOutcome::Requested,
+        "{}",
+        dirs.slurm_log()
+    );
+    let status = wait_final(&runner, job.id, Duration::from_secs(60));
+    assert_eq!(
+        (&status.phase, status.exit_code),
+        (&JobPhase::Completed, Some(0))
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&dirs.stdout()),
+        "ready\nsaving\nsaved\n"
+    );
+    let ended = hpcgate_executors::sandbox::batch_state(&dirs.path("logs")).unwrap();
+    assert_eq!(ended.reason, Some(EndReason::Cancelled), "{ended:?}");
+}
+
 /// The seccomp filter of local sandboxes holds in a Slurm job too (the body used to be a
 /// bare `bwrap` without it): kernel keyrings, which are not namespaced, stay out of reach.
 #[test]

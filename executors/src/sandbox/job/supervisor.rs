@@ -18,6 +18,7 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use super::state::{
@@ -45,6 +46,36 @@ pub fn supervisor_cli(args: &[OsString]) -> i32 {
             2
         }
     }
+}
+
+/// The signal that asks a batch job's supervisor to stop its sandbox as a cancel does (the
+/// gateway sends it with `scancel --batch`, to the supervisor alone): `SIGTERM` to the
+/// sandbox's processes, the kill after their grace. A plain `scancel` signals every process of
+/// the job, bwrap among them, whose end ends the sandbox at once.
+pub const CANCEL_SIGNAL_NAME: &str = "USR1";
+
+static CANCEL_SIGNALLED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_cancel_signal(_: libc::c_int) {
+    CANCEL_SIGNALLED.store(true, Ordering::Relaxed);
+}
+
+/// Makes the cancel signal set [`CANCEL_SIGNALLED`] (the sandbox, started by `exec`, has the
+/// default action again).
+#[allow(unsafe_code)]
+fn catch_cancel_signal() -> std::io::Result<()> {
+    // SAFETY: a zeroed `sigaction` is a valid value of the plain C struct; the handler only
+    // stores to an atomic, which is async-signal-safe; the pointers are to live locals.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_cancel_signal as extern "C" fn(libc::c_int) as usize;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// How the supervisor was started.
@@ -86,6 +117,11 @@ pub fn supervisor_main(job_dir: &Path) -> i32 {
 /// should record: the command's exit code, 128 + the signal that ended the sandbox, or 1
 /// when it could not start (the reason is in the job state and on stderr, Slurm's log).
 pub fn batch_main(job_dir: &Path) -> i32 {
+    if let Err(e) = catch_cancel_signal() {
+        say(&format!(
+            "hpcgate-supervisor: cannot catch {CANCEL_SIGNAL_NAME} ({e}): a cancel kills at once"
+        ));
+    }
     match supervise(job_dir, Mode::Batch) {
         Ok(state) => match state.exit {
             Some(ExitInfo::Code(code)) => code,
@@ -177,7 +213,7 @@ fn supervise(job_dir: &Path, mode: Mode) -> Result<JobState, String> {
     }
 
     let cancel_marker = job_dir.join(CANCEL);
-    let cancel_requested = || cancel_marker.exists();
+    let cancel_requested = || CANCEL_SIGNALLED.load(Ordering::Relaxed) || cancel_marker.exists();
     let watch = Watch {
         wall_time: request.spec.limits.wall_time,
         stop_grace: request.spec.limits.stop_grace,
