@@ -119,6 +119,11 @@ impl Jobs {
     }
 
     /// The sandbox for one instance, with `new`'s resources as its limits.
+    /// How long a job stopped at its wall time or by a cancel has before it is killed.
+    pub fn stop_grace(&self) -> Duration {
+        self.sandbox.limits.stop_grace
+    }
+
     fn instance_spec(
         &self,
         state: &State,
@@ -251,7 +256,7 @@ impl Jobs {
     fn submit_slurm(
         &self,
         dir: &Path,
-        spec: SandboxSpec,
+        mut spec: SandboxSpec,
         record: &JobRecord,
     ) -> Result<(ExecutorHandle, Observation), String> {
         let Some((runner, settings)) = &self.slurm else {
@@ -265,6 +270,11 @@ impl Jobs {
             _ => {}
         }
         let r = &record.resources;
+        let limit_s = r.time_limit_s.unwrap_or(spec.limits.wall_time.as_secs());
+        spec.limits.wall_time = Duration::from_secs(batch::wall_time_s(
+            limit_s,
+            spec.limits.stop_grace.as_secs(),
+        ));
         let job = SlurmJobSpec {
             job_name: job_name(&record.job_id),
             partition: settings.partition.clone(),
@@ -272,11 +282,7 @@ impl Jobs {
             qos: settings.qos.clone(),
             cpus: r.cpus.unwrap_or(1).max(1),
             memory_mb: r.memory_mb.unwrap_or(spec.limits.memory_mb).max(1),
-            // The supervisor stops the sandbox at its wall time, with its grace; Slurm's own
-            // limit comes after, or its kill would leave no grace.
-            time_limit: Duration::from_secs(
-                r.time_limit_s.unwrap_or(spec.limits.wall_time.as_secs()),
-            ) + spec.limits.stop_grace,
+            time_limit: Duration::from_secs(limit_s),
             gpus: r.gpus.unwrap_or(0),
             working_dir: spec.workspace.clone(),
             output_dir: dir.to_owned(),
@@ -374,8 +380,11 @@ impl Jobs {
     fn stop_started(&self, state: &State, record: &JobRecord) -> Result<(), JobError> {
         match &record.handle {
             Some(ExecutorHandle::Local) => {
+                // Untracked, it gets no grace: a second cancel kills at once.
                 let dir = state.job_dir_ambient(&record.tenant, &record.job_id)?;
-                sandbox::cancel_job(&dir).map_err(|e| JobError(sandbox_message(&e)))?;
+                for _ in 0..2 {
+                    sandbox::cancel_job(&dir).map_err(|e| JobError(sandbox_message(&e)))?;
+                }
             }
             Some(ExecutorHandle::Slurm { slurm_job_id, .. }) => {
                 if let Some((runner, _)) = &self.slurm {

@@ -50,9 +50,10 @@ mod validate;
 pub use argv::bwrap_argv;
 pub use error::SandboxError;
 pub use job::{
-    BATCH_FLAG, CANCEL_SIGNAL_NAME, JobHandle, JobPhase, JobState, OutputStream, SupervisorCommand,
-    Tail, attach_job, batch_main, batch_state, cancel_job, job_status, request_cancel, spawn_job,
-    supervisor_cli, supervisor_main, supervisor_pidfd, tail, wait_job, write_batch_request,
+    BATCH_FLAG, CANCEL_MARKER, CANCEL_SIGNAL_NAME, JobHandle, JobPhase, JobState, OutputStream,
+    SupervisorCommand, Tail, attach_job, batch_main, batch_state, cancel_job, job_status,
+    request_cancel, spawn_job, supervisor_cli, supervisor_main, supervisor_pidfd, tail, wait_job,
+    write_batch_request,
 };
 pub use limits::{EnforcedLimit, EnforcedLimits, LimitMechanism};
 pub use monitor::{EndReason, ExitInfo};

@@ -161,7 +161,8 @@ fn watch(child: &mut Child, sinks: [&mut dyn Sink; 2], w: &Watch<'_>) -> io::Res
 
     loop {
         let now = Instant::now();
-        let timeout = if status.is_some() {
+        // Past the deadline (stopping, or stopped) a tick, not a busy loop.
+        let timeout = if status.is_some() || killed.is_some() {
             TICK
         } else {
             deadline.saturating_duration_since(now).min(TICK)
@@ -299,7 +300,9 @@ fn terminate(child: &Child, w: &Watch<'_>) {
         if let Ok(fd) = PidFd::open(pid)
             && read_stat(pid).is_ok_and(|now| now.start_time == stat.start_time)
         {
+            // And SIGCONT, as Slurm sends: a stopped process would not act on it.
             let _ = fd.signal(libc::SIGTERM);
+            let _ = fd.signal(libc::SIGCONT);
         }
     }
 }

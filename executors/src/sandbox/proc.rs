@@ -98,7 +98,9 @@ pub(crate) fn descendants(root: i32) -> Vec<(i32, Stat)> {
     let mut frontier = vec![root];
     while let Some(parent) = frontier.pop() {
         for child in children_of(parent) {
+            // Still `parent`'s child: a pid that was reused between the two reads is not.
             if let Ok(stat) = read_stat(child)
+                && stat.ppid == parent
                 && !found.iter().any(|(p, _)| *p == child)
             {
                 found.push((child, stat));

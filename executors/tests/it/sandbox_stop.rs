@@ -102,6 +102,32 @@ fn a_job_that_ignores_sigterm_is_killed_when_its_grace_is_over() {
     );
 }
 
+/// In its grace the supervisor waits on the sandbox, it does not spin: it used to poll with a
+/// zero timeout once the wall time had passed, a whole CPU for the whole grace.
+#[test]
+fn the_supervisor_is_idle_through_the_grace() {
+    let mut inst = Instance::create();
+    inst.spec.limits.wall_time = Duration::from_secs(1);
+    inst.spec.limits.stop_grace = Duration::from_secs(6);
+    let dir = started(&inst, "idle", &trapping(""));
+    std::thread::sleep(Duration::from_millis(2500));
+    let supervisor = wait_job(&dir, Duration::ZERO).unwrap().supervisor.pid;
+    let cpu_ticks = || {
+        let stat = std::fs::read_to_string(format!("/proc/{supervisor}/stat")).unwrap();
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    };
+    let before = cpu_ticks();
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks() - before;
+    // Clock ticks are hundredths of a second here; spinning used about a hundred.
+    assert!(
+        used < 20,
+        "the supervisor used {used} ticks of CPU in one second"
+    );
+    assert_eq!(finished(&dir).reason, Some(EndReason::Timeout));
+}
+
 #[test]
 fn a_second_cancel_kills_at_once() {
     let mut inst = Instance::create();

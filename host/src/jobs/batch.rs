@@ -35,8 +35,32 @@ pub(super) fn observation(status: &slurm::JobStatus, dir: Option<&Path>) -> Obse
             );
             observation
         }
+        // The record is not (yet) readable, say through a network file system's cache: a job
+        // ended after a cancel asked it to stop (its marker is there) ends as cancelled, even
+        // when it saved its work and Slurm saw it complete.
+        _ if matches!(status.phase, Queue::Completed | Queue::Failed)
+            && dir.is_some_and(|d| d.join(sandbox::CANCEL_MARKER).exists()) =>
+        {
+            let mut observation = Observation::from(status);
+            observation.status.phase = crate::state::JobPhase::Cancelled;
+            observation
+        }
         _ => Observation::from(status),
     }
+}
+
+/// Seconds from a batch job's start to Slurm's own end of it before which the supervisor
+/// starts its stop: the supervisor starts a little after Slurm's clock does.
+const BATCH_STOP_MARGIN_S: u64 = 15;
+
+/// The wall time of a Slurm job's sandbox: its time limit, but ended (`SIGTERM`, then the
+/// grace) before Slurm's own end of the job at that limit rounded up to whole minutes, which
+/// would signal bwrap too and leave no grace; never shortened by more than half. The job's
+/// `--time` stays the limit asked for, within the partition's and QOS's maximum.
+pub(super) fn wall_time_s(limit_s: u64, grace_s: u64) -> u64 {
+    let slurm_s = limit_s.div_ceil(60).max(1) * 60;
+    let before_slurm = slurm_s.saturating_sub(grace_s + BATCH_STOP_MARGIN_S);
+    limit_s.min(before_slurm.max(limit_s / 2)).max(1)
 }
 
 #[cfg(test)]
@@ -85,6 +109,29 @@ mod tests {
         let forgotten = slurm::JobStatus::lost(7);
         let seen = observation(&forgotten, Some(exited.path()));
         assert_eq!(seen.status.phase, JobPhase::Completed);
+    }
+
+    #[test]
+    fn a_job_asked_to_stop_is_cancelled_though_its_record_is_not_there_yet() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(sandbox::CANCEL_MARKER), "").unwrap();
+        let seen = observation(&slurm("COMPLETED", "0:0"), Some(dir.path()));
+        assert_eq!(seen.status.phase, JobPhase::Cancelled);
+        let unasked = tempfile::tempdir().unwrap();
+        let seen = observation(&slurm("COMPLETED", "0:0"), Some(unasked.path()));
+        assert_eq!(seen.status.phase, JobPhase::Completed);
+    }
+
+    #[test]
+    fn a_batch_sandbox_stops_before_slurm_does_with_its_grace() {
+        // Slurm ends the job at the limit rounded up to minutes; the sandbox is asked to stop
+        // its grace and a margin before, unless the rounding leaves room.
+        assert_eq!(wall_time_s(3600, 10), 3575);
+        assert_eq!(wall_time_s(90, 10), 90);
+        assert_eq!(wall_time_s(86_400, 0), 86_385);
+        // Never more than half shorter; never zero.
+        assert_eq!(wall_time_s(60, 600), 30);
+        assert_eq!(wall_time_s(1, 600), 1);
     }
 
     #[test]

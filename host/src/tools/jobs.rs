@@ -183,11 +183,10 @@ pub(super) fn spec(tool: JobTool) -> ToolSpec {
         .idempotent(),
         JobTool::ListJobs => spec("List your jobs, newest first.", schema::<List>()).read_only(),
         JobTool::CancelJob => spec(
-            "Stop a job; a finished job is left as it is.",
+            "Stop a job: its processes get SIGTERM and a grace to save their work before the kill, so it may come back still running (poll it); cancelling it again kills it at once. A finished job is left as it is.",
             schema::<Cancel>(),
         )
-        .destructive()
-        .idempotent(),
+        .destructive(),
     }
 }
 
@@ -482,6 +481,9 @@ impl Wait {
 }
 
 /// Waits as asked (reporting progress), cancels if asked, and builds the result.
+/// Beyond a stopped job's grace, for its supervisor to kill it and record its end.
+const STOP_SLACK: Duration = Duration::from_secs(5);
+
 fn finish(
     cx: &Context<'_>,
     record: JobRecord,
@@ -504,11 +506,26 @@ fn finish(
     }
     let mut cancelled_at_end = false;
     if !record.is_final() && !wait.detach {
-        let cancelled = cx.jobs.cancel(cx.state, record)?;
-        if cancelled.changed {
-            cx.record(state_event(&cancelled.record));
+        // The call leaves no job behind: stopped, waited for through its grace, then killed.
+        for pass in [Some(cx.jobs.stop_grace() + STOP_SLACK), None] {
+            let stopped = cx.jobs.cancel(cx.state, record)?;
+            if stopped.changed {
+                cx.record(state_event(&stopped.record));
+            }
+            record = stopped.record;
+            let Some(grace) = pass.filter(|_| !record.is_final()) else {
+                break;
+            };
+            let (waited, transitions) =
+                (cx.jobs).wait(cx.state, record, grace, &|_, _| {}, &cancelled)?;
+            for r in &transitions {
+                cx.record(state_event(r));
+            }
+            record = waited;
+            if record.is_final() {
+                break;
+            }
         }
-        record = cancelled.record;
         cancelled_at_end = true;
     }
     let (stdout, stderr) = cx.jobs.tails(cx.state, &record, wait.tail);

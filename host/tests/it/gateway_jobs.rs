@@ -207,6 +207,27 @@ fn waiting_reports_progress_and_detach_false_cancels() {
     );
 }
 
+/// `detach: false` leaves no job behind, and waits out the grace of one saving its work.
+#[test]
+fn detach_false_waits_for_a_job_saving_its_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = setup(dir.path());
+    let saving =
+        "trap 'sleep 2; echo saved; exit 0' TERM; echo started; while :; do sleep 0.1; done";
+    let job = ok(gw.call(
+        &caller("chem"),
+        "submit_job",
+        args(json!({"instance_id": "run1", "command": saving, "timeout": 2, "detach": false})),
+    ))["job"]
+        .clone();
+    assert_eq!(
+        (&job["status"], &job["exit_code"], &job["stdout_tail"]),
+        (&json!("cancelled"), &json!(0), &json!("started\nsaved")),
+        "{job}"
+    );
+    assert_eq!(job["cancelled_at_end_of_wait"], true);
+}
+
 #[test]
 fn archive_is_refused_while_a_job_runs_and_allowed_after_cancel() {
     let dir = tempfile::tempdir().unwrap();

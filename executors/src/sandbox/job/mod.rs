@@ -12,7 +12,7 @@ mod tail;
 
 pub use cancel::{cancel_job, request_cancel};
 pub use spawn::{SupervisorCommand, spawn_job, write_batch_request};
-pub use state::{JobPhase, JobState};
+pub use state::{CANCEL as CANCEL_MARKER, JobPhase, JobState};
 pub use status::{JobHandle, attach_job, batch_state, job_status, supervisor_pidfd, wait_job};
 pub use supervisor::{BATCH_FLAG, CANCEL_SIGNAL_NAME, batch_main, supervisor_cli, supervisor_main};
 pub use tail::{OutputStream, Tail, tail};

@@ -31,7 +31,8 @@ pub(crate) const REQUEST: &str = "request.json";
 pub(crate) const STATE: &str = "state.json";
 pub(crate) const STDOUT: &str = "stdout";
 pub(crate) const STDERR: &str = "stderr";
-pub(crate) const CANCEL: &str = "cancel";
+/// Present once a cancel was requested (`cancel_job`, `request_cancel`).
+pub const CANCEL: &str = "cancel";
 
 /// Whether a job is still running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
