@@ -118,12 +118,12 @@ impl Jobs {
         self.slurm.as_ref().map(|(runner, _)| runner)
     }
 
-    /// The sandbox for one instance, with `new`'s resources as its limits.
     /// How long a job stopped at its wall time or by a cancel has before it is killed.
     pub fn stop_grace(&self) -> Duration {
         self.sandbox.limits.stop_grace
     }
 
+    /// The sandbox for one instance, with `new`'s resources as its limits.
     fn instance_spec(
         &self,
         state: &State,

@@ -16,6 +16,7 @@ use crate::state::Observation;
 ///   record says how it ended.
 pub(super) fn observation(status: &slurm::JobStatus, dir: Option<&Path>) -> Observation {
     let recorded = dir.map(sandbox::batch_state);
+    let asked_to_stop = dir.is_some_and(|d| d.join(sandbox::CANCEL_MARKER).exists());
     match recorded {
         Some(Ok(ended)) if ended.phase == Supervised::Finished => {
             let said_more = !matches!(ended.reason, Some(EndReason::Exited) | None);
@@ -23,6 +24,14 @@ pub(super) fn observation(status: &slurm::JobStatus, dir: Option<&Path>) -> Obse
                 return Observation::from(&ended);
             }
             Observation::from(status)
+        }
+        // The record is not (yet) readable, say through a network file system's cache: a job
+        // ended after a cancel asked it to stop (its marker is there) ends as cancelled, even
+        // when it saved its work and Slurm saw it complete.
+        _ if matches!(status.phase, Queue::Completed | Queue::Failed) && asked_to_stop => {
+            let mut observation = Observation::from(status);
+            observation.status.phase = crate::state::JobPhase::Cancelled;
+            observation
         }
         // No record at all: the supervisor never ran, or could not write into the directory.
         Some(Err(_)) if status.phase == Queue::Failed => {
@@ -33,16 +42,6 @@ pub(super) fn observation(status: &slurm::JobStatus, dir: Option<&Path>) -> Obse
                  compute node has hpcgate at the gateway's path"
                     .to_owned(),
             );
-            observation
-        }
-        // The record is not (yet) readable, say through a network file system's cache: a job
-        // ended after a cancel asked it to stop (its marker is there) ends as cancelled, even
-        // when it saved its work and Slurm saw it complete.
-        _ if matches!(status.phase, Queue::Completed | Queue::Failed)
-            && dir.is_some_and(|d| d.join(sandbox::CANCEL_MARKER).exists()) =>
-        {
-            let mut observation = Observation::from(status);
-            observation.status.phase = crate::state::JobPhase::Cancelled;
             observation
         }
         _ => Observation::from(status),
@@ -58,6 +57,9 @@ const BATCH_STOP_MARGIN_S: u64 = 15;
 /// would signal bwrap too and leave no grace; never shortened by more than half. The job's
 /// `--time` stays the limit asked for, within the partition's and QOS's maximum.
 pub(super) fn wall_time_s(limit_s: u64, grace_s: u64) -> u64 {
+    if grace_s == 0 {
+        return limit_s;
+    }
     let slurm_s = limit_s.div_ceil(60).max(1) * 60;
     let before_slurm = slurm_s.saturating_sub(grace_s + BATCH_STOP_MARGIN_S);
     limit_s.min(before_slurm.max(limit_s / 2)).max(1)
@@ -117,6 +119,9 @@ mod tests {
         std::fs::write(dir.path().join(sandbox::CANCEL_MARKER), "").unwrap();
         let seen = observation(&slurm("COMPLETED", "0:0"), Some(dir.path()));
         assert_eq!(seen.status.phase, JobPhase::Cancelled);
+        // Ended by the SIGTERM: Slurm says FAILED, and it is no failure to start.
+        let seen = observation(&slurm("FAILED", "143:0"), Some(dir.path()));
+        assert_eq!(seen.status.phase, JobPhase::Cancelled);
         let unasked = tempfile::tempdir().unwrap();
         let seen = observation(&slurm("COMPLETED", "0:0"), Some(unasked.path()));
         assert_eq!(seen.status.phase, JobPhase::Completed);
@@ -128,7 +133,9 @@ mod tests {
         // its grace and a margin before, unless the rounding leaves room.
         assert_eq!(wall_time_s(3600, 10), 3575);
         assert_eq!(wall_time_s(90, 10), 90);
-        assert_eq!(wall_time_s(86_400, 0), 86_385);
+        assert_eq!(wall_time_s(86_400, 20), 86_365);
+        // No grace, nothing to make room for.
+        assert_eq!(wall_time_s(3600, 0), 3600);
         // Never more than half shorter; never zero.
         assert_eq!(wall_time_s(60, 600), 30);
         assert_eq!(wall_time_s(1, 600), 1);

@@ -480,10 +480,10 @@ impl Wait {
     }
 }
 
-/// Waits as asked (reporting progress), cancels if asked, and builds the result.
 /// Beyond a stopped job's grace, for its supervisor to kill it and record its end.
 const STOP_SLACK: Duration = Duration::from_secs(5);
 
+/// Waits as asked (reporting progress), cancels if asked, and builds the result.
 fn finish(
     cx: &Context<'_>,
     record: JobRecord,
@@ -516,13 +516,23 @@ fn finish(
             let Some(grace) = pass.filter(|_| !record.is_final()) else {
                 break;
             };
+            // Progress goes on (at the end of the wait asked for) while the job stops.
+            let stopping = |_: Duration, r: &JobRecord| {
+                (cx.progress)(Progress {
+                    progress: total,
+                    total: Some(total),
+                    message: format!("job `{}` stopping, within its grace", r.job_id),
+                });
+            };
             let (waited, transitions) =
-                (cx.jobs).wait(cx.state, record, grace, &|_, _| {}, &cancelled)?;
+                (cx.jobs).wait(cx.state, record, grace, &stopping, &cancelled)?;
             for r in &transitions {
                 cx.record(state_event(r));
             }
             record = waited;
-            if record.is_final() {
+            // A client that gave up leaves the job to its supervisor, which kills it when its
+            // grace is over: killed here, it would have had no grace.
+            if record.is_final() || cancelled() {
                 break;
             }
         }
