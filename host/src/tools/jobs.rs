@@ -507,15 +507,15 @@ fn finish(
     let mut cancelled_at_end = false;
     if !record.is_final() && !wait.detach {
         // The call leaves no job behind: stopped, waited for through its grace, then killed.
-        for pass in [Some(cx.jobs.stop_grace() + STOP_SLACK), None] {
+        let stop = |record| -> Result<JobRecord, ToolError> {
             let stopped = cx.jobs.cancel(cx.state, record)?;
             if stopped.changed {
                 cx.record(state_event(&stopped.record));
             }
-            record = stopped.record;
-            let Some(grace) = pass.filter(|_| !record.is_final()) else {
-                break;
-            };
+            Ok(stopped.record)
+        };
+        record = stop(record)?;
+        if !record.is_final() {
             // Progress goes on (at the end of the wait asked for) while the job stops.
             let stopping = |_: Duration, r: &JobRecord| {
                 (cx.progress)(Progress {
@@ -524,6 +524,7 @@ fn finish(
                     message: format!("job `{}` stopping, within its grace", r.job_id),
                 });
             };
+            let grace = cx.jobs.stop_grace() + STOP_SLACK;
             let (waited, transitions) =
                 (cx.jobs).wait(cx.state, record, grace, &stopping, &cancelled)?;
             for r in &transitions {
@@ -532,8 +533,8 @@ fn finish(
             record = waited;
             // A client that gave up leaves the job to its supervisor, which kills it when its
             // grace is over: killed here, it would have had no grace.
-            if record.is_final() || cancelled() {
-                break;
+            if !record.is_final() && !cancelled() {
+                record = stop(record)?;
             }
         }
         cancelled_at_end = true;
