@@ -5,9 +5,10 @@
 
 use crate::sandbox_harness as harness;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use harness::{Instance, sh, supervisor};
+use crate::sandbox_attacks::token;
+use harness::{Instance, gone_within, sh, supervisor};
 use hpcgate_executors::sandbox::{
     EndReason, ExitInfo, JobPhase, JobState, OutputStream, cancel_job, run_sync, spawn_job, tail,
     wait_job,
@@ -19,6 +20,13 @@ fn trapping(trap: &str) -> Vec<String> {
     sh(&format!(
         "trap '{trap}' TERM; echo ready; while :; do sleep 0.1; done"
     ))
+}
+
+/// A sandbox instance whose stopped jobs get `grace_s` seconds.
+fn with_grace(grace_s: u64) -> Instance {
+    let mut inst = Instance::create();
+    inst.spec.limits.stop_grace = Duration::from_secs(grace_s);
+    inst
 }
 
 fn stdout(dir: &std::path::Path) -> String {
@@ -56,8 +64,7 @@ fn finished(dir: &std::path::Path) -> JobState {
 
 #[test]
 fn a_cancelled_job_cleans_up_in_its_grace() {
-    let mut inst = Instance::create();
-    inst.spec.limits.stop_grace = Duration::from_secs(10);
+    let inst = with_grace(10);
     let dir = started(
         &inst,
         "graceful",
@@ -75,8 +82,7 @@ fn a_cancelled_job_cleans_up_in_its_grace() {
 
 #[test]
 fn a_job_that_ignores_sigterm_is_killed_when_its_grace_is_over() {
-    let mut inst = Instance::create();
-    inst.spec.limits.stop_grace = Duration::from_secs(3);
+    let inst = with_grace(3);
     let dir = started(&inst, "stubborn", &trapping(""));
     let asked = now_ms();
     let s = cancel_job(&dir).expect("cancel");
@@ -106,9 +112,8 @@ fn a_job_that_ignores_sigterm_is_killed_when_its_grace_is_over() {
 /// zero timeout once the wall time had passed, a whole CPU for the whole grace.
 #[test]
 fn the_supervisor_is_idle_through_the_grace() {
-    let mut inst = Instance::create();
+    let mut inst = with_grace(6);
     inst.spec.limits.wall_time = Duration::from_secs(1);
-    inst.spec.limits.stop_grace = Duration::from_secs(6);
     let dir = started(&inst, "idle", &trapping(""));
     std::thread::sleep(Duration::from_millis(2500));
     let supervisor = wait_job(&dir, Duration::ZERO).unwrap().supervisor.pid;
@@ -130,8 +135,7 @@ fn the_supervisor_is_idle_through_the_grace() {
 
 #[test]
 fn a_second_cancel_kills_at_once() {
-    let mut inst = Instance::create();
-    inst.spec.limits.stop_grace = Duration::from_secs(120);
+    let inst = with_grace(120);
     let dir = started(&inst, "twice", &trapping(""));
     let asked = now_ms();
     assert_eq!(cancel_job(&dir).expect("cancel").phase, JobPhase::Running);
@@ -146,8 +150,7 @@ fn a_second_cancel_kills_at_once() {
 
 #[test]
 fn a_job_flooding_its_output_in_its_grace_is_killed_at_once() {
-    let mut inst = Instance::create();
-    inst.spec.limits.stop_grace = Duration::from_secs(120);
+    let mut inst = with_grace(120);
     inst.spec.limits.output_bytes = 64 * 1024;
     let dir = started(&inst, "flood", &trapping("while :; do echo flood; done"));
     cancel_job(&dir).expect("cancel");
@@ -159,9 +162,8 @@ fn a_job_flooding_its_output_in_its_grace_is_killed_at_once() {
 
 #[test]
 fn the_wall_time_asks_first_and_a_zero_grace_does_not() {
-    let mut inst = Instance::create();
+    let mut inst = with_grace(10);
     inst.spec.limits.wall_time = Duration::from_secs(1);
-    inst.spec.limits.stop_grace = Duration::from_secs(10);
     let script = "trap 'echo term; exit 0' TERM; while :; do sleep 0.1; done";
     let r = run_sync(&inst.spec, &sh(script), None).expect("runs");
     assert_eq!((r.reason, r.exit), (EndReason::Timeout, ExitInfo::Code(0)));
@@ -176,4 +178,34 @@ fn the_wall_time_asks_first_and_a_zero_grace_does_not() {
         "",
         "no SIGTERM came first"
     );
+}
+
+#[test]
+fn cancel_kills_the_sandbox_within_two_seconds() {
+    let inst = Instance::create();
+    let t = token("cancel");
+    let dir = inst.job_dir("cancel");
+    spawn_job(
+        &dir,
+        &inst.spec,
+        &sh(&format!("sleep 1005.{t}")),
+        &supervisor(),
+    )
+    .expect("spawn");
+    let start = Instant::now();
+    let s = cancel_job(&dir).expect("cancel");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        (s.phase, s.reason),
+        (JobPhase::Finished, Some(EndReason::Cancelled)),
+        "{s:?}"
+    );
+    assert!(gone_within(
+        &format!("1005.{t}"),
+        Duration::from_millis(500)
+    ));
 }

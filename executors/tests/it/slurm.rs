@@ -164,6 +164,9 @@ fn output_past_the_cap_ends_the_job() {
     }
 }
 
+/// A job's trap that saves its work when asked to stop, and exits 0.
+const SAVING: &str = "trap 'echo saving; sleep 0.3; echo saved; exit 0' TERM";
+
 /// At its wall time the supervisor on the node asks the sandbox to end (`SIGTERM`) and gives
 /// it its grace, as on the login node: a job that saves its work and exits 0 completes, and
 /// the record says it was stopped at its wall time.
@@ -174,22 +177,28 @@ fn a_slurm_job_gets_its_grace_at_its_wall_time() {
     let mut spec = dirs.spec(&[
         "/bin/sh",
         "-c",
-        "trap 'echo saving; sleep 0.3; echo saved; exit 0' TERM; while :; do sleep 0.1; done",
+        &format!("{SAVING}; while :; do sleep 0.1; done"),
     ]);
     let limits = &mut JobDirs::sandbox(&mut spec).limits;
     limits.wall_time = Duration::from_secs(2);
     limits.stop_grace = Duration::from_secs(10);
     let job = runner.submit(&spec).unwrap();
-    let status = wait_final(&runner, job.id, Duration::from_secs(90));
+    saved_its_work(&dirs, job.id, "saving\nsaved\n", EndReason::Timeout);
+}
+
+/// Job `id` saved its work in its grace: Slurm saw it complete (exit 0) within 90 s, it
+/// printed `stdout`, and its supervisor recorded why it was stopped.
+fn saved_its_work(dirs: &JobDirs, id: u64, stdout: &str, why: EndReason) {
+    let status = wait_final(&dirs.runner(), id, Duration::from_secs(90));
     assert_eq!(
         (&status.phase, status.exit_code),
         (&JobPhase::Completed, Some(0)),
         "{status:?} {}",
         dirs.slurm_log()
     );
-    assert_eq!(String::from_utf8_lossy(&dirs.stdout()), "saving\nsaved\n");
+    assert_eq!(String::from_utf8_lossy(&dirs.stdout()), stdout);
     let ended = hpcgate_executors::sandbox::batch_state(&dirs.path("logs")).unwrap();
-    assert_eq!(ended.reason, Some(EndReason::Timeout), "{ended:?}");
+    assert_eq!(ended.reason, Some(why), "{ended:?}");
 }
 
 /// Asked to stop (`ask_to_stop`, what `cancel_job` does to a running Slurm job), the
@@ -202,8 +211,7 @@ fn a_slurm_job_asked_to_stop_gets_its_grace() {
     let mut spec = dirs.spec(&[
         "/bin/sh",
         "-c",
-        "trap 'echo saving; sleep 0.3; echo saved; exit 0' TERM; echo ready; \
-         while :; do sleep 0.1; done",
+        &format!("{SAVING}; echo ready; while :; do sleep 0.1; done"),
     ]);
     JobDirs::sandbox(&mut spec).limits.stop_grace = Duration::from_secs(30);
     let job = runner.submit(&spec).unwrap();
@@ -219,17 +227,12 @@ fn a_slurm_job_asked_to_stop_gets_its_grace() {
         "{}",
         dirs.slurm_log()
     );
-    let status = wait_final(&runner, job.id, Duration::from_secs(60));
-    assert_eq!(
-        (&status.phase, status.exit_code),
-        (&JobPhase::Completed, Some(0))
+    saved_its_work(
+        &dirs,
+        job.id,
+        "ready\nsaving\nsaved\n",
+        EndReason::Cancelled,
     );
-    assert_eq!(
-        String::from_utf8_lossy(&dirs.stdout()),
-        "ready\nsaving\nsaved\n"
-    );
-    let ended = hpcgate_executors::sandbox::batch_state(&dirs.path("logs")).unwrap();
-    assert_eq!(ended.reason, Some(EndReason::Cancelled), "{ended:?}");
 }
 
 /// The seccomp filter of local sandboxes holds in a Slurm job too (the body used to be a

@@ -300,6 +300,20 @@ async fn another_uid_is_refused_at_a_jobs_door() {
     assert!(status.success(), "{stderr}");
 }
 
+/// Instance `cm`, a job of `sh -c script` without tools (waited for `timeout` s), a
+/// `run_python` with `python`, then `then`: the calls of the tests below, for `drive`.
+fn after_a_tool_less_job(script: &str, timeout: u64, python: Value, then: &[Value]) -> Value {
+    let submit = json!({"instance_id": "cm", "command": ["sh", "-c", script], "tools": false,
+                        "timeout": timeout});
+    let mut calls = vec![
+        call("create_instance", json!({"instance_id": "cm"})),
+        call("submit_job", submit),
+        call("run_python", python),
+    ];
+    calls.extend_from_slice(then);
+    Value::Array(calls)
+}
+
 /// The script of the planting test.
 const IMPORTS_JSON: &str = r#"
 import json, sys
@@ -320,17 +334,8 @@ async fn a_tool_less_job_cannot_plant_modules_for_run_python() {
     let plant = "mkdir -p /workspace/.hpcgate && for d in /workspace /workspace/.hpcgate; do \
                  printf 'print(\"PLANTED\")\\ndumps = lambda *a, **k: \"PLANTED\"\\n' > $d/json.py; \
                  printf 'print(\"PLANTED\")\\n' > $d/hashlib.py; done";
-    let calls = json!([
-        call("create_instance", json!({"instance_id": "cm"})),
-        call(
-            "submit_job",
-            json!({"instance_id": "cm", "command": ["sh", "-c", plant], "tools": false, "timeout": 60})
-        ),
-        call(
-            "run_python",
-            json!({"instance_id": "cm", "code": IMPORTS_JSON, "timeout": 120})
-        ),
-    ]);
+    let python = json!({"instance_id": "cm", "code": IMPORTS_JSON, "timeout": 120});
+    let calls = after_a_tool_less_job(plant, 60, python, &[]);
     let results = drive(&served, &calls).await;
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{stderr}");
@@ -361,20 +366,17 @@ async fn a_script_run_without_tools_runs_only_as_written() {
                 while [ $(date +%s) -lt $end ]; do for f in /workspace/.hpcgate/run-*.py; do \
                 if [ -e \"$f\" ]; then printf 'open(\"/workspace/swapped\", \"w\").write(\"x\")\\n' > \"$f\"; \
                 exit 0; fi; done; done; exit 7";
-    let calls = json!([
-        call("create_instance", json!({"instance_id": "cm"})),
-        // Waits one second, so the loop runs before the script is written; the job goes on.
-        call(
-            "submit_job",
-            json!({"instance_id": "cm", "command": ["sh", "-c", swap], "tools": false, "timeout": 1})
-        ),
-        call(
-            "run_python",
-            json!({"instance_id": "cm", "code": IMPORTS_JSON, "timeout": 120, "tools": false})
-        ),
-        call("list_jobs", json!({"instance_id": "cm"})),
-        call("stat_path", json!({"instance_id": "cm", "path": "swapped"})),
-    ]);
+    // Waits one second, so the loop runs before the script is written; the job goes on.
+    let python = json!({"instance_id": "cm", "code": IMPORTS_JSON, "timeout": 120, "tools": false});
+    let calls = after_a_tool_less_job(
+        swap,
+        1,
+        python,
+        &[
+            call("list_jobs", json!({"instance_id": "cm"})),
+            call("stat_path", json!({"instance_id": "cm", "path": "swapped"})),
+        ],
+    );
     let results = drive(&served, &calls).await;
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{stderr}");
@@ -441,22 +443,17 @@ if __name__ == "__main__":
     let swap = "printf 'open(\"/workspace/swapped\", \"w\").write(\"x\")\\n' > /tmp/payload; \
                 cp /tmp/payload /workspace/multiprocessing.py; end=$(( $(date +%s) + 20 )); while [ $(date +%s) -lt $end ]; do \
                 find /workspace -name '*.py' -type f -exec cp /tmp/payload {} \\; ; done";
-    let calls = json!([
-        call("create_instance", json!({"instance_id": "cm"})),
-        call(
-            "submit_job",
-            json!({"instance_id": "cm", "command": ["sh", "-c", swap], "tools": false, "timeout": 1})
-        ),
-        call(
-            "run_python",
-            json!({"instance_id": "cm", "code": SPAWNS, "timeout": 120})
-        ),
-        call("stat_path", json!({"instance_id": "cm", "path": "swapped"})),
-        call(
-            "run_python",
-            json!({"instance_id": "cm", "code": format!("# {}\n", "x".repeat(5000))})
-        ),
-    ]);
+    let python = json!({"instance_id": "cm", "code": SPAWNS, "timeout": 120});
+    let big = json!({"instance_id": "cm", "code": format!("# {}\n", "x".repeat(5000))});
+    let calls = after_a_tool_less_job(
+        swap,
+        1,
+        python,
+        &[
+            call("stat_path", json!({"instance_id": "cm", "path": "swapped"})),
+            call("run_python", big),
+        ],
+    );
     let results = drive(&served, &calls).await;
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{stderr}");
