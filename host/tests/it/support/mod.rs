@@ -2,6 +2,7 @@
 //! subset.
 
 pub mod audit;
+pub mod code_mode;
 pub mod dav;
 pub mod gateway;
 pub mod matrix;

@@ -1,6 +1,6 @@
 //! Helpers shared by the proxy test modules: the test MCP server binary (built on first
-//! use), a gateway from a TOML string in a temp dir, callers, arguments, and waiting for
-//! discovery.
+//! use), a gateway from a TOML string in a temp dir, callers, arguments, instances, and waiting
+//! for discovery.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -10,7 +10,7 @@ use hpcgate::config::{Environment, load};
 use hpcgate::gateway::{CallResult, Caller, Gateway};
 use hpcgate::proxy::Discovery;
 use hpcgate::state::TenantName;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 /// The target directory these tests were built in.
 pub fn target_dir() -> PathBuf {
@@ -91,6 +91,15 @@ pub fn caller(tenant: &str) -> Caller {
         tenant: TenantName::parse(tenant).unwrap(),
         principal: format!("{tenant}-user"),
     }
+}
+
+/// Creates instance `id` for `tenant`.
+pub fn create(gw: &Gateway, tenant: &str, id: &str) {
+    ok(gw.call(
+        &caller(tenant),
+        "create_instance",
+        args(json!({ "instance_id": id })),
+    ));
 }
 
 pub fn args(value: Value) -> Map<String, Value> {

@@ -26,3 +26,14 @@ pub fn slurm_conf() -> PathBuf {
         .expect("slurm-local.sh start prints `export SLURM_CONF=…`");
     PathBuf::from(conf.trim_matches('\''))
 }
+
+/// A Slurm client's output (`SLURM_CONF` of the local cluster).
+pub fn slurm_client(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .env("SLURM_CONF", slurm_conf())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{program} {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
