@@ -15,6 +15,12 @@
 //! call still arriving on a kept connection is refused. A gateway that starts again re-opens
 //! the door of every running job whose directory is still there ([`CodeMode::reopen`]).
 //!
+//! Several gateways may share one state directory, so a door has one owner: the gateway that
+//! serves it holds an exclusive `flock(2)` on `<state_dir>/run/owners/<job_id>` (out of every
+//! sandbox's reach) for as long as it does. A gateway that starts leaves the doors another
+//! live gateway holds alone, and takes each over when that gateway goes (its lock is
+//! released with its last descriptor, however it ends), within [`WATCH_STEP`].
+//!
 //! Inside the sandbox: `HPCGATE_TOOLS` names the socket; `hpcgate_tools` (Python, standard
 //! library only) and `hpcgate-call` are written from this crate to `<state_dir>/run/support`
 //! and bound read-only at `/opt/hpcgate` (on `PYTHONPATH` and `PATH`).
@@ -45,7 +51,7 @@ pub use door::JobScope;
 pub use serve::DOOR_PATH;
 
 use crate::gateway::Gateway;
-use crate::state::{ExecutorHandle, InstanceId, JobId, JobMode, State, TenantName};
+use crate::state::{ExecutorHandle, InstanceId, JobId, JobMode, JobRecord, State, TenantName};
 
 /// Where a job's door directory appears in its sandbox.
 pub const SANDBOX_DIR: &str = "/run/hpcgate";
@@ -61,11 +67,14 @@ pub const SANDBOX_SCRIPT: &str = "/run/hpcgate/run.py";
 const SOCKET_NAME: &str = "tools.sock";
 const SCRIPT_NAME: &str = "run.py";
 const SUPPORT_DIR: &str = "support";
+/// Beside the door directories: one lock file per open door, held by the gateway serving it.
+const OWNERS_DIR: &str = "owners";
 const TOOLS_MODULE: &str = include_str!("python/hpcgate_tools.py");
 const CALL_COMMAND: &str = include_str!("python/hpcgate-call");
 /// `sun_path` holds 108 bytes with the terminating NUL.
 const MAX_SOCKET_PATH: usize = 107;
-/// How long the watcher sleeps between looks when it cannot wait on the supervisor.
+/// How long the watcher sleeps between looks when it cannot wait on the supervisor, and how
+/// often a gateway looks whether a door another gateway served is left without its owner.
 const WATCH_STEP: Duration = Duration::from_secs(5);
 
 /// The doors of the running jobs with tools.
@@ -91,6 +100,13 @@ struct Door {
     scope: Arc<JobScope>,
     stop: CancellationToken,
     dir: PathBuf,
+    owner: Owner,
+}
+
+/// This gateway's hold on a door: the lock file, locked, for as long as the door is open.
+struct Owner {
+    path: PathBuf,
+    _lock: std::fs::File,
 }
 
 impl CodeMode {
@@ -128,7 +144,12 @@ impl CodeMode {
         script: Option<&[u8]>,
     ) -> Result<(), String> {
         let support = self.support()?;
-        let dir = self.open_door(tenant, job_id, instance)?;
+        let owner = match self.own(job_id) {
+            Ok(Some(owner)) => owner,
+            Ok(None) => return Err(admin("another gateway serves this job's door")),
+            Err(e) => return Err(admin(&format!("cannot lock the job's door ({e})"))),
+        };
+        let dir = self.open_door(tenant, job_id, instance, owner)?;
         let mut env = vec![("HPCGATE_TOOLS", SANDBOX_SOCKET)];
         if let Some(script) = script {
             if let Err(e) = write_private(&dir.join(SCRIPT_NAME), script) {
@@ -173,7 +194,8 @@ impl CodeMode {
 
     /// At start: re-opens the door of every running local job whose door directory is still
     /// there (the sandbox keeps its bind of the directory; the socket is made again in it),
-    /// and removes the directories of jobs that are no longer running.
+    /// and removes the directories of jobs that are no longer running. A door another live
+    /// gateway serves is left to it, and taken over if that gateway goes ([`CodeMode::adopt`]).
     pub fn reopen(&self, state: &State) {
         self.reopen_remote(state);
         let Ok(entries) = std::fs::read_dir(&self.base) else {
@@ -209,22 +231,84 @@ impl CodeMode {
                 // A running Slurm job's token directory, or a door being made.
                 continue;
             }
-            let reopened = running.get(&job_id).is_some_and(|record| {
-                let job_dir = state.job_dir_ambient(&record.tenant, &record.job_id);
-                let opened = self.open_door(&record.tenant, &job_id, &record.instance);
-                match (opened, job_dir) {
-                    (Ok(_), Ok(job_dir)) => {
-                        self.watch(&job_id, job_dir);
-                        true
+            let reopened = match running.get(&job_id) {
+                None => false,
+                Some(record) => match self.own(&job_id) {
+                    Ok(Some(owner)) => self.reopen_door(state, record, owner),
+                    Ok(None) => {
+                        self.adopt(state, record);
+                        continue;
                     }
-                    _ => false,
-                }
-            });
+                    Err(_) => false,
+                },
+            };
             if !reopened {
                 self.close(&job_id);
                 let _ = std::fs::remove_dir_all(entry.path());
+                let _ = std::fs::remove_file(self.base.join(OWNERS_DIR).join(&name));
             }
         }
+    }
+
+    /// Opens again the door of `record`'s running job, held by `owner`, and watches the job;
+    /// false if its directory is gone (the door was closed, not left by a gateway that went).
+    fn reopen_door(&self, state: &State, record: &JobRecord, owner: Owner) -> bool {
+        if !self.base.join(record.job_id.as_str()).is_dir() {
+            let _ = std::fs::remove_file(&owner.path);
+            return false;
+        }
+        let job_dir = state.job_dir_ambient(&record.tenant, &record.job_id);
+        let opened = self.open_door(&record.tenant, &record.job_id, &record.instance, owner);
+        match (opened, job_dir) {
+            (Ok(_), Ok(job_dir)) => {
+                self.watch(&record.job_id, job_dir);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Looks every [`WATCH_STEP`] whether the gateway serving `record`'s door has gone (its
+    /// lock is free), and then serves the door itself, until the job ends or this gateway
+    /// stops. Its calls meanwhile wait for a listener, as they do across a restart.
+    fn adopt(&self, state: &State, record: &JobRecord) {
+        let (Ok(runtime), Some(gateway)) = (self.runtime(), self.gateway.get().cloned()) else {
+            return;
+        };
+        let (state, record) = (state.clone(), record.clone());
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(WATCH_STEP).await;
+                let Some(gateway) = gateway.upgrade() else {
+                    return;
+                };
+                let (state, record) = (state.clone(), record.clone());
+                let taken = tokio::task::spawn_blocking(move || {
+                    let code_mode = gateway.code_mode();
+                    let ended = state
+                        .job_dir_ambient(&record.tenant, &record.job_id)
+                        .map_or(true, |dir: PathBuf| match sandbox::job_status(&dir) {
+                            Ok(status) => status.phase == sandbox::JobPhase::Finished,
+                            Err(sandbox::SandboxError::NotAJob { .. }) => true,
+                            Err(_) => false,
+                        });
+                    if ended {
+                        return true;
+                    }
+                    match code_mode.own(&record.job_id) {
+                        Ok(Some(owner)) => {
+                            code_mode.reopen_door(&state, &record, owner);
+                            true
+                        }
+                        Ok(None) | Err(_) => false,
+                    }
+                })
+                .await;
+                if taken.unwrap_or(true) {
+                    return;
+                }
+            }
+        });
     }
 
     /// Makes the door directory and socket and starts serving them; returns the directory.
@@ -233,6 +317,7 @@ impl CodeMode {
         tenant: &TenantName,
         job_id: &JobId,
         instance: &InstanceId,
+        owner: Owner,
     ) -> Result<PathBuf, String> {
         let gateway = (self.gateway.get().cloned()).ok_or_else(|| {
             "code mode needs the gateway to serve MCP (`hpcgate run`); submit without `tools`"
@@ -277,12 +362,38 @@ impl CodeMode {
             scope,
             stop,
             dir: dir.clone(),
+            owner,
         };
         if let Some(old) = lock(&self.doors).insert(job_id.clone(), door) {
             old.scope.close();
             old.stop.cancel();
         }
         Ok(dir)
+    }
+
+    /// A hold on `job_id`'s door, or `None` if another gateway (a process with the lock file
+    /// open) holds it now, or let it go and removed its file meanwhile (closing the door).
+    fn own(&self, job_id: &JobId) -> io::Result<Option<Owner>> {
+        use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+        let owners = self.base.join(OWNERS_DIR);
+        create_private_dir(&self.base).and_then(|()| create_private_dir(&owners))?;
+        let path = owners.join(job_id.as_str());
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)?;
+        match file.try_lock() {
+            Ok(()) => {
+                let (held, named) = (file.metadata()?, std::fs::metadata(&path));
+                let same = named.is_ok_and(|n| (n.dev(), n.ino()) == (held.dev(), held.ino()));
+                Ok(same.then_some(Owner { path, _lock: file }))
+            }
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        }
     }
 
     fn runtime(&self) -> Result<&tokio::runtime::Runtime, String> {
@@ -369,6 +480,9 @@ fn close_door(doors: &Mutex<HashMap<JobId, Door>>, job_id: &JobId) {
     let _ = std::fs::remove_file(door.dir.join(SOCKET_NAME));
     let _ = std::fs::remove_file(door.dir.join(SCRIPT_NAME));
     let _ = std::fs::remove_dir(&door.dir);
+    // After the directory and while still locked: a gateway waiting to take the door over
+    // either fails to lock this file or, holding a new one, finds the directory gone.
+    let _ = std::fs::remove_file(&door.owner.path);
 }
 
 /// Returns once the job supervised in `job_dir` has ended (its state reconciled: what is left

@@ -20,6 +20,7 @@ mod cli;
 mod cli_instance;
 mod code_mode;
 mod code_mode_attacks;
+mod code_mode_shared;
 mod code_mode_slurm;
 mod code_mode_slurm_restart;
 mod config_cli;
