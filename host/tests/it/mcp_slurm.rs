@@ -146,7 +146,7 @@ async fn a_slurm_job_over_stdio_reports_progress_and_cancels() {
         "the waiting Slurm submit reported progress: {progress:?}"
     );
     client.cancel().await.unwrap();
-    let report = hpcgate::audit::verify(&dir.path().join("state/audit"), None).unwrap();
+    let report = crate::support::audit::verified(&dir.path().join("state/audit"));
     assert!(report.intact, "{report:?}");
 }
 

@@ -142,7 +142,7 @@ async fn an_mcp_client_lists_calls_and_is_refused_over_stdio() {
     assert!(missing.is_err());
 
     client.cancel().await.unwrap();
-    let report = hpcgate::audit::verify(&dir.path().join("state/audit"), None).unwrap();
+    let report = crate::support::audit::verified(&dir.path().join("state/audit"));
     // gateway.started, three allowed calls (decision + outcome each), the instance's
     // creation, one denial (decision only), and gateway.stopped once the gateway has seen the
     // client leave (it may still be on its way).
@@ -478,7 +478,7 @@ async fn a_wasi_policy_judges_brief_calls_over_stdio() {
     }
     assert!(reports.windows(2).all(|w| w[0] == w[1]), "{reports:?}");
     client.cancel().await.unwrap();
-    let report = hpcgate::audit::verify(&dir.path().join("state/audit"), None).unwrap();
+    let report = crate::support::audit::verified(&dir.path().join("state/audit"));
     // gateway.started, the creation (decision, instance, outcome), three denials.
     assert!(report.intact && report.records >= 7, "{report:?}");
 

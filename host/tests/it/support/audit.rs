@@ -35,3 +35,18 @@ pub fn lines(path: &Path) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+/// `verify` of the log in `dir`, taken again (for up to 10 s) while its only fault is a torn
+/// last line: a gateway still running may be midway through writing a batch.
+pub fn verified(dir: &Path) -> hpcgate::audit::VerifyReport {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let report = hpcgate::audit::verify(dir, None).unwrap();
+        let torn = (report.first_broken.as_ref())
+            .is_some_and(|b| matches!(b.problem, hpcgate::audit::Problem::TornLine { .. }));
+        if !torn || std::time::Instant::now() >= deadline {
+            return report;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
