@@ -8,7 +8,10 @@
 //! the tenant sees it and is blocked by it, but its token does not work for them. A lock changes no file and runs no tool; LOCK first asks the pipeline for the
 //! resource (`stat_path`, recorded), and a LOCK of an unmapped URL creates an empty file
 //! through `write_file` (RFC 4918 §9.10.4), recorded like any write, once the lock is granted
-//! (a refused LOCK creates nothing). The table lives in the
+//! (a refused LOCK creates nothing). A depth-infinity lock covers the members beneath its
+//! collection that its holder may write, as the policies judge them when another request
+//! meets it: a member the holder could not change itself stays free to those who may write it.
+//! The table lives in the
 //! gateway's memory: a restart releases every lock (clients then re-lock), and several gateways
 //! sharing a state directory do not share locks. It is bounded per resource and per tenant (see
 //! `LockTable::grant`), so one tenant's locks, or several tenants' together, cannot keep
@@ -28,6 +31,7 @@ use super::methods::Cx;
 use super::status::{self, Op};
 use super::target::{SandboxView, Target};
 use super::xml::{DAV, escape};
+use crate::auth::Caller;
 use crate::gateway::{Failure, Transfer, Upload};
 use crate::policy::Via;
 
@@ -72,6 +76,26 @@ impl Lock {
         self.path == *view
             || (self.infinite && self.path.contains(view))
             || (tree && view.contains(&self.path))
+    }
+
+    /// Whether this lock covers `view` only by its depth: a member beneath its collection.
+    fn inherited_by(&self, view: &SandboxView) -> bool {
+        self.infinite && self.path != *view && self.path.contains(view)
+    }
+
+    /// Whether the policies would let this lock's holder write `view` now. A lock stops others'
+    /// writes, so its depth reaches only what its holder may change: otherwise one principal
+    /// could lock a folder and so keep another from the files in it that only the other may
+    /// write.
+    fn holder_may_write(&self, cx: &Cx<'_>, view: &SandboxView) -> bool {
+        let holder = Caller {
+            tenant: cx.caller.tenant.clone(),
+            principal: self.principal.clone(),
+        };
+        let mut write = serde_json::Map::new();
+        write.insert("instance_id".to_owned(), json!(self.instance));
+        write.insert("path".to_owned(), json!(view.path()));
+        (cx.dav.gateway).would_allow(&holder, Via::Dav, "write_file", write)
     }
 
     fn activelock(&self) -> String {
@@ -134,9 +158,15 @@ impl LockTable {
             return Ok(());
         };
         let unheld = unheld_by(cx, headers);
-        let blocked = self.with(cx.caller.tenant.as_ref(), |locks| {
-            (locks.iter()).any(|l| l.instance == instance && l.covers(view, true) && unheld(l))
+        let covering: Vec<Lock> = self.with(cx.caller.tenant.as_ref(), |locks| {
+            (locks.iter())
+                .filter(|l| l.instance == instance && l.covers(view, true) && unheld(l))
+                .cloned()
+                .collect()
         });
+        // The policies are asked outside the table's mutex.
+        let blocked =
+            (covering.iter()).any(|l| !l.inherited_by(view) || l.holder_may_write(cx, view));
         if blocked {
             let why = "the resource is locked; send its lock token in an If header\n";
             return Err((StatusCode::LOCKED, why.to_owned()));
@@ -199,15 +229,35 @@ impl LockTable {
         })
     }
 
+    /// The tokens of the depth-infinity locks above `view` whose holders may not write it, so
+    /// that do not cover it ([`Lock::holder_may_write`]).
+    fn not_reaching(&self, cx: &Cx<'_>, view: &SandboxView) -> Vec<String> {
+        let Some(instance) = instance_of(cx) else {
+            return Vec::new();
+        };
+        let above: Vec<Lock> = self.with(cx.caller.tenant.as_ref(), |locks| {
+            (locks.iter())
+                .filter(|l| l.instance == instance && l.inherited_by(view))
+                .cloned()
+                .collect()
+        });
+        (above.into_iter())
+            .filter(|l| !l.holder_may_write(cx, view))
+            .map(|l| l.token)
+            .collect()
+    }
+
     /// Takes `new` unless a lock of its tenant conflicts (423) or the resource or the tenant
-    /// holds the most locks allowed (503).
-    fn grant(&self, new: &Lock) -> Result<(), Refusal> {
+    /// holds the most locks allowed (503). The locks named in `not_reaching` do not cover
+    /// `new`'s resource ([`LockTable::not_reaching`]).
+    fn grant(&self, new: &Lock, not_reaching: &[String]) -> Result<(), Refusal> {
         let full = |why: String| Err((StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")));
         self.with(&new.tenant, |locks| {
             let conflict = locks.iter().any(|l| {
                 l.instance == new.instance
                     && (l.exclusive || new.exclusive)
-                    && (l.covers(&new.path, false) || (new.infinite && new.path.contains(&l.path)))
+                    && ((l.covers(&new.path, false) && !not_reaching.contains(&l.token))
+                        || (new.infinite && new.path.contains(&l.path)))
             });
             if conflict {
                 let why = "a conflicting lock is held on this resource\n";
@@ -403,7 +453,8 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
     if missing && let Err(locked) = cx.dav.locks.check_membership(cx, view, &headers) {
         return locked.into_response();
     }
-    if let Err(refused) = cx.dav.locks.grant(&new) {
+    let not_reaching = cx.dav.locks.not_reaching(cx, view);
+    if let Err(refused) = cx.dav.locks.grant(&new, &not_reaching) {
         return refused.into_response();
     }
     if missing {

@@ -1,7 +1,8 @@
 //! WebDAV's conditions, through the real `hpcgate run`, driven by `curl`: GET's preconditions
 //! (`If-Match`, and `If-Range`, without which a client resuming the download of a file changed
 //! meanwhile splices two versions of it), a status of the failure's kind, the `If` header's
-//! tagged lists, and what a depth-0 lock on a collection protects.
+//! tagged lists, what a depth-0 lock on a collection protects, and what a depth-infinity lock
+//! reaches.
 
 use std::time::{Duration, SystemTime};
 
@@ -299,21 +300,12 @@ fn a_delete_is_recursive_only_for_a_collection_with_members() {
     std::fs::write(s.workspace.join("file.txt"), "x").unwrap();
     std::fs::create_dir(s.workspace.join("empty")).unwrap();
     std::fs::create_dir_all(s.workspace.join("full/sub")).unwrap();
-    let rules = s.dir.path().join("keep-trees.rego");
-    std::fs::write(
-        &rules,
-        "package hpcgate\nimport rego.v1\ndeny contains \"no recursive deletes\" if {\n\
+    let config = with_rego(
+        &s,
+        "keep-trees",
+        "deny contains \"no recursive deletes\" if {\n\
          \tinput.tool == \"delete_path\"\n\tinput.arguments.recursive == true\n}\n",
-    )
-    .unwrap();
-    let config = s.dir.path().join("gateway.toml");
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str(&format!(
-        "\n[[policies]]\nname = \"keep-trees\"\nmodule = \"stock:rego\"\n\
-         [policies.config]\npolicy_file = {:?}\n",
-        rules.display().to_string()
-    ));
-    std::fs::write(&config, text).unwrap();
+    );
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let served = runtime.block_on(Served::http(s.dir.path(), &config));
     let scratch = tempfile::tempdir().unwrap();
@@ -356,4 +348,81 @@ fn a_delete_is_recursive_only_for_a_collection_with_members() {
         ],
         "the policies were asked for a recursive delete of the full collection only"
     );
+}
+
+/// The set-up's gateway configuration with one more policy, `name`: `stock:rego` with `rules`
+/// (after the package and import lines); the configuration's path.
+fn with_rego(s: &Setup, name: &str, rules: &str) -> std::path::PathBuf {
+    let file = s.dir.path().join(format!("{name}.rego"));
+    std::fs::write(&file, format!("package hpcgate\nimport rego.v1\n{rules}")).unwrap();
+    let config = s.dir.path().join("gateway.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "\n[[policies]]\nname = {name:?}\nmodule = \"stock:rego\"\n\
+         [policies.config]\npolicy_file = {:?}\n",
+        file.display().to_string()
+    ));
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+/// A depth-infinity lock reaches only what its holder may write. A policy gives
+/// `/workspace/proj/carol/` to carol alone; alice's lock on `proj`, which she may write, keeps
+/// others from `proj`'s other members but not carol from her own files, which she may write
+/// and lock. Before, a LOCK was judged at its collection only, so alice could lock carol out of
+/// the files only carol may change, for an hour at a time.
+#[test]
+fn a_depth_infinity_lock_reaches_only_what_its_holder_may_write() {
+    let s = setup();
+    std::fs::create_dir_all(s.workspace.join("proj/carol")).unwrap();
+    let config = with_rego(
+        &s,
+        "carols",
+        "deny contains \"proj/carol is carol's\" if {\n\
+         \tnot input.read_only\n\
+         \tstartswith(input.arguments.path, \"/workspace/proj/carol/\")\n\
+         \tinput.principal != \"token:carol\"\n}\n",
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(s.dir.path(), &config));
+    let scratch = tempfile::tempdir().unwrap();
+    let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
+    let upload = scratch.path().join("upload");
+    std::fs::write(&upload, "new").unwrap();
+    let upload = upload.to_str().unwrap();
+    let as_ = |token: &str, extra: &[&str]| {
+        let auth = format!("Authorization: Bearer {token}");
+        let mut args = vec!["-H", auth.as_str()];
+        args.extend_from_slice(extra);
+        curl(scratch.path(), &args)
+    };
+    let lock_body = r#"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype></D:lockinfo>"#;
+    let lock = |token: &str, path: &str, depth: &str| {
+        let (url, depth) = (format!("{ws}/{path}"), format!("Depth: {depth}"));
+        as_(
+            token,
+            &["-X", "LOCK", "-H", &depth, "--data-binary", lock_body, &url],
+        )
+        .status
+    };
+    let put = |token: &str, path: &str| as_(token, &["-T", upload, &format!("{ws}/{path}")]);
+
+    assert_eq!(lock(&s.chem, "proj", "infinity"), 200, "alice locks proj");
+    // carol writes and locks in her own folder, beneath alice's lock.
+    let written = put(&s.carol, "proj/carol/notes.txt");
+    assert_eq!(written.status, 201, "{}", written.body);
+    assert_eq!(lock(&s.carol, "proj/carol/notes.txt", "0"), 200);
+    assert_eq!(
+        std::fs::read_to_string(s.workspace.join("proj/carol/notes.txt")).unwrap(),
+        "new"
+    );
+    // The rest of proj is alice's lock's.
+    assert_eq!(put(&s.carol, "proj/shared.txt").status, 423);
+    assert_eq!(lock(&s.carol, "proj/other.txt", "0"), 423);
+    assert!(!s.workspace.join("proj/shared.txt").exists());
+    // alice still may not write carol's folder.
+    let refused = put(&s.chem, "proj/carol/hers.txt");
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{stderr}");
 }

@@ -48,14 +48,14 @@ fn owners_are_clipped_at_a_character_boundary() {
 fn one_resource_takes_a_bounded_number_of_shared_locks() {
     let table = LockTable::default();
     for _ in 0..MAX_SHARED_LOCKS {
-        assert_eq!(status(table.grant(&lock("chem", "f", false))), 200);
+        assert_eq!(status(table.grant(&lock("chem", "f", false), &[])), 200);
     }
-    let (code, why) = table.grant(&lock("chem", "f", false)).unwrap_err();
+    let (code, why) = table.grant(&lock("chem", "f", false), &[]).unwrap_err();
     assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
     assert!(why.contains("16 shared locks"), "{why}");
-    assert_eq!(status(table.grant(&lock("chem", "f", true))), 423);
-    assert_eq!(status(table.grant(&lock("chem", "g", false))), 200);
-    assert_eq!(status(table.grant(&lock("bio", "f", false))), 200);
+    assert_eq!(status(table.grant(&lock("chem", "f", true), &[])), 423);
+    assert_eq!(status(table.grant(&lock("chem", "g", false), &[])), 200);
+    assert_eq!(status(table.grant(&lock("bio", "f", false), &[])), 200);
 }
 
 #[test]
@@ -63,12 +63,12 @@ fn one_tenant_cannot_fill_the_table_for_the_others() {
     let table = LockTable::default();
     for i in 0..MAX_TENANT_LOCKS {
         let new = lock_of(format!("p{}", i % 4), "bio", &i.to_string());
-        assert_eq!(status(table.grant(&new)), 200);
+        assert_eq!(status(table.grant(&new, &[])), 200);
     }
-    let (code, why) = table.grant(&lock("bio", "more", true)).unwrap_err();
+    let (code, why) = table.grant(&lock("bio", "more", true), &[]).unwrap_err();
     assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
     assert!(why.contains("tenant `bio` holds 1000 locks"), "{why}");
-    assert_eq!(status(table.grant(&lock("chem", "mine", true))), 200);
+    assert_eq!(status(table.grant(&lock("chem", "mine", true), &[])), 200);
 }
 
 #[test]
@@ -76,13 +76,13 @@ fn one_principal_cannot_fill_its_tenants_table() {
     let table = LockTable::default();
     for i in 0..MAX_PRINCIPAL_LOCKS {
         let new = lock_of("alice".to_owned(), "chem", &i.to_string());
-        assert_eq!(status(table.grant(&new)), 200);
+        assert_eq!(status(table.grant(&new, &[])), 200);
     }
-    let (code, why) = (table.grant(&lock_of("alice".to_owned(), "chem", "more"))).unwrap_err();
+    let (code, why) = (table.grant(&lock_of("alice".to_owned(), "chem", "more"), &[])).unwrap_err();
     assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
     assert!(why.contains("`alice` holds 250 locks"), "{why}");
     let carol = lock_of("carol".to_owned(), "chem", "mine");
-    assert_eq!(status(table.grant(&carol)), 200);
+    assert_eq!(status(table.grant(&carol, &[])), 200);
 }
 
 #[test]
@@ -91,8 +91,8 @@ fn tenants_together_cannot_fill_the_table_for_another() {
     for tenant in 0..12 {
         for i in 0..MAX_TENANT_LOCKS {
             let new = lock_of(format!("p{}", i % 4), &format!("t{tenant}"), &i.to_string());
-            assert_eq!(status(table.grant(&new)), 200);
+            assert_eq!(status(table.grant(&new, &[])), 200);
         }
     }
-    assert_eq!(status(table.grant(&lock("chem", "mine", true))), 200);
+    assert_eq!(status(table.grant(&lock("chem", "mine", true), &[])), 200);
 }
