@@ -147,13 +147,8 @@ pub(crate) fn delegated_parent() -> Option<&'static Path> {
 
 fn detect() -> Option<PathBuf> {
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mount = mountinfo.lines().find_map(|line| {
-        let (pre, post) = line.split_once(" - ")?;
-        (post.split_whitespace().next()? == "cgroup2").then(|| pre.split(' ').nth(4))?
-    })?;
     let own = fs::read_to_string("/proc/self/cgroup").ok()?;
-    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let dir = Path::new(mount).join(rel.trim_start_matches('/'));
+    let dir = v2_dir(&mountinfo, &own)?;
     let control = fs::read_to_string(dir.join("cgroup.subtree_control")).ok()?;
     let has = |c: &str| control.split_whitespace().any(|x| x == c);
     if !(has("cpu") && has("memory") && has("pids")) {
@@ -164,6 +159,21 @@ fn detect() -> Option<PathBuf> {
     let ok = probe.join("memory.max").exists() && probe.join("pids.max").exists();
     let _ = fs::remove_dir(&probe);
     ok.then_some(dir)
+}
+
+/// Our group in the cgroup v2 hierarchy, when it is mounted (and beneath the mount's root: a
+/// container may see only a subtree of the hierarchy, mounted as its own).
+pub(crate) fn v2_dir(mountinfo: &str, own: &str) -> Option<PathBuf> {
+    let (root, mount) = mountinfo.lines().find_map(|line| {
+        let (pre, post) = line.split_once(" - ")?;
+        if post.split_whitespace().next()? != "cgroup2" {
+            return None;
+        }
+        let mut pre = pre.split(' ');
+        Some((pre.nth(3)?, pre.next()?))
+    })?;
+    let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    cgroup_v1::through_mount(root, mount, path)
 }
 
 impl V2Group {
@@ -228,6 +238,10 @@ impl Joiner {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
+    use super::v2_dir;
+
     #[test]
     fn detection_does_not_panic_and_agrees_with_the_host() {
         // On a hybrid host (v1 controllers) this must be None; where v2 is delegated, Some.
@@ -235,6 +249,30 @@ mod tests {
         if let Some(dir) = found {
             assert!(dir.join("cgroup.subtree_control").exists());
         }
+    }
+
+    #[test]
+    fn the_v2_group_is_found_through_the_mounts_root() {
+        let mount = |root: &str| {
+            format!("31 23 0:28 {root} /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n")
+        };
+        let own = "0::/system.slice/slurmstepd.scope/job_7/step_batch\n";
+        let at = |p: &str| Some(PathBuf::from(p));
+        assert_eq!(
+            v2_dir(&mount("/"), own),
+            at("/sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/step_batch")
+        );
+        // A container's view: the hierarchy from slurmstepd.scope down, mounted as its own.
+        assert_eq!(
+            v2_dir(&mount("/system.slice/slurmstepd.scope"), own),
+            at("/sys/fs/cgroup/job_7/step_batch")
+        );
+        // A group outside the mount's root, or beside it with a longer name, is not there.
+        assert_eq!(v2_dir(&mount("/user.slice"), own), None);
+        assert_eq!(v2_dir(&mount("/system.slice/slurmstepd"), own), None);
+        // No v2 line in /proc/self/cgroup, or no cgroup2 mount.
+        assert_eq!(v2_dir(&mount("/"), "4:memory:/x\n"), None);
+        assert_eq!(v2_dir("", own), None);
     }
 }
 

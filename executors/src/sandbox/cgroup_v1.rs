@@ -185,6 +185,13 @@ pub(crate) fn own_dir(mountinfo: &str, own_cgroup: &str, c: Controller) -> Optio
         let (_, list, path) = (parts.next()?, parts.next()?, parts.next()?);
         names(list).then_some(path)
     })?;
+    through_mount(root, mount, path)
+}
+
+/// Where the group at `path` (as `/proc/self/cgroup` names it) is, through a cgroup file
+/// system mounted at `mount` whose root in its hierarchy is `root` (mountinfo's fields 4 and
+/// 5); `None` if the group is not beneath that root.
+pub(crate) fn through_mount(root: &str, mount: &str, path: &str) -> Option<PathBuf> {
     // mountinfo escapes spaces and the like as octal; a cgroup path with them is not ours.
     if mount.contains('\\') || root.contains('\\') {
         return None;

@@ -16,8 +16,9 @@
 //! pages once per process. Slurm's own accounting still ends a job over `--mem` where it polls.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use super::cgroup::v2_dir;
 use super::cgroup_v1::{Controller, own_dir};
 use super::limits::{EnforcedLimit, EnforcedLimits, LimitMechanism, LimitPlan, RlimitPlan};
 use super::spec::Limits;
@@ -85,16 +86,6 @@ fn held(dir: &Path, file: &str, at_most: u64) -> Option<EnforcedLimit> {
         mechanism: LimitMechanism::Scheduler,
         detail: format!("{file} {value} in {}", at.display()),
     })
-}
-
-/// Our group in the cgroup v2 hierarchy, when it is mounted.
-fn v2_dir(mountinfo: &str, own: &str) -> Option<PathBuf> {
-    let mount = mountinfo.lines().find_map(|line| {
-        let (pre, post) = line.split_once(" - ")?;
-        (post.split_whitespace().next()? == "cgroup2").then(|| pre.split(' ').nth(4))?
-    })?;
-    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-    Some(Path::new(mount).join(rel.trim_start_matches('/')))
 }
 
 /// The CPUs this process may use (its affinity mask, or its cgroup's CPU quota, whichever is
