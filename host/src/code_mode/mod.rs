@@ -13,13 +13,16 @@
 //! Lifetime: a door opens before its job starts and closes when the job reaches a final state
 //! (a watcher waits on the job's supervisor): the socket and its directory are removed, and a
 //! call still arriving on a kept connection is refused. A gateway that starts again re-opens
-//! the door of every running job whose directory is still there ([`CodeMode::reopen`]).
+//! the door of every running job whose directory is still there ([`CodeMode::reopen`]), with
+//! the job's `[code_mode]` counters started again.
 //!
-//! Several gateways may share one state directory, so a door has one owner: the gateway that
-//! serves it holds an exclusive `flock(2)` on `<state_dir>/run/owners/<job_id>` (out of every
-//! sandbox's reach) for as long as it does. A gateway that starts leaves the doors another
-//! live gateway holds alone, and takes each over when that gateway goes (its lock is
-//! released with its last descriptor, however it ends), within [`WATCH_STEP`].
+//! Several gateways on one host may share one state directory, so a door has one owner: the
+//! gateway that serves it holds an exclusive `flock(2)` on `<state_dir>/run/owners/<job_id>`
+//! (out of every sandbox's reach), taken before the door's directory is made and let go after
+//! it is removed. Every gateway sweeps the doors at start and every [`WATCH_STEP`]
+//! ([`CodeMode::sweep`]): it leaves those another live gateway holds alone, takes over those
+//! whose owner went (its lock is released with its last descriptor, however it ends), and
+//! removes those of jobs that have ended.
 //!
 //! Inside the sandbox: `HPCGATE_TOOLS` names the socket; `hpcgate_tools` (Python, standard
 //! library only) and `hpcgate-call` are written from this crate to `<state_dir>/run/support`
@@ -33,10 +36,11 @@
 //! the identity and limits are the same [`JobScope`].
 
 mod door;
+mod owners;
 pub mod remote;
 mod serve;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -48,10 +52,11 @@ use tokio::io::unix::AsyncFd;
 use tokio_util::sync::CancellationToken;
 
 pub use door::JobScope;
+use owners::Owner;
 pub use serve::DOOR_PATH;
 
 use crate::gateway::Gateway;
-use crate::state::{ExecutorHandle, InstanceId, JobId, JobMode, JobRecord, State, TenantName};
+use crate::state::{InstanceId, JobId, JobRecord, State, TenantName};
 
 /// Where a job's door directory appears in its sandbox.
 pub const SANDBOX_DIR: &str = "/run/hpcgate";
@@ -86,6 +91,8 @@ pub struct CodeMode {
     runtime: OnceLock<Result<tokio::runtime::Runtime, String>>,
     support: OnceLock<Result<PathBuf, String>>,
     doors: Arc<Mutex<HashMap<JobId, Door>>>,
+    /// The doors whose lock this gateway holds (or is taking): open, being made or swept.
+    held: Arc<Mutex<HashSet<JobId>>>,
     /// Uids a door serves (`SO_PEERCRED`): those the sandboxes run as, the gateway's own here.
     peers: Arc<[u32]>,
     /// `[code_mode] url`: where Slurm jobs with tools reach the gateway.
@@ -103,12 +110,6 @@ struct Door {
     owner: Owner,
 }
 
-/// This gateway's hold on a door: the lock file, locked, for as long as the door is open.
-struct Owner {
-    path: PathBuf,
-    _lock: std::fs::File,
-}
-
 impl CodeMode {
     /// No door is open and nothing is written until a job with tools starts; `url` is
     /// `[code_mode] url`, for Slurm jobs.
@@ -122,6 +123,7 @@ impl CodeMode {
             runtime: OnceLock::new(),
             support: OnceLock::new(),
             doors: Arc::new(Mutex::new(HashMap::new())),
+            held: Arc::new(Mutex::new(HashSet::new())),
             peers: Arc::from([rustix::process::geteuid().as_raw()]),
         }
     }
@@ -192,62 +194,27 @@ impl CodeMode {
         lock(&self.doors).contains_key(job_id)
     }
 
-    /// At start: re-opens the door of every running local job whose door directory is still
-    /// there (the sandbox keeps its bind of the directory; the socket is made again in it),
-    /// and removes the directories of jobs that are no longer running. A door another live
-    /// gateway serves is left to it, and taken over if that gateway goes ([`CodeMode::adopt`]).
+    /// At start: serves the running Slurm jobs' tokens again, then sweeps the doors
+    /// ([`CodeMode::sweep`]) now and every [`WATCH_STEP`] for as long as the gateway runs.
     pub fn reopen(&self, state: &State) {
         self.reopen_remote(state);
-        let Ok(entries) = std::fs::read_dir(&self.base) else {
+        self.sweep(state);
+        let (Ok(runtime), Some(gateway)) = (self.runtime(), self.gateway.get().cloned()) else {
             return;
         };
-        let mut running = HashMap::new();
-        // Jobs another thread or process is starting now (their doors are being made), or that
-        // ended since they were listed: their directories are left to whoever knows.
-        let mut starting = std::collections::HashSet::new();
-        for tenant in state.tenants().unwrap_or_default() {
-            for listed in state.running_jobs(&tenant, None).unwrap_or_default() {
-                let job_id = listed.job_id.clone();
-                match crate::jobs::unless_starting(state, listed) {
-                    None => {
-                        starting.insert(job_id);
-                    }
-                    Some(record)
-                        if record.mode == JobMode::Local
-                            && record.handle == Some(ExecutorHandle::Local) =>
-                    {
-                        running.insert(job_id, record);
-                    }
-                    Some(_) => {}
-                }
+        let state = state.clone();
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(WATCH_STEP).await;
+                let Some(gateway) = gateway.upgrade() else {
+                    return;
+                };
+                let state = state.clone();
+                // It reads the state directory: off the runtime's threads.
+                let swept = tokio::task::spawn_blocking(move || gateway.code_mode().sweep(&state));
+                let _ = swept.await;
             }
-        }
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(job_id) = name.to_str().and_then(|n| JobId::parse(n).ok()) else {
-                continue;
-            };
-            if self.has_token(&job_id) || starting.contains(&job_id) {
-                // A running Slurm job's token directory, or a door being made.
-                continue;
-            }
-            let reopened = match running.get(&job_id) {
-                None => false,
-                Some(record) => match self.own(&job_id) {
-                    Ok(Some(owner)) => self.reopen_door(state, record, owner),
-                    Ok(None) => {
-                        self.adopt(state, record);
-                        continue;
-                    }
-                    Err(_) => false,
-                },
-            };
-            if !reopened {
-                self.close(&job_id);
-                let _ = std::fs::remove_dir_all(entry.path());
-                let _ = std::fs::remove_file(self.base.join(OWNERS_DIR).join(&name));
-            }
-        }
+        });
     }
 
     /// Opens again the door of `record`'s running job, held by `owner`, and watches the job;
@@ -257,58 +224,14 @@ impl CodeMode {
             let _ = std::fs::remove_file(&owner.path);
             return false;
         }
-        let job_dir = state.job_dir_ambient(&record.tenant, &record.job_id);
-        let opened = self.open_door(&record.tenant, &record.job_id, &record.instance, owner);
-        match (opened, job_dir) {
-            (Ok(_), Ok(job_dir)) => {
-                self.watch(&record.job_id, job_dir);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Looks every [`WATCH_STEP`] whether the gateway serving `record`'s door has gone (its
-    /// lock is free), and then serves the door itself, until the job ends or this gateway
-    /// stops. Its calls meanwhile wait for a listener, as they do across a restart.
-    fn adopt(&self, state: &State, record: &JobRecord) {
-        let (Ok(runtime), Some(gateway)) = (self.runtime(), self.gateway.get().cloned()) else {
-            return;
+        let Ok(job_dir) = state.job_dir_ambient(&record.tenant, &record.job_id) else {
+            return false;
         };
-        let (state, record) = (state.clone(), record.clone());
-        runtime.spawn(async move {
-            loop {
-                tokio::time::sleep(WATCH_STEP).await;
-                let Some(gateway) = gateway.upgrade() else {
-                    return;
-                };
-                let (state, record) = (state.clone(), record.clone());
-                let taken = tokio::task::spawn_blocking(move || {
-                    let code_mode = gateway.code_mode();
-                    let ended = state
-                        .job_dir_ambient(&record.tenant, &record.job_id)
-                        .map_or(true, |dir: PathBuf| match sandbox::job_status(&dir) {
-                            Ok(status) => status.phase == sandbox::JobPhase::Finished,
-                            Err(sandbox::SandboxError::NotAJob { .. }) => true,
-                            Err(_) => false,
-                        });
-                    if ended {
-                        return true;
-                    }
-                    match code_mode.own(&record.job_id) {
-                        Ok(Some(owner)) => {
-                            code_mode.reopen_door(&state, &record, owner);
-                            true
-                        }
-                        Ok(None) | Err(_) => false,
-                    }
-                })
-                .await;
-                if taken.unwrap_or(true) {
-                    return;
-                }
-            }
-        });
+        let opened = self.open_door(&record.tenant, &record.job_id, &record.instance, owner);
+        if opened.is_ok() {
+            self.watch(&record.job_id, job_dir);
+        }
+        opened.is_ok()
     }
 
     /// Makes the door directory and socket and starts serving them; returns the directory.
@@ -369,31 +292,6 @@ impl CodeMode {
             old.stop.cancel();
         }
         Ok(dir)
-    }
-
-    /// A hold on `job_id`'s door, or `None` if another gateway (a process with the lock file
-    /// open) holds it now, or let it go and removed its file meanwhile (closing the door).
-    fn own(&self, job_id: &JobId) -> io::Result<Option<Owner>> {
-        use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
-        let owners = self.base.join(OWNERS_DIR);
-        create_private_dir(&self.base).and_then(|()| create_private_dir(&owners))?;
-        let path = owners.join(job_id.as_str());
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)?;
-        match file.try_lock() {
-            Ok(()) => {
-                let (held, named) = (file.metadata()?, std::fs::metadata(&path));
-                let same = named.is_ok_and(|n| (n.dev(), n.ino()) == (held.dev(), held.ino()));
-                Ok(same.then_some(Owner { path, _lock: file }))
-            }
-            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-            Err(std::fs::TryLockError::Error(e)) => Err(e),
-        }
     }
 
     fn runtime(&self) -> Result<&tokio::runtime::Runtime, String> {
