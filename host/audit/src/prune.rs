@@ -87,6 +87,21 @@ pub fn prune(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
             ),
         });
     }
+    // A prune cut short left an anchor of records older than its `before`; one that hides
+    // records this prune would keep was not a prune's, and recording it would hide the cut.
+    if unrecorded
+        && let Some(anchor) = read_anchor(dir)?
+        && anchor.prev_ts >= before
+    {
+        return Err(AuditError::Unreadable {
+            path: dir.join(ANCHOR_FILE),
+            at: format!("first_segment {}", anchor.first_segment),
+            problem: format!(
+                "the log was cut up to a record of {}, which is not older than {before}: no prune left that anchor unrecorded, so the log's start was removed by hand; keep the log as evidence and restore the segments from a backup",
+                anchor.prev_ts
+            ),
+        });
+    }
     // No compression under way: it would bring back a compressed copy of a removed segment.
     let compressing = super::compress::lock(dir, true)?.expect("a waiting lock is taken");
     let lock_path = dir.join(LOCK_FILE);

@@ -340,3 +340,52 @@ fn prune_refuses_a_log_that_does_not_verify() {
     );
     assert!(segment_path(dir.path(), 1).exists());
 }
+
+/// A prune that keeps only an empty segment (a rotation made it, and no record came since) goes
+/// on from its anchor: its `audit.pruned` record follows the last record removed, and the log
+/// verifies. The writer used to look for the chain's head in the kept segments only, found
+/// none, and began the chain again at seq 1, which verify refused from then on (and prune with
+/// it).
+#[test]
+fn a_prune_that_keeps_only_an_empty_segment_goes_on_from_its_anchor() {
+    let dir = tempfile::tempdir().unwrap();
+    let made = fixture(dir.path());
+    let newest = segment::list(dir.path()).unwrap().last().unwrap().number;
+    std::fs::File::create(segment_path(dir.path(), newest + 1)).unwrap();
+    assert!(verify(dir.path(), None).unwrap().intact);
+
+    let after_all: Timestamp = "2026-11-20T13:00:00Z".parse().unwrap();
+    assert!(made.last_ts < after_all);
+    let report = prune(dir.path(), after_all).unwrap();
+    assert_eq!(report.removed_records, 3000, "{report:?}");
+    let anchor = report.anchor.unwrap();
+    assert_eq!(anchor.next_seq, 3001);
+    let verified = verify(dir.path(), None).unwrap();
+    assert!(verified.intact, "{verified:?}");
+    let kept = all(dir.path(), Filter::default());
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0].seq, 3001);
+    assert_eq!(kept[0].prev, anchor.prev);
+    assert_eq!(kept[0].entry.event, Event::AuditPruned);
+}
+
+/// An anchor that hides records newer than a prune's `before` was written by hand, not left by
+/// a prune cut short: the prune refuses to record it, and verify still reports it. The prune
+/// used to record any unrecorded anchor, after which verify passed, checkpoints included.
+#[test]
+fn a_prune_refuses_to_record_an_anchor_that_hides_what_it_would_keep() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    let fourth: SegmentIndex =
+        serde_json::from_slice(&std::fs::read(dir.path().join("audit-000004.idx")).unwrap())
+            .unwrap();
+    let by_hand = super::prune::prune_locked(dir.path(), end()).unwrap();
+    assert!(by_hand.removed_segments > 3, "{by_hand:?}");
+    let error = prune(dir.path(), fourth.first_ts).unwrap_err();
+    assert!(error.to_string().contains("removed by hand"), "{error}");
+    let broken = verify(dir.path(), None).unwrap().first_broken.unwrap();
+    assert!(
+        matches!(broken.problem, Problem::UnrecordedAnchor { .. }),
+        "{broken:?}"
+    );
+}

@@ -402,6 +402,30 @@ fn head_of(last: Option<Record>) -> (Receipt, Option<Timestamp>) {
     }
 }
 
+/// The chain's head at the end of `closed` (the segments before the live one, oldest first):
+/// their last record, or where a prune left the chain when none of them holds one (they were
+/// all pruned but an empty one, made by a rotation), or the genesis. Segments older than the
+/// prune's anchor, left by a prune cut short, are not the chain's.
+fn head_before(dir: &Path, closed: &[Segment]) -> Result<(Receipt, Option<Timestamp>), AuditError> {
+    let anchor = super::prune::read_anchor(dir)?;
+    let first = anchor.as_ref().map_or(0, |a| a.first_segment);
+    for older in closed.iter().rev().take_while(|s| s.number >= first) {
+        if let Some(last) = last_of(older)? {
+            return Ok(head_of(Some(last)));
+        }
+    }
+    Ok(match anchor {
+        Some(anchor) => (
+            Receipt {
+                seq: anchor.next_seq.saturating_sub(1),
+                hash: anchor.prev,
+            },
+            Some(anchor.prev_ts),
+        ),
+        None => head_of(None),
+    })
+}
+
 /// The last record of a closed segment, which must not end in a torn line.
 fn last_of(closed: &Segment) -> Result<Option<Record>, AuditError> {
     if closed.compressed {
@@ -446,11 +470,7 @@ fn locate(dir: &Path, opening: bool) -> Result<(Position, Option<Map<String, Val
             path: dir.to_owned(),
             source: arc(source),
         })?;
-        let last = match segments.last() {
-            Some(closed) => last_of(closed)?,
-            None => None,
-        };
-        let (head, head_ts) = head_of(last);
+        let (head, head_ts) = head_before(dir, &segments)?;
         return Ok((
             Position {
                 end: end_of(&segment, &file)?,
@@ -477,14 +497,10 @@ fn locate(dir: &Path, opening: bool) -> Result<(Position, Option<Map<String, Val
         .ok()
         .flatten()
         .filter(|_| tail.complete_len > 0);
-    let mut last = tail.last;
-    for older in segments.iter().rev().skip(1) {
-        if last.is_some() {
-            break;
-        }
-        last = last_of(older)?;
-    }
-    let (head, head_ts) = head_of(last);
+    let (head, head_ts) = match tail.last {
+        Some(last) => head_of(Some(last)),
+        None => head_before(dir, &segments[..segments.len() - 1])?,
+    };
     Ok((
         Position {
             end: end_of(&newest, &file)?,
