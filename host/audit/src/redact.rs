@@ -112,7 +112,8 @@ impl RedactionRules {
     }
 
     /// Redacts every argument object in the entry: the call's, the final decision's and each
-    /// rewriting policy's.
+    /// rewriting policy's; and in an event of a call, the detail values named as the tool's
+    /// arguments are (`job.submitted` holds `submit_job`'s `command`).
     pub fn apply(&self, entry: &mut Entry) {
         let tool = entry.tool.clone().unwrap_or_default();
         if let Some(call) = &mut entry.call {
@@ -124,6 +125,15 @@ impl RedactionRules {
         for policy in &mut entry.policies {
             if let Some(arguments) = &mut policy.arguments {
                 self.redact_arguments(&tool, arguments);
+            }
+        }
+        if entry.call.is_none()
+            && let Some(detail) = &mut entry.detail
+        {
+            for rule in self.arguments.iter().filter(|r| r.tool.matches(&tool)) {
+                if let Some(value) = detail.get_mut(&rule.argument) {
+                    redact(value);
+                }
             }
         }
     }
@@ -281,6 +291,36 @@ mod tests {
             serde_json::from_value::<RedactionRules>(json!({"argumnts": []})).is_err(),
             "unknown keys are errors"
         );
+    }
+
+    /// A job's command, when `submit_job`'s `command` is redacted, is redacted in the
+    /// `job.submitted` event too, which repeated it in plain text; another tool's event and
+    /// another detail are kept.
+    #[test]
+    fn a_calls_events_redact_the_details_that_are_its_arguments() {
+        let rules: RedactionRules = serde_json::from_value(
+            json!({"arguments": [{"tool": "submit_job", "argument": "command"}]}),
+        )
+        .unwrap();
+        let secret = "HF_TOKEN=hf_secret python train.py";
+        let event = || {
+            Entry::new(crate::Event::JobSubmitted)
+                .detail("command", secret)
+                .detail("mode", "local")
+        };
+        let mut submitted = event().tool("submit_job");
+        rules.apply(&mut submitted);
+        let detail = submitted.detail.as_ref().unwrap();
+        assert_eq!(detail["command"]["bytes"], secret.len());
+        assert_eq!(detail["mode"], "local");
+        assert!(
+            !serde_json::to_string(&submitted)
+                .unwrap()
+                .contains("hf_secret")
+        );
+        let mut other = event().tool("run_python");
+        rules.apply(&mut other);
+        assert_eq!(other.detail.unwrap()["command"], secret);
     }
 
     #[test]
