@@ -50,13 +50,21 @@ pub(crate) fn read_anchor(dir: &Path) -> Result<Option<Anchor>, AuditError> {
             });
         }
     };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| AuditError::Unreadable {
-            path,
-            at: "the anchor".to_owned(),
-            problem: e.to_string(),
-        })
+    let unreadable = |problem: String| AuditError::Unreadable {
+        path: path.clone(),
+        at: "the anchor".to_owned(),
+        problem,
+    };
+    let anchor: Anchor = serde_json::from_slice(&bytes).map_err(|e| unreadable(e.to_string()))?;
+    // No prune writes these (the chain starts at seq 1 in segment 1); verify counts back from
+    // `next_seq`.
+    if anchor.next_seq == 0 || anchor.first_segment == 0 {
+        return Err(unreadable(
+            "`next_seq` and `first_segment` start at 1; the anchor was not written by a prune"
+                .to_owned(),
+        ));
+    }
+    Ok(Some(anchor))
 }
 
 /// What [`prune`] did.

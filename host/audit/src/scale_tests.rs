@@ -389,3 +389,19 @@ fn a_prune_refuses_to_record_an_anchor_that_hides_what_it_would_keep() {
         "{broken:?}"
     );
 }
+
+/// An anchor naming seq 0 (no prune writes one) is refused by verify with what is wrong,
+/// instead of counting back from it (a panic in a debug build, a wrap in a release one).
+#[test]
+fn an_anchor_of_seq_0_is_refused_by_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    super::prune::prune_locked(dir.path(), end()).unwrap();
+    let path = dir.path().join(super::prune::ANCHOR_FILE);
+    let mut anchor: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    anchor["next_seq"] = 0.into();
+    std::fs::write(&path, anchor.to_string()).unwrap();
+    let error = verify(dir.path(), None).unwrap_err();
+    assert!(error.to_string().contains("start at 1"), "{error}");
+}
