@@ -108,11 +108,20 @@ pub(crate) fn list(dir: &Path) -> Result<Vec<Segment>, AuditError> {
             found.insert(number, only_compressed);
         }
     }
-    let (Some(&first), Some(&last)) = (found.keys().next(), found.keys().next_back()) else {
-        return Ok(Vec::new());
-    };
+    // A number between two listed ones is looked for too: a segment being compressed (or read
+    // back) may have been renamed while the directory was read. Only across a short gap: a
+    // stray file numbered in the billions must not make every open count up to it.
+    const MAX_LOOKED_GAP: u64 = 64;
+    let listed: Vec<u64> = found.keys().copied().collect();
+    let numbers = listed.iter().enumerate().flat_map(|(i, &number)| {
+        let between = match listed.get(i + 1) {
+            Some(&next) if next - number <= MAX_LOOKED_GAP => number + 1..next,
+            _ => 0..0,
+        };
+        std::iter::once(number).chain(between)
+    });
     let mut segments = Vec::with_capacity(found.len());
-    for number in first..=last {
+    for number in numbers {
         let segment = match found.get(&number) {
             Some(false) => Segment::new(dir, number),
             Some(true) => Segment::compressed(dir, number),
@@ -317,5 +326,19 @@ mod tests {
         assert_eq!(parse_file_name("audit-7.jsonl"), None);
         assert_eq!(parse_file_name("audit-000007.jsonl.bak"), None);
         assert_eq!(parse_file_name("audit-000007.jsonl.zst.tmp"), None);
+    }
+
+    /// Every listed segment is found, and a short gap is looked into, but a stray file numbered
+    /// in the billions does not make the list count up to it (it took hours).
+    #[test]
+    fn a_far_numbered_file_is_listed_without_counting_up_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for number in [1, 2, 4, 999_999_999_999] {
+            std::fs::write(dir.path().join(file_name(number)), "").unwrap();
+        }
+        let started = std::time::Instant::now();
+        let numbers: Vec<u64> = list(dir.path()).unwrap().iter().map(|s| s.number).collect();
+        assert_eq!(numbers, [1, 2, 4, 999_999_999_999]);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
 }
