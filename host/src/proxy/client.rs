@@ -4,6 +4,8 @@
 //! rmcp service over the sandbox's stdin and stdout. Its stderr is drained (only the last few
 //! KiB are kept, for the log). A closed transport means the server is gone: the call in
 //! flight gets [`ProxyError::Crashed`], and the manager starts a new server on the next call.
+//! So does a server that stopped reading its stdin ([`StallGuard`]). Nothing a server does
+//! can hold up its stop: the sandbox is killed before the client is closed.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,6 +28,7 @@ use super::error::ProxyError;
 use super::lifecycle::{Lifecycle, Stop};
 use super::overlay::Announcer;
 use super::spawner::Spawner;
+use super::stall::StallGuard;
 use crate::state::InstanceLease;
 
 /// Bytes of a server's stderr kept for the log.
@@ -38,6 +41,10 @@ const MAX_LISTED_TOOLS: usize = 2048;
 
 /// How long a listing after `list_changed` may take.
 const RELIST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long closing a stopped server's client may take. Its sandbox is killed first, so a
+/// write the server never read fails and the close is quick; this bounds it all the same.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The rmcp client side: identifies hpcgate and, on `list_changed`, records the server's new
 /// list for its own (tenant, instance).
@@ -169,6 +176,9 @@ pub struct Client {
     max_result_bytes: u64,
     /// Set once the server sent a message over the cap (see [`CappedLines`]).
     overflowed: Arc<AtomicBool>,
+    /// Set once a write to the server waited `stall` for it to read (see [`StallGuard`]).
+    stalled: Arc<AtomicBool>,
+    stall: Duration,
     service: Mutex<Service>,
     running: tokio::sync::Mutex<Option<RunningService<RoleClient, Handler>>>,
     peer: Peer<RoleClient>,
@@ -182,14 +192,15 @@ pub struct Client {
 impl Client {
     /// Starts `argv` in a sandbox built from `spec` and completes the MCP handshake within
     /// `timeout`. No message the server sends may be longer than `max_result_bytes` plus
-    /// [`MESSAGE_MARGIN`].
+    /// [`MESSAGE_MARGIN`]; a server that leaves a write to it waiting for `stall` counts as
+    /// dead.
     pub async fn start(
         spawner: &Spawner,
         spec: SandboxSpec,
         argv: Vec<String>,
         label: String,
         handler: Handler,
-        (timeout, max_result_bytes): (Duration, u64),
+        (timeout, max_result_bytes, stall): (Duration, u64, Duration),
     ) -> Result<Client, ProxyError> {
         let proxy = handler.proxy.clone();
         let announcer = handler.announcer.clone();
@@ -218,6 +229,8 @@ impl Client {
         tokio::spawn(drain(stderr, tail.clone()));
         let stdout = CappedLines::new(stdout, max_result_bytes.saturating_add(MESSAGE_MARGIN));
         let overflowed = stdout.tripped();
+        let stdin = StallGuard::new(stdin, stall);
+        let stalled = stdin.stalled();
         // The cap is ours (`CappedLines` stops the stream); rmcp's own line limit would
         // instead drop an over-long line and leave the call waiting for its timeout.
         let transport = AsyncRwTransport::<RoleClient, _, _>::new(stdout, stdin)
@@ -245,6 +258,8 @@ impl Client {
             lifecycle,
             max_result_bytes,
             overflowed,
+            stalled,
+            stall,
             peer: running.peer().clone(),
             running: tokio::sync::Mutex::new(Some(running)),
             service: Mutex::new(service),
@@ -309,6 +324,12 @@ impl Client {
             Ok(Err(e)) => {
                 let how = if self.is_alive() {
                     format!("the connection failed: {e}")
+                } else if self.stalled.load(Ordering::SeqCst) {
+                    self.end(Stop::Crashed, Some(exposed)).await;
+                    format!(
+                        "it did not read its stdin for {}s",
+                        self.stall.as_secs_f64()
+                    )
                 } else {
                     self.settle().await;
                     let exit = self.end(Stop::Crashed, Some(exposed)).await;
@@ -336,9 +357,9 @@ impl Client {
         }
     }
 
-    /// False once the server exited or its stdio closed.
+    /// False once the server exited, its stdio closed or it stopped reading its stdin.
     pub fn is_alive(&self) -> bool {
-        if self.peer.is_transport_closed() {
+        if self.peer.is_transport_closed() || self.stalled.load(Ordering::SeqCst) {
             return false;
         }
         let mut service = self.service.lock().unwrap_or_else(|e| e.into_inner());
@@ -389,20 +410,31 @@ impl Client {
 
     async fn end(&self, why: Stop, tool: Option<&str>) -> Option<ExitInfo> {
         let was_alive = self.is_alive();
-        if let Some(running) = self.running.lock().await.take() {
-            let _ = running.cancel().await;
-        }
-        if let Some(a) = &self.announcer {
-            a.overlays.forget(&a.key, a.server);
-        }
+        // The sandbox first: rmcp's `cancel` waits for its service loop, whose end waits for
+        // the writer of the server's stdin, which a write the server never reads holds for
+        // ever. Killed, the server's pipes close and that write fails.
         let exit = self
             .service
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .kill();
+        if let Some(running) = self.running.lock().await.take() {
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, running.cancel()).await;
+            if self.stalled.load(Ordering::SeqCst) {
+                super::log(&format!(
+                    "proxied server `{}` did not read its stdin for {}s; stopped it",
+                    self.proxy,
+                    self.stall.as_secs_f64()
+                ));
+            }
+        }
+        if let Some(a) = &self.announcer {
+            a.overlays.forget(&a.key, a.server);
+        }
         self.lease.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(lifecycle) = &self.lifecycle {
-            lifecycle.ended(why, was_alive, tool, exit);
+            let stalled = self.stalled.load(Ordering::SeqCst).then_some(self.stall);
+            lifecycle.ended(why, was_alive, tool, exit, stalled);
         }
         exit
     }

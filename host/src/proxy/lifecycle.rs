@@ -80,8 +80,16 @@ impl Lifecycle {
     }
 
     /// Records how the server ended: `proxy.crashed` if it was already gone (or `why` says it
-    /// crashed), else `proxy.stopped` with the reason. Only the first end counts.
-    pub fn ended(&self, why: Stop, was_alive: bool, tool: Option<&str>, exit: Option<ExitInfo>) {
+    /// crashed), else `proxy.stopped` with the reason. `stalled`: it was taken for dead as it
+    /// left a write to it waiting that long. Only the first end counts.
+    pub fn ended(
+        &self,
+        why: Stop,
+        was_alive: bool,
+        tool: Option<&str>,
+        exit: Option<ExitInfo>,
+        stalled: Option<std::time::Duration>,
+    ) {
         if self.ended.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -104,9 +112,16 @@ impl Lifecycle {
                 entry = entry.detail("signal", signal);
             }
             let during = tool.map_or("while idle".to_owned(), |t| format!("during `{t}`"));
+            let error = match stalled {
+                Some(after) => format!(
+                    "the server did not read its stdin for {}s {during}",
+                    after.as_secs_f64()
+                ),
+                None => format!("the server stopped on its own {during}"),
+            };
             entry = entry.outcome(Outcome {
                 exit_code,
-                error: Some(format!("the server stopped on its own {during}")),
+                error: Some(error),
                 ..Outcome::default()
             });
         }

@@ -14,7 +14,8 @@
 //!   the sandbox's limits, environment = `[sandbox] env_allow` + the proxy's `env`, the
 //!   proxy's network and binds). Concurrent first calls start one server (each key has a slot
 //!   whose async lock is held while starting). A server idle for `idle_timeout` is stopped; a
-//!   crashed one fails the call in flight and is replaced on the next call. A tenant runs at
+//!   crashed one (or one that left a write to its stdin unread for `call_timeout`) fails the
+//!   call in flight and is replaced on the next call. A tenant runs at
 //!   most [`MAX_TENANT_SERVERS`] at once ([`running`]): the next start stops its least recently used idle
 //!   one, or is refused while all of them are busy.
 //!
@@ -36,6 +37,7 @@ mod run;
 mod running;
 mod schema;
 mod spawner;
+mod stall;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -430,7 +432,11 @@ impl Inner {
             settings.argv.clone(),
             format!("hpcgate-proxy-{}-{n}", std::process::id()),
             handler,
-            (settings.start_timeout, settings.max_result_bytes),
+            (
+                settings.start_timeout,
+                settings.max_result_bytes,
+                settings.call_timeout,
+            ),
         )
         .await
         .map(Arc::new);
@@ -528,7 +534,11 @@ async fn discover_tools(
         settings.argv.clone(),
         format!("hpcgate-proxy-discover-{}-{n}", std::process::id()),
         handler,
-        (settings.start_timeout, settings.max_result_bytes),
+        (
+            settings.start_timeout,
+            settings.max_result_bytes,
+            settings.call_timeout,
+        ),
     )
     .await;
     let listed = match &started {

@@ -1,13 +1,15 @@
 //! The lifecycle of proxied MCP servers through the gateway's dispatch function, in process,
 //! with the real `mcp-test-server` inside real bwrap sandboxes: a call timeout that cancels the
 //! remote request, a crash and the restart, idle shutdown, single-flight start, a server per
-//! tenant and instance (stopped by archiving), and a bounded number of servers per tenant.
+//! tenant and instance (stopped by archiving), a bounded number of servers per tenant, and
+//! servers that stop reading their stdin stopped all the same.
 
 use crate::support::proxy as support;
 
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 
+use hpcgate::gateway::Gateway;
 use serde_json::{Value, json};
 use support::{args, caller, create, discovered, err, gateway, ok, test_proxy};
 
@@ -221,4 +223,122 @@ fn a_tenant_runs_a_bounded_number_of_servers() {
         }
     });
     ok(whoami("chem", 0));
+}
+
+/// How long one step of a test below may take, on a slow, loaded machine.
+const STEP: Duration = Duration::from_secs(60);
+
+/// Runs `work` on a thread of its own, which names each step it is done with; each of
+/// `steps` must come within [`STEP`]. A stop that hangs would hang the test (and the
+/// gateway's drop) for ever: it is left behind on that thread, and the test fails.
+fn in_steps(steps: &[&str], work: impl FnOnce(mpsc::Sender<&'static str>) + Send + 'static) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || work(tx));
+    for step in steps {
+        match rx.recv_timeout(STEP) {
+            Ok(done) => assert_eq!(done, *step),
+            Err(e) => panic!("not done within {STEP:?}: {step} ({e})"),
+        }
+    }
+}
+
+/// Has `tool` flood the gateway with pings, answer `ms` later (the replies fill the pipe to the
+/// server meanwhile), and never read its stdin again.
+fn ping_flood(gw: &Gateway, tool: &str, instance: &str, ms: u64) {
+    let flooding = ok(gw.call(
+        &caller("chem"),
+        tool,
+        args(json!({"instance_id": instance, "count": 5000, "ms": ms})),
+    ));
+    assert_eq!(flooding.text, "flooding");
+}
+
+fn running_none(gw: &Gateway) {
+    while gw.proxies().running() > 0 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every record of a call server's end (`proxy.stopped`, `proxy.crashed`), in log order.
+fn ends(dir: &std::path::Path) -> Vec<Value> {
+    let log = std::fs::read_to_string(dir.join("state/audit/audit-000001.jsonl")).unwrap();
+    (log.lines())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["event"] == "proxy.stopped" || r["event"] == "proxy.crashed")
+        .collect()
+}
+
+/// A server that floods the gateway with requests and never reads its stdin again (the
+/// replies fill the pipe to it, so a write to it never ends) is still stopped when idle, by
+/// archiving its instance and by the gateway's stop, each as usual.
+#[test]
+fn a_server_that_stops_reading_its_stdin_is_stopped_all_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = test_proxy("t", "idle_timeout = 0.2") + &test_proxy("u", "");
+    let gw = gateway(dir.path(), &config);
+    discovered(&gw);
+    create(&gw, "chem", "run1");
+    create(&gw, "chem", "run2");
+    let steps = ["stopped when idle", "archived", "gateway stopped"];
+    in_steps(&steps, move |done| {
+        ping_flood(&gw, "t__ping_flood", "run1", 1000);
+        running_none(&gw);
+        done.send("stopped when idle").unwrap();
+        ping_flood(&gw, "u__ping_flood", "run1", 1000);
+        ok(gw.call(
+            &caller("chem"),
+            "archive_instance",
+            args(json!({"instance_id": "run1"})),
+        ));
+        done.send("archived").unwrap();
+        ping_flood(&gw, "u__ping_flood", "run2", 1000);
+        gw.stopped("test").unwrap();
+        drop(gw);
+        done.send("gateway stopped").unwrap();
+    });
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let ends: Vec<_> = (ends(dir.path()).iter())
+        .map(|r| {
+            [
+                &r["event"],
+                &r["detail"]["proxy"],
+                &r["instance"],
+                &r["detail"]["reason"],
+            ]
+            .map(text)
+        })
+        .collect();
+    let s = |e: &str, p: &str, i: &str, r: &str| [e, p, i, r].map(str::to_owned);
+    assert_eq!(
+        ends,
+        [
+            s("proxy.stopped", "t", "run1", "idle"),
+            s("proxy.stopped", "u", "run1", "archive"),
+            s("proxy.stopped", "u", "run2", "shutdown"),
+        ]
+    );
+}
+
+/// A server that leaves a write to it unread for its `call_timeout` counts as dead, so a flood
+/// of its requests cannot grow the gateway's memory for longer: it is stopped (audited as a
+/// crash, saying why), and the next call starts a fresh one.
+#[test]
+fn a_server_that_reads_nothing_for_a_call_timeout_counts_as_dead() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path(), &test_proxy("t", "call_timeout = 3"));
+    discovered(&gw);
+    create(&gw, "chem", "run1");
+    in_steps(&["stopped", "restarted"], move |done| {
+        ping_flood(&gw, "t__ping_flood", "run1", 0);
+        running_none(&gw);
+        done.send("stopped").unwrap();
+        nonce(&gw, "chem", "run1");
+        assert_eq!(gw.proxies().starts(), 2);
+        done.send("restarted").unwrap();
+    });
+    let ends = ends(dir.path());
+    assert_eq!(ends.len(), 1, "{ends:#?}");
+    assert_eq!(ends[0]["event"], "proxy.crashed");
+    let error = ends[0]["outcome"]["error"].as_str().unwrap();
+    assert_eq!(error, "the server did not read its stdin for 3s while idle");
 }

@@ -15,6 +15,7 @@
 //! | `own_instance_id` | a schema with its own `instance_id` property |
 //! | `enable_extra` | adds tool `extra` and sends `notifications/tools/list_changed` |
 //! | `list_storm` | sends `count` `list_changed` notifications, and from then on every `tools/list` page names a next one: a storm of listings, each without end |
+//! | `ping_flood` | sends `count` `ping` requests, waits `ms` milliseconds (for the gateway's replies to fill the pipe to its stdin), answers, and never reads its stdin again (its only thread blocks): a hung or hostile server |
 //! | `crash` | exits the process with code 3 in the middle of the call |
 //! | `read_text` | reads a file (paths as the sandbox sees them): mounts and path rules |
 //! | `whoami` | this process's nonce, cancelled-request and `tools/list` counts, `TEST_MARK`, its whole environment (names and values) and the request as received (`_meta` included): isolation, and that no credential reaches a server |
@@ -89,6 +90,9 @@ fn tools(extra: bool) -> Vec<Tool> {
                "inputSchema": {"type": "object", "properties": {}}}),
         json!({"name": "list_storm", "description": "Send `count` list_changed; list without end from then on.",
                "inputSchema": {"type": "object", "properties": {"count": {"type": "integer", "minimum": 0}}, "required": ["count"]}}),
+        json!({"name": "ping_flood", "description": "Send `count` pings, wait `ms` milliseconds, answer, and never read stdin again.",
+               "inputSchema": {"type": "object", "properties": {"count": {"type": "integer", "minimum": 0}, "ms": {"type": "integer", "minimum": 0}},
+                               "required": ["count", "ms"]}}),
         json!({"name": "crash", "description": "Exit the process (code 3).",
                "inputSchema": {"type": "object", "properties": {}}}),
         json!({"name": "read_text", "description": "Read a text file (sandbox paths).",
@@ -235,6 +239,11 @@ impl ServerHandler for TestServer {
                 }
                 text("storm sent")
             }
+            "ping_flood" => {
+                let (count, ms) = (int(&args, "count")?.max(0), int(&args, "ms")?.max(0));
+                let e = ping_flood(&context.id, count as u64, Duration::from_millis(ms as u64));
+                Err(McpError::internal_error(e.to_string(), None))
+            }
             "crash" => std::process::exit(3),
             "read_text" => {
                 let path = args.get("path").and_then(Value::as_str).unwrap_or("");
@@ -292,6 +301,37 @@ fn flood(id: &rmcp::model::RequestId, bytes: u64) -> std::io::Result<()> {
     }
     out.write_all(b"\"}]}}\n")?;
     out.flush()
+}
+
+/// Sends `count` `ping` requests, gives the gateway `wait` to answer them, answers request `id`
+/// itself, and blocks the server's only thread for good, so it never reads its stdin again: the
+/// replies to the pings fill the pipe, and a write of the gateway's to the server waits with
+/// it. Returns only if a write fails.
+fn ping_flood(id: &rmcp::model::RequestId, count: u64, wait: Duration) -> std::io::Error {
+    use std::io::Write;
+    let written = (|| {
+        let id = serde_json::to_string(id).map_err(std::io::Error::other)?;
+        let mut out = std::io::stdout().lock();
+        for n in 0..count {
+            writeln!(
+                out,
+                r#"{{"jsonrpc":"2.0","id":"flood-{n}","method":"ping"}}"#
+            )?;
+        }
+        out.flush()?;
+        std::thread::sleep(wait);
+        writeln!(
+            out,
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"flooding"}}]}}}}"#
+        )?;
+        out.flush()
+    })();
+    match written {
+        Err(e) => e,
+        Ok(()) => loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        },
+    }
 }
 
 /// The names of this process's environment variables, sorted.
