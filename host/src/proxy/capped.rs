@@ -4,9 +4,10 @@
 //! of the line being read and fails the read once it passes the limit
 //! (`proxied_mcps.<name>.max_result_bytes` plus [`MESSAGE_MARGIN`] for the JSON-RPC envelope),
 //! so a hostile or broken server that sends gigabytes costs the gateway at most the limit in
-//! memory. A failed read ends the client's transport: the call in flight fails, the client
-//! sees [`CappedLines::tripped`] to say why, and the server is stopped (the next call starts a
-//! fresh one). The exact cap on the result itself is still checked once it is parsed.
+//! memory (a listing of tools, which spans pages, is capped as a whole at the limit by
+//! `client::list_tools`). A failed read ends the client's transport: the call in flight fails,
+//! the client sees [`CappedLines::tripped`] to say why, and the server is stopped (the next
+//! call starts a fresh one). The exact cap on the result itself is still checked once it is parsed.
 
 use std::io;
 use std::pin::Pin;

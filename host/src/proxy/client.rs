@@ -39,6 +39,17 @@ const STDERR_TAIL: usize = 4096;
 const MAX_LIST_PAGES: usize = 64;
 const MAX_LISTED_TOOLS: usize = 2048;
 
+/// Bytes one listing may take in all, the tools counted as JSON: what one message of the
+/// server's may hold, the proxy's `max_result_bytes` plus [`MESSAGE_MARGIN`] ([`CappedLines`]),
+/// so every listing of one page is taken as before. A listing is up to [`MAX_LIST_PAGES`]
+/// messages, though, and it is kept (in the overlay or the catalogue) as long as the server
+/// runs: without this bound a hostile server would have the gateway hold 64 times the limit,
+/// per server, after every `list_changed`. So a listing holds at most this plus the page being
+/// read; one over it fails as a whole, like one with too many tools.
+fn max_list_bytes(max_result_bytes: u64) -> u64 {
+    max_result_bytes.saturating_add(MESSAGE_MARGIN)
+}
+
 /// How long a listing after `list_changed` may take.
 const RELIST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -55,6 +66,9 @@ pub struct Handler {
     pub announcer: Option<Announcer>,
     /// The audit records of a call server's life; `None` for a discovery client.
     pub lifecycle: Option<Arc<Lifecycle>>,
+    /// `proxied_mcps.<proxy>.max_result_bytes`, set by [`Client::start`] (0 until then, which
+    /// fails every listing).
+    max_result_bytes: u64,
     /// Notifications not yet listed: any number of them make one more listing, never more
     /// than one at a time.
     relist: Arc<Relist>,
@@ -79,6 +93,7 @@ impl Handler {
             proxy,
             announcer,
             lifecycle,
+            max_result_bytes: 0,
             relist: Arc::new(Relist {
                 wanted: tokio::sync::Notify::new(),
                 started: AtomicBool::new(false),
@@ -103,6 +118,7 @@ impl ClientHandler for Handler {
         };
         self.relist.wanted.notify_one();
         let (proxy, peer, relist) = (self.proxy.clone(), context.peer, self.relist.clone());
+        let max_bytes = max_list_bytes(self.max_result_bytes);
         // One lister per server, started by its first notification; not inline, as the reply
         // to `tools/list` is read by the same service loop that runs this handler. It ends
         // with the client, or when a listing finds the server gone.
@@ -115,7 +131,7 @@ impl ClientHandler for Handler {
                     () = relist.wanted.notified() => {}
                     () = relist.gone.cancelled() => return,
                 }
-                match list_tools(&peer, RELIST_TIMEOUT).await {
+                match list_tools(&peer, &proxy, RELIST_TIMEOUT, max_bytes).await {
                     Ok(tools) => {
                         let n =
                             (announcer.overlays).announce(&announcer.key, announcer.server, &tools);
@@ -127,7 +143,7 @@ impl ClientHandler for Handler {
                     }
                     Err(_) if peer.is_transport_closed() => return,
                     Err(e) => super::log(&format!(
-                        "proxied server `{proxy}` changed its tools but listing them failed: {e}"
+                        "proxied server `{proxy}` changed its tools but listing them failed, its last list stays: {e}"
                     )),
                 }
             }
@@ -135,16 +151,28 @@ impl ClientHandler for Handler {
     }
 }
 
-/// Every tool `peer` lists, page after page, within `timeout`, [`MAX_LIST_PAGES`] and
-/// [`MAX_LISTED_TOOLS`].
-async fn list_tools(peer: &Peer<RoleClient>, timeout: Duration) -> Result<Vec<Tool>, String> {
+/// Every tool `peer` (proxy `proxy`) lists, page after page, within `timeout`,
+/// [`MAX_LIST_PAGES`], [`MAX_LISTED_TOOLS`] and `max_bytes` (see [`max_list_bytes`]).
+async fn list_tools(
+    peer: &Peer<RoleClient>,
+    proxy: &str,
+    timeout: Duration,
+    max_bytes: u64,
+) -> Result<Vec<Tool>, String> {
     let pages = async {
         let mut tools = Vec::new();
+        let mut bytes = 0u64;
         let mut cursor = None;
         for _ in 0..MAX_LIST_PAGES {
             let params = PaginatedRequestParams::default().with_cursor(cursor);
             let page = (peer.list_tools(Some(params)).await)
                 .map_err(|e| format!("`tools/list` failed: {e}"))?;
+            bytes = bytes.saturating_add(page.tools.iter().map(json_len).sum::<u64>());
+            if bytes > max_bytes {
+                return Err(format!(
+                    "`tools/list` lists more than {max_bytes} bytes of tools, over what `proxied_mcps.{proxy}.max_result_bytes` allows (plus 64 KiB); ask the admin to raise it, or to configure the server to offer fewer or shorter tools"
+                ));
+            }
             tools.extend(page.tools);
             if tools.len() > MAX_LISTED_TOOLS {
                 return Err(format!(
@@ -164,6 +192,26 @@ async fn list_tools(peer: &Peer<RoleClient>, timeout: Duration) -> Result<Vec<To
             "`tools/list` got no answer within {}s",
             timeout.as_secs_f64()
         )),
+    }
+}
+
+/// Bytes of `tool` as JSON, counted without holding them.
+fn json_len(tool: &Tool) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // A tool that cannot be written as JSON counts as too big.
+    match serde_json::to_writer(&mut count, tool) {
+        Ok(()) => count.0,
+        Err(_) => u64::MAX,
     }
 }
 
@@ -199,9 +247,10 @@ impl Client {
         spec: SandboxSpec,
         argv: Vec<String>,
         label: String,
-        handler: Handler,
+        mut handler: Handler,
         (timeout, max_result_bytes, stall): (Duration, u64, Duration),
     ) -> Result<Client, ProxyError> {
+        handler.max_result_bytes = max_result_bytes;
         let proxy = handler.proxy.clone();
         let announcer = handler.announcer.clone();
         let lifecycle = handler.lifecycle.clone();
@@ -272,7 +321,8 @@ impl Client {
 
     /// Every tool the server lists (all pages, within bounds).
     pub async fn list_tools(&self, timeout: Duration) -> Result<Vec<Tool>, String> {
-        list_tools(&self.peer, timeout).await
+        let max_bytes = max_list_bytes(self.max_result_bytes);
+        list_tools(&self.peer, &self.proxy, timeout, max_bytes).await
     }
 
     /// Calls `remote` (exposed as `exposed`) with `arguments`, continuing the gateway's trace

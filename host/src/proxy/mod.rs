@@ -351,6 +351,7 @@ impl ProxyManager {
     /// Stops every server; later calls fail with [`ProxyError::ShuttingDown`]. Idempotent.
     pub fn shutdown(&mut self) {
         if let Some(inner) = self.inner.take() {
+            *lock(&inner.stopped) = true;
             let slots: Vec<_> = lock(&inner.clients).drain().map(|(_, s)| s).collect();
             self.block(stop_slots(slots, Stop::Shutdown));
         }
@@ -391,8 +392,7 @@ impl Inner {
         settings: &ProxySettings,
         paths: InstancePathsAmbient,
     ) -> Result<Arc<Client>, ProxyError> {
-        let slot = lock(&self.clients).entry(key.clone()).or_default().clone();
-        let mut current = slot.lock().await;
+        let mut current = self.slot(key).await?;
         if let Some(client) = current.as_ref() {
             if client.is_alive() {
                 // Fresh for the idle reaper until the call counts itself in flight.

@@ -1,10 +1,14 @@
 //! How many proxied servers run, and for how long: a tenant's cap ([`MAX_TENANT_SERVERS`],
 //! kept when a server starts) and the reaper of idle and dead servers.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio::sync::OwnedMutexGuard;
+
+use super::client::Client;
 use super::error::ProxyError;
 use super::lifecycle::Stop;
 use super::{Inner, Key, ProxySettings, Slot, lock};
@@ -15,6 +19,22 @@ use super::{Inner, Key, ProxySettings, Slot, lock};
 pub const MAX_TENANT_SERVERS: usize = 16;
 
 impl Inner {
+    /// `key`'s slot (made if there is none), locked, and still in the map once locked.
+    /// A slot leaves the map only when its servers stop for good (archive, the gateway's
+    /// stop): a call that found it before and waited for its lock meanwhile must not start a
+    /// server in it, where the reaper, the tenant's cap and the stop never see it (and its
+    /// lease would refuse the archive). It looks `key` up again instead, so a start after an
+    /// archive fails on the lease (the instance is archived); once the manager is stopping, it
+    /// fails as shutting down.
+    pub(super) async fn slot(
+        &self,
+        key: &Key,
+    ) -> Result<OwnedMutexGuard<Option<Arc<Client>>>, ProxyError> {
+        live_slot(&self.clients, key, || *lock(&self.stopped))
+            .await
+            .ok_or(ProxyError::ShuttingDown)
+    }
+
     /// Makes room for one more server of `key`'s tenant: with [`MAX_TENANT_SERVERS`] running
     /// (or starting), its least recently used idle one is stopped; with none idle, the start
     /// is refused. Concurrent starts of one tenant may each find room: the bound is soft by
@@ -106,5 +126,82 @@ pub(super) async fn reap_idle(inner: std::sync::Weak<Inner>, tick: Duration) {
                 client.stop(Stop::Idle).await;
             }
         }
+    }
+}
+
+/// `key`'s slot in `map` (made if there is none), locked, and the one `map` still holds for
+/// `key` once locked: one removed while this waited for its lock is looked up again, unless
+/// `stopped` says not to (then `None`).
+async fn live_slot<K: Eq + Hash + Clone, T: Default>(
+    map: &Mutex<HashMap<K, Arc<tokio::sync::Mutex<T>>>>,
+    key: &K,
+    stopped: impl Fn() -> bool,
+) -> Option<OwnedMutexGuard<T>> {
+    loop {
+        let slot = lock(map).entry(key.clone()).or_default().clone();
+        let locked = slot.lock_owned().await;
+        let held = OwnedMutexGuard::mutex(&locked);
+        if lock(map).get(key).is_some_and(|s| Arc::ptr_eq(s, held)) {
+            return Some(locked);
+        }
+        if stopped() {
+            return None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll, Waker};
+
+    use tokio::sync::OwnedMutexGuard;
+
+    use super::live_slot;
+
+    type TestSlot = Arc<tokio::sync::Mutex<Option<u32>>>;
+    type Slots = Mutex<HashMap<&'static str, TestSlot>>;
+
+    /// A map with slot `k`, locked (a call starting its server, or a stop), and a call that
+    /// found the slot and waits for its lock; then the slot is removed (an archive) and
+    /// unlocked. Returns the map, the removed slot and what the call got.
+    fn race(stopped: bool) -> (Slots, TestSlot, Option<Option<u32>>) {
+        let map: Slots = Mutex::default();
+        let old = map.lock().unwrap().entry("k").or_default().clone();
+        let held = old.clone().try_lock_owned().unwrap();
+        let mut cx = Context::from_waker(Waker::noop());
+        let got = {
+            let mut call = std::pin::pin!(live_slot(&map, &"k", || stopped));
+            assert!(call.as_mut().poll(&mut cx).is_pending(), "the slot is held");
+            let removed = map.lock().unwrap().remove("k").unwrap();
+            assert!(Arc::ptr_eq(&removed, &old));
+            drop(held);
+            let Poll::Ready(got) = call.as_mut().poll(&mut cx) else {
+                panic!("the call still waits once the slot is free");
+            };
+            got.map(|locked| {
+                let now = map.lock().unwrap().get("k").cloned();
+                let now = now.expect("the call's slot is in the map");
+                assert!(Arc::ptr_eq(OwnedMutexGuard::mutex(&locked), &now));
+                *locked
+            })
+        };
+        (map, old, got)
+    }
+
+    #[test]
+    fn a_slot_removed_while_a_call_waits_is_looked_up_again() {
+        let (map, old, got) = race(false);
+        assert_eq!(got, Some(None), "a fresh slot, empty");
+        let now = map.lock().unwrap()["k"].clone();
+        assert!(!Arc::ptr_eq(&now, &old), "never the removed slot");
+    }
+
+    #[test]
+    fn once_stopped_a_removed_slot_is_not_made_again() {
+        let (map, _, got) = race(true);
+        assert_eq!(got, None);
+        assert!(map.lock().unwrap().is_empty());
     }
 }

@@ -3,6 +3,9 @@
 //! the call says which limit and which config key, and the next call gets a fresh server.
 //! It measures the process's peak memory, so it runs alone in a process of its own: the test
 //! re-executes this binary for the `#[ignore]`d test that does the work.
+//!
+//! A listing of tools is capped as a whole too: pages each under the cap that add up to more
+//! are refused, and the server's last good list stays.
 
 use crate::support::proxy as support;
 
@@ -99,4 +102,58 @@ fn cut_off_at_the_cap_in_a_process_of_its_own() {
         over.contains("over the limit of 1000000") && over.contains("max_result_bytes"),
         "{over}"
     );
+}
+
+/// The names of the proxied tools `tenant` may list.
+fn names(gw: &hpcgate::gateway::Gateway, tenant: &str) -> Vec<String> {
+    gw.proxied_tools(&caller(tenant))
+        .iter()
+        .map(|t| t.exposed_name.clone())
+        .collect()
+}
+
+/// A server whose listing, after `list_changed`, is 8 pages each under the cap (one tool
+/// described in 300 kB) but 2.4 MB in all: the listing is refused, its tools are never taken,
+/// and the server's last good list (with `t__extra`) stays.
+#[test]
+fn a_listing_over_the_cap_in_all_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path(), &test_proxy("t", "max_result_bytes = 1000000"));
+    discovered(&gw);
+    let alice = caller("chem");
+    let run1 = || args(json!({"instance_id": "run1"}));
+    ok(gw.call(&alice, "create_instance", run1()));
+    ok(gw.call(&alice, "t__enable_extra", run1()));
+    let until = Instant::now() + Duration::from_secs(10);
+    while !names(&gw, "chem").contains(&"t__extra".to_owned()) {
+        assert!(Instant::now() < until, "t__extra never appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lists = || {
+        let whoami = ok(gw.call(&alice, "t__whoami", run1()));
+        whoami.structured["lists"].as_u64().expect("a count")
+    };
+    let before = lists();
+    let fat = args(json!({"instance_id": "run1", "bytes": 300_000, "pages": 8}));
+    ok(gw.call(&alice, "t__fat_listing", fat));
+    // The gateway reads pages until the listing is over the cap (4 pages), then stops.
+    let until = Instant::now() + Duration::from_secs(20);
+    let mut seen = lists();
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = lists();
+        if now == seen && now >= before + 4 {
+            break;
+        }
+        assert!(Instant::now() < until, "the listing never ended: {now}");
+        seen = now;
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let listed = names(&gw, "chem");
+    assert!(
+        listed.iter().all(|n| !n.starts_with("t__fat_page_")),
+        "the fat listing was taken: {listed:?}"
+    );
+    assert!(listed.contains(&"t__extra".to_owned()), "{listed:?}");
+    ok(gw.call(&alice, "t__extra", run1()));
 }

@@ -15,6 +15,7 @@
 //! | `own_instance_id` | a schema with its own `instance_id` property |
 //! | `enable_extra` | adds tool `extra` and sends `notifications/tools/list_changed` |
 //! | `list_storm` | sends `count` `list_changed` notifications, and from then on every `tools/list` page names a next one: a storm of listings, each without end |
+//! | `fat_listing` | from then on every `tools/list` is `pages` pages, each with one more tool `fat_page_<n>` whose description is `bytes` bytes, and sends `list_changed`: the cap on a listing's total |
 //! | `ping_flood` | sends `count` `ping` requests, waits `ms` milliseconds (for the gateway's replies to fill the pipe to its stdin), answers, and never reads its stdin again (its only thread blocks): a hung or hostile server |
 //! | `crash` | exits the process with code 3 in the middle of the call |
 //! | `read_text` | reads a file (paths as the sandbox sees them): mounts and path rules |
@@ -48,6 +49,20 @@ struct TestServer {
     lists: Arc<AtomicU64>,
     /// Set by `list_storm`: every page of `tools/list` names a next one.
     endless: Arc<AtomicBool>,
+    /// Set by `fat_listing`: (`bytes` of each fat tool's description, `pages`).
+    fat: Arc<std::sync::Mutex<Option<(usize, u64)>>>,
+}
+
+/// Page `page` of a fat listing: the tools of `tools` on the first page, and on each one more
+/// tool whose description is `bytes` bytes.
+fn fat_page(all: Vec<Tool>, page: u64, (bytes, pages): (usize, u64)) -> ListToolsResult {
+    let fat = json!({"name": format!("fat_page_{page}"), "description": "x".repeat(bytes),
+                     "inputSchema": {"type": "object", "properties": {}}});
+    let mut tools = if page == 0 { all } else { Vec::new() };
+    tools.push(serde_json::from_value(fat).expect("a valid tool"));
+    let mut result = ListToolsResult::with_all_items(tools);
+    result.next_cursor = (page + 1 < pages).then(|| (page + 1).to_string());
+    result
 }
 
 fn tools(extra: bool) -> Vec<Tool> {
@@ -90,6 +105,9 @@ fn tools(extra: bool) -> Vec<Tool> {
                "inputSchema": {"type": "object", "properties": {}}}),
         json!({"name": "list_storm", "description": "Send `count` list_changed; list without end from then on.",
                "inputSchema": {"type": "object", "properties": {"count": {"type": "integer", "minimum": 0}}, "required": ["count"]}}),
+        json!({"name": "fat_listing", "description": "List `pages` pages from then on, each with a tool described in `bytes` bytes.",
+               "inputSchema": {"type": "object", "properties": {"bytes": {"type": "integer", "minimum": 0}, "pages": {"type": "integer", "minimum": 1}},
+                               "required": ["bytes", "pages"]}}),
         json!({"name": "ping_flood", "description": "Send `count` pings, wait `ms` milliseconds, answer, and never read stdin again.",
                "inputSchema": {"type": "object", "properties": {"count": {"type": "integer", "minimum": 0}, "ms": {"type": "integer", "minimum": 0}},
                                "required": ["count", "ms"]}}),
@@ -142,10 +160,20 @@ impl ServerHandler for TestServer {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         self.lists.fetch_add(1, Ordering::SeqCst);
+        let fat = *self.fat.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(fat) = fat {
+            let cursor = request.and_then(|r| r.cursor);
+            let page = cursor.and_then(|c| c.parse().ok()).unwrap_or(0);
+            return Ok(fat_page(
+                tools(self.extra.load(Ordering::SeqCst)),
+                page,
+                fat,
+            ));
+        }
         let mut page = ListToolsResult::with_all_items(tools(self.extra.load(Ordering::SeqCst)));
         if self.endless.load(Ordering::SeqCst) {
             page.next_cursor = Some("more".to_owned());
@@ -238,6 +266,13 @@ impl ServerHandler for TestServer {
                     let _ = context.peer.notify_tool_list_changed().await;
                 }
                 text("storm sent")
+            }
+            "fat_listing" => {
+                let bytes = int(&args, "bytes")?.max(0) as usize;
+                let pages = int(&args, "pages")?.max(1) as u64;
+                *self.fat.lock().unwrap_or_else(|e| e.into_inner()) = Some((bytes, pages));
+                let _ = context.peer.notify_tool_list_changed().await;
+                text("fat listing on")
             }
             "ping_flood" => {
                 let (count, ms) = (int(&args, "count")?.max(0), int(&args, "ms")?.max(0));
@@ -359,6 +394,7 @@ fn main() -> std::process::ExitCode {
         cancelled: Arc::new(AtomicU64::new(0)),
         lists: Arc::new(AtomicU64::new(0)),
         endless: Arc::new(AtomicBool::new(false)),
+        fat: Arc::default(),
     };
     let served = runtime.block_on(async {
         let running = server.serve(rmcp::transport::stdio()).await?;
