@@ -105,7 +105,7 @@ pub fn prune(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
             path: dir.join(ANCHOR_FILE),
             at: format!("first_segment {}", anchor.first_segment),
             problem: format!(
-                "the log was cut up to a record of {}, which is not older than {before}: no prune left that anchor unrecorded, so the log's start was removed by hand; keep the log as evidence and restore the segments from a backup",
+                "its anchor, which no `audit.pruned` record names, hides records up to {}, not older than {before}: a prune cut short with this --before cannot have left it, so find out where it came from first (a prune with a later --before cut short, or segments removed by hand); `--before` a time after it records it",
                 anchor.prev_ts
             ),
         });

@@ -388,6 +388,9 @@ fn a_prune_refuses_to_record_an_anchor_that_hides_what_it_would_keep() {
         matches!(broken.problem, Problem::UnrecordedAnchor { .. }),
         "{broken:?}"
     );
+    // An admin who knows where it came from records it with a later --before.
+    assert_eq!(prune(dir.path(), end()).unwrap().removed_segments, 0);
+    assert!(verify(dir.path(), None).unwrap().intact);
 }
 
 /// An anchor naming seq 0 (no prune writes one) is refused by verify with what is wrong,

@@ -88,8 +88,8 @@ impl Segment {
 ///
 /// A compression renames the compressed file in before it removes the plain one, so one of
 /// them always exists; but a directory listing taken meanwhile may see neither. A number
-/// missing between the first and the last is therefore looked up by name (the plain file
-/// first, since the compressed one exists before the plain one goes).
+/// missing between two listed ones at most 64 apart is therefore looked up by name (the plain
+/// file first, since the compressed one exists before the plain one goes).
 pub(crate) fn list(dir: &Path) -> Result<Vec<Segment>, AuditError> {
     let read = |source| AuditError::Read {
         path: dir.to_owned(),

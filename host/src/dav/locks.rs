@@ -164,9 +164,9 @@ impl LockTable {
                 .cloned()
                 .collect()
         });
-        // The policies are asked outside the table's mutex.
-        let blocked =
-            (covering.iter()).any(|l| !l.inherited_by(view) || l.holder_may_write(cx, view));
+        // The policies are asked outside the table's mutex, once per holder.
+        let mut may_write = holders_may_write(cx, view);
+        let blocked = (covering.iter()).any(|l| !l.inherited_by(view) || may_write(l));
         if blocked {
             let why = "the resource is locked; send its lock token in an If header\n";
             return Err((StatusCode::LOCKED, why.to_owned()));
@@ -241,8 +241,9 @@ impl LockTable {
                 .cloned()
                 .collect()
         });
+        let mut may_write = holders_may_write(cx, view);
         (above.into_iter())
-            .filter(|l| !l.holder_may_write(cx, view))
+            .filter(|l| !may_write(l))
             .map(|l| l.token)
             .collect()
     }
@@ -321,6 +322,18 @@ impl LockTable {
                 .map(Lock::activelock)
                 .collect()
         })
+    }
+}
+
+/// Whether a lock's holder may write `view` ([`Lock::holder_may_write`]), asked of the
+/// policies once per holder: one principal may hold many locks above one resource.
+fn holders_may_write<'a>(cx: &'a Cx<'_>, view: &'a SandboxView) -> impl FnMut(&Lock) -> bool {
+    let mut asked: HashMap<String, bool> = HashMap::new();
+    move |lock| {
+        let principal = lock.principal.clone();
+        *asked
+            .entry(principal)
+            .or_insert_with(|| lock.holder_may_write(cx, view))
     }
 }
 

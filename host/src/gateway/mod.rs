@@ -545,28 +545,6 @@ impl Gateway {
         self.dispatch(&self.snapshot(), request)
     }
 
-    /// Whether the policies would let `caller` make this call now: asked of the chain alone,
-    /// nothing run or recorded, and without the usage counters (read as none). For a door
-    /// that must not start what a later step of the same request would be refused (a WebDAV
-    /// overwrite, which ends by deleting what it set aside); the step itself is still decided.
-    pub fn would_allow(
-        &self,
-        caller: &Caller,
-        via: Via,
-        tool: &str,
-        arguments: Map<String, Value>,
-    ) -> bool {
-        let live = self.snapshot();
-        let instance = arguments.get("instance_id").and_then(Value::as_str);
-        let instance = instance.map(str::to_owned);
-        let Some(target) = self.target(caller, instance.as_deref(), tool) else {
-            return false;
-        };
-        let mut input = target.input(caller, via, Phase::Call, arguments);
-        input.instance = instance;
-        !live.chain.evaluate(&input).is_denied()
-    }
-
     /// A builtin tool, else a proxied one (`<proxy>__<tool>`) as the caller's instance sees it.
     fn target(&self, caller: &Caller, instance: Option<&str>, name: &str) -> Option<Target> {
         Tool::from_name(name).map(Target::Builtin).or_else(|| {

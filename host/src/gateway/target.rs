@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::Caller;
+use super::{Caller, Gateway};
 use crate::policy::{Call, Phase, Via};
 use crate::proxy::ProxiedTool;
 use crate::tools::Tool;
@@ -61,5 +61,36 @@ impl Target {
         call.read_only = self.read_only();
         call.arguments = arguments;
         call
+    }
+}
+
+impl Gateway {
+    /// Whether the policies would let `caller` make this call now: asked of the chain alone,
+    /// nothing run or recorded, and without the usage counters (read as none). For a door
+    /// that must not start what a later step of the same request would be refused (a WebDAV
+    /// overwrite, which ends by deleting what it set aside); the step itself is still decided.
+    pub fn would_allow(
+        &self,
+        caller: &Caller,
+        via: Via,
+        tool: &str,
+        arguments: Map<String, Value>,
+    ) -> bool {
+        let live = self.snapshot();
+        let instance = arguments.get("instance_id").and_then(Value::as_str);
+        let instance = instance.map(str::to_owned);
+        let Some(target) = self.target(caller, instance.as_deref(), tool) else {
+            return false;
+        };
+        let mut input = target.input(caller, via, Phase::Call, arguments);
+        input.instance = instance;
+        let judge = || !live.chain.evaluate(&input).is_denied();
+        // A WASI policy's functions block on a Tokio runtime, which panics on a thread that
+        // drives one (WebDAV asks from its handlers): such a chain judges on a thread of its
+        // own there. A policy that panics the thread allows nothing.
+        if live.chain.imports_wasi() && tokio::runtime::Handle::try_current().is_ok() {
+            return std::thread::scope(|s| s.spawn(judge).join()).unwrap_or(false);
+        }
+        judge()
     }
 }

@@ -130,22 +130,22 @@ pub(super) async fn reap_idle(inner: std::sync::Weak<Inner>, tick: Duration) {
 }
 
 /// `key`'s slot in `map` (made if there is none), locked, and the one `map` still holds for
-/// `key` once locked: one removed while this waited for its lock is looked up again, unless
-/// `stopped` says not to (then `None`).
+/// `key` once locked: one removed while this waited for its lock is looked up again. `None`
+/// once `stopped` says so, before or after the wait.
 async fn live_slot<K: Eq + Hash + Clone, T: Default>(
     map: &Mutex<HashMap<K, Arc<tokio::sync::Mutex<T>>>>,
     key: &K,
     stopped: impl Fn() -> bool,
 ) -> Option<OwnedMutexGuard<T>> {
     loop {
+        if stopped() {
+            return None;
+        }
         let slot = lock(map).entry(key.clone()).or_default().clone();
         let locked = slot.lock_owned().await;
         let held = OwnedMutexGuard::mutex(&locked);
-        if lock(map).get(key).is_some_and(|s| Arc::ptr_eq(s, held)) {
+        if lock(map).get(key).is_some_and(|s| Arc::ptr_eq(s, held)) && !stopped() {
             return Some(locked);
-        }
-        if stopped() {
-            return None;
         }
     }
 }
@@ -164,17 +164,21 @@ mod tests {
     type Slots = Mutex<HashMap<&'static str, TestSlot>>;
 
     /// A map with slot `k`, locked (a call starting its server, or a stop), and a call that
-    /// found the slot and waits for its lock; then the slot is removed (an archive) and
-    /// unlocked. Returns the map, the removed slot and what the call got.
+    /// found the slot and waits for its lock; then the slot is removed (an archive, or the
+    /// gateway's stop when `stopped`) and unlocked. Returns the map, the removed slot and what
+    /// the call got.
     fn race(stopped: bool) -> (Slots, TestSlot, Option<Option<u32>>) {
+        let stopping = std::sync::atomic::AtomicBool::new(false);
         let map: Slots = Mutex::default();
         let old = map.lock().unwrap().entry("k").or_default().clone();
         let held = old.clone().try_lock_owned().unwrap();
         let mut cx = Context::from_waker(Waker::noop());
         let got = {
-            let mut call = std::pin::pin!(live_slot(&map, &"k", || stopped));
+            let is_stopping = || stopping.load(std::sync::atomic::Ordering::SeqCst);
+            let mut call = std::pin::pin!(live_slot(&map, &"k", is_stopping));
             assert!(call.as_mut().poll(&mut cx).is_pending(), "the slot is held");
             let removed = map.lock().unwrap().remove("k").unwrap();
+            stopping.store(stopped, std::sync::atomic::Ordering::SeqCst);
             assert!(Arc::ptr_eq(&removed, &old));
             drop(held);
             let Poll::Ready(got) = call.as_mut().poll(&mut cx) else {

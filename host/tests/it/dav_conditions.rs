@@ -1,8 +1,8 @@
 //! WebDAV's conditions, through the real `hpcgate run`, driven by `curl`: GET's preconditions
 //! (`If-Match`, and `If-Range`, without which a client resuming the download of a file changed
 //! meanwhile splices two versions of it), a status of the failure's kind, the `If` header's
-//! tagged lists, what a depth-0 lock on a collection protects, and what a depth-infinity lock
-//! reaches.
+//! tagged lists, what a depth-0 lock on a collection protects, what a depth-infinity lock
+//! reaches, and a WASI policy's answer to a LOCK.
 
 use std::time::{Duration, SystemTime};
 
@@ -425,4 +425,51 @@ fn a_depth_infinity_lock_reaches_only_what_its_holder_may_write() {
     assert_eq!(refused.status, 403, "{}", refused.body);
     let (status, stderr) = runtime.block_on(served.stop());
     assert!(status.success(), "{stderr}");
+}
+
+/// A WASI policy answers LOCK's question too (whether the caller may write what it locks).
+/// WebDAV asks it from an async handler, where a WASI policy's functions, which block on a
+/// Tokio runtime, panicked: with such a policy in the chain every LOCK was cut off unanswered.
+/// Here the policy denies (with its report of what WASI gave it), and LOCK says so.
+#[test]
+fn a_wasi_policy_answers_a_lock() {
+    let s = setup();
+    std::fs::write(s.workspace.join("file.txt"), "x").unwrap();
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    let guests = hpcgate_policy_build::build_guests(
+        workspace,
+        &["hostile"],
+        hpcgate_policy_build::Target::Wasip2,
+        s.dir.path(),
+    );
+    let config = s.dir.path().join("gateway.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "\n[[policies]]\nname = \"probe\"\nmodule = {:?}\ntools = [\"write_file\"]\n\
+         [policies.config]\nbehaviour = \"wasi-probe\"\n",
+        guests[0].component.display().to_string()
+    ));
+    std::fs::write(&config, text).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(Served::http(s.dir.path(), &config));
+    let scratch = tempfile::tempdir().unwrap();
+    let url = format!(
+        "http://{}/dav/instances/run1/workspace/file.txt",
+        served.authority()
+    );
+    let auth = format!("Authorization: Bearer {}", s.chem);
+    let lock_body = r#"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype></D:lockinfo>"#;
+    let args = ["-X", "LOCK", "-H", &auth, "--data-binary", lock_body, &url];
+    let locked = curl(scratch.path(), &args);
+    assert_eq!(locked.status, 403, "{}", locked.body);
+    assert!(
+        locked.body.contains("would not let you write"),
+        "{}",
+        locked.body
+    );
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }

@@ -269,7 +269,7 @@ fn proxied_mcps_are_started_and_a_broken_one_fails_by_name() {
         proxies["detail"]
             .as_str()
             .unwrap()
-            .contains("`t` (14 tools)"),
+            .contains("`t` (16 tools)"),
         "{proxies}"
     );
     assert_eq!(code, Some(0), "{report}");

@@ -325,20 +325,26 @@ fn a_server_that_stops_reading_its_stdin_is_stopped_all_the_same() {
 #[test]
 fn a_server_that_reads_nothing_for_a_call_timeout_counts_as_dead() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = gateway(dir.path(), &test_proxy("t", "call_timeout = 3"));
+    // Long enough for the flooding call itself to be answered on a loaded machine.
+    let gw = gateway(dir.path(), &test_proxy("t", "call_timeout = 5"));
     discovered(&gw);
     create(&gw, "chem", "run1");
-    in_steps(&["stopped", "restarted"], move |done| {
+    in_steps(&["stopped", "restarted", "gateway stopped"], move |done| {
         ping_flood(&gw, "t__ping_flood", "run1", 0);
         running_none(&gw);
         done.send("stopped").unwrap();
         nonce(&gw, "chem", "run1");
         assert_eq!(gw.proxies().starts(), 2);
         done.send("restarted").unwrap();
+        gw.stopped("test").unwrap();
+        drop(gw);
+        done.send("gateway stopped").unwrap();
     });
     let ends = ends(dir.path());
-    assert_eq!(ends.len(), 1, "{ends:#?}");
+    assert_eq!(ends.len(), 2, "{ends:#?}");
     assert_eq!(ends[0]["event"], "proxy.crashed");
     let error = ends[0]["outcome"]["error"].as_str().unwrap();
-    assert_eq!(error, "the server did not read its stdin for 3s while idle");
+    assert_eq!(error, "the server did not read its stdin for 5s while idle");
+    assert_eq!(ends[1]["event"], "proxy.stopped", "the second server");
+    assert_eq!(ends[1]["detail"]["reason"], "shutdown");
 }
