@@ -27,6 +27,7 @@ use super::capped::{CappedLines, MESSAGE_MARGIN};
 use super::error::ProxyError;
 use super::lifecycle::{Lifecycle, Stop};
 use super::overlay::Announcer;
+use super::run::json_len;
 use super::spawner::Spawner;
 use super::stall::StallGuard;
 use crate::state::InstanceLease;
@@ -167,7 +168,7 @@ async fn list_tools(
             let params = PaginatedRequestParams::default().with_cursor(cursor);
             let page = (peer.list_tools(Some(params)).await)
                 .map_err(|e| format!("`tools/list` failed: {e}"))?;
-            bytes = bytes.saturating_add(page.tools.iter().map(json_len).sum::<u64>());
+            bytes = (page.tools.iter()).fold(bytes, |sum, tool| sum.saturating_add(json_len(tool)));
             if bytes > max_bytes {
                 return Err(format!(
                     "`tools/list` lists more than {max_bytes} bytes of tools, over what `proxied_mcps.{proxy}.max_result_bytes` allows (plus 64 KiB); ask the admin to raise it, or to configure the server to offer fewer or shorter tools"
@@ -192,26 +193,6 @@ async fn list_tools(
             "`tools/list` got no answer within {}s",
             timeout.as_secs_f64()
         )),
-    }
-}
-
-/// Bytes of `tool` as JSON, counted without holding them.
-fn json_len(tool: &Tool) -> u64 {
-    struct Count(u64);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len() as u64;
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // A tool that cannot be written as JSON counts as too big.
-    match serde_json::to_writer(&mut count, tool) {
-        Ok(()) => count.0,
-        Err(_) => u64::MAX,
     }
 }
 

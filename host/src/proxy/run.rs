@@ -78,8 +78,9 @@ pub fn run(
     })
 }
 
-/// The length of `value` as compact JSON text, counted without building the text.
-fn json_len(value: &Value) -> u64 {
+/// The length of `value` as compact JSON text, counted without building the text; a value
+/// that cannot be written as JSON counts as too big.
+pub(super) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> u64 {
     struct Count(u64);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -91,8 +92,10 @@ fn json_len(value: &Value) -> u64 {
         }
     }
     let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => u64::MAX,
+    }
 }
 
 fn first_text(result: &CallToolResult) -> String {

@@ -10,14 +10,7 @@ use std::time::{Duration, Instant};
 use hpcgate::audit::verify;
 use hpcgate::proxy::Discovery;
 use serde_json::{Value, json};
-use support::{args, caller, create, discovered, err, gateway, ok, raw, test_proxy};
-
-fn names(gw: &hpcgate::gateway::Gateway, tenant: &str) -> Vec<String> {
-    gw.proxied_tools(&caller(tenant))
-        .iter()
-        .map(|t| t.exposed_name.clone())
-        .collect()
-}
+use support::{args, caller, create, discovered, err, gateway, names, ok, raw, test_proxy};
 
 #[test]
 fn discovery_names_schemas_and_annotations() {

@@ -12,7 +12,7 @@ use crate::support::proxy as support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{args, caller, discovered, err, gateway, ok, test_proxy};
+use support::{args, caller, discovered, err, gateway, names, ok, test_proxy};
 
 use crate::support::reexec;
 
@@ -102,14 +102,6 @@ fn cut_off_at_the_cap_in_a_process_of_its_own() {
         over.contains("over the limit of 1000000") && over.contains("max_result_bytes"),
         "{over}"
     );
-}
-
-/// The names of the proxied tools `tenant` may list.
-fn names(gw: &hpcgate::gateway::Gateway, tenant: &str) -> Vec<String> {
-    gw.proxied_tools(&caller(tenant))
-        .iter()
-        .map(|t| t.exposed_name.clone())
-        .collect()
 }
 
 /// A server whose listing, after `list_changed`, is 8 pages each under the cap (one tool

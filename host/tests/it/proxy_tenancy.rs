@@ -10,14 +10,7 @@ use std::time::{Duration, Instant};
 use hpcgate::gateway::Gateway;
 use hpcgate::proxy::{Change, Discovery};
 use serde_json::json;
-use support::{args, caller, discovered, err, gateway, ok, test_proxy};
-
-fn names(gw: &Gateway, tenant: &str) -> Vec<String> {
-    gw.proxied_tools(&caller(tenant))
-        .iter()
-        .map(|t| t.exposed_name.clone())
-        .collect()
-}
+use support::{args, caller, discovered, err, gateway, names, ok, test_proxy};
 
 fn create(gw: &Gateway, tenant: &str, id: &str) {
     ok(gw.call(

@@ -123,3 +123,11 @@ pub fn err(result: CallResult) -> String {
 pub fn raw(result: &CallResult) -> Value {
     serde_json::to_value(result.proxied.as_ref().expect("a proxied result")).unwrap()
 }
+
+/// The names of the proxied tools `tenant` may list.
+pub fn names(gw: &Gateway, tenant: &str) -> Vec<String> {
+    gw.proxied_tools(&caller(tenant))
+        .iter()
+        .map(|t| t.exposed_name.clone())
+        .collect()
+}
