@@ -28,7 +28,6 @@ use crate::config::ResultType;
 use crate::gateway::{CallResult, Caller, Gateway, Request, Snapshot};
 use crate::permits::Permits;
 use crate::policy::Via;
-use crate::proxy::Change;
 use crate::telemetry::TraceParent;
 use crate::tools::{Progress, ToolSpec};
 
@@ -217,29 +216,28 @@ impl ServerHandler for McpServer {
         // when one of its servers says so: tell the client to list again, only if the change
         // concerns its caller (a session whose caller is unknown hears only of discovery).
         // Ends with the session or the gateway.
-        let Some(mut changes) = self.gateway.proxies().subscribe() else {
-            return;
-        };
         let tenant = self
             .caller
             .clone()
             .or_else(|| request_caller(&context.extensions))
             .map(|c| c.tenant);
+        let Some(mut changes) = self.gateway.proxies().subscribe(tenant.as_ref()) else {
+            return;
+        };
         let peer = context.peer;
         tokio::spawn(async move {
-            use tokio::sync::broadcast::error::RecvError;
             loop {
                 let changed =
-                    tokio::time::timeout(std::time::Duration::from_secs(30), changes.recv()).await;
-                let concerns_us = match changed {
-                    Ok(Ok(Change::Everyone)) | Ok(Err(RecvError::Lagged(_))) => true,
-                    Ok(Ok(Change::Tenant(t))) => tenant.as_ref() == Some(&t),
-                    Ok(Err(RecvError::Closed)) => return,
+                    tokio::time::timeout(std::time::Duration::from_secs(30), changes.changed());
+                match changed.await {
+                    Ok(true) => {
+                        if peer.notify_tool_list_changed().await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(false) => return,
                     Err(_) if peer.is_transport_closed() => return,
-                    Err(_) => false,
-                };
-                if concerns_us && peer.notify_tool_list_changed().await.is_err() {
-                    return;
+                    Err(_) => {}
                 }
             }
         });

@@ -448,8 +448,12 @@ impl Gateway {
             Target::Proxied(tool) => {
                 let (tenant, instance) = (&call.caller.tenant, call.instance.as_ref());
                 let proxies = &self.proxies;
-                let (state, trace) = (&self.state, trace);
-                match crate::proxy::run(proxies, state, tenant, instance, tool, arguments, trace) {
+                let state = &self.state;
+                let along = crate::proxy::Along {
+                    trace,
+                    cancel: call.cancel.clone(),
+                };
+                match crate::proxy::run(proxies, state, tenant, instance, tool, arguments, along) {
                     Ok(reply) => {
                         let outcome = Outcome {
                             bytes: Some(reply.bytes),

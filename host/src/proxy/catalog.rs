@@ -10,22 +10,9 @@ use std::sync::{Arc, RwLock};
 
 use rmcp::model::Tool;
 
+use super::changes::{Change, Changes, Subscription};
 use super::schema;
 use crate::state::TenantName;
-
-/// Who a change of the proxied tools concerns, for MCP sessions to send
-/// `notifications/tools/list_changed` to exactly them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
-    /// The baseline changed (a discovery finished).
-    Everyone,
-    /// One of this tenant's running servers announced or dropped its own list.
-    Tenant(TenantName),
-}
-
-/// Changes kept for a session that has not read them yet; one that falls further behind is
-/// told the list changed (a notification carries no data, so a spare one is harmless).
-const CHANGES_KEPT: usize = 64;
 
 /// A remote tool as exposed by hpcgate.
 #[derive(Debug, Clone)]
@@ -92,19 +79,10 @@ pub enum Discovery {
 
 /// Every proxy's discovery state, and the changes of the proxied tools (baseline and
 /// per-tenant) for MCP sessions to send `notifications/tools/list_changed`.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Catalog {
     map: RwLock<BTreeMap<String, Discovery>>,
-    changes: tokio::sync::broadcast::Sender<Change>,
-}
-
-impl Default for Catalog {
-    fn default() -> Self {
-        Catalog {
-            map: RwLock::default(),
-            changes: tokio::sync::broadcast::Sender::new(CHANGES_KEPT),
-        }
-    }
+    changes: Changes,
 }
 
 impl Catalog {
@@ -113,17 +91,17 @@ impl Catalog {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(proxy.to_owned(), discovery);
-        self.notify(Change::Everyone);
+        self.notify(&Change::Everyone);
     }
 
-    /// Tells the subscribed sessions (none may be listening: that is fine).
-    pub fn notify(&self, change: Change) {
-        let _ = self.changes.send(change);
+    /// Tells the sessions `change` concerns (none may be listening: that is fine).
+    pub fn notify(&self, change: &Change) {
+        self.changes.notify(change);
     }
 
-    /// Every change of the proxied tools, for whoever it concerns.
-    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Change> {
-        self.changes.subscribe()
+    /// What a session of `tenant` waits on to hear that the tools it may list changed.
+    pub fn subscribe(&self, tenant: Option<&TenantName>) -> Subscription {
+        self.changes.subscribe(tenant)
     }
 
     /// Sets a proxy's baseline to `remote` (as listed by its discovery server).

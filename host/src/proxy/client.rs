@@ -54,6 +54,12 @@ fn max_list_bytes(max_result_bytes: u64) -> u64 {
 /// How long a listing after `list_changed` may take.
 const RELIST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The least time between the starts of two listings of one server. A server's first
+/// `list_changed` is listed at once; any number of them in the second after are one more
+/// listing, then. Without it a server announcing as fast as it can kept the gateway listing it
+/// back to back, and its tenant's sessions told to list again after each.
+const RELIST_EVERY: Duration = Duration::from_secs(1);
+
 /// How long closing a stopped server's client may take. Its sandbox is killed first, so a
 /// write the server never read fails and the close is quick; this bounds it all the same.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -132,6 +138,7 @@ impl ClientHandler for Handler {
                     () = relist.wanted.notified() => {}
                     () = relist.gone.cancelled() => return,
                 }
+                let next = tokio::time::Instant::now() + RELIST_EVERY;
                 match list_tools(&peer, &proxy, RELIST_TIMEOUT, max_bytes).await {
                     Ok(tools) => {
                         let n =
@@ -146,6 +153,10 @@ impl ClientHandler for Handler {
                     Err(e) => super::log(&format!(
                         "proxied server `{proxy}` changed its tools but listing them failed, its last list stays: {e}"
                     )),
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(next) => {}
+                    () = relist.gone.cancelled() => return,
                 }
             }
         });

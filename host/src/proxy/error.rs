@@ -58,6 +58,10 @@ pub enum ProxyError {
         "`{tool}` asked for interaction or a long-running task, which hpcgate does not relay yet"
     )]
     Unsupported { tool: String },
+    #[error(
+        "the client cancelled `{tool}`; proxied server `{proxy}` was told to stop it (`notifications/cancelled`), and what it did before is unknown"
+    )]
+    Cancelled { proxy: String, tool: String },
     #[error("the gateway is shutting down; retry once it is back")]
     ShuttingDown,
 }

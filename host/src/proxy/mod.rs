@@ -29,6 +29,7 @@
 
 mod capped;
 mod catalog;
+mod changes;
 mod client;
 mod error;
 mod lifecycle;
@@ -51,8 +52,10 @@ use std::time::{Duration, Instant};
 use hpcgate_executors::sandbox::SandboxSpec;
 use rmcp::model::CallToolResult;
 use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
 
-pub use catalog::{Catalog, Change, Discovery, ProxiedTool};
+pub use catalog::{Catalog, Discovery, ProxiedTool};
+pub use changes::Subscription;
 pub use error::ProxyError;
 pub use run::{Reply, run};
 pub use schema::{INSTANCE_ID, to_remote};
@@ -64,6 +67,15 @@ use client::{Client, Handler};
 use lifecycle::{Lifecycle, Stop};
 use overlay::{Announcer, Overlays};
 use spawner::Spawner;
+
+/// What a gateway call hands on to the proxied call it makes: its span as a `traceparent`
+/// (passed in `_meta`, as the MCP semantic conventions carry it) when the call is traced, and
+/// its cancellation (the client gave up on it).
+#[derive(Debug, Default, Clone)]
+pub struct Along {
+    pub trace: Option<String>,
+    pub cancel: Option<CancellationToken>,
+}
 
 /// One client per (tenant, instance, proxy).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -231,8 +243,8 @@ impl ProxyManager {
     /// Every change of the proxied tools and whom it concerns (a discovery finished: everyone;
     /// a server's `list_changed` or the end of a server that had one: its tenant); `None` when
     /// no proxy is configured.
-    pub fn subscribe(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
-        self.inner.as_ref().map(|i| i.catalog.subscribe())
+    pub fn subscribe(&self, tenant: Option<&TenantName>) -> Option<Subscription> {
+        self.inner.as_ref().map(|i| i.catalog.subscribe(tenant))
     }
 
     /// Each proxy's discovery state (tools, pending, or the failure), for `doctor` and tests.
@@ -263,8 +275,9 @@ impl ProxyManager {
     }
 
     /// Calls `tool` for `tenant` in `instance` (whose host directories are `paths`) with the
-    /// final, policy-approved arguments (the gateway's `instance_id` included), in the trace
-    /// `trace` (a `traceparent`) when the call is traced. Blocks.
+    /// final, policy-approved arguments (the gateway's `instance_id` included), with what the
+    /// gateway's call hands on (`along`). Blocks until the server answers, the call times out,
+    /// or the client cancels it; then the server is sent `notifications/cancelled`.
     pub fn call(
         &self,
         tenant: &TenantName,
@@ -272,7 +285,7 @@ impl ProxyManager {
         paths: InstancePathsAmbient,
         tool: &ProxiedTool,
         arguments: Map<String, Value>,
-        trace: Option<String>,
+        along: Along,
     ) -> Result<CallToolResult, ProxyError> {
         let Some(inner) = self.inner.clone() else {
             return Err(ProxyError::ShuttingDown);
@@ -289,15 +302,25 @@ impl ProxyManager {
                 return Err(ProxyError::ShuttingDown);
             };
             let client = inner.client(&key, &settings, paths).await?;
-            let result = client
-                .call(
-                    &tool.remote_name,
-                    &tool.exposed_name,
-                    arguments,
-                    settings.call_timeout,
-                    trace,
-                )
-                .await?;
+            let (remote, exposed) = (&tool.remote_name, &tool.exposed_name);
+            let answer = client.call(
+                remote,
+                exposed,
+                arguments,
+                settings.call_timeout,
+                along.trace,
+            );
+            let cancel = along.cancel.unwrap_or_default();
+            // Dropping the unanswered call sends the server `notifications/cancelled`.
+            let result = tokio::select! {
+                result = answer => result?,
+                () = cancel.cancelled() => {
+                    return Err(ProxyError::Cancelled {
+                        proxy: key.proxy.clone(),
+                        tool: exposed.clone(),
+                    });
+                }
+            };
             let bytes = serde_json::to_vec(&result).map_or(0, |b| b.len() as u64);
             if bytes > settings.max_result_bytes {
                 return Err(ProxyError::TooLarge {

@@ -24,7 +24,8 @@ use std::sync::{Arc, RwLock};
 use rmcp::model::Tool;
 
 use super::Key;
-use super::catalog::{Catalog, Change, ProxiedTool};
+use super::catalog::{Catalog, ProxiedTool};
+use super::changes::Change;
 use crate::state::TenantName;
 
 /// One running server's announced tools.
@@ -61,7 +62,7 @@ impl Overlays {
             .collect();
         let n = tools.len();
         write(&self.map).insert(key.clone(), Announced { server, tools });
-        self.baseline.notify(Change::Tenant(key.tenant.clone()));
+        self.baseline.notify(&Change::Tenant(key.tenant.clone()));
         n
     }
 
@@ -71,7 +72,7 @@ impl Overlays {
         if map.get(key).is_some_and(|a| a.server == server) {
             map.remove(key);
             drop(map);
-            self.baseline.notify(Change::Tenant(key.tenant.clone()));
+            self.baseline.notify(&Change::Tenant(key.tenant.clone()));
         }
     }
 

@@ -34,7 +34,7 @@ pub fn run(
     instance: Option<&InstanceId>,
     tool: &ProxiedTool,
     arguments: Map<String, Value>,
-    trace: Option<String>,
+    along: super::Along,
 ) -> Result<Reply, String> {
     // The gateway's own argument; the rest is the remote server's to validate against its
     // schema.
@@ -60,7 +60,7 @@ pub fn run(
         ));
     }
     let result = manager
-        .call(tenant, id.as_str(), paths, &current, arguments, trace)
+        .call(tenant, id.as_str(), paths, &current, arguments, along)
         .map_err(|e| e.to_string())?;
     let summary = first_text(&result);
     let remote_error = (result.is_error == Some(true)).then(|| {

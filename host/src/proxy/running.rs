@@ -125,7 +125,28 @@ pub(super) async fn reap_idle(inner: std::sync::Weak<Inner>, tick: Duration) {
             if expired && let Some(client) = current.take() {
                 client.stop(Stop::Idle).await;
             }
+            let empty = current.is_none();
+            drop(current);
+            if empty {
+                forget_unused(&inner.clients, &key, slot);
+            }
         }
+    }
+}
+
+/// Removes `key`'s `slot` from `map` if it is still the map's and nobody but the map and this
+/// caller holds it: no call found it to start a server in it. (A call takes its slot under the
+/// map's lock, so it either holds the slot by then, or finds none and makes a new one.)
+/// Without this every (tenant, instance, proxy) ever served kept an entry until archived, and
+/// `runs_in` answered yes for instances whose servers had long stopped.
+fn forget_unused<K: Eq + Hash, T>(
+    map: &Mutex<HashMap<K, Arc<tokio::sync::Mutex<T>>>>,
+    key: &K,
+    slot: Arc<tokio::sync::Mutex<T>>,
+) {
+    let mut map = lock(map);
+    if map.get(key).is_some_and(|s| Arc::ptr_eq(s, &slot)) && Arc::strong_count(&slot) == 2 {
+        map.remove(key);
     }
 }
 
@@ -200,6 +221,27 @@ mod tests {
         assert_eq!(got, Some(None), "a fresh slot, empty");
         let now = map.lock().unwrap()["k"].clone();
         assert!(!Arc::ptr_eq(&now, &old), "never the removed slot");
+    }
+
+    #[test]
+    fn an_empty_slot_is_forgotten_unless_a_call_holds_it() {
+        let map: Slots = Mutex::default();
+        let slot = map.lock().unwrap().entry("k").or_default().clone();
+        let call = slot.clone();
+        super::forget_unused(&map, &"k", slot.clone());
+        assert!(map.lock().unwrap().contains_key("k"), "a call holds it");
+        drop(call);
+        let newer: TestSlot = Arc::default();
+        map.lock().unwrap().insert("k", newer.clone());
+        super::forget_unused(&map, &"k", slot);
+        assert!(
+            Arc::ptr_eq(&map.lock().unwrap()["k"], &newer),
+            "never another slot of the key"
+        );
+        let again = newer.clone();
+        drop(newer);
+        super::forget_unused(&map, &"k", again);
+        assert!(map.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -381,7 +381,8 @@ fn a_storm_of_list_changed_makes_few_bounded_listings() {
     let until = Instant::now() + Duration::from_secs(30);
     let mut seen = lists();
     loop {
-        std::thread::sleep(Duration::from_millis(500));
+        // Longer than the pause between two listings of one server (1 s).
+        std::thread::sleep(Duration::from_millis(1500));
         let now = lists();
         if now == seen {
             break;

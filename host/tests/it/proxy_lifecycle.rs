@@ -1,6 +1,7 @@
 //! The lifecycle of proxied MCP servers through the gateway's dispatch function, in process,
 //! with the real `mcp-test-server` inside real bwrap sandboxes: a call timeout that cancels the
-//! remote request, a crash and the restart, idle shutdown, single-flight start, a server per
+//! remote request, a call the client gives up on cancelled at its server, a crash and the
+//! restart, idle shutdown, single-flight start, a server per
 //! tenant and instance (stopped by archiving), a bounded number of servers per tenant, and
 //! servers that stop reading their stdin stopped all the same.
 
@@ -63,6 +64,57 @@ fn a_call_timeout_cancels_the_remote_request() {
     );
 }
 
+/// A call the client gives up on (MCP `notifications/cancelled`, or the connection gone) is
+/// cancelled at its server at once, not when its `call_timeout` ends: the gateway's call
+/// returns, the server sees `notifications/cancelled`, and the server lives on. (Before: the
+/// call and the server's work ran on for the whole `call_timeout`, 120 s by default.)
+#[test]
+fn a_call_the_client_gives_up_on_is_cancelled_at_its_server() {
+    use hpcgate::gateway::Request;
+    use hpcgate::policy::Via;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path(), &test_proxy("t", ""));
+    discovered(&gw);
+    create(&gw, "chem", "run1");
+    let chem = caller("chem");
+    nonce(&gw, "chem", "run1");
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let giving_up = {
+        let cancel = cancel.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            cancel.cancel();
+        })
+    };
+    let slow = args(json!({"instance_id": "run1", "ms": 60_000}));
+    let request = Request::new(chem.clone(), Via::Mcp, "t__slow", slow).cancelled_by(cancel);
+    let started = Instant::now();
+    let given_up = err(gw.dispatch(&gw.snapshot(), request));
+    giving_up.join().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the call ran on for {:?}",
+        started.elapsed()
+    );
+    assert!(
+        given_up.contains("the client cancelled `t__slow`"),
+        "{given_up}"
+    );
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let who = ok(gw.call(&chem, "t__whoami", args(json!({"instance_id": "run1"}))));
+        if who.structured["cancelled"] == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the server never saw notifications/cancelled"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(gw.proxies().starts(), 1, "the server survives a cancel");
+}
+
 #[test]
 fn a_crashed_server_fails_its_call_and_restarts_on_the_next() {
     let dir = tempfile::tempdir().unwrap();
@@ -97,6 +149,12 @@ fn idle_servers_are_stopped_and_come_back() {
     let until = Instant::now() + Duration::from_secs(5);
     while gw.proxies().running() > 0 {
         assert!(Instant::now() < until, "the idle server was not stopped");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // And forgotten: the instance no longer counts as running a server here.
+    let chem = caller("chem").tenant;
+    while gw.proxies().runs_in(&chem, "run1") {
+        assert!(Instant::now() < until, "the stopped server's slot is kept");
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_ne!(nonce(&gw, "chem", "run1"), first);

@@ -155,3 +155,91 @@ fn the_python_sdk_gets_proxied_results_whole() {
     assert_eq!(seen["failing_text"], "this tool always fails");
     assert_eq!(seen["add_structured"], json!({"sum": 3}));
 }
+
+/// A server announcing a change every 5 ms for a second is listed about once a second, not
+/// after each, and the client hears of it about as often: one tenant's server cannot keep the
+/// gateway listing it back to back, nor its sessions listing again. (Before: a listing and a
+/// notification for every few announcements.)
+#[tokio::test]
+async fn a_server_announcing_without_pause_is_listed_about_once_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"));
+    command
+        .arg("run")
+        .arg("--config")
+        .arg(config(dir.path()))
+        .env("HOME", dir.path().join("home"))
+        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
+        .env_remove("HPCGATE_CONFIG");
+    let changes = Counter::default();
+    let client = changes
+        .clone()
+        .serve(TokioChildProcess::new(command).unwrap())
+        .await
+        .unwrap();
+    let call = |name: &'static str, arguments| {
+        CallToolRequestParams::new(name).with_arguments(args(arguments))
+    };
+    client
+        .call_tool(call("create_instance", json!({"instance_id": "run1"})))
+        .await
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    let lists = || async {
+        let whoami = client
+            .call_tool(call("t__whoami", json!({"instance_id": "run1"})))
+            .await
+            .unwrap();
+        let whoami = whoami.structured_content.expect("whoami's counts");
+        whoami["lists"].as_u64().expect("a count")
+    };
+    while !client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .iter()
+        .any(|t| t.name == "t__whoami")
+    {
+        assert!(Instant::now() < until, "proxied tools never listed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = lists().await;
+    let heard = changes.0.load(Ordering::SeqCst);
+
+    let storm = json!({"instance_id": "run1", "count": 200, "every_ms": 5, "endless": false});
+    let started = Instant::now();
+    client
+        .call_tool(call("t__list_storm", storm))
+        .await
+        .unwrap();
+    let lasted = started.elapsed();
+    assert!(
+        lasted >= Duration::from_secs(1),
+        "the storm lasted {lasted:?}"
+    );
+    // Settled once nothing was listed for longer than the pause between listings.
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut seen = lists().await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let now = lists().await;
+        if now == seen {
+            break;
+        }
+        assert!(Instant::now() < until, "the listings never stop: {now}");
+        seen = now;
+    }
+    let listed = seen - before;
+    let told = changes.0.load(Ordering::SeqCst) - heard;
+    // The storm lasted 1–2 s: a listing at its start and at most one a second after it.
+    let bound = lasted.as_secs() + 2;
+    assert!(
+        (1..=bound).contains(&listed),
+        "{listed} listings for 200 announcements over {lasted:?}"
+    );
+    assert!(
+        (1..=bound as usize).contains(&told),
+        "the client was told {told} times of 200 announcements over {lasted:?}"
+    );
+    client.cancel().await.unwrap();
+}

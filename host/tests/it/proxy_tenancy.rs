@@ -8,7 +8,7 @@ use crate::support::proxy as support;
 use std::time::{Duration, Instant};
 
 use hpcgate::gateway::Gateway;
-use hpcgate::proxy::{Change, Discovery};
+use hpcgate::proxy::Discovery;
 use serde_json::json;
 use support::{args, caller, discovered, err, gateway, names, ok, test_proxy};
 
@@ -41,7 +41,13 @@ fn a_servers_new_tools_stay_with_its_tenant_and_instance() {
     let dir = tempfile::tempdir().unwrap();
     let gw = gateway(dir.path(), &test_proxy("t", ""));
     discovered(&gw);
-    let mut changes = gw.proxies().subscribe().expect("a proxy is configured");
+    let subscribe = |tenant: &str| {
+        let tenant = caller(tenant).tenant;
+        gw.proxies()
+            .subscribe(Some(&tenant))
+            .expect("a proxy is configured")
+    };
+    let (mut chem_session, mut bio_session) = (subscribe("chem"), subscribe("bio"));
     for (tenant, id) in [("chem", "run1"), ("chem", "run2"), ("bio", "run1")] {
         create(&gw, tenant, id);
     }
@@ -84,21 +90,17 @@ fn a_servers_new_tools_stay_with_its_tenant_and_instance() {
     assert!(!extra.read_only);
 
     // Only chem's sessions are told.
-    let mut heard = Vec::new();
-    while let Ok(change) = changes.try_recv() {
-        heard.push(change);
-    }
-    let chem = Change::Tenant(caller("chem").tenant);
-    assert!(heard.contains(&chem), "{heard:?}");
-    assert!(
-        heard.iter().all(|c| *c == chem),
-        "another tenant was told: {heard:?}"
-    );
+    assert!(chem_session.take(), "chem's session was not told");
+    assert!(!bio_session.take(), "another tenant was told");
 
     // The announcement ends with its server: archiving the instance stops it.
     ok(call(&gw, "chem", "archive_instance", "run1"));
     assert!(!names(&gw, "chem").contains(&"t__extra".to_owned()));
-    assert_eq!(changes.try_recv().ok(), Some(chem));
+    assert!(
+        chem_session.take(),
+        "chem's session was not told of the end"
+    );
+    assert!(!bio_session.take(), "another tenant was told of the end");
 }
 
 #[test]

@@ -14,7 +14,7 @@
 //! | `nested` | a schema with `$defs`, `$ref`, `format` and `additionalProperties: false` |
 //! | `own_instance_id` | a schema with its own `instance_id` property |
 //! | `enable_extra` | adds tool `extra` and sends `notifications/tools/list_changed` |
-//! | `list_storm` | sends `count` `list_changed` notifications, and from then on every `tools/list` page names a next one: a storm of listings, each without end |
+//! | `list_storm` | sends `count` `list_changed` notifications, `every_ms` milliseconds apart (default 0), and unless `endless` is false, from then on every `tools/list` page names a next one: a storm of listings, each without end |
 //! | `fat_listing` | from then on every `tools/list` is `pages` pages, each with one more tool `fat_page_<n>` whose description is `bytes` bytes, and sends `list_changed`: the cap on a listing's total |
 //! | `ping_flood` | sends `count` `ping` requests, waits `ms` milliseconds (for the gateway's replies to fill the pipe to its stdin), answers, and never reads its stdin again (its only thread blocks): a hung or hostile server |
 //! | `crash` | exits the process with code 3 in the middle of the call |
@@ -103,8 +103,9 @@ fn tools(extra: bool) -> Vec<Tool> {
                                "required": ["instance_id"]}}),
         json!({"name": "enable_extra", "description": "Add the tool `extra` and notify tools/list_changed.",
                "inputSchema": {"type": "object", "properties": {}}}),
-        json!({"name": "list_storm", "description": "Send `count` list_changed; list without end from then on.",
-               "inputSchema": {"type": "object", "properties": {"count": {"type": "integer", "minimum": 0}}, "required": ["count"]}}),
+        json!({"name": "list_storm", "description": "Send `count` list_changed, `every_ms` apart; unless `endless` is false, list without end from then on.",
+               "inputSchema": {"type": "object", "properties": {"count": {"type": "integer", "minimum": 0}, "every_ms": {"type": "integer", "minimum": 0},
+                                                              "endless": {"type": "boolean"}}, "required": ["count"]}}),
         json!({"name": "fat_listing", "description": "List `pages` pages from then on, each with a tool described in `bytes` bytes.",
                "inputSchema": {"type": "object", "properties": {"bytes": {"type": "integer", "minimum": 0}, "pages": {"type": "integer", "minimum": 1}},
                                "required": ["bytes", "pages"]}}),
@@ -261,9 +262,17 @@ impl ServerHandler for TestServer {
                 text("extra enabled")
             }
             "list_storm" => {
-                self.endless.store(true, Ordering::SeqCst);
+                let endless = args.get("endless").and_then(Value::as_bool).unwrap_or(true);
+                self.endless.store(endless, Ordering::SeqCst);
+                let every = match args.get("every_ms") {
+                    Some(_) => Duration::from_millis(int(&args, "every_ms")?.max(0) as u64),
+                    None => Duration::ZERO,
+                };
                 for _ in 0..int(&args, "count")? {
                     let _ = context.peer.notify_tool_list_changed().await;
+                    if !every.is_zero() {
+                        tokio::time::sleep(every).await;
+                    }
                 }
                 text("storm sent")
             }
