@@ -54,6 +54,29 @@ pub struct SlurmSettings {
     pub client: SlurmClientConfig,
 }
 
+/// Where a read-only bind may appear in a sandbox: an absolute path other than `/`, outside
+/// the mounts the sandbox makes itself (the instance's directories, `/proc`, `/dev`, `/tmp`),
+/// and without `..`, which bwrap would resolve (`/opt/../workspace` is `/workspace`, past a
+/// check of the path as written).
+pub(super) fn bind_target(key: &str, target: PathBuf, bad: &Bad) -> Result<PathBuf, ConfigError> {
+    let reserved = [WORKSPACE_MOUNT, OUTPUT_MOUNT, "/proc", "/dev", "/tmp"]
+        .iter()
+        .any(|m| target.starts_with(m));
+    let climbs = target
+        .components()
+        .any(|c| c == std::path::Component::ParentDir);
+    if !target.is_absolute() || target == Path::new("/") || reserved || climbs {
+        return Err(bad(
+            key,
+            format!(
+                "`{}` must be an absolute path other than `/`, without `..`, and outside /workspace, /output, /proc, /dev and /tmp",
+                target.display()
+            ),
+        ));
+    }
+    Ok(target)
+}
+
 pub(super) fn resolve_sandbox(config: &Config, bad: &Bad) -> Result<SandboxSettings, ConfigError> {
     let s = &config.sandbox;
     let bwrap = match &s.bwrap {
@@ -65,18 +88,7 @@ pub(super) fn resolve_sandbox(config: &Config, bad: &Bad) -> Result<SandboxSetti
         let key = format!("sandbox.extra_ro_binds[{i}]");
         let source = absolute(&format!("{key}.source"), &b.source, bad)?;
         let target = b.target.clone().unwrap_or_else(|| source.clone());
-        let reserved = [WORKSPACE_MOUNT, OUTPUT_MOUNT, "/proc", "/dev", "/tmp"]
-            .iter()
-            .any(|m| target.starts_with(m));
-        if !target.is_absolute() || target == Path::new("/") || reserved {
-            return Err(bad(
-                &format!("{key}.target"),
-                format!(
-                    "`{}` must be an absolute path other than `/` and outside /workspace, /output, /proc, /dev and /tmp",
-                    target.display()
-                ),
-            ));
-        }
+        let target = bind_target(&format!("{key}.target"), target, bad)?;
         extra_ro_binds.push(Bind { source, target });
     }
     let env_allow = s

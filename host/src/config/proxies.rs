@@ -5,13 +5,13 @@
 //! non-empty and free of NUL bytes, and nothing is run through a shell.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use hpcgate_executors::sandbox::{Bind, Network, OUTPUT_MOUNT, WORKSPACE_MOUNT};
+use hpcgate_executors::sandbox::{Bind, Network};
 
 use super::error::ConfigError;
-use super::executors::SandboxSettings;
+use super::executors::{SandboxSettings, bind_target};
 use super::raw::ProxyConfig;
 use super::settings::Bad;
 
@@ -109,19 +109,7 @@ pub(super) fn resolve_proxies(
         };
         let mut binds = Vec::new();
         for (i, path) in p.binds.iter().enumerate() {
-            let path = PathBuf::from(path);
-            let reserved = [WORKSPACE_MOUNT, OUTPUT_MOUNT, "/proc", "/dev", "/tmp"]
-                .iter()
-                .any(|m| path.starts_with(m));
-            if !path.is_absolute() || path == Path::new("/") || reserved {
-                return Err(bad(
-                    &at(&format!(".binds[{i}]")),
-                    format!(
-                        "`{}` must be an absolute host path other than `/` and outside /workspace, /output, /proc, /dev and /tmp",
-                        path.display()
-                    ),
-                ));
-            }
+            let path = bind_target(&at(&format!(".binds[{i}]")), PathBuf::from(path), bad)?;
             binds.push(Bind {
                 source: path.clone(),
                 target: path,

@@ -272,6 +272,15 @@ fn gateway_keys_are_validated() {
             "[sandbox]\nextra_ro_binds = [{ source = \"/d\", target = \"/workspace/d\" }]\n",
             "sandbox.extra_ro_binds[0].target",
         ),
+        // `..` would take a bind where the check of the written path does not look.
+        (
+            "[sandbox]\nextra_ro_binds = [{ source = \"/d\", target = \"/opt/../workspace/d\" }]\n",
+            "sandbox.extra_ro_binds[0].target",
+        ),
+        (
+            "[sandbox]\nextra_ro_binds = [{ source = \"/usr/../tmp\" }]\n",
+            "sandbox.extra_ro_binds[0].target",
+        ),
         ("[sandbox]\nenv_allow = [\"A=B\"]\n", "sandbox.env_allow"),
         (
             "[slurm]\nenabled = true\npartition = \"a;b\"\n",
@@ -394,6 +403,10 @@ fn proxied_mcps_resolve_and_bad_entries_name_the_key() {
         ),
         (
             "[proxied_mcps.fs]\ncommand = \"x\"\nbinds = [\"/workspace/x\"]\n",
+            "proxied_mcps.fs.binds[0]",
+        ),
+        (
+            "[proxied_mcps.fs]\ncommand = \"x\"\nbinds = [\"/opt/../output\"]\n",
             "proxied_mcps.fs.binds[0]",
         ),
         (
