@@ -1,4 +1,5 @@
-//! Bounded records: what a caller sends can make a record no larger than [`MAX_RECORD_BYTES`].
+//! Bounded records: what a caller sends can make a record no larger than [`MAX_RECORD_BYTES`]
+//! (with a chain of up to 64 policies).
 //!
 //! A call's arguments, a tool name that is not a tool, an error that quotes what was sent: each
 //! is the caller's to size, up to the transport's request limit (4 MiB over HTTP, more on a
@@ -26,18 +27,45 @@ pub const MAX_TEXT_BYTES: usize = 1 << 10;
 /// How many of a policy's log lines a record that was too large keeps.
 const MAX_LOG_LINES: usize = 8;
 
-/// `entry`'s body, cut down first if its encoding passes [`MAX_RECORD_BYTES`].
+/// The shortest texts, and no policy log lines, kept in a record still too large once cut
+/// down (a long chain whose every policy quotes the call in its reason and logs).
+const LAST_TEXT_BYTES: usize = 128;
+
+/// `entry`'s body, cut down first if its encoding passes [`MAX_RECORD_BYTES`]: texts to
+/// [`MAX_TEXT_BYTES`] as encoded, then, if that is not enough, to [`LAST_TEXT_BYTES`] without
+/// the policies' log lines, each rewriting policy's arguments as one digest. What is left beyond the caller's reach is the chain's own (a
+/// policy's name, module and time, some 200 bytes each), so with up to 64 policies the record
+/// stays within the bound.
 pub(crate) fn bounded_body(entry: &mut Entry) -> Vec<u8> {
     let body = encode_body(entry);
     if body.len() <= MAX_RECORD_BYTES {
         return body;
     }
-    cut_down(entry);
+    cut_down(entry, MAX_TEXT_BYTES, MAX_LOG_LINES);
+    let body = encode_body(entry);
+    if body.len() <= MAX_RECORD_BYTES {
+        return body;
+    }
+    cut_down(entry, LAST_TEXT_BYTES, 0);
+    for arguments in entry
+        .policies
+        .iter_mut()
+        .filter_map(|p| p.arguments.as_mut())
+    {
+        redact_whole(arguments);
+    }
     encode_body(entry)
 }
 
-/// Cuts every part of `entry` a caller can size.
-fn cut_down(entry: &mut Entry) {
+/// Cuts every part of `entry` a caller can size: texts to `text` bytes as encoded, each
+/// policy's log to `log_lines` lines.
+fn cut_down(entry: &mut Entry, text: usize, log_lines: usize) {
+    let clip = |s: &mut String| clip(s, text);
+    let clip_some = |s: &mut Option<String>| {
+        if let Some(s) = s {
+            clip(s);
+        }
+    };
     for text in [
         &mut entry.tenant,
         &mut entry.principal,
@@ -74,7 +102,7 @@ fn cut_down(entry: &mut Entry) {
         if let Some(arguments) = &mut policy.arguments {
             digest_if_large(arguments);
         }
-        policy.logs.truncate(MAX_LOG_LINES);
+        policy.logs.truncate(log_lines);
         policy.logs.iter_mut().for_each(clip);
     }
     if let Some(outcome) = &mut entry.outcome {
@@ -109,25 +137,30 @@ fn digest_if_large(arguments: &mut Map<String, Value>) {
     }
 }
 
-fn clip_some(text: &mut Option<String>) {
-    if let Some(text) = text {
-        clip(text);
-    }
-}
-
-/// Keeps the first [`MAX_TEXT_BYTES`] of `text` (at a character boundary) and says how many
-/// bytes were cut.
-fn clip(text: &mut String) {
-    if text.len() <= MAX_TEXT_BYTES {
+/// Keeps the start of `text` that encodes (as a JSON string's content) in at most `limit`
+/// bytes, at a character boundary, and says how many bytes were cut. Measured as encoded, not
+/// as text: a control character is 1 byte of text and 6 of JSON (`\u0001`).
+fn clip(text: &mut String, limit: usize) {
+    let mut width = 0;
+    let end = text.char_indices().find_map(|(at, c)| {
+        width += json_width(c);
+        (width > limit).then_some(at)
+    });
+    let Some(end) = end else {
         return;
-    }
-    let mut end = MAX_TEXT_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    };
     let cut = text.len() - end;
     text.truncate(end);
     text.push_str(&format!("… ({cut} bytes cut)"));
+}
+
+/// How many bytes `c` takes inside a JSON string as serde_json writes it.
+fn json_width(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if c < ' ' => 6,
+        c => c.len_utf8(),
+    }
 }
 
 #[cfg(test)]
@@ -204,11 +237,58 @@ mod tests {
     #[test]
     fn text_is_cut_at_a_character_boundary() {
         let mut text = "é".repeat(MAX_TEXT_BYTES);
-        clip(&mut text);
+        clip(&mut text, MAX_TEXT_BYTES);
         let kept = text.split('…').next().unwrap();
         assert_eq!(kept.len(), MAX_TEXT_BYTES);
         let mut odd = format!("x{}", "é".repeat(MAX_TEXT_BYTES));
-        clip(&mut odd);
+        clip(&mut odd, MAX_TEXT_BYTES);
         assert_eq!(odd.split('…').next().unwrap().len(), MAX_TEXT_BYTES - 1);
+    }
+
+    #[test]
+    fn text_is_cut_to_its_width_as_json() {
+        for c in ['\u{1}', '"', '\n', 'é', 'x', '\u{10348}'] {
+            let mut text = c.to_string().repeat(4 * MAX_TEXT_BYTES);
+            clip(&mut text, MAX_TEXT_BYTES);
+            let kept = text.split('…').next().unwrap();
+            let encoded = serde_json::to_string(kept).unwrap().len() - 2;
+            assert!(
+                encoded <= MAX_TEXT_BYTES && encoded + 6 > MAX_TEXT_BYTES,
+                "{c:?}: {encoded} bytes as JSON"
+            );
+        }
+    }
+
+    /// Control characters take six bytes each as JSON: cut by their length as text, a call
+    /// whose tool name and instance are 64 KiB of them, judged by a chain of policies that each
+    /// quote it in their reason and log lines, made a record of hundreds of KiB. With 64 such
+    /// policies, each rewriting the arguments into many small ones, it stays in the bound.
+    #[test]
+    fn text_that_grows_when_encoded_cannot_make_a_record_large() {
+        use crate::record::PolicyRecord;
+        use hpcgate_policy_sdk::outcome::DecisionKind;
+        let control = "\u{1}".repeat(64 << 10);
+        let mut entry = refused(&control, json!({"instance_id": control}));
+        entry.instance = Some(control.clone());
+        let rewritten: Map<String, Value> = (0..300).map(|i| (format!("k{i}"), json!(i))).collect();
+        entry.policies = (0..64)
+            .map(|i| PolicyRecord {
+                policy: format!("p{i}"),
+                module: format!("sha256:{}", "0".repeat(64)),
+                decision: DecisionKind::Deny,
+                reason: Some(control.clone()),
+                arguments: Some(rewritten.clone()),
+                note: Some(control.clone()),
+                enforced: true,
+                fault: Some(control.clone()),
+                duration_us: 1.0,
+                logs: vec![control.clone(); 10],
+            })
+            .collect();
+        let body = bounded_body(&mut entry);
+        assert!(body.len() <= MAX_RECORD_BYTES, "{} bytes", body.len());
+        let record: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(record["policies"].as_array().unwrap().len(), 64);
+        assert!(record["tool"].as_str().unwrap().ends_with("bytes cut)"));
     }
 }

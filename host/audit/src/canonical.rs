@@ -23,6 +23,11 @@ const HASH_KEY: &[u8] = br#","hash":""#;
 /// `,"hash":"` + 64 hex + `"}`.
 const SUFFIX_LEN: usize = HASH_KEY.len() + 64 + 2;
 
+/// The most bytes a line adds to its body: the header (`seq`, `ts`, `prev`), the hash member
+/// and the newline. A batch's lines are its bodies plus this for each, which is what bounds
+/// how much of a segment's end one unfinished batch can be (and a crash's repair looks at).
+pub(crate) const LINE_OVERHEAD: usize = 256;
+
 #[derive(Serialize)]
 struct Header<'a> {
     seq: u64,
@@ -160,6 +165,21 @@ pub(crate) fn peek_seq(line: &[u8]) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::record::Event;
+
+    #[test]
+    fn a_line_adds_at_most_its_overhead_to_its_body() {
+        let body = encode_body(&Entry::new(Event::GatewayStarted));
+        for (seq, micros) in [(1, 0), (u64::MAX, i64::MAX), (u64::MAX, i64::MIN)] {
+            let ts = Timestamp::from_unix_micros(micros);
+            let (line, _) = encode_line(seq, ts, GENESIS, &body);
+            assert!(
+                line.len() - body.len() <= LINE_OVERHEAD,
+                "{} bytes over the body: {}",
+                line.len() - body.len(),
+                String::from_utf8_lossy(&line)
+            );
+        }
+    }
 
     #[test]
     fn a_line_is_the_canonical_serialisation_plus_its_hash() {

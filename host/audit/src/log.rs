@@ -26,6 +26,7 @@ use std::task::{Context, Poll, Waker};
 use serde_json::{Map, Value};
 
 use super::bound::bounded_body;
+use super::canonical::LINE_OVERHEAD;
 use super::checkpoint::Checkpoint;
 use super::compress::Compressor;
 use super::error::{AuditError, arc};
@@ -43,7 +44,9 @@ mod submit_tests;
 /// again ([`AuditLog::calls_arrive_together`]): one stray batch of one under load is not enough.
 const LONE_BATCHES: u64 = 8;
 
-/// Most records and bytes in one batch.
+/// Most records, and bytes of their lines as written, in one batch (it holds at least its
+/// first caller's records: a call's few, each at most `MAX_RECORD_BYTES`). A crash's repair
+/// looks this far back from a segment's end for a batch whose pages did not all arrive.
 const MAX_BATCH_RECORDS: usize = 4096;
 pub(crate) const MAX_BATCH_BYTES: usize = 8 << 20;
 
@@ -349,7 +352,8 @@ impl Core {
         // At least the first caller's records, then whole callers while the batch has room.
         let (mut taken, mut records, mut bytes) = (0, 0, 0);
         for (_, mine) in &queue.waiting {
-            let size: usize = mine.iter().map(Vec::len).sum();
+            // As written: each body becomes a line up to `LINE_OVERHEAD` longer.
+            let size: usize = mine.iter().map(|body| body.len() + LINE_OVERHEAD).sum();
             if taken > 0
                 && (records + mine.len() > MAX_BATCH_RECORDS || bytes + size > MAX_BATCH_BYTES)
             {
