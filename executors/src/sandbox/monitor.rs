@@ -14,7 +14,8 @@
 //! A sandbox stopped at its wall time or by a cancel is first asked to end, as Slurm does:
 //! `SIGTERM` to each of its processes, then the kill once the grace ([`Watch::stop_grace`])
 //! is over, or at once if it goes over its memory or output cap meanwhile. One that goes over
-//! its memory or output cap is killed at once.
+//! its memory or output cap is killed at once. One whose batch scheduler ends the job
+//! ([`Watch::terminated`]) is stopped the same way.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -25,7 +26,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::JobCgroup;
-use super::proc::{PidFd, ProcessIdentity, descendants, page_size, read_stat};
+use super::proc::{PidFd, ProcessIdentity, descendants, page_size, read_stat, signal_pending};
 
 /// Why a sandbox run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,6 +96,9 @@ pub(crate) struct Watch<'a> {
     /// The sandbox's pid-namespace init: killing it ends every process of the sandbox.
     pub init: Option<&'a (PidFd, ProcessIdentity)>,
     pub cancel_requested: &'a dyn Fn() -> bool,
+    /// Whether the batch scheduler asked the job to end (its `SIGTERM` to the supervisor):
+    /// the sandbox is stopped as for a cancel, and at once if a cancel was stopping it.
+    pub terminated: &'a dyn Fn() -> bool,
     pub started: Instant,
 }
 
@@ -236,8 +240,10 @@ fn watch(child: &mut Child, sinks: [&mut dyn Sink; 2], w: &Watch<'_>) -> io::Res
             }
         });
         if let Some(ends) = grace_ends {
-            // Asked to end: killed when its grace is over, or at once over its memory.
-            if now >= ends || over_memory {
+            // Asked to end: killed when its grace is over, or at once over its memory, or
+            // when the scheduler ends a job a cancel was already stopping (a second cancel).
+            let again = killed == Some(EndReason::Cancelled) && (w.terminated)();
+            if now >= ends || over_memory || again {
                 hard_killed = true;
                 kill(child, w);
             }
@@ -252,6 +258,18 @@ fn watch(child: &mut Child, sinks: [&mut dyn Sink; 2], w: &Watch<'_>) -> io::Res
         } else {
             None
         };
+        if stop.is_none() && (w.terminated)() {
+            // The scheduler's end of the job (`scancel`, a preemption): asked to end with its
+            // grace as for a cancel, with no reason of the sandbox's own: the scheduler's
+            // word says why.
+            grace_ends = Some(now + w.stop_grace);
+            // Where the scheduler signalled every process of the job (`proctrack/linuxproc`),
+            // bwrap's `SIGTERM` waits, blocked: the sandbox's processes had theirs.
+            if !signal_pending(child.id() as i32, libc::SIGTERM) {
+                terminate(child, w);
+            }
+            continue;
+        }
         if let Some(reason) = stop {
             killed = Some(reason);
             if reason == EndReason::Oom || w.stop_grace.is_zero() {

@@ -52,6 +52,7 @@ pub fn run_attached(
         cgroup: prepared.cgroup.as_ref(),
         init: init.as_ref(),
         cancel_requested: &never,
+        terminated: &never,
         started,
     };
     // No pipes to read: the sinks stay empty.

@@ -78,6 +78,7 @@ pub fn run_sync(
         cgroup: prepared.cgroup.as_ref(),
         init: init.as_ref(),
         cancel_requested: &never,
+        terminated: &never,
         started,
     };
     let outcome = monitor(&mut child, [&mut out, &mut err], &watch);

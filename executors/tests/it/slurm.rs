@@ -11,7 +11,9 @@ mod harness;
 
 use std::time::Duration;
 
-use hpcgate_executors::sandbox::{EndReason, LimitMechanism};
+use hpcgate_executors::sandbox::{
+    EndReason, ExitInfo, JobPhase as SupervisedPhase, LimitMechanism,
+};
 use hpcgate_executors::slurm::{CancelOutcome, JobPhase};
 
 use harness::{
@@ -202,8 +204,8 @@ fn saved_its_work(dirs: &JobDirs, id: u64, stdout: &str, why: EndReason) {
 }
 
 /// Asked to stop (`ask_to_stop`, what `cancel_job` does to a running Slurm job), the
-/// supervisor gives the sandbox its grace: a plain `scancel` would reach bwrap too, whose end
-/// ends the sandbox at once.
+/// supervisor sends the sandbox's processes `SIGTERM` and gives them their grace (a plain
+/// `scancel` sends its own `SIGTERM`: see below).
 #[test]
 fn a_slurm_job_asked_to_stop_gets_its_grace() {
     let dirs = JobDirs::new();
@@ -215,12 +217,7 @@ fn a_slurm_job_asked_to_stop_gets_its_grace() {
     ]);
     JobDirs::sandbox(&mut spec).limits.stop_grace = Duration::from_secs(30);
     let job = runner.submit(&spec).unwrap();
-    for _ in 0..600 {
-        if dirs.stdout().starts_with(b"ready") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_ready(&dirs);
     assert_eq!(
         runner.ask_to_stop(job.id, NAME).unwrap(),
         CancelOutcome::Requested,
@@ -232,6 +229,93 @@ fn a_slurm_job_asked_to_stop_gets_its_grace() {
         job.id,
         "ready\nsaving\nsaved\n",
         EndReason::Cancelled,
+    );
+}
+
+/// Waits until job `dirs`' stdout starts with `ready`.
+fn wait_ready(dirs: &JobDirs) {
+    for _ in 0..600 {
+        if dirs.stdout().starts_with(b"ready") {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the job never said it was ready: {}", dirs.slurm_log());
+}
+
+/// A plain `scancel` (an admin's, or what a preemption or Slurm's own time limit sends):
+/// Slurm's `SIGTERM` reaches the supervisor (and with `proctrack/linuxproc` bwrap too). Neither
+/// ends at it: the sandbox is stopped as for a cancel, so its command saves its work and
+/// exits, and the supervisor records that end. (Before: the supervisor ended at the
+/// `SIGTERM`, and bwrap and the sandbox with it, before the job's trap could save anything.)
+#[test]
+fn a_plain_scancel_gives_the_sandbox_its_grace() {
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    let mut spec = dirs.spec(&[
+        "/bin/sh",
+        "-c",
+        &format!("{SAVING}; echo ready; while :; do sleep 0.1; done"),
+    ]);
+    JobDirs::sandbox(&mut spec).limits.stop_grace = Duration::from_secs(30);
+    let job = runner.submit(&spec).unwrap();
+    wait_ready(&dirs);
+    assert_eq!(
+        runner.cancel(job.id, NAME).unwrap(),
+        CancelOutcome::Requested
+    );
+    let status = wait_final(&runner, job.id, Duration::from_secs(60));
+    assert_eq!(status.phase, JobPhase::Cancelled, "{status:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&dirs.stdout()),
+        "ready\nsaving\nsaved\n",
+        "{} {:?} {}",
+        dirs.slurm_log(),
+        hpcgate_executors::sandbox::batch_state(&dirs.path("logs")),
+        dirs.stderr()
+    );
+    let ended = hpcgate_executors::sandbox::batch_state(&dirs.path("logs")).unwrap();
+    assert_eq!(
+        (ended.reason, ended.exit),
+        (Some(EndReason::Exited), Some(ExitInfo::Code(0))),
+        "{ended:?}"
+    );
+}
+
+/// A job stopping for a cancel that ignores it: a second cancel (a plain `scancel`) kills it
+/// at once, and the supervisor, which outlives the kill, records it as cancelled. (Slurm's
+/// own kill after its `KillWait` would have killed the supervisor too, leaving no record.)
+#[test]
+fn a_scancel_during_a_cancels_grace_kills_at_once() {
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    let stubborn = "trap 'echo ignored' TERM; echo ready; while :; do sleep 0.1; done";
+    let mut spec = dirs.spec(&["/bin/sh", "-c", stubborn]);
+    JobDirs::sandbox(&mut spec).limits.stop_grace = Duration::from_secs(300);
+    let job = runner.submit(&spec).unwrap();
+    wait_ready(&dirs);
+    assert_eq!(
+        runner.ask_to_stop(job.id, NAME).unwrap(),
+        CancelOutcome::Requested
+    );
+    for _ in 0..600 {
+        if String::from_utf8_lossy(&dirs.stdout()).contains("ignored") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        runner.cancel(job.id, NAME).unwrap(),
+        CancelOutcome::Requested
+    );
+    let status = wait_final(&runner, job.id, Duration::from_secs(60));
+    assert_eq!(status.phase, JobPhase::Cancelled, "{status:?}");
+    let ended = hpcgate_executors::sandbox::batch_state(&dirs.path("logs")).unwrap();
+    assert_eq!(
+        (ended.phase, ended.reason),
+        (SupervisedPhase::Finished, Some(EndReason::Cancelled)),
+        "{ended:?} {}",
+        dirs.slurm_log()
     );
 }
 

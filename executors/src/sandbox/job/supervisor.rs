@@ -50,28 +50,44 @@ pub fn supervisor_cli(args: &[OsString]) -> i32 {
 
 /// The signal that asks a batch job's supervisor to stop its sandbox as a cancel does (the
 /// gateway sends it with `scancel --batch`, to the supervisor alone): `SIGTERM` to the
-/// sandbox's processes, the kill after their grace. A plain `scancel` signals every process of
-/// the job, bwrap among them, whose end ends the sandbox at once.
+/// sandbox's processes, the kill after their grace.
+///
+/// A plain `scancel`, a preemption or the end of the job's time in Slurm sends `SIGTERM` to
+/// the job's task, the supervisor (`proctrack/cgroup` signals no other process but with
+/// `SIGKILL`; `proctrack/linuxproc` signals them all, bwrap included). Its default action
+/// ended the supervisor, and with it bwrap and the sandbox, at once. The supervisor catches it
+/// ([`TERMINATED`]) and bwrap starts with it blocked, so the sandbox is stopped as for a
+/// cancel: `SIGTERM` to its processes (unless Slurm sent them its own: then bwrap's waits,
+/// blocked), their grace, the kill (Slurm's own kill after its `KillWait` comes first if it is shorter). A `SIGTERM`
+/// while a cancel is already stopping the sandbox, which is what a second `cancel_job` sends,
+/// kills it at once.
 pub const CANCEL_SIGNAL_NAME: &str = "USR1";
 
 static CANCEL_SIGNALLED: AtomicBool = AtomicBool::new(false);
+
+/// The scheduler asked every process of the job to end (`SIGTERM`).
+static TERMINATED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_cancel_signal(_: libc::c_int) {
     CANCEL_SIGNALLED.store(true, Ordering::Relaxed);
 }
 
-/// Makes the cancel signal set [`CANCEL_SIGNALLED`] (the sandbox, started by `exec`, has the
-/// default action again).
+extern "C" fn on_terminate_signal(_: libc::c_int) {
+    TERMINATED.store(true, Ordering::Relaxed);
+}
+
+/// Makes `signal` run `handler` (the sandbox, started by `exec`, has the default action
+/// again).
 #[allow(unsafe_code)]
-fn catch_cancel_signal() -> std::io::Result<()> {
-    // SAFETY: a zeroed `sigaction` is a valid value of the plain C struct; the handler only
-    // stores to an atomic, which is async-signal-safe; the pointers are to live locals.
+fn catch(signal: libc::c_int, handler: extern "C" fn(libc::c_int)) -> std::io::Result<()> {
+    // SAFETY: a zeroed `sigaction` is a valid value of the plain C struct; the handlers only
+    // store to an atomic, which is async-signal-safe; the pointers are to live locals.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_cancel_signal as extern "C" fn(libc::c_int) as usize;
+        action.sa_sigaction = handler as usize;
         action.sa_flags = libc::SA_RESTART;
         libc::sigemptyset(&mut action.sa_mask);
-        if libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()) != 0 {
+        if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
             return Err(std::io::Error::last_os_error());
         }
     }
@@ -117,9 +133,14 @@ pub fn supervisor_main(job_dir: &Path) -> i32 {
 /// should record: the command's exit code, 128 + the signal that ended the sandbox, or 1
 /// when it could not start (the reason is in the job state and on stderr, Slurm's log).
 pub fn batch_main(job_dir: &Path) -> i32 {
-    if let Err(e) = catch_cancel_signal() {
+    if let Err(e) = catch(libc::SIGUSR1, on_cancel_signal) {
         say(&format!(
             "hpcgate-supervisor: cannot catch {CANCEL_SIGNAL_NAME} ({e}): a cancel kills at once"
+        ));
+    }
+    if let Err(e) = catch(libc::SIGTERM, on_terminate_signal) {
+        say(&format!(
+            "hpcgate-supervisor: cannot catch TERM ({e}): Slurm's scancel kills at once"
         ));
     }
     match supervise(job_dir, Mode::Batch) {
@@ -222,6 +243,7 @@ fn supervise(job_dir: &Path, mode: Mode) -> Result<JobState, String> {
         cgroup: prepared.cgroup.as_ref(),
         init: init.as_ref(),
         cancel_requested: &cancel_requested,
+        terminated: &|| TERMINATED.load(Ordering::Relaxed),
         started,
     };
     let outcome = monitor(&mut child, [&mut out, &mut err], &watch);
