@@ -77,8 +77,14 @@ pub struct PruneReport {
 }
 
 /// Removes the segments whose every record is older than `before` (never the newest one),
-/// after checking that the log verifies (pruning a broken log would destroy the evidence). A
-/// prune cut short after its anchor, before its `audit.pruned` record, is recorded now.
+/// after checking that the log verifies (pruning a broken log would destroy the evidence).
+///
+/// The prune records itself (`audit.pruned`, naming the anchor it will write) before it writes
+/// the anchor, so no anchor this version leaves is one the chain does not name: a prune cut
+/// short after its record leaves every segment in place (the record names an anchor that is
+/// not there, which verify ignores), and the next prune does the work. An anchor no record
+/// names was left by an earlier version's prune cut short, or written by hand: one older than
+/// `before` is recorded now; one hiding records newer than that is refused.
 pub fn prune(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
     let report = verify(dir, None)?;
     let unrecorded = (report.first_broken.as_ref())
@@ -95,8 +101,6 @@ pub fn prune(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
             ),
         });
     }
-    // A prune cut short left an anchor of records older than its `before`; one that hides
-    // records this prune would keep was not a prune's, and recording it would hide the cut.
     if unrecorded
         && let Some(anchor) = read_anchor(dir)?
         && anchor.prev_ts >= before
@@ -105,47 +109,107 @@ pub fn prune(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
             path: dir.join(ANCHOR_FILE),
             at: format!("first_segment {}", anchor.first_segment),
             problem: format!(
-                "its anchor, which no `audit.pruned` record names, hides records up to {}, not older than {before}: a prune cut short with this --before cannot have left it, so find out where it came from first (a prune with a later --before cut short, or segments removed by hand); `--before` a time after it records it",
+                "its anchor, which no `audit.pruned` record names, hides records up to {}, not older than {before}: a prune cut short with this --before cannot have left it, so find out where it came from first (an earlier hpcgate's prune with a later --before cut short, or segments removed by hand); `--before` a time after it records it",
                 anchor.prev_ts
             ),
         });
     }
     // No compression under way: it would bring back a compressed copy of a removed segment.
     let compressing = super::compress::lock(dir, true)?.expect("a waiting lock is taken");
+    let result = prune_recorded(dir, before, unrecorded);
+    let _ = compressing.unlock();
+    result
+}
+
+/// [`prune`] once the log verified: plan, record, then write the anchor and remove.
+fn prune_recorded(
+    dir: &Path,
+    before: Timestamp,
+    unrecorded: bool,
+) -> Result<PruneReport, AuditError> {
+    let (old, planned) = writers_locked(dir, || plan(dir, before))?;
+    let Some(planned) = planned else {
+        if let Some(anchor) = old.as_ref().filter(|_| unrecorded) {
+            record(dir, before, anchor, (0, 0))?;
+        }
+        return Ok(PruneReport {
+            removed_segments: 0,
+            removed_records: 0,
+            anchor: old,
+        });
+    };
+    let removed = (planned.removable.len() as u64, planned.removed_records);
+    record(dir, before, &planned.anchor, removed)?;
+    writers_locked(dir, || {
+        if read_anchor(dir)? != old {
+            return Err(AuditError::Unreadable {
+                path: dir.join(ANCHOR_FILE),
+                at: "the anchor".to_owned(),
+                problem: "another prune changed it meanwhile; run this one again".to_owned(),
+            });
+        }
+        apply(dir, &planned)
+    })?;
+    Ok(PruneReport {
+        removed_segments: removed.0,
+        removed_records: removed.1,
+        anchor: Some(planned.anchor),
+    })
+}
+
+/// Runs `work` holding the writers' lock of the log in `dir`.
+fn writers_locked<T>(
+    dir: &Path,
+    work: impl FnOnce() -> Result<T, AuditError>,
+) -> Result<T, AuditError> {
     let lock_path = dir.join(LOCK_FILE);
     let lock = segment::open_append(&lock_path, false)?;
     lock.lock().map_err(|source| AuditError::Lock {
         path: lock_path.clone(),
         source: arc(source),
     })?;
-    let result = prune_locked(dir, before);
+    let result = work();
     let _ = lock.unlock();
-    let _ = compressing.unlock();
-    let report = result?;
-    if report.removed_segments > 0 || unrecorded {
-        let anchor = report.anchor.as_ref().expect("an anchor after removing");
-        // No rotation from here: a file this process created could belong to another user.
-        let log = AuditLog::open(
-            dir,
-            AuditOptions {
-                max_file_bytes: u64::MAX,
-                ..AuditOptions::default()
-            },
-        )?;
-        log.append(
-            Entry::new(Event::AuditPruned)
-                .detail("before", before.to_string())
-                .detail("removed_segments", report.removed_segments)
-                .detail("removed_records", report.removed_records)
-                .detail("first_segment", anchor.first_segment)
-                .detail("first_seq", anchor.next_seq)
-                .detail("prev", anchor.prev.clone()),
-        )?;
-    }
-    Ok(report)
+    result
 }
 
-pub(crate) fn prune_locked(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
+/// Appends the `audit.pruned` record of a prune before `before` that leaves `anchor`, having
+/// removed (`segments`, `records`).
+fn record(
+    dir: &Path,
+    before: Timestamp,
+    anchor: &Anchor,
+    (segments, records): (u64, u64),
+) -> Result<(), AuditError> {
+    // No rotation from here: a file this process created could belong to another user.
+    let log = AuditLog::open(
+        dir,
+        AuditOptions {
+            max_file_bytes: u64::MAX,
+            ..AuditOptions::default()
+        },
+    )?;
+    log.append(
+        Entry::new(Event::AuditPruned)
+            .detail("before", before.to_string())
+            .detail("removed_segments", segments)
+            .detail("removed_records", records)
+            .detail("first_segment", anchor.first_segment)
+            .detail("first_seq", anchor.next_seq)
+            .detail("prev", anchor.prev.clone()),
+    )?;
+    Ok(())
+}
+
+/// What a prune removes, and the anchor it leaves.
+struct Plan {
+    anchor: Anchor,
+    removable: Vec<Segment>,
+    removed_records: u64,
+}
+
+/// The anchor in force, and what a prune before `before` would remove (none when nothing).
+fn plan(dir: &Path, before: Timestamp) -> Result<(Option<Anchor>, Option<Plan>), AuditError> {
     let old = read_anchor(dir)?;
     let first = old.as_ref().map_or(1, |a| a.first_segment);
     let segments: Vec<_> = segment::list(dir)?
@@ -177,11 +241,7 @@ pub(crate) fn prune_locked(dir: &Path, before: Timestamp) -> Result<PruneReport,
         last = Some(end);
     }
     let Some((last_seq, last_hash, last_ts)) = last else {
-        return Ok(PruneReport {
-            removed_segments: 0,
-            removed_records: 0,
-            anchor: old,
-        });
+        return Ok((old, None));
     };
     let anchor = Anchor {
         first_segment: removable.last().expect("removable").number + 1,
@@ -189,10 +249,22 @@ pub(crate) fn prune_locked(dir: &Path, before: Timestamp) -> Result<PruneReport,
         prev: last_hash,
         prev_ts: last_ts,
     };
+    let removed_before = old.as_ref().map_or(0, |a| a.next_seq - 1);
+    let removed_records = last_seq - removed_before;
+    let planned = Plan {
+        anchor,
+        removable,
+        removed_records,
+    };
+    Ok((old, Some(planned)))
+}
+
+/// Writes `planned`'s anchor, then removes its segments.
+fn apply(dir: &Path, planned: &Plan) -> Result<(), AuditError> {
     // The anchor first: a crash before the files are gone leaves them ignored, not a chain that
     // starts in the wrong place.
-    write_anchor(dir, &anchor)?;
-    for segment in &removable {
+    write_anchor(dir, &planned.anchor)?;
+    for segment in &planned.removable {
         let _ = std::fs::remove_file(index::path(segment));
         // Both forms: a compression interrupted between its rename and its removal leaves two.
         let other = if segment.compressed {
@@ -203,13 +275,40 @@ pub(crate) fn prune_locked(dir: &Path, before: Timestamp) -> Result<PruneReport,
         let _ = std::fs::remove_file(&other.path);
         std::fs::remove_file(&segment.path).map_err(|source| AuditError::Write(arc(source)))?;
     }
-    segment::sync_dir(dir).map_err(|e| AuditError::Write(arc(e)))?;
-    let removed_before = old.as_ref().map_or(0, |a| a.next_seq - 1);
+    segment::sync_dir(dir).map_err(|e| AuditError::Write(arc(e)))
+}
+
+/// A prune that writes no record, as an earlier version's cut short after its anchor left
+/// one, or as segments removed by hand: for tests of how such an anchor is caught.
+#[cfg(test)]
+pub(crate) fn prune_unrecorded(dir: &Path, before: Timestamp) -> Result<PruneReport, AuditError> {
+    let (old, planned) = plan(dir, before)?;
+    let Some(planned) = planned else {
+        return Ok(PruneReport {
+            removed_segments: 0,
+            removed_records: 0,
+            anchor: old,
+        });
+    };
+    apply(dir, &planned)?;
     Ok(PruneReport {
-        removed_segments: removable.len() as u64,
-        removed_records: last_seq - removed_before,
-        anchor: Some(anchor),
+        removed_segments: planned.removable.len() as u64,
+        removed_records: planned.removed_records,
+        anchor: Some(planned.anchor),
     })
+}
+
+/// A prune cut short after its record, before its anchor.
+#[cfg(test)]
+pub(crate) fn prune_cut_short_after_its_record(
+    dir: &Path,
+    before: Timestamp,
+) -> Result<Anchor, AuditError> {
+    let (_, planned) = plan(dir, before)?;
+    let planned = planned.expect("something to prune");
+    let removed = (planned.removable.len() as u64, planned.removed_records);
+    record(dir, before, &planned.anchor, removed)?;
+    Ok(planned.anchor)
 }
 
 /// Where an `audit.pruned` record says the chain starts: (`first_segment`, `first_seq`,

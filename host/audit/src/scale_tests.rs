@@ -290,9 +290,9 @@ fn prune_removes_old_segments_and_the_rest_still_verifies_against_checkpoints() 
     assert_eq!(made.records, 3000);
 }
 
-/// An anchor no `audit.pruned` record names hides history: a prune cut short before it
-/// recorded itself, or an anchor written by hand. Verify says so, and the next prune records
-/// the anchor in force.
+/// An anchor no `audit.pruned` record names hides history: an earlier version's prune cut short
+/// before it recorded itself, or an anchor written by hand. Verify says so, and the next prune
+/// records the anchor in force.
 #[test]
 fn an_anchor_without_its_record_is_caught_and_the_next_prune_records_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -300,7 +300,7 @@ fn an_anchor_without_its_record_is_caught_and_the_next_prune_records_it() {
     let fourth: SegmentIndex =
         serde_json::from_slice(&std::fs::read(dir.path().join("audit-000004.idx")).unwrap())
             .unwrap();
-    let cut_short = super::prune::prune_locked(dir.path(), fourth.first_ts).unwrap();
+    let cut_short = super::prune::prune_unrecorded(dir.path(), fourth.first_ts).unwrap();
     assert_eq!(cut_short.removed_segments, 3);
     let broken = verify(dir.path(), None).unwrap().first_broken.unwrap();
     assert!(
@@ -323,6 +323,46 @@ fn an_anchor_without_its_record_is_caught_and_the_next_prune_records_it() {
     let last = all(dir.path(), Filter::default()).pop().unwrap();
     assert_eq!(last.entry.event, Event::AuditPruned);
     assert_eq!(last.entry.detail.unwrap()["first_seq"], fourth.first_seq);
+}
+
+/// A prune records itself before it writes its anchor: cut short between the two, it leaves
+/// every segment and a log that verifies whole (its record names an anchor not written yet),
+/// and the next prune writes that anchor, which a record names. So verify never has to take an
+/// anchor no record names from a prune of this version.
+#[test]
+fn a_prune_cut_short_after_its_record_leaves_a_log_that_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    let segments = segment::list(dir.path()).unwrap().len();
+    let fourth: SegmentIndex =
+        serde_json::from_slice(&std::fs::read(dir.path().join("audit-000004.idx")).unwrap())
+            .unwrap();
+    let named =
+        super::prune::prune_cut_short_after_its_record(dir.path(), fourth.first_ts).unwrap();
+    assert_eq!(named.first_segment, 4);
+    assert!(!dir.path().join(super::prune::ANCHOR_FILE).exists());
+    assert_eq!(segment::list(dir.path()).unwrap().len(), segments);
+    let report = verify(dir.path(), None).unwrap();
+    assert!(report.intact, "{report:#?}");
+    assert_eq!(report.first_seq, 1);
+
+    let done = prune(dir.path(), fourth.first_ts).unwrap();
+    assert_eq!(done.removed_segments, 3);
+    assert_eq!(done.anchor.as_ref(), Some(&named));
+    let report = verify(dir.path(), None).unwrap();
+    assert!(report.intact, "{report:#?}");
+    assert_eq!(report.first_seq, fourth.first_seq);
+    // Both attempts are in the chain, each naming the anchor in force.
+    let records = all(dir.path(), Filter::default());
+    let prunes: Vec<_> = records
+        .iter()
+        .filter(|r| r.entry.event == Event::AuditPruned)
+        .map(|r| r.entry.detail.as_ref().unwrap()["first_seq"].clone())
+        .collect();
+    assert_eq!(
+        prunes,
+        [fourth.first_seq.into(), fourth.first_seq.into()] as [serde_json::Value; 2]
+    );
 }
 
 #[test]
@@ -379,7 +419,7 @@ fn a_prune_refuses_to_record_an_anchor_that_hides_what_it_would_keep() {
     let fourth: SegmentIndex =
         serde_json::from_slice(&std::fs::read(dir.path().join("audit-000004.idx")).unwrap())
             .unwrap();
-    let by_hand = super::prune::prune_locked(dir.path(), end()).unwrap();
+    let by_hand = super::prune::prune_unrecorded(dir.path(), end()).unwrap();
     assert!(by_hand.removed_segments > 3, "{by_hand:?}");
     let error = prune(dir.path(), fourth.first_ts).unwrap_err();
     assert!(error.to_string().contains("removed by hand"), "{error}");
@@ -399,7 +439,7 @@ fn a_prune_refuses_to_record_an_anchor_that_hides_what_it_would_keep() {
 fn an_anchor_of_seq_0_is_refused_by_verify() {
     let dir = tempfile::tempdir().unwrap();
     fixture(dir.path());
-    super::prune::prune_locked(dir.path(), end()).unwrap();
+    super::prune::prune_unrecorded(dir.path(), end()).unwrap();
     let path = dir.path().join(super::prune::ANCHOR_FILE);
     let mut anchor: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
