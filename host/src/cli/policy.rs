@@ -194,6 +194,12 @@ fn load_chain_policies(config: &Path) -> anyhow::Result<Vec<ChainPolicy>> {
 fn test(config: &Path, calls: &Path, json: bool) -> anyhow::Result<ExitCode> {
     use std::io::Write as _;
     let chain = Chain::new(load_chain_policies(config)?)?;
+    // An audit directory's chain is verified beside the replay: a log that does not verify
+    // holds calls that may not be the ones recorded, which the report says.
+    let verifying = calls.is_dir().then(|| {
+        let dir = calls.to_owned();
+        std::thread::spawn(move || crate::audit::verify(&dir, None))
+    });
     let input: Box<dyn std::io::BufRead + Send> = if calls.is_dir() {
         Box::new(
             crate::audit::replay_reader(calls)
@@ -248,10 +254,39 @@ fn test(config: &Path, calls: &Path, json: bool) -> anyhow::Result<ExitCode> {
         mismatched,
     } = summary;
     let matched = total - mismatched;
+    let broken = match verifying.map(std::thread::JoinHandle::join) {
+        None => None,
+        Some(Ok(Ok(report))) => report.first_broken.map(|b| {
+            format!(
+                "`{}` line {}: {}",
+                calls.join(&b.file).display(),
+                b.line,
+                b.problem
+            )
+        }),
+        Some(Ok(Err(e))) => Some(e.to_string()),
+        Some(Err(_)) => Some("its verification failed".to_owned()),
+    };
+    if let Some(problem) = &broken {
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "warning: the audit log in `{}` does not verify ({problem}): the calls replayed are what it holds now, which may not be what was recorded; `hpcgate audit verify --dir {}` says more",
+            calls.display(),
+            calls.display()
+        );
+    }
     if json {
+        let log = match (calls.is_dir(), &broken) {
+            (false, _) => String::new(),
+            (true, None) => ", \"log\": {\"intact\": true}".to_owned(),
+            (true, Some(problem)) => format!(
+                ", \"log\": {{\"intact\": false, \"problem\": {}}}",
+                serde_json::Value::String(problem.clone())
+            ),
+        };
         let _ = writeln!(
             sink,
-            "], \"total\": {total}, \"matched\": {matched}, \"mismatched\": {mismatched}}}"
+            "], \"total\": {total}, \"matched\": {matched}, \"mismatched\": {mismatched}{log}}}"
         );
     } else {
         let skipped = if skipped > 0 {

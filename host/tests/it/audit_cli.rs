@@ -311,6 +311,15 @@ fn an_audit_directory_replays_streamed_in_input_order() {
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["total"], decisions.len(), "{report:#}");
     assert_eq!(report["mismatched"], 4);
+    // The decisions were changed in place: the report says the log does not verify, where.
+    assert_eq!(report["log"]["intact"], false, "{report:#}");
+    let problem = report["log"]["problem"].as_str().unwrap();
+    assert!(
+        problem.contains("audit-000002.jsonl") && problem.contains("edited: the record says hash"),
+        "{problem}"
+    );
+    let warning = String::from_utf8_lossy(&output.stderr);
+    assert!(warning.contains("does not verify"), "{warning}");
     let lines: Vec<usize> = report["mismatches"]
         .as_array()
         .unwrap()
