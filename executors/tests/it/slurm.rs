@@ -14,7 +14,7 @@ use std::time::Duration;
 use hpcgate_executors::sandbox::{
     EndReason, ExitInfo, JobPhase as SupervisedPhase, LimitMechanism,
 };
-use hpcgate_executors::slurm::{CancelOutcome, JobPhase};
+use hpcgate_executors::slurm::{CancelOutcome, JobPhase, SlurmJobId};
 
 use harness::{
     JobDirs, NAME, memory_enforced_by_cgroup, scontrol_record, wait_final, wait_running,
@@ -210,14 +210,8 @@ fn saved_its_work(dirs: &JobDirs, id: u64, stdout: &str, why: EndReason) {
 fn a_slurm_job_asked_to_stop_gets_its_grace() {
     let dirs = JobDirs::new();
     let runner = dirs.runner();
-    let mut spec = dirs.spec(&[
-        "/bin/sh",
-        "-c",
-        &format!("{SAVING}; echo ready; while :; do sleep 0.1; done"),
-    ]);
-    JobDirs::sandbox(&mut spec).limits.stop_grace = Duration::from_secs(30);
-    let job = runner.submit(&spec).unwrap();
-    wait_ready(&dirs);
+    let saving = format!("{SAVING}; echo ready; while :; do sleep 0.1; done");
+    let job = submit_ready(&dirs, &saving, Duration::from_secs(30));
     assert_eq!(
         runner.ask_to_stop(job.id, NAME).unwrap(),
         CancelOutcome::Requested,
@@ -232,11 +226,15 @@ fn a_slurm_job_asked_to_stop_gets_its_grace() {
     );
 }
 
-/// Waits until job `dirs`' stdout starts with `ready`.
-fn wait_ready(dirs: &JobDirs) {
+/// Submits `sh -c script` with a grace of `grace`, and waits until its stdout starts with
+/// `ready`.
+fn submit_ready(dirs: &JobDirs, script: &str, grace: Duration) -> SlurmJobId {
+    let mut spec = dirs.spec(&["/bin/sh", "-c", script]);
+    JobDirs::sandbox(&mut spec).limits.stop_grace = grace;
+    let job = dirs.runner().submit(&spec).unwrap();
     for _ in 0..600 {
         if dirs.stdout().starts_with(b"ready") {
-            return;
+            return job;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -252,14 +250,8 @@ fn wait_ready(dirs: &JobDirs) {
 fn a_plain_scancel_gives_the_sandbox_its_grace() {
     let dirs = JobDirs::new();
     let runner = dirs.runner();
-    let mut spec = dirs.spec(&[
-        "/bin/sh",
-        "-c",
-        &format!("{SAVING}; echo ready; while :; do sleep 0.1; done"),
-    ]);
-    JobDirs::sandbox(&mut spec).limits.stop_grace = Duration::from_secs(30);
-    let job = runner.submit(&spec).unwrap();
-    wait_ready(&dirs);
+    let saving = format!("{SAVING}; echo ready; while :; do sleep 0.1; done");
+    let job = submit_ready(&dirs, &saving, Duration::from_secs(30));
     assert_eq!(
         runner.cancel(job.id, NAME).unwrap(),
         CancelOutcome::Requested
@@ -269,10 +261,8 @@ fn a_plain_scancel_gives_the_sandbox_its_grace() {
     assert_eq!(
         String::from_utf8_lossy(&dirs.stdout()),
         "ready\nsaving\nsaved\n",
-        "{} {:?} {}",
-        dirs.slurm_log(),
-        hpcgate_executors::sandbox::batch_state(&dirs.path("logs")),
-        dirs.stderr()
+        "{}",
+        dirs.slurm_log()
     );
     let ended = hpcgate_executors::sandbox::batch_state(&dirs.path("logs")).unwrap();
     assert_eq!(
@@ -290,10 +280,7 @@ fn a_scancel_during_a_cancels_grace_kills_at_once() {
     let dirs = JobDirs::new();
     let runner = dirs.runner();
     let stubborn = "trap 'echo ignored' TERM; echo ready; while :; do sleep 0.1; done";
-    let mut spec = dirs.spec(&["/bin/sh", "-c", stubborn]);
-    JobDirs::sandbox(&mut spec).limits.stop_grace = Duration::from_secs(300);
-    let job = runner.submit(&spec).unwrap();
-    wait_ready(&dirs);
+    let job = submit_ready(&dirs, stubborn, Duration::from_secs(300));
     assert_eq!(
         runner.ask_to_stop(job.id, NAME).unwrap(),
         CancelOutcome::Requested

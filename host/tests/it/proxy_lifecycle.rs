@@ -23,6 +23,26 @@ fn nonce(gw: &hpcgate::gateway::Gateway, tenant: &str, id: &str) -> u64 {
     r.structured["nonce"].as_u64().expect("a nonce")
 }
 
+/// Waits (≤ 5 s) until `tenant`'s server of `run1` has seen one `notifications/cancelled`.
+fn saw_one_cancel(gw: &Gateway, tenant: &str) {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let who = ok(gw.call(
+            &caller(tenant),
+            "t__whoami",
+            args(json!({"instance_id": "run1"})),
+        ));
+        if who.structured["cancelled"] == 1 {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "the server never saw notifications/cancelled"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_call_timeout_cancels_the_remote_request() {
     let dir = tempfile::tempdir().unwrap();
@@ -45,18 +65,7 @@ fn a_call_timeout_cancels_the_remote_request() {
         timed_out.contains("did not answer within 0.5s"),
         "{timed_out}"
     );
-    let until = Instant::now() + Duration::from_secs(5);
-    loop {
-        let who = ok(gw.call(&alice, "t__whoami", args(json!({"instance_id": "run1"}))));
-        if who.structured["cancelled"] == 1 {
-            break;
-        }
-        assert!(
-            Instant::now() < until,
-            "the server never saw notifications/cancelled"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    saw_one_cancel(&gw, "chem");
     assert_eq!(
         gw.proxies().starts(),
         1,
@@ -100,18 +109,7 @@ fn a_call_the_client_gives_up_on_is_cancelled_at_its_server() {
         given_up.contains("the client cancelled `t__slow`"),
         "{given_up}"
     );
-    let until = Instant::now() + Duration::from_secs(5);
-    loop {
-        let who = ok(gw.call(&chem, "t__whoami", args(json!({"instance_id": "run1"}))));
-        if who.structured["cancelled"] == 1 {
-            break;
-        }
-        assert!(
-            Instant::now() < until,
-            "the server never saw notifications/cancelled"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    saw_one_cancel(&gw, "chem");
     assert_eq!(gw.proxies().starts(), 1, "the server survives a cancel");
 }
 

@@ -38,23 +38,28 @@ impl ClientHandler for Counter {
     }
 }
 
-#[tokio::test]
-async fn the_rmcp_client_gets_proxied_results_whole() {
-    let dir = tempfile::tempdir().unwrap();
+fn call(name: &'static str, arguments: serde_json::Value) -> CallToolRequestParams {
+    CallToolRequestParams::new(name).with_arguments(args(arguments))
+}
+
+/// `hpcgate run` over stdio with the test proxy, state in `dir`.
+fn gateway(dir: &Path) -> TokioChildProcess {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"));
     command
         .arg("run")
         .arg("--config")
-        .arg(config(dir.path()))
-        .env("HOME", dir.path().join("home"))
+        .arg(config(dir))
+        .env("HOME", dir.join("home"))
         .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
         .env_remove("HPCGATE_CONFIG");
+    TokioChildProcess::new(command).unwrap()
+}
+
+#[tokio::test]
+async fn the_rmcp_client_gets_proxied_results_whole() {
+    let dir = tempfile::tempdir().unwrap();
     let changes = Counter::default();
-    let client = changes
-        .clone()
-        .serve(TokioChildProcess::new(command).unwrap())
-        .await
-        .unwrap();
+    let client = changes.clone().serve(gateway(dir.path())).await.unwrap();
     let until = Instant::now() + Duration::from_secs(20);
     let tools = loop {
         let tools = client.list_all_tools().await.unwrap();
@@ -69,9 +74,6 @@ async fn the_rmcp_client_gets_proxied_results_whole() {
         nested.input_schema["$defs"]["point"]["required"],
         json!(["x", "y"])
     );
-    let call = |name: &'static str, arguments| {
-        CallToolRequestParams::new(name).with_arguments(args(arguments))
-    };
     client
         .call_tool(call("create_instance", json!({"instance_id": "run1"})))
         .await
@@ -163,23 +165,8 @@ fn the_python_sdk_gets_proxied_results_whole() {
 #[tokio::test]
 async fn a_server_announcing_without_pause_is_listed_about_once_a_second() {
     let dir = tempfile::tempdir().unwrap();
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"));
-    command
-        .arg("run")
-        .arg("--config")
-        .arg(config(dir.path()))
-        .env("HOME", dir.path().join("home"))
-        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
-        .env_remove("HPCGATE_CONFIG");
     let changes = Counter::default();
-    let client = changes
-        .clone()
-        .serve(TokioChildProcess::new(command).unwrap())
-        .await
-        .unwrap();
-    let call = |name: &'static str, arguments| {
-        CallToolRequestParams::new(name).with_arguments(args(arguments))
-    };
+    let client = changes.clone().serve(gateway(dir.path())).await.unwrap();
     client
         .call_tool(call("create_instance", json!({"instance_id": "run1"})))
         .await
