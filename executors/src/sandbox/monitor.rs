@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::JobCgroup;
-use super::proc::{PidFd, ProcessIdentity, descendants, page_size, read_stat, signal_pending};
+use super::proc::{PidFd, ProcessIdentity, descendants, page_size, read_stat};
 
 /// Why a sandbox run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -263,11 +263,7 @@ fn watch(child: &mut Child, sinks: [&mut dyn Sink; 2], w: &Watch<'_>) -> io::Res
             // grace as for a cancel, with no reason of the sandbox's own: the scheduler's
             // word says why.
             grace_ends = Some(now + w.stop_grace);
-            // Where the scheduler signalled every process of the job (`proctrack/linuxproc`),
-            // bwrap's `SIGTERM` waits, blocked: the sandbox's processes had theirs.
-            if !signal_pending(child.id() as i32, libc::SIGTERM) {
-                terminate(child, w);
-            }
+            terminate(child, w);
             continue;
         }
         if let Some(reason) = stop {

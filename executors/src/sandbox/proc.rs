@@ -81,23 +81,6 @@ fn parse_stat(text: &str) -> Option<Stat> {
     })
 }
 
-/// Whether `signal` waits, blocked, for process `pid` as a whole (`ShdPnd` in its status):
-/// sent to it with `kill`, never taken.
-pub(crate) fn signal_pending(pid: i32, signal: i32) -> bool {
-    let Ok(text) = fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return false;
-    };
-    pending_in(&text, signal)
-}
-
-fn pending_in(status: &str, signal: i32) -> bool {
-    let mask = status
-        .lines()
-        .find_map(|line| line.strip_prefix("ShdPnd:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok());
-    (1..=64).contains(&signal) && mask.is_some_and(|m| m & (1 << (signal - 1)) != 0)
-}
-
 fn boot_id() -> io::Result<String> {
     Ok(fs::read_to_string("/proc/sys/kernel/random/boot_id")?
         .trim()
@@ -236,41 +219,6 @@ impl PidFd {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_pending_signal_is_read_from_the_shared_mask() {
-        let status = "SigQ:\t0/1\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000004000\n";
-        assert!(pending_in(status, libc::SIGTERM));
-        assert!(!pending_in(status, libc::SIGUSR1));
-        assert!(!pending_in("ShdPnd:\t0000000000000000\n", libc::SIGTERM));
-        assert!(!pending_in("", libc::SIGTERM));
-    }
-
-    #[test]
-    #[allow(clippy::disallowed_methods)] // a test makes a process to signal
-    fn a_blocked_signal_sent_is_pending() {
-        // The child blocks SIGTERM (a shell cannot), then waits: a python one-liner.
-        let mut child = std::process::Command::new("/usr/bin/python3")
-            .args([
-                "-c",
-                "import signal, sys, time; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); print(flush=True); time.sleep(30)",
-            ])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let mut line = [0u8; 1];
-        std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut line).unwrap();
-        let pid = child.id() as i32;
-        assert!(!signal_pending(pid, libc::SIGTERM));
-        rustix::process::kill_process(
-            rustix::process::Pid::from_child(&child),
-            rustix::process::Signal::TERM,
-        )
-        .unwrap();
-        assert!(signal_pending(pid, libc::SIGTERM));
-        let _ = child.kill();
-        let _ = child.wait();
-    }
 
     #[test]
     fn stat_with_parens_in_name_parses() {

@@ -10,10 +10,7 @@
 //!    hierarchy);
 //! 3. applies the rlimits;
 //! 4. becomes `run_as` (groups, gid, then uid) when set;
-//! 5. in a batch job, blocks `SIGTERM` (the scheduler's end of the job must reach the
-//!    sandbox's processes, not end bwrap and the sandbox with it; bwrap clears the mask of
-//!    what it runs);
-//! 6. arms `PR_SET_PDEATHSIG` = `SIGKILL` (last: a credential change would clear it) and
+//! 5. arms `PR_SET_PDEATHSIG` = `SIGKILL` (last: a credential change would clear it) and
 //!    checks the parent is still there, so bwrap dies with its parent even before bwrap's own
 //!    `--die-with-parent` is armed.
 //!
@@ -135,9 +132,6 @@ pub(crate) fn prepare(
     let rlimits = plan.rlimits.clone();
     let run_as = spec.run_as;
     let parent = std::process::id() as libc::pid_t;
-    // In a batch job, the scheduler's `SIGTERM` reaches bwrap too, whose end would end the
-    // sandbox at once: bwrap starts with it blocked (and clears the mask of what it runs).
-    let block_term = containment == Containment::Scheduler;
     #[allow(unsafe_code)]
     // SAFETY: the closure runs between fork and exec; it only calls async-signal-safe
     // syscalls (close_range, open/write/close, setrlimit, setgroups, setgid, setuid) on data
@@ -153,9 +147,6 @@ pub(crate) fn prepare(
             rlimits.apply()?;
             if let Some(user) = run_as {
                 become_user(user)?;
-            }
-            if block_term {
-                block_sigterm()?;
             }
             die_with_parent(parent)
         });
@@ -186,21 +177,6 @@ pub(crate) fn cloexec_from_3() -> std::io::Result<()> {
     let r = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) };
     if r != 0 {
         return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Blocks `SIGTERM` for this process. Async-signal-safe (sigprocmask on a local set).
-#[allow(unsafe_code)]
-fn block_sigterm() -> std::io::Result<()> {
-    // SAFETY: the set is a local, initialised by sigemptyset before use; sigprocmask copies it.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
     }
     Ok(())
 }

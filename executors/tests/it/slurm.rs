@@ -242,8 +242,8 @@ fn submit_ready(dirs: &JobDirs, script: &str, grace: Duration) -> SlurmJobId {
 }
 
 /// A plain `scancel` (an admin's, or what a preemption or Slurm's own time limit sends):
-/// Slurm's `SIGTERM` reaches the supervisor (and with `proctrack/linuxproc` bwrap too). Neither
-/// ends at it: the sandbox is stopped as for a cancel, so its command saves its work and
+/// Slurm's `SIGTERM` reaches the supervisor (under `proctrack/cgroup`, as here), which does
+/// not end at it: the sandbox is stopped as for a cancel, so its command saves its work and
 /// exits, and the supervisor records that end. (Before: the supervisor ended at the
 /// `SIGTERM`, and bwrap and the sandbox with it, before the job's trap could save anything.)
 #[test]

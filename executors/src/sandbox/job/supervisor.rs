@@ -54,13 +54,12 @@ pub fn supervisor_cli(args: &[OsString]) -> i32 {
 ///
 /// A plain `scancel`, a preemption or the end of the job's time in Slurm sends `SIGTERM` to
 /// the job's task, the supervisor (`proctrack/cgroup` signals no other process but with
-/// `SIGKILL`; `proctrack/linuxproc` signals them all, bwrap included). Its default action
-/// ended the supervisor, and with it bwrap and the sandbox, at once. The supervisor catches it
-/// ([`TERMINATED`]) and bwrap starts with it blocked, so the sandbox is stopped as for a
-/// cancel: `SIGTERM` to its processes (unless Slurm sent them its own: then bwrap's waits,
-/// blocked), their grace, the kill (Slurm's own kill after its `KillWait` comes first if it is shorter). A `SIGTERM`
-/// while a cancel is already stopping the sandbox, which is what a second `cancel_job` sends,
-/// kills it at once.
+/// `SIGKILL`). Its default action ended the supervisor, and with it bwrap and the sandbox, at
+/// once. The supervisor catches it ([`TERMINATED`]) and stops the sandbox as for a cancel:
+/// `SIGTERM` to its processes, their grace, the kill (Slurm's own kill after its `KillWait`
+/// comes first if it is shorter). A `SIGTERM` while a cancel is already stopping the sandbox,
+/// which is what a second `cancel_job` sends, kills it at once. (`proctrack/linuxproc`
+/// signals bwrap too, which still ends the sandbox at once there.)
 pub const CANCEL_SIGNAL_NAME: &str = "USR1";
 
 static CANCEL_SIGNALLED: AtomicBool = AtomicBool::new(false);
