@@ -318,24 +318,44 @@ impl Client {
     }
 
     /// Calls `remote` (exposed as `exposed`) with `arguments`, continuing the gateway's trace
-    /// (`traceparent` in `_meta`, as the MCP semantic conventions carry it). On timeout the
-    /// request is dropped, which sends `notifications/cancelled` to the server.
+    /// (`traceparent` in `_meta`, as the MCP semantic conventions carry it). On timeout, or
+    /// when `cancel` fires, the request is dropped, which sends `notifications/cancelled` to
+    /// the server. Only the request races them: once it failed, what follows (the crashed
+    /// server's exit, its stop and its record) runs to its end.
     pub async fn call(
         &self,
         remote: &str,
         exposed: &str,
         arguments: Map<String, Value>,
         timeout: Duration,
-        trace: Option<String>,
+        along: super::Along,
     ) -> Result<CallToolResult, ProxyError> {
         let _busy = Busy::enter(self);
         let mut params = CallToolRequestParams::new(remote.to_owned()).with_arguments(arguments);
-        if let Some(traceparent) = trace {
+        if let Some(traceparent) = along.trace {
             let mut meta = Map::new();
             meta.insert("traceparent".to_owned(), Value::String(traceparent));
             params.meta = Some(meta.into());
         }
-        let outcome = tokio::time::timeout(timeout, self.peer.call_tool_once(params)).await;
+        let cancel = along.cancel.unwrap_or_default();
+        if cancel.is_cancelled() {
+            return Err(ProxyError::CancelledUnsent {
+                proxy: self.proxy.clone(),
+                tool: exposed.to_owned(),
+            });
+        }
+        let request = tokio::time::timeout(timeout, self.peer.call_tool_once(params));
+        // The request first, so that it is on its way before a cancel can drop it.
+        let outcome = tokio::select! {
+            biased;
+            outcome = request => outcome,
+            () = cancel.cancelled() => {
+                return Err(ProxyError::Cancelled {
+                    proxy: self.proxy.clone(),
+                    tool: exposed.to_owned(),
+                });
+            }
+        };
         match outcome {
             Err(_) => Err(ProxyError::Timeout {
                 proxy: self.proxy.clone(),

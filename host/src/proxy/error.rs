@@ -62,6 +62,10 @@ pub enum ProxyError {
         "the client cancelled `{tool}`; proxied server `{proxy}` was told to stop it (`notifications/cancelled`), and what it did before is unknown"
     )]
     Cancelled { proxy: String, tool: String },
+    #[error(
+        "the client cancelled `{tool}` before it was sent to proxied server `{proxy}`; nothing ran"
+    )]
+    CancelledUnsent { proxy: String, tool: String },
     #[error("the gateway is shutting down; retry once it is back")]
     ShuttingDown,
 }

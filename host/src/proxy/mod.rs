@@ -301,26 +301,17 @@ impl ProxyManager {
             let Some(settings) = inner.proxies.get(&key.proxy).cloned() else {
                 return Err(ProxyError::ShuttingDown);
             };
-            let client = inner.client(&key, &settings, paths).await?;
             let (remote, exposed) = (&tool.remote_name, &tool.exposed_name);
-            let answer = client.call(
-                remote,
-                exposed,
-                arguments,
-                settings.call_timeout,
-                along.trace,
-            );
-            let cancel = along.cancel.unwrap_or_default();
-            // Dropping the unanswered call sends the server `notifications/cancelled`.
-            let result = tokio::select! {
-                result = answer => result?,
-                () = cancel.cancelled() => {
-                    return Err(ProxyError::Cancelled {
-                        proxy: key.proxy.clone(),
-                        tool: exposed.clone(),
-                    });
-                }
+            let unsent = || ProxyError::CancelledUnsent {
+                proxy: key.proxy.clone(),
+                tool: exposed.clone(),
             };
+            let client = inner.client(&key, &settings, paths, along.cancel.as_ref());
+            let client = client.await?.ok_or_else(unsent)?;
+            let timeout = settings.call_timeout;
+            let result = client
+                .call(remote, exposed, arguments, timeout, along)
+                .await?;
             let bytes = serde_json::to_vec(&result).map_or(0, |b| b.len() as u64);
             if bytes > settings.max_result_bytes {
                 return Err(ProxyError::TooLarge {
@@ -414,13 +405,27 @@ impl Inner {
         key: &Key,
         settings: &ProxySettings,
         paths: InstancePathsAmbient,
-    ) -> Result<Arc<Client>, ProxyError> {
-        let mut current = self.slot(key).await?;
+        cancel: Option<&CancellationToken>,
+    ) -> Result<Option<Arc<Client>>, ProxyError> {
+        // A cancel is heeded while the call waits for the slot (another call may be starting
+        // the server), not during a start of its own: that runs to its end, bounded by the
+        // start timeout, and serves the calls that follow.
+        let given_up = async {
+            match cancel {
+                Some(cancel) => cancel.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut current = tokio::select! {
+            biased;
+            () = given_up => return Ok(None),
+            slot = self.slot(key) => slot?,
+        };
         if let Some(client) = current.as_ref() {
             if client.is_alive() {
                 // Fresh for the idle reaper until the call counts itself in flight.
                 client.touch();
-                return Ok(client.clone());
+                return Ok(Some(client.clone()));
             }
             // Gone since its last call: audited as a crash.
             client.stop(Stop::Idle).await;
@@ -470,7 +475,7 @@ impl Inner {
         client.hold(lease);
         client.started();
         *current = Some(client.clone());
-        Ok(client)
+        Ok(Some(client))
     }
 
     /// The instance's sandbox with the proxy's network, binds and environment.

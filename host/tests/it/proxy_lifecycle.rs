@@ -1,6 +1,7 @@
 //! The lifecycle of proxied MCP servers through the gateway's dispatch function, in process,
 //! with the real `mcp-test-server` inside real bwrap sandboxes: a call timeout that cancels the
-//! remote request, a call the client gives up on cancelled at its server, a crash and the
+//! remote request, a call the client gives up on cancelled at its server (and one given up on before it
+//! was sent never sent), a crash and the
 //! restart, idle shutdown, single-flight start, a server per
 //! tenant and instance (stopped by archiving), a bounded number of servers per tenant, and
 //! servers that stop reading their stdin stopped all the same.
@@ -111,6 +112,42 @@ fn a_call_the_client_gives_up_on_is_cancelled_at_its_server() {
     );
     saw_one_cancel(&gw, "chem");
     assert_eq!(gw.proxies().starts(), 1, "the server survives a cancel");
+}
+
+/// A call the client gave up on before it was sent is not sent: it starts no server, and a
+/// running server sees neither it nor a `notifications/cancelled`; the error says nothing ran.
+#[test]
+fn a_call_given_up_before_it_is_sent_reaches_no_server() {
+    use hpcgate::gateway::Request;
+    use hpcgate::policy::Via;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path(), &test_proxy("t", ""));
+    discovered(&gw);
+    create(&gw, "chem", "run1");
+    let chem = caller("chem");
+    let given_up = tokio_util::sync::CancellationToken::new();
+    given_up.cancel();
+    let unsent = || {
+        let echo = args(json!({"instance_id": "run1", "message": "hi"}));
+        let request = Request::new(chem.clone(), Via::Mcp, "t__echo", echo);
+        err(gw.dispatch(&gw.snapshot(), request.cancelled_by(given_up.clone())))
+    };
+    let before_start = unsent();
+    assert!(
+        before_start.contains("the client cancelled `t__echo` before it was sent")
+            && before_start.contains("nothing ran"),
+        "{before_start}"
+    );
+    assert_eq!(gw.proxies().starts(), 0, "a given-up call starts no server");
+    nonce(&gw, "chem", "run1");
+    let while_running = unsent();
+    assert!(
+        while_running.contains("before it was sent"),
+        "{while_running}"
+    );
+    let who = ok(gw.call(&chem, "t__whoami", args(json!({"instance_id": "run1"}))));
+    assert_eq!(who.structured["cancelled"], 0, "{}", who.structured);
+    assert_eq!(gw.proxies().starts(), 1);
 }
 
 #[test]
