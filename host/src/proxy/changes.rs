@@ -102,11 +102,10 @@ impl Subscription {
     /// Whether a flag this session listens to was set since it last looked, without waiting;
     /// clears both.
     pub fn take(&mut self) -> bool {
-        let mut set = self.everyone.has_changed().unwrap_or(false);
-        self.everyone.mark_unchanged();
+        // Looked at and marked seen in one step: a flag set in between is not lost.
+        let mut set = self.everyone.borrow_and_update().has_changed();
         if let Some(tenant) = &mut self.tenant {
-            set |= tenant.has_changed().unwrap_or(false);
-            tenant.mark_unchanged();
+            set |= tenant.borrow_and_update().has_changed();
         }
         set
     }
