@@ -9,7 +9,8 @@
 //! is written: in argument objects over [`MAX_ARGUMENTS_BYTES`], values over [`MAX_TEXT_BYTES`]
 //! become their digest, in the redaction's form (`{"redacted": true, "sha256", "bytes"}`, so a
 //! replay treats them as redacted; the whole object if that is not enough), and texts over
-//! [`MAX_TEXT_BYTES`] keep their start and say how much was cut.
+//! [`MAX_TEXT_BYTES`] keep their start and say how much was cut. A record still too large is
+//! cut again, harder, from what it was (see [`LAST`]).
 //! Records within the bound, every ordinary one, are written as they are.
 
 use serde_json::{Map, Value, json};
@@ -27,26 +28,51 @@ pub const MAX_TEXT_BYTES: usize = 1 << 10;
 /// How many of a policy's log lines a record that was too large keeps.
 const MAX_LOG_LINES: usize = 8;
 
-/// The shortest texts, and no policy log lines, kept in a record still too large once cut
-/// down (a long chain whose every policy quotes the call in its reason and logs).
-const LAST_TEXT_BYTES: usize = 128;
+/// How much of each part a caller can size a cut-down record keeps.
+struct Cut {
+    /// Bytes of a text, as encoded.
+    text: usize,
+    /// Lines of each policy's log.
+    log_lines: usize,
+    /// Bytes of an argument object (or of `detail`), as encoded, beyond which its values over
+    /// `text` bytes become their digest, then, if that is not enough, the whole object.
+    object: usize,
+}
 
-/// `entry`'s body, cut down first if its encoding passes [`MAX_RECORD_BYTES`]: texts to
-/// [`MAX_TEXT_BYTES`] as encoded, then, if that is not enough, to [`LAST_TEXT_BYTES`] without
-/// the policies' log lines, each rewriting policy's arguments as one digest. What is left beyond the caller's reach is the chain's own (a
-/// policy's name, module and time, some 200 bytes each), so with up to 64 policies the record
-/// stays within the bound.
+/// The first cut, of a record over the bound.
+const FIRST: Cut = Cut {
+    text: MAX_TEXT_BYTES,
+    log_lines: MAX_LOG_LINES,
+    object: MAX_ARGUMENTS_BYTES,
+};
+
+/// The last cut, of the record as it came if the first was not enough (a long chain whose
+/// every policy quotes the call in its reason and logs): short texts, no log lines, small
+/// objects, and each rewriting policy's arguments as one digest.
+const LAST: Cut = Cut {
+    text: 128,
+    log_lines: 0,
+    object: 1 << 10,
+};
+
+/// `entry`'s body, cut down first if its encoding passes [`MAX_RECORD_BYTES`] (see
+/// [`FIRST`] and [`LAST`]; each cut starts from the record as it came, so what a text says
+/// was cut is what the caller sent). What is left beyond the caller's reach is the chain's own
+/// (a policy's name, module and time, some 200 bytes each), so with up to 64 policies the
+/// record stays within the bound.
 pub(crate) fn bounded_body(entry: &mut Entry) -> Vec<u8> {
     let body = encode_body(entry);
     if body.len() <= MAX_RECORD_BYTES {
         return body;
     }
-    cut_down(entry, MAX_TEXT_BYTES, MAX_LOG_LINES);
+    let whole = entry.clone();
+    cut_down(entry, &FIRST);
     let body = encode_body(entry);
     if body.len() <= MAX_RECORD_BYTES {
         return body;
     }
-    cut_down(entry, LAST_TEXT_BYTES, 0);
+    *entry = whole;
+    cut_down(entry, &LAST);
     for arguments in entry
         .policies
         .iter_mut()
@@ -57,15 +83,15 @@ pub(crate) fn bounded_body(entry: &mut Entry) -> Vec<u8> {
     encode_body(entry)
 }
 
-/// Cuts every part of `entry` a caller can size: texts to `text` bytes as encoded, each
-/// policy's log to `log_lines` lines.
-fn cut_down(entry: &mut Entry, text: usize, log_lines: usize) {
-    let clip = |s: &mut String| clip(s, text);
+/// Cuts every part of `entry` a caller can size as `cut` says.
+fn cut_down(entry: &mut Entry, cut: &Cut) {
+    let clip = |s: &mut String| clip(s, cut.text);
     let clip_some = |s: &mut Option<String>| {
         if let Some(s) = s {
             clip(s);
         }
     };
+    let digest_if_large = |arguments: &mut Map<String, Value>| digest_if_large(arguments, cut);
     for text in [
         &mut entry.tenant,
         &mut entry.principal,
@@ -102,7 +128,7 @@ fn cut_down(entry: &mut Entry, text: usize, log_lines: usize) {
         if let Some(arguments) = &mut policy.arguments {
             digest_if_large(arguments);
         }
-        policy.logs.truncate(log_lines);
+        policy.logs.truncate(cut.log_lines);
         policy.logs.iter_mut().for_each(clip);
     }
     if let Some(outcome) = &mut entry.outcome {
@@ -112,27 +138,27 @@ fn cut_down(entry: &mut Entry, text: usize, log_lines: usize) {
     }
     if let Some(detail) = &mut entry.detail {
         let bytes = serde_json::to_vec(detail).map_or(0, |b| b.len());
-        if bytes > MAX_ARGUMENTS_BYTES {
+        if bytes > cut.object {
             *detail = Map::from_iter([("cut".to_owned(), json!({ "bytes": bytes }))]);
         }
     }
 }
 
-/// Cuts an argument object larger than [`MAX_ARGUMENTS_BYTES`]: each of its values larger
-/// than [`MAX_TEXT_BYTES`] becomes its digest, so that a replay still sees the small ones a
-/// policy judges (a `path`, a job's `resources`) beside the digest of a script or a file; the
-/// whole object becomes its digest only if that was not enough (many keys, or long ones).
-fn digest_if_large(arguments: &mut Map<String, Value>) {
+/// Cuts an argument object larger than `cut.object`: each of its values larger than
+/// `cut.text` becomes its digest, so that a replay still sees the small ones a policy judges
+/// (a `path`, a job's `resources`) beside the digest of a script or a file; the whole object
+/// becomes its digest only if that was not enough (many keys, or long ones).
+fn digest_if_large(arguments: &mut Map<String, Value>, cut: &Cut) {
     let size = |value: &Map<String, Value>| serde_json::to_vec(value).map_or(0, |b| b.len());
-    if size(arguments) <= MAX_ARGUMENTS_BYTES {
+    if size(arguments) <= cut.object {
         return;
     }
     for value in arguments.values_mut() {
-        if serde_json::to_vec(value).is_ok_and(|b| b.len() > MAX_TEXT_BYTES) {
+        if serde_json::to_vec(value).is_ok_and(|b| b.len() > cut.text) {
             redact(value);
         }
     }
-    if size(arguments) > MAX_ARGUMENTS_BYTES {
+    if size(arguments) > cut.object {
         redact_whole(arguments);
     }
 }
@@ -268,8 +294,21 @@ mod tests {
         use crate::record::PolicyRecord;
         use hpcgate_policy_sdk::outcome::DecisionKind;
         let control = "\u{1}".repeat(64 << 10);
-        let mut entry = refused(&control, json!({"instance_id": control}));
+        // Just under the first cut's bound for objects, in values it keeps.
+        let small: Map<String, Value> = (0..4)
+            .map(|i| (format!("v{i}"), json!("\u{1}".repeat(150))))
+            .collect();
+        let mut arguments = small.clone();
+        arguments.insert("instance_id".to_owned(), json!(control));
+        let mut entry = refused(&control, Value::Object(arguments));
         entry.instance = Some(control.clone());
+        entry.decision = Some(hpcgate_policy_sdk::outcome::FinalDecision {
+            decision: DecisionKind::Deny,
+            policy: Some(control.clone()),
+            reason: Some(control.clone()),
+            arguments: Some(small.clone()),
+        });
+        entry.detail = Some(small.clone());
         let rewritten: Map<String, Value> = (0..300).map(|i| (format!("k{i}"), json!(i))).collect();
         entry.policies = (0..64)
             .map(|i| PolicyRecord {
@@ -286,9 +325,31 @@ mod tests {
             })
             .collect();
         let body = bounded_body(&mut entry);
-        assert!(body.len() <= MAX_RECORD_BYTES, "{} bytes", body.len());
+        // 12 KiB to spare (190 bytes a policy) for what the chain itself adds: longer policy
+        // names and module paths than these.
+        assert!(
+            body.len() <= MAX_RECORD_BYTES - (12 << 10),
+            "{} bytes",
+            body.len()
+        );
         let record: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(record["policies"].as_array().unwrap().len(), 64);
-        assert!(record["tool"].as_str().unwrap().ends_with("bytes cut)"));
+        // Cut from what was sent: 21 characters of 6 bytes each kept.
+        let cut = format!("({} bytes cut)", (64 << 10) - 21);
+        for text in [
+            &record["tool"],
+            &record["call"]["tool"],
+            &record["instance"],
+        ] {
+            assert!(text.as_str().unwrap().ends_with(&cut), "{text}");
+        }
+        // Values the first cut kept are digests now; the keys stay, for a replay.
+        for arguments in [
+            &record["call"]["arguments"],
+            &record["decision"]["arguments"],
+        ] {
+            assert_eq!(arguments["v0"]["redacted"], true, "{arguments}");
+        }
+        assert!(record["detail"]["cut"]["bytes"].as_u64().unwrap() > 1 << 10);
     }
 }
