@@ -241,6 +241,25 @@ fn submit_ready(dirs: &JobDirs, script: &str, grace: Duration) -> SlurmJobId {
     panic!("the job never said it was ready: {}", dirs.slurm_log());
 }
 
+/// The job's command starts with no signal blocked or ignored, whatever the supervisor does
+/// with them for itself. Checked with bash, which keeps the mask and ignores it is given (dash,
+/// `/bin/sh` here, clears the mask, so it would hide a leak).
+#[test]
+fn the_command_starts_with_no_signal_blocked_or_ignored() {
+    let dirs = JobDirs::new();
+    let runner = dirs.runner();
+    let probe = "grep -E '^Sig(Blk|Ign)' /proc/$$/status";
+    let job = runner
+        .submit(&dirs.spec(&["/usr/bin/bash", "-c", probe]))
+        .unwrap();
+    let status = wait_final(&runner, job.id, Duration::from_secs(60));
+    assert_eq!(status.phase, JobPhase::Completed, "{}", dirs.slurm_log());
+    assert_eq!(
+        String::from_utf8_lossy(&dirs.stdout()),
+        "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"
+    );
+}
+
 /// A plain `scancel` (an admin's, or what a preemption or Slurm's own time limit sends):
 /// Slurm's `SIGTERM` reaches the supervisor (under `proctrack/cgroup`, as here), which does
 /// not end at it: the sandbox is stopped as for a cancel, so its command saves its work and
