@@ -248,7 +248,8 @@ fn submit_ready(dirs: &JobDirs, script: &str, grace: Duration) -> SlurmJobId {
 fn the_command_starts_with_no_signal_blocked_or_ignored() {
     let dirs = JobDirs::new();
     let runner = dirs.runner();
-    let probe = "grep -E '^Sig(Blk|Ign)' /proc/$$/status";
+    // bash replaces itself with grep, which reads its own status: what it was given.
+    let probe = "exec grep -E '^Sig(Blk|Ign)' /proc/self/status";
     let job = runner
         .submit(&dirs.spec(&["/usr/bin/bash", "-c", probe]))
         .unwrap();
