@@ -13,7 +13,7 @@
 //! cut again, harder, from what it was (see [`LAST`]).
 //! Records within the bound, every ordinary one, are written as they are.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::canonical::encode_body;
 use super::record::Entry;
@@ -137,10 +137,8 @@ fn cut_down(entry: &mut Entry, cut: &Cut) {
         }
     }
     if let Some(detail) = &mut entry.detail {
-        let bytes = serde_json::to_vec(detail).map_or(0, |b| b.len());
-        if bytes > cut.object {
-            *detail = Map::from_iter([("cut".to_owned(), json!({ "bytes": bytes }))]);
-        }
+        // As arguments are: the small facts (`decision_seq`, a job's id) stay.
+        digest_if_large(detail);
     }
 }
 
@@ -194,6 +192,7 @@ mod tests {
     use super::*;
     use crate::record::{Event, Outcome};
     use hpcgate_policy_sdk::Call;
+    use serde_json::json;
 
     /// A refused call as the gateway records it, with `arguments` and a tool name it was sent.
     fn refused(tool: &str, arguments: Value) -> Entry {
@@ -350,6 +349,6 @@ mod tests {
         ] {
             assert_eq!(arguments["v0"]["redacted"], true, "{arguments}");
         }
-        assert!(record["detail"]["cut"]["bytes"].as_u64().unwrap() > 1 << 10);
+        assert_eq!(record["detail"]["v0"]["redacted"], true);
     }
 }
