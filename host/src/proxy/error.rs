@@ -59,7 +59,7 @@ pub enum ProxyError {
     )]
     Unsupported { tool: String },
     #[error(
-        "the client cancelled `{tool}`; proxied server `{proxy}` was told to stop it (`notifications/cancelled`), and what it did before is unknown"
+        "the client cancelled `{tool}` while it was on its way to or at proxied server `{proxy}`; the server is told to stop it (`notifications/cancelled`), and what it did before is unknown"
     )]
     Cancelled { proxy: String, tool: String },
     #[error(
