@@ -53,10 +53,13 @@ pub enum Event {
     ProxyDiscoveryFailed,
     /// A job call that outlived its wait became an MCP task; `detail.task_id`, `detail.job_id`.
     TaskCreated,
+    /// A tenant's calls that did not run, refused over its `[audit] refusals_per_minute`
+    /// and not recorded one by one; `detail` says how many, between when, by whom and why.
+    RefusalsSummarised,
 }
 
 impl Event {
-    pub const ALL: [Event; 20] = [
+    pub const ALL: [Event; 21] = [
         Event::Call,
         Event::InstanceCreated,
         Event::InstanceArchived,
@@ -77,6 +80,7 @@ impl Event {
         Event::ProxyCrashed,
         Event::ProxyDiscoveryFailed,
         Event::TaskCreated,
+        Event::RefusalsSummarised,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -101,6 +105,7 @@ impl Event {
             Event::ProxyCrashed => "proxy.crashed",
             Event::ProxyDiscoveryFailed => "proxy.discovery_failed",
             Event::TaskCreated => "task.created",
+            Event::RefusalsSummarised => "refusals.summarised",
         }
     }
 }

@@ -143,6 +143,9 @@ pub struct AuditConfig {
     pub checkpoint_sink: Option<String>,
     /// `"zstd"`: compress closed segments in the background; `"none"` (the default): keep them.
     pub compress: Option<String>,
+    /// Calls that did not run recorded one by one per tenant and minute (default 600); the
+    /// rest are summarised. Applies at a reload.
+    pub refusals_per_minute: Option<u32>,
 }
 
 /// `[host_commands.<key>]`: one command `host_exec` may run, by key.

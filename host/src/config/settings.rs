@@ -60,6 +60,9 @@ pub struct Settings {
     pub policies: Vec<PolicyConfig>,
     /// `[dav]`.
     pub dav: DavSettings,
+    /// `[audit] refusals_per_minute`: of a tenant's calls that did not run, how many a
+    /// minute are recorded one by one (the rest are summarised).
+    pub refusals_per_minute: u32,
 }
 
 /// The settings a running gateway is built on — where its state lives, its executors, its
@@ -206,6 +209,12 @@ impl Settings {
             policy_defaults: config.policy_engine.clone(),
             policies,
             dav: super::dav::resolve_dav(config, &bad)?,
+            refusals_per_minute: positive(
+                "audit.refusals_per_minute",
+                config.audit.refusals_per_minute,
+                600,
+                &bad,
+            )?,
         })
     }
 

@@ -3,14 +3,15 @@
 //! A transport turns what it received into a [`Request`] (who, how, which tool, which
 //! arguments). [`Gateway::dispatch`] derives everything else **once** — the target tool, the
 //! instance, the tenant's usage, the policy input — into a [`Prepared`] call, and then runs the
-//! one pipeline: decide (policy chain) → record the decision → run → record the outcome →
-//! [`CallResult`]. No layer below looks anything up again, and no transport type reaches it:
+//! one pipeline: decide (policy chain) → admit (the decision, the rate limit) → record the
+//! decision → run → record the outcome → [`CallResult`]. No layer below looks anything up again, and no transport type reaches it:
 //! MCP over any transport, the local CLI and later entry points only translate to and from it.
 //!
 //! Every exit path leaves an audit record. A call that may change something is recorded before
 //! it runs (write-ahead: nothing runs if it cannot be recorded); a read-only call's decision is
-//! recorded with its outcome, in one record and one `fdatasync`, and a denial's decision when
-//! the call ends (nothing runs after it). The last records are written on the caller's thread
+//! recorded with its outcome, in one record and one `fdatasync`, and a call refused before it
+//! ran in one record when it ends (nothing ran), within its tenant's budget of such records
+//! (beyond it, counted into a summary: `refusals.rs`). The last records are written on the caller's thread
 //! ([`Gateway::dispatch`]) or awaited as a future ([`Gateway::dispatch_async`]); either way the
 //! result goes back only once they are durable.
 
@@ -26,7 +27,7 @@ use super::{CallResult, Caller, Failure, Gateway, Request, Snapshot, Transfer};
 use crate::audit::{Entry, Event, Outcome, Receipt};
 use crate::code_mode::JobScope;
 use crate::policy::normalize::normalize_call;
-use crate::policy::{Call, ChainOutcome, DecisionKind, FinalDecision, Phase};
+use crate::policy::{Call, DecisionKind, FinalDecision, Phase};
 use crate::state::{InstanceId, JobId, TaskRecord};
 use crate::telemetry::CallSpan;
 use crate::tools::{Context, Output, Progress, ToolError};
@@ -81,9 +82,9 @@ struct Stopped {
 
 /// Where a call's decision record is.
 enum Recorded {
-    /// Durable before the call ran (calls that may change something, and denials).
+    /// Durable before the call ran (admitted calls that may change something).
     Ahead(Receipt),
-    /// Written with the outcome, after a read-only call ran.
+    /// Written with the outcome, after a read-only call ran or once a call was refused.
     Deferred(Box<Entry>),
 }
 
@@ -99,7 +100,7 @@ impl Gateway {
     /// are made durable on this thread (see [`crate::audit::AuditLog::append_all`]).
     pub fn dispatch(&self, live: &Snapshot, request: Request<'_>) -> CallResult {
         let mut watch = self.watch(&request);
-        let unsettled = self.pipeline(live, request, &mut watch);
+        let unsettled = self.budgeted(live, self.pipeline(live, request, &mut watch));
         let written = self.audit.append_all(unsettled.records);
         watch.end(unsettled.result.settled(written, unsettled.ran))
     }
@@ -110,9 +111,25 @@ impl Gateway {
     /// writes them). Any other call still works, but may park the thread on the log.
     pub async fn dispatch_async(&self, live: &Snapshot, request: Request<'_>) -> CallResult {
         let mut watch = self.watch(&request);
-        let unsettled = self.pipeline(live, request, &mut watch);
+        let unsettled = self.budgeted(live, self.pipeline(live, request, &mut watch));
         let written = self.audit.submit(unsettled.records).await;
         watch.end(unsettled.result.settled(written, unsettled.ran))
+    }
+
+    /// A call that did not run keeps its records within its tenant's budget of them; beyond
+    /// it they are counted into a summary instead (see [`super::refusals`]).
+    fn budgeted(&self, live: &Snapshot, mut unsettled: Unsettled) -> Unsettled {
+        if !unsettled.ran {
+            let records = std::mem::take(&mut unsettled.records);
+            let (failure, per_minute) =
+                (unsettled.result.failure, live.settings.refusals_per_minute);
+            let admitted = self.refusals.admit(records, failure, per_minute);
+            unsettled.records = admitted.unwrap_or_else(|| {
+                self.metrics.refusal_summarised();
+                Vec::new()
+            });
+        }
+        unsettled
     }
 
     fn watch(&self, request: &Request<'_>) -> Watch<'_> {
@@ -125,7 +142,7 @@ impl Gateway {
     }
 
     /// [`Gateway::dispatch`]'s steps, each reported to `watch`. The order is the contract:
-    /// prepare → decide → record → run → record → result. What it returns goes back to the
+    /// prepare → decide → admit → record → run → record → result. What it returns goes back to the
     /// caller once its records are durable.
     fn pipeline(&self, live: &Snapshot, request: Request<'_>, watch: &mut Watch<'_>) -> Unsettled {
         let mut call = match self.prepare(live, request) {
@@ -140,23 +157,26 @@ impl Gateway {
         let decided = live.chain.evaluate(&call.input);
         watch.tally.decided(&decided);
         watch.span.decided(&decided);
-        let recorded = match self.record_decision(&call, &decided) {
-            Ok(recorded) => recorded,
-            Err(refused) => return Unsettled::stopped(Vec::new(), refused),
-        };
+        let decision = Entry::call(&call.input, &decided);
+        // Admitted (or stopped: denied, over the rate limit) before anything is written, so a
+        // call that does not run makes one record, written with the others of its batch.
         let arguments = match self.admit(live, &mut call, decided.decision) {
             Ok(arguments) => arguments,
             Err(Stopped {
                 record: None,
                 result,
-            }) => return Unsettled::stopped(recorded.into_records(), result),
+            }) => return Unsettled::stopped(vec![decision], result),
             Err(Stopped {
                 record: Some(outcome),
                 result,
             }) => {
-                let records = settle(recorded, Vec::new(), *outcome);
-                return Unsettled::stopped(records, result);
+                let decision = Recorded::Deferred(Box::new(decision));
+                return Unsettled::stopped(settle(decision, Vec::new(), *outcome), result);
             }
+        };
+        let recorded = match self.record_decision(&call, decision) {
+            Ok(recorded) => recorded,
+            Err(refused) => return Unsettled::stopped(Vec::new(), refused),
         };
         // A listing asks the chain about each entry, as the same call on that entry.
         let listing = match call.target {
@@ -332,21 +352,16 @@ impl Gateway {
         })
     }
 
-    /// Write-ahead: a call that may change something is durable before it runs. A built-in
-    /// read-only (or only observing) call's decision waits for its outcome, and a denial's for nothing
-    /// (nothing reaches the caller before its records are durable, and a call that does not
-    /// run, or only reads, had no effect to record first). `Err` is the refusal to return
-    /// when the log cannot record the call.
-    fn record_decision(
-        &self,
-        call: &Prepared<'_>,
-        decided: &ChainOutcome,
-    ) -> Result<Recorded, CallResult> {
-        let record = Entry::call(&call.input, decided);
+    /// Write-ahead: an admitted call that may change something is durable before it runs. A
+    /// built-in read-only (or only observing) call's decision waits for its outcome (nothing
+    /// reaches the caller before its records are durable, and a call that only reads had no
+    /// effect to record first). `Err` is the refusal to return when the log cannot record the
+    /// call.
+    fn record_decision(&self, call: &Prepared<'_>, record: Entry) -> Result<Recorded, CallResult> {
         // A proxied tool's `readOnlyHint` is the server's claim: enough for the policies, not
         // for running before the decision is durable.
         let read_only = call.input.read_only && matches!(call.target, Target::Builtin(_));
-        if decided.is_denied() || read_only || call.observes {
+        if read_only || call.observes {
             return Ok(Recorded::Deferred(Box::new(record)));
         }
         match self.audit.append(record) {
@@ -488,16 +503,6 @@ fn settle(decision: Recorded, mut records: Vec<Entry>, outcome: Entry) -> Vec<En
         },
     });
     records
-}
-
-impl Recorded {
-    /// What is left to write of a decision that stopped the call: nothing if it is durable.
-    fn into_records(self) -> Vec<Entry> {
-        match self {
-            Recorded::Ahead(_) => Vec::new(),
-            Recorded::Deferred(decision) => vec![*decision],
-        }
-    }
 }
 
 impl Watch<'_> {

@@ -7,6 +7,7 @@
 
 mod call;
 mod failure;
+mod refusals;
 mod request;
 mod result;
 mod target;
@@ -61,6 +62,8 @@ pub struct Gateway {
     /// Work that must end even if whoever started it stops waiting (a WebDAV overwrite's
     /// put-back or clean-up): waited for at stop ([`Gateway::let_finish`]).
     finishing: tokio_util::task::TaskTracker,
+    /// Each tenant's audit budget of calls that did not run, and what it held back.
+    refusals: refusals::Refusals,
 }
 
 /// The settings and policy chain in force when a request began (see [`Gateway::snapshot`]).
@@ -205,6 +208,7 @@ impl Gateway {
             code_mode: CodeMode::new(&settings_state_dir, code_mode_url),
             room: crate::tools::Room::default(),
             finishing: tokio_util::task::TaskTracker::new(),
+            refusals: refusals::Refusals::default(),
         };
         gateway.prune_old_jobs()?;
         for record in gateway.jobs.reattach(&gateway.state) {
@@ -225,10 +229,10 @@ impl Gateway {
             self
         });
         gateway.code_mode.reopen(&gateway.state);
-        let pruner = Arc::downgrade(&gateway);
+        let chorer = Arc::downgrade(&gateway);
         let _ = std::thread::Builder::new()
-            .name("hpcgate-prune".to_owned())
-            .spawn(move || prune_daily(&pruner));
+            .name("hpcgate-chores".to_owned())
+            .spawn(move || chores(&chorer));
         gateway
     }
 
@@ -482,6 +486,11 @@ impl Gateway {
     /// records this process wrote and in how many `fdatasync`ed batches (the group commit).
     pub fn stopped(&self, transport: &str) -> anyhow::Result<()> {
         self.proxies.stop_all();
+        if let Err(e) = self.record_held_refusals() {
+            crate::proxy::log(&format!(
+                "the summary of refused calls was not recorded ({e})"
+            ));
+        }
         let written = self.audit.stats();
         self.audit.append(
             Entry::new(Event::GatewayStopped)
@@ -491,6 +500,21 @@ impl Gateway {
                 .detail("audit_batches", written.batches),
         )?;
         Ok(())
+    }
+
+    /// Records the summaries of the calls refused before they ran and not recorded one by
+    /// one (over their tenant's `[audit] refusals_per_minute`), if any; the gateway's chores
+    /// do this once a minute, and [`Gateway::stopped`] at the end. What could not be written
+    /// is kept for the next time.
+    pub fn record_held_refusals(&self) -> Result<(), crate::audit::AuditError> {
+        let per_minute = self.snapshot().settings.refusals_per_minute;
+        let held = self.refusals.take_held(per_minute);
+        let summaries = held.iter().map(|h| h.entry(per_minute)).collect();
+        let written = self.audit.append_all(summaries).map(drop);
+        if written.is_err() {
+            self.refusals.put_back(held);
+        }
+        written
     }
 
     /// The audit log (for start and stop records by the transports).
@@ -558,7 +582,9 @@ impl Gateway {
 /// Prunes old job records once a day for as long as the gateway runs (at start too, in
 /// [`Gateway::open`]): a gateway that runs for months would otherwise keep every job's
 /// record, output and task. Looks a minute at a time whether the gateway is gone.
-fn prune_daily(gateway: &std::sync::Weak<Gateway>) {
+/// The gateway's chores, while it lives: once a minute the summaries of refusals held back,
+/// once a day the old job records.
+fn chores(gateway: &std::sync::Weak<Gateway>) {
     const DAY: std::time::Duration = std::time::Duration::from_secs(86_400);
     const LOOK: std::time::Duration = std::time::Duration::from_secs(60);
     let mut last = std::time::Instant::now();
@@ -567,6 +593,11 @@ fn prune_daily(gateway: &std::sync::Weak<Gateway>) {
         let Some(gateway) = gateway.upgrade() else {
             return;
         };
+        if let Err(e) = gateway.record_held_refusals() {
+            crate::proxy::log(&format!(
+                "the summary of refused calls was not recorded ({e}); it is tried again in a minute"
+            ));
+        }
         if last.elapsed() >= DAY {
             last = std::time::Instant::now();
             if let Err(e) = gateway.prune_old_jobs() {

@@ -65,6 +65,9 @@ pub struct Metrics {
     audit: Arc<AuditSeries>,
     /// Trace spans exported and dropped (`[telemetry]`).
     spans: [AtomicU64; 2],
+    /// Calls that did not run, over their tenant's audit budget: counted into a summary
+    /// record instead of recorded one by one.
+    refusals_summarised: AtomicU64,
 }
 
 /// One tool's calls by decision, and their durations.
@@ -125,6 +128,7 @@ impl Default for Metrics {
                 batch_records: Histogram::new(RECORDS),
             }),
             spans: Default::default(),
+            refusals_summarised: AtomicU64::new(0),
         }
     }
 }
@@ -151,6 +155,14 @@ impl Metrics {
         }
         if let Some(i) = METHODS.iter().position(|m| *m == method) {
             self.requests[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a call that did not run and was counted into its tenant's summary record
+    /// instead of recorded one by one.
+    pub fn refusal_summarised(&self) {
+        if self.enabled() {
+            self.refusals_summarised.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -275,6 +287,13 @@ impl Metrics {
             "Records per audit batch (group commit).",
         );
         f.histogram(&[], &self.audit.batch_records);
+        let mut f = Family::new(
+            &mut out,
+            "hpcgate_audit_refusals_summarised_total",
+            "counter",
+            "Calls that did not run, over their tenant's [audit] refusals_per_minute: counted into a refusals.summarised record instead of recorded one by one.",
+        );
+        f.sample(&[], self.refusals_summarised.load(Ordering::Relaxed));
         let mut f = Family::new(
             &mut out,
             "hpcgate_proxy_servers",

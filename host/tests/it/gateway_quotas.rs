@@ -316,3 +316,113 @@ fn a_callers_bytes_cannot_swell_the_audit_log() {
             .intact
     );
 }
+
+/// A tenant refused at any rate writes a bounded number of records: past `[audit]
+/// refusals_per_minute`, its calls refused before they ran (denied, unknown tools, over the
+/// rate limit) are answered as ever but counted into one `refusals.summarised` record, written
+/// when the gateway stops (and by its chores each minute), while other tenants' refusals and
+/// every call that runs are still recorded one by one.
+#[test]
+fn refusals_over_the_budget_are_summarised_not_recorded_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two a minute: the next refills in 30 s, long after this test.
+    let config = format!("[audit]\nrefusals_per_minute = 2\n{CONFIG}");
+    let gw = support::open(dir.path(), &config);
+    let chem = caller("chem");
+    ok(gw.call(
+        &chem,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    let audit = dir.path().join("state/audit");
+    let stat = |path: &str| {
+        gw.call(
+            &chem,
+            "stat_path",
+            args(json!({"instance_id": "run1", "path": path})),
+        )
+    };
+    for _ in 0..50 {
+        assert!(err(stat(".ssh/id")).contains("denied by policy `paths`"));
+        let unknown = err(gw.call(&chem, "no_such_tool", args(json!({}))));
+        assert!(unknown.contains("unknown tool `no_such_tool`"), "{unknown}");
+    }
+    ok(stat("/workspace"));
+    ok(stat("/workspace"));
+    for _ in 0..10 {
+        assert!(err(stat("/workspace")).contains("rate limit"));
+    }
+    let bio = caller("bio");
+    err(gw.call(&bio, "no_such_tool", args(json!({}))));
+
+    let records = |event: &str| -> Vec<serde_json::Value> {
+        let log = std::fs::read_to_string(audit.join("audit-000001.jsonl")).unwrap();
+        (log.lines())
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|r| r["event"] == event)
+            .collect()
+    };
+    let calls = records("call");
+    let chems = calls.iter().filter(|r| r["tenant"] == "chem").count();
+    assert_eq!(
+        chems,
+        2 + 2 + 2,
+        "chem's calls that ran (create_instance's decision and outcome, two stat_path) and a minute's worth of its refusals"
+    );
+    let stats = calls.iter().filter(|r| {
+        r["tool"] == "stat_path"
+            && r["decision"]["decision"] == "allow"
+            && r["outcome"]["error"].is_null()
+    });
+    assert_eq!(stats.count(), 2, "calls that ran are all recorded");
+    assert!(
+        calls
+            .iter()
+            .any(|r| r["tenant"] == "bio" && r["tool"] == "no_such_tool"),
+        "another tenant's refusal is recorded"
+    );
+    assert!(records("refusals.summarised").is_empty());
+    let metrics = gw.metrics_text();
+    assert!(
+        metrics.contains("\nhpcgate_audit_refusals_summarised_total 108\n"),
+        "{metrics}"
+    );
+
+    gw.stopped("test").unwrap();
+    let summaries = records("refusals.summarised");
+    assert_eq!(summaries.len(), 1, "chem's alone");
+    let summary = &summaries[0];
+    assert_eq!(summary["tenant"], "chem");
+    let detail = &summary["detail"];
+    assert_eq!(detail["refused"], 108, "{detail}");
+    assert_eq!(detail["refusals_per_minute"], 2);
+    assert!(detail["first"].as_str() <= detail["last"].as_str());
+    let user = &detail["principals"][0];
+    assert_eq!(
+        (&user["principal"], &user["count"]),
+        (&json!("chem-user"), &json!(108))
+    );
+    let count = |tool: &str, why: &str| {
+        let kinds = user["kinds"].as_array().unwrap();
+        let one = kinds.iter().find(|k| k["tool"] == tool && k["why"] == why);
+        let one = one.unwrap_or_else(|| panic!("no {tool} {why} in {detail}"));
+        (one["count"].as_u64().unwrap(), one["policy"].clone())
+    };
+    assert_eq!(count("stat_path", "denied"), (49, json!("paths")));
+    assert_eq!(count("no_such_tool", "refused"), (49, json!(null)));
+    assert_eq!(count("stat_path", "rate_limited"), (10, json!(null)));
+    let last = records("gateway.stopped");
+    assert_eq!(
+        last.len(),
+        1,
+        "the summary is written before the stop's record"
+    );
+    assert!(summary["seq"].as_u64() < last[0]["seq"].as_u64());
+    gw.record_held_refusals().unwrap();
+    assert_eq!(
+        records("refusals.summarised").len(),
+        1,
+        "each refusal is told once"
+    );
+    assert!(hpcgate::audit::verify(&audit, None).unwrap().intact);
+}
