@@ -145,13 +145,22 @@ fn a_rewrite_cannot_move_a_call_to_another_instance() {
             stat.text
         );
     }
-    // The refusal is the rewrite's outcome record, pointing at its write-ahead decision.
+    // The refusal is one record: the decision (the rewrite, as recorded input) and its
+    // outcome; nothing was written ahead, since nothing ran.
     let records = call_records(dir.path());
-    let refused = records
+    let writes: Vec<_> = records
         .iter()
-        .find(|r| r["tool"] == "write_file" && r["outcome"]["error"].is_string())
-        .expect("an outcome record");
-    assert!(refused["detail"]["decision_seq"].is_u64(), "{refused}");
+        .filter(|r| r["tool"] == "write_file")
+        .collect();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    let refused = writes[0];
+    assert!(refused["outcome"]["error"].is_string(), "{refused}");
+    assert_eq!(refused["decision"]["decision"], "rewrite", "{refused}");
+    assert_eq!(
+        refused["call"]["arguments"]["instance_id"], "mine",
+        "{refused}"
+    );
+    assert!(refused["detail"]["decision_seq"].is_null(), "{refused}");
 }
 
 #[test]
