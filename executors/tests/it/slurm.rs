@@ -241,9 +241,11 @@ fn submit_ready(dirs: &JobDirs, script: &str, grace: Duration) -> SlurmJobId {
     panic!("the job never said it was ready: {}", dirs.slurm_log());
 }
 
-/// The job's command starts with no signal blocked or ignored, whatever the supervisor does
-/// with them for itself. Checked with bash, which keeps the mask and ignores it is given (dash,
-/// `/bin/sh` here, clears the mask, so it would hide a leak).
+/// The job's command starts with no standard signal (1–31) blocked or ignored, whatever the
+/// supervisor does with them for itself. Checked with bash, which keeps the mask and ignores
+/// it is given (dash, `/bin/sh` here, clears the mask, so it would hide a leak). Real-time
+/// signals are left out: Slurm's step daemon may hand down an ignored one (32 was, on a fresh
+/// machine), which no graceful stop uses.
 #[test]
 fn the_command_starts_with_no_signal_blocked_or_ignored() {
     let dirs = JobDirs::new();
@@ -255,10 +257,15 @@ fn the_command_starts_with_no_signal_blocked_or_ignored() {
         .unwrap();
     let status = wait_final(&runner, job.id, Duration::from_secs(60));
     assert_eq!(status.phase, JobPhase::Completed, "{}", dirs.slurm_log());
-    assert_eq!(
-        String::from_utf8_lossy(&dirs.stdout()),
-        "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"
-    );
+    let stdout = String::from_utf8_lossy(&dirs.stdout()).into_owned();
+    let masks: Vec<(&str, u64)> = (stdout.lines())
+        .filter_map(|line| line.split_once(":\t"))
+        .map(|(name, hex)| (name, u64::from_str_radix(hex, 16).unwrap()))
+        .collect();
+    assert_eq!(masks.len(), 2, "{stdout}");
+    for (name, mask) in masks {
+        assert_eq!(mask & 0x7fff_ffff, 0, "{name}: {mask:#x} (signals 1–31)");
+    }
 }
 
 /// A plain `scancel` (an admin's, or what a preemption or Slurm's own time limit sends):
