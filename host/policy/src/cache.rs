@@ -392,11 +392,18 @@ mod tests {
         // Another module (another export name) in another engine, as another process would.
         let other = engine_with_functions(root.path());
         assert_eq!(compile_and_call(&other, &component_text("b"), "b"), 40);
-        assert_eq!(
-            entries(root.path()),
-            written,
-            "every function came from the cache: nothing was written again"
-        );
+        // A function compiled again would be written again (a new inode under its name).
+        // Which trampolines a compile emits can differ from run to run, so one of its own
+        // may be new.
+        let after = entries(root.path());
+        for entry in &written {
+            assert!(
+                after.contains(entry),
+                "{} was compiled and written again, not taken from the cache",
+                entry.0.display()
+            );
+        }
+        assert!(after.len() < 2 * written.len(), "{after:?}");
     }
 
     /// Entries are native code: one that anyone else could have written is never read, even
