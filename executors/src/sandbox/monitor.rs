@@ -219,7 +219,15 @@ fn watch(child: &mut Child, sinks: [&mut dyn Sink; 2], w: &Watch<'_>) -> io::Res
             exited_at = Some(Instant::now());
         }
         if let Some(at) = exited_at {
-            if pipes.iter().all(Option::is_none) || at.elapsed() >= DRAIN {
+            if pipes.iter().all(Option::is_none) {
+                break;
+            }
+            if at.elapsed() >= DRAIN {
+                // A process outlived the sandbox's end (one in uninterruptible sleep when the
+                // namespace was killed) and holds a stream: what it writes is not read.
+                for (cut, pipe) in truncated.iter_mut().zip(&pipes) {
+                    *cut |= pipe.is_some();
+                }
                 break;
             }
             continue;
@@ -393,4 +401,40 @@ fn set_nonblocking(fd: RawFd) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Stdio;
+
+    /// Output a process still holds when the drain after the run's end is over is not read,
+    /// and the outcome says so (before, the output looked whole).
+    #[test]
+    fn a_stream_held_past_the_drain_is_marked_cut() {
+        #[allow(clippy::disallowed_methods)] // a test: a child whose stream outlives it
+        let spawned = std::process::Command::new("/bin/sh")
+            .args(["-c", "echo before; (sleep 4; echo after) &"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let mut child = spawned.unwrap();
+        let never = || false;
+        let w = Watch {
+            wall_time: Duration::from_secs(60),
+            stop_grace: Duration::from_secs(1),
+            output_bytes: 1 << 20,
+            watch_memory_bytes: None,
+            cgroup: None,
+            init: None,
+            cancel_requested: &never,
+            terminated: &never,
+            started: Instant::now(),
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let outcome = monitor(&mut child, [&mut out, &mut err], &w).unwrap();
+        assert_eq!(String::from_utf8_lossy(&out), "before\n");
+        assert_eq!(outcome.reason, EndReason::Exited);
+        assert_eq!(outcome.truncated, [true, true]);
+    }
 }
