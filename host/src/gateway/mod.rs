@@ -579,11 +579,10 @@ impl Gateway {
     }
 }
 
-/// Prunes old job records once a day for as long as the gateway runs (at start too, in
-/// [`Gateway::open`]): a gateway that runs for months would otherwise keep every job's
-/// record, output and task. Looks a minute at a time whether the gateway is gone.
-/// The gateway's chores, while it lives: once a minute the summaries of refusals held back,
-/// once a day the old job records.
+/// The gateway's chores, for as long as it runs, looking a minute at a time whether it is
+/// gone: each minute it records the summaries of refusals held back; each day it prunes old
+/// job records (at start too, in [`Gateway::open`]), since a gateway that runs for months
+/// would otherwise keep every job's record, output and task.
 fn chores(gateway: &std::sync::Weak<Gateway>) {
     const DAY: std::time::Duration = std::time::Duration::from_secs(86_400);
     const LOOK: std::time::Duration = std::time::Duration::from_secs(60);

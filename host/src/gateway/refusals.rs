@@ -1,5 +1,6 @@
 //! The audit budget of calls refused before they ran: denied by a policy or a rule of the
-//! gateway, over a rate limit, an unknown tool, a malformed instance id, no room to wait.
+//! gateway, over a rate limit, an unknown tool, a malformed instance id, a job's
+//! door over its limits.
 //!
 //! Such a call takes nothing from the tenant's rate limits (it ran nothing), but it is
 //! recorded all the same, so without a budget a tenant refused at any rate could fill the
