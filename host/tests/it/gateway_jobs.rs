@@ -452,13 +452,7 @@ fn cluster_status_without_slurm_and_host_exec_by_key() {
 fn the_running_jobs_quota_counts_unfinished_jobs_only() {
     let dir = tempfile::tempdir().unwrap();
     let config = format!("{CONFIG}\n[tenants.chem]\nquotas = {{ max_running_jobs = 1 }}\n");
-    let gw = support::open(dir.path(), &config);
-    let chem = caller("chem");
-    ok(gw.call(
-        &chem,
-        "create_instance",
-        args(json!({"instance_id": "run1"})),
-    ));
+    let (gw, chem) = support::open_with_chems_run1(dir.path(), &config);
     let first = submit(&gw, &chem, "sleep 60", 0);
     let refused = err(gw.call(
         &chem,

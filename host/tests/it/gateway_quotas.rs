@@ -24,14 +24,7 @@ deny_read = ["**/.ssh/**"]
 
 /// A gateway on [`CONFIG`] in `dir`, with chem's instance `run1`, and chem.
 fn with_chems_run1(dir: &std::path::Path) -> (hpcgate::gateway::Gateway, hpcgate::gateway::Caller) {
-    let gw = support::open(dir, CONFIG);
-    let chem = caller("chem");
-    ok(gw.call(
-        &chem,
-        "create_instance",
-        args(json!({"instance_id": "run1"})),
-    ));
-    (gw, chem)
+    support::open_with_chems_run1(dir, CONFIG)
 }
 
 #[test]
@@ -327,13 +320,7 @@ fn refusals_over_the_budget_are_summarised_not_recorded_one_by_one() {
     let dir = tempfile::tempdir().unwrap();
     // Two a minute: the next refills in 30 s, long after this test.
     let config = format!("[audit]\nrefusals_per_minute = 2\n{CONFIG}");
-    let gw = support::open(dir.path(), &config);
-    let chem = caller("chem");
-    ok(gw.call(
-        &chem,
-        "create_instance",
-        args(json!({"instance_id": "run1"})),
-    ));
+    let (gw, chem) = support::open_with_chems_run1(dir.path(), &config);
     let audit = dir.path().join("state/audit");
     let stat = |path: &str| {
         gw.call(

@@ -7,7 +7,7 @@ use crate::support::slurm;
 
 use serde_json::json;
 use slurm::slurm_conf;
-use support::{args, caller, err, ok};
+use support::{args, err, ok};
 
 #[test]
 fn slurm_jobs_run_sandboxed_report_output_and_cancel() {
@@ -17,13 +17,7 @@ fn slurm_jobs_run_sandboxed_report_output_and_cancel() {
         "[sandbox.limits]\noutput_bytes = 65536\n[slurm]\nenabled = true\nslurm_conf = {:?}\n",
         conf.display().to_string()
     );
-    let gw = support::open(dir.path(), &config);
-    let chem = caller("chem");
-    ok(gw.call(
-        &chem,
-        "create_instance",
-        args(json!({"instance_id": "run1"})),
-    ));
+    let (gw, chem) = support::open_with_chems_run1(dir.path(), &config);
     ok(gw.call(
         &chem,
         "write_file",

@@ -8,13 +8,25 @@ use hpcgate::gateway::{CallResult, Caller, Gateway};
 use hpcgate::jobs::SUPERVISE_SUBCOMMAND;
 use hpcgate::state::TenantName;
 use hpcgate_executors::sandbox::SupervisorCommand;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 /// A gateway whose state lives under `dir/state`, configured by `config` over the defaults.
 /// Local jobs are supervised by the real `hpcgate` binary (the test binary cannot).
 pub fn open(dir: &Path, config: &str) -> Gateway {
     let supervisor = SupervisorCommand::reexec(env!("CARGO_BIN_EXE_hpcgate"), SUPERVISE_SUBCOMMAND);
     Gateway::open_with_supervisor(settings(dir, config).unwrap(), supervisor).unwrap()
+}
+
+/// [`open`], with tenant chem's instance `run1` created; and chem.
+pub fn open_with_chems_run1(dir: &Path, config: &str) -> (Gateway, Caller) {
+    let gw = open(dir, config);
+    let chem = caller("chem");
+    ok(gw.call(
+        &chem,
+        "create_instance",
+        args(json!({"instance_id": "run1"})),
+    ));
+    (gw, chem)
 }
 
 /// The settings [`open`] uses: `config` written to `dir/gateway.toml` and layered.
