@@ -6,6 +6,7 @@
 //! them at its start, so a reload never changes a call half-way.
 
 mod call;
+mod chores;
 mod failure;
 mod refusals;
 mod request;
@@ -34,7 +35,7 @@ use crate::jobs::Jobs;
 use crate::metrics::{Gauges, Metrics};
 use crate::policy::{Chain, Phase, PolicyEngine, Via};
 use crate::proxy::{ProxiedTool, ProxyManager};
-use crate::state::{InstanceId, JobId, JobRecord, State, StateError, TenantName};
+use crate::state::{InstanceId, JobId, JobRecord, State, TenantName};
 use crate::telemetry::Telemetry;
 use crate::tools::{Tool, ToolSpec};
 use target::Target;
@@ -232,29 +233,8 @@ impl Gateway {
         let chorer = Arc::downgrade(&gateway);
         let _ = std::thread::Builder::new()
             .name("hpcgate-chores".to_owned())
-            .spawn(move || chores(&chorer));
+            .spawn(move || chores::run(&chorer));
         gateway
-    }
-
-    /// Deletes the job records (and their tasks) older than `[jobs] retention_days`, if set.
-    /// One tenant's failure is said and left: it must not keep every tenant's gateway (and
-    /// the CLI, which opens one) from starting.
-    /// With no retention, each tenant's trash (deletions a crash or a failure cut short) is
-    /// still swept.
-    fn prune_old_jobs(&self) -> Result<(), StateError> {
-        let retention = self.snapshot().settings.job_retention;
-        for tenant in self.state.tenants()? {
-            let Some(age) = retention else {
-                self.state.sweep_tenant_trash(&tenant);
-                continue;
-            };
-            if let Err(e) = self.state.prune_jobs(&tenant, age) {
-                crate::proxy::log(&format!(
-                    "tenant `{tenant}`: old job records were not pruned ({e}); they are tried again later"
-                ));
-            }
-        }
-        Ok(())
     }
 
     /// The doors of jobs with tools.
@@ -502,21 +482,6 @@ impl Gateway {
         Ok(())
     }
 
-    /// Records the summaries of the calls refused before they ran and not recorded one by
-    /// one (over their tenant's `[audit] refusals_per_minute`), if any; the gateway's chores
-    /// do this once a minute, and [`Gateway::stopped`] at the end. What could not be written
-    /// is kept for the next time.
-    pub fn record_held_refusals(&self) -> Result<(), crate::audit::AuditError> {
-        let per_minute = self.snapshot().settings.refusals_per_minute;
-        let held = self.refusals.take_held(per_minute);
-        let summaries = held.iter().map(|h| h.entry(per_minute)).collect();
-        let written = self.audit.append_all(summaries).map(drop);
-        if written.is_err() {
-            self.refusals.put_back(held);
-        }
-        written
-    }
-
     /// The audit log (for start and stop records by the transports).
     pub fn audit(&self) -> &AuditLog {
         &self.audit
@@ -576,32 +541,5 @@ impl Gateway {
                 .find(&caller.tenant, instance, name)
                 .map(Target::Proxied)
         })
-    }
-}
-
-/// The gateway's chores, for as long as it runs, looking a minute at a time whether it is
-/// gone: each minute it records the summaries of refusals held back; each day it prunes old
-/// job records (at start too, in [`Gateway::open`]), since a gateway that runs for months
-/// would otherwise keep every job's record, output and task.
-fn chores(gateway: &std::sync::Weak<Gateway>) {
-    const DAY: std::time::Duration = std::time::Duration::from_secs(86_400);
-    const LOOK: std::time::Duration = std::time::Duration::from_secs(60);
-    let mut last = std::time::Instant::now();
-    loop {
-        std::thread::sleep(LOOK);
-        let Some(gateway) = gateway.upgrade() else {
-            return;
-        };
-        if let Err(e) = gateway.record_held_refusals() {
-            crate::proxy::log(&format!(
-                "the summary of refused calls was not recorded ({e}); it is tried again in a minute"
-            ));
-        }
-        if last.elapsed() >= DAY {
-            last = std::time::Instant::now();
-            if let Err(e) = gateway.prune_old_jobs() {
-                crate::proxy::log(&format!("old job records were not pruned ({e})"));
-            }
-        }
     }
 }
