@@ -300,7 +300,12 @@ impl Gateway {
             },
         };
         let raw_instance = arguments.get("instance_id").and_then(Value::as_str);
-        let Some(target) = self.target(&caller, raw_instance, &tool) else {
+        let Some(target) = self.target(&caller, raw_instance, &tool, cancel.as_ref()) else {
+            if cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+                return Err(stop(format!(
+                    "the client cancelled `{tool}` before the gateway found the tool; nothing ran"
+                )));
+            }
             let unknown =
                 || format!("unknown tool `{tool}`; call tools/list for the tools you may use");
             let unavailable = self.proxies.unavailable(&caller.tenant, &tool);

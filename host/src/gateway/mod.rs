@@ -534,11 +534,18 @@ impl Gateway {
         self.dispatch(&self.snapshot(), request)
     }
 
-    /// A builtin tool, else a proxied one (`<proxy>__<tool>`) as the caller's instance sees it.
-    fn target(&self, caller: &Caller, instance: Option<&str>, name: &str) -> Option<Target> {
+    /// A builtin tool, else a proxied one (`<proxy>__<tool>`) as the caller's instance sees it
+    /// (waiting for its proxy's discovery, unless the client gives the call up: `cancel`).
+    fn target(
+        &self,
+        caller: &Caller,
+        instance: Option<&str>,
+        name: &str,
+        cancel: Option<&tokio_util::sync::CancellationToken>,
+    ) -> Option<Target> {
         Tool::from_name(name).map(Target::Builtin).or_else(|| {
             self.proxies
-                .find(&caller.tenant, instance, name)
+                .find(&caller.tenant, instance, name, cancel)
                 .map(Target::Proxied)
         })
     }

@@ -79,7 +79,7 @@ impl Gateway {
         let live = self.snapshot();
         let instance = arguments.get("instance_id").and_then(Value::as_str);
         let instance = instance.map(str::to_owned);
-        let Some(target) = self.target(caller, instance.as_deref(), tool) else {
+        let Some(target) = self.target(caller, instance.as_deref(), tool, None) else {
             return false;
         };
         let mut input = target.input(caller, via, Phase::Call, arguments);

@@ -204,18 +204,24 @@ impl ProxyManager {
     /// The tool exposed as `name` as a call by `tenant` on `instance` sees it: from that
     /// instance's running server if it announced its own list, else from discovery. A call
     /// that races its proxy's discovery (just after start) waits for it, at most twice its
-    /// `start_timeout`, rather than failing as an unknown tool.
+    /// `start_timeout`, rather than failing as an unknown tool; a client that gives the call
+    /// up (`cancel`) ends the wait, and the call is not found.
     pub fn find(
         &self,
         tenant: &TenantName,
         instance: Option<&str>,
         name: &str,
+        cancel: Option<&CancellationToken>,
     ) -> Option<Arc<ProxiedTool>> {
         let inner = self.inner.as_ref()?;
         let (proxy, _) = name.split_once("__")?;
         let settings = inner.proxies.get(proxy)?;
         let until = std::time::Instant::now() + settings.start_timeout * 2;
+        let given_up = || cancel.is_some_and(CancellationToken::is_cancelled);
         while inner.catalog.is_pending(proxy) && Instant::now() < until {
+            if given_up() {
+                return None;
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
         inner.overlays.find(tenant, instance, name)

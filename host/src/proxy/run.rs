@@ -47,7 +47,7 @@ pub fn run(
     let paths = (state.instance_paths_ambient(tenant, id)).map_err(|e| e.to_string())?;
     // The tool as this instance's server offers it now (its own `list_changed` may have
     // removed or changed it since the call was resolved).
-    let Some(current) = manager.find(tenant, Some(id.as_str()), &tool.exposed_name) else {
+    let Some(current) = manager.find(tenant, Some(id.as_str()), &tool.exposed_name, None) else {
         return Err(format!(
             "tool `{}` is not offered on instance `{id}`: its proxied server withdrew it; call tools/list again",
             tool.exposed_name

@@ -1,7 +1,7 @@
 //! The lifecycle of proxied MCP servers through the gateway's dispatch function, in process,
 //! with the real `mcp-test-server` inside real bwrap sandboxes: a call timeout that cancels the
 //! remote request, a call the client gives up on cancelled at its server (and one given up on before it
-//! was sent never sent), a crash and the
+//! was sent never sent, even while it waits for its proxy's discovery), a crash and the
 //! restart, idle shutdown, single-flight start, a server per
 //! tenant and instance (stopped by archiving), a bounded number of servers per tenant, and
 //! servers that stop reading their stdin stopped all the same.
@@ -148,6 +148,51 @@ fn a_call_given_up_before_it_is_sent_reaches_no_server() {
     let who = ok(gw.call(&chem, "t__whoami", args(json!({"instance_id": "run1"}))));
     assert_eq!(who.structured["cancelled"], 0, "{}", who.structured);
     assert_eq!(gw.proxies().starts(), 1);
+}
+
+/// A call that arrives while its proxy's discovery is still pending waits for it (at most
+/// twice its `start_timeout`: here 20 minutes), unless the client gives the call up: then it
+/// ends at once, saying nothing ran, and starts no server.
+#[test]
+fn a_call_waiting_for_discovery_ends_when_the_client_gives_it_up() {
+    use hpcgate::gateway::Request;
+    use hpcgate::policy::Via;
+    let dir = tempfile::tempdir().unwrap();
+    let stalls = "[proxied_mcps.stalls]\ncommand = \"/usr/bin/sleep\"\nargs = [\"600\"]\nstart_timeout = 600\n";
+    let gw = Arc::new(gateway(dir.path(), stalls));
+    create(&gw, "chem", "run1");
+    let given_up = tokio_util::sync::CancellationToken::new();
+    let (done, answer) = mpsc::channel();
+    let waiting = {
+        let (gw, given_up) = (gw.clone(), given_up.clone());
+        std::thread::spawn(move || {
+            let request = Request::new(
+                caller("chem"),
+                Via::Mcp,
+                "stalls__anything",
+                args(json!({"instance_id": "run1"})),
+            );
+            let result = gw.dispatch(&gw.snapshot(), request.cancelled_by(given_up));
+            done.send(err(result)).unwrap();
+        })
+    };
+    assert!(
+        answer.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the call did not wait for the pending discovery"
+    );
+    let cancelled = Instant::now();
+    given_up.cancel();
+    let message = answer
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the given-up call still waits for discovery");
+    assert!(cancelled.elapsed() < Duration::from_secs(5));
+    assert!(
+        message.contains("the client cancelled `stalls__anything`")
+            && message.contains("nothing ran"),
+        "{message}"
+    );
+    waiting.join().unwrap();
+    assert_eq!(gw.proxies().starts(), 0, "a given-up call starts no server");
 }
 
 #[test]
