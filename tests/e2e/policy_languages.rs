@@ -66,7 +66,7 @@ fn every_language_passes_the_shared_cases() {
     assert_eq!(skipped, 0);
     assert!(cases.len() >= 15);
     for config in LANGUAGES {
-        let mismatches = run_cases(&example_chain(config), &cases);
+        let mismatches = run_cases(&example_chain(config), &cases, None);
         assert!(mismatches.is_empty(), "{config}: {mismatches:#?}");
     }
 }

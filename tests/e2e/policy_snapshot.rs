@@ -55,7 +55,7 @@ fn cedar_instances_from_the_snapshot_decide_as_configured_ones() {
     )
     .unwrap();
     let (cases, _) = parse_cases(&text).unwrap();
-    let mismatches = run_cases(&cedar, &cases);
+    let mismatches = run_cases(&cedar, &cases, None);
     assert!(mismatches.is_empty(), "{mismatches:#?}");
     for call in generated_calls() {
         assert_eq!(

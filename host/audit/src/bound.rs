@@ -7,12 +7,13 @@
 //! own bytes with one `fdatasync`, whatever the caller's rate limit (refusals are recorded
 //! before the limit is counted). A record whose encoding passes the bound is cut down before it
 //! is written: in argument objects over [`MAX_ARGUMENTS_BYTES`], values over [`MAX_TEXT_BYTES`]
-//! become their digest, in the redaction's form (`{"redacted": true, "sha256", "bytes"}`, so a
-//! replay treats them as redacted; the whole object if that is not enough), and texts over
+//! become their digest, in the redaction's form (`{"redacted": true, "hmac_sha256", "key",
+//! "bytes"}`, so a replay treats them as redacted; the whole object if that is not enough), and texts over
 //! [`MAX_TEXT_BYTES`] keep their start and say how much was cut. A record still too large is
 //! cut again, harder, from what it was (see [`LAST`]).
 //! Records within the bound, every ordinary one, are written as they are.
 
+use crate::redacted::RedactionKey;
 use serde_json::{Map, Value};
 
 use super::canonical::encode_body;
@@ -60,38 +61,38 @@ const LAST: Cut = Cut {
 /// was cut is what the caller sent). What is left beyond the caller's reach is the chain's own
 /// (a policy's name, module and time, some 200 bytes each), so with up to 64 policies the
 /// record stays within the bound.
-pub(crate) fn bounded_body(entry: &mut Entry) -> Vec<u8> {
+pub(crate) fn bounded_body(entry: &mut Entry, key: &RedactionKey) -> Vec<u8> {
     let body = encode_body(entry);
     if body.len() <= MAX_RECORD_BYTES {
         return body;
     }
     let whole = entry.clone();
-    cut_down(entry, &FIRST);
+    cut_down(entry, &FIRST, key);
     let body = encode_body(entry);
     if body.len() <= MAX_RECORD_BYTES {
         return body;
     }
     *entry = whole;
-    cut_down(entry, &LAST);
+    cut_down(entry, &LAST, key);
     for arguments in entry
         .policies
         .iter_mut()
         .filter_map(|p| p.arguments.as_mut())
     {
-        redact_whole(arguments);
+        redact_whole(arguments, key);
     }
     encode_body(entry)
 }
 
 /// Cuts every part of `entry` a caller can size as `cut` says.
-fn cut_down(entry: &mut Entry, cut: &Cut) {
+fn cut_down(entry: &mut Entry, cut: &Cut, key: &RedactionKey) {
     let clip = |s: &mut String| clip(s, cut.text);
     let clip_some = |s: &mut Option<String>| {
         if let Some(s) = s {
             clip(s);
         }
     };
-    let digest_if_large = |arguments: &mut Map<String, Value>| digest_if_large(arguments, cut);
+    let digest_if_large = |arguments: &mut Map<String, Value>| digest_if_large(arguments, cut, key);
     for text in [
         &mut entry.tenant,
         &mut entry.principal,
@@ -146,18 +147,18 @@ fn cut_down(entry: &mut Entry, cut: &Cut) {
 /// `cut.text` becomes its digest, so that a replay still sees the small ones a policy judges
 /// (a `path`, a job's `resources`) beside the digest of a script or a file; the whole object
 /// becomes its digest only if that was not enough (many keys, or long ones).
-fn digest_if_large(arguments: &mut Map<String, Value>, cut: &Cut) {
+fn digest_if_large(arguments: &mut Map<String, Value>, cut: &Cut, key: &RedactionKey) {
     let size = |value: &Map<String, Value>| serde_json::to_vec(value).map_or(0, |b| b.len());
     if size(arguments) <= cut.object {
         return;
     }
     for value in arguments.values_mut() {
         if serde_json::to_vec(value).is_ok_and(|b| b.len() > cut.text) {
-            redact(value);
+            redact(value, key);
         }
     }
     if size(arguments) > cut.object {
-        redact_whole(arguments);
+        redact_whole(arguments, key);
     }
 }
 
@@ -210,14 +211,17 @@ mod tests {
     fn an_ordinary_record_is_written_as_it_is() {
         let mut entry = refused("stat_path", json!({"path": "a".repeat(2000)}));
         let whole = encode_body(&entry);
-        assert_eq!(bounded_body(&mut entry), whole);
+        assert_eq!(
+            bounded_body(&mut entry, &RedactionKey::from_bytes([1; 32])),
+            whole
+        );
     }
 
     #[test]
     fn what_a_caller_sizes_cannot_make_a_record_large() {
         let huge = "x".repeat(4 << 20);
         let mut entry = refused(&huge, json!({"path": huge, "pad": vec![0; 100_000]}));
-        let body = bounded_body(&mut entry);
+        let body = bounded_body(&mut entry, &RedactionKey::from_bytes([1; 32]));
         assert!(body.len() < 16 << 10, "{} bytes", body.len());
         let record: Value = serde_json::from_slice(&body).unwrap();
         let arguments = &record["call"]["arguments"];
@@ -238,7 +242,7 @@ mod tests {
         // Many small keys: the whole object becomes its digest.
         let keys: Map<String, Value> = (0..20_000).map(|i| (format!("k{i}"), json!(i))).collect();
         let mut entry = refused("stat_path", Value::Object(keys));
-        let body = bounded_body(&mut entry);
+        let body = bounded_body(&mut entry, &RedactionKey::from_bytes([1; 32]));
         assert!(body.len() < 16 << 10, "{} bytes", body.len());
         let record: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(record["call"]["arguments"]["redacted"], true);
@@ -251,7 +255,7 @@ mod tests {
         let code = "print(1)\n".repeat(10_000);
         let arguments = json!({"instance_id": "run1", "code": code, "resources": {"cpus": 64}});
         let mut entry = refused("run_python", arguments);
-        let body = bounded_body(&mut entry);
+        let body = bounded_body(&mut entry, &RedactionKey::from_bytes([1; 32]));
         let record: Value = serde_json::from_slice(&body).unwrap();
         let arguments = &record["call"]["arguments"];
         assert_eq!(arguments["resources"], json!({"cpus": 64}), "{arguments}");
@@ -323,7 +327,7 @@ mod tests {
                 logs: vec![control.clone(); 10],
             })
             .collect();
-        let body = bounded_body(&mut entry);
+        let body = bounded_body(&mut entry, &RedactionKey::from_bytes([1; 32]));
         // 12 KiB to spare (190 bytes a policy) for what the chain itself adds: longer policy
         // names and module paths than these.
         assert!(

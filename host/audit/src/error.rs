@@ -98,6 +98,14 @@ pub enum AuditError {
         #[source]
         source: Arc<io::Error>,
     },
+    #[error(
+        "cannot load or create the key that digests redacted values, `{}`: {source}; check the audit directory's owner and permissions, and restore a damaged key from a backup (a new key, made by moving the file aside, cannot check the values recorded under the old one)",
+        path.display()
+    )]
+    RedactionKey {
+        path: PathBuf,
+        source: Arc<io::Error>,
+    },
 }
 
 pub(crate) fn arc(error: io::Error) -> Arc<io::Error> {

@@ -29,7 +29,7 @@
 //!  "tenant":"chem","principal":"alice","instance":"run1","tool":"write_file",
 //!  "call":{"phase":"call","via":"mcp","tenant":"chem","principal":"alice","tool":"write_file",
 //!          "server":"builtin","remote_tool":null,"instance":"run1",
-//!          "arguments":{"content":{"bytes":11,"redacted":true,"sha256":"d736…"},
+//!          "arguments":{"content":{"bytes":11,"hmac_sha256":"5c1e…","key":"8a04…","redacted":true},
 //!                       "instance_id":"run1","path":"a.txt"},"read_only":false,"usage":{}},
 //!  "decision":{"decision":"allow"},
 //!  "policies":[{"policy":"tools","module":"sha256:ab…","decision":"allow","enforced":true,
@@ -58,12 +58,14 @@ mod error;
 #[cfg(test)]
 mod fault_tests;
 mod index;
+mod keyfile;
 mod log;
 mod problem;
 mod prune;
 mod query;
 mod record;
 mod redact;
+pub mod redacted;
 mod reverse;
 #[cfg(test)]
 mod scale_tests;
@@ -83,7 +85,8 @@ pub use log::{AuditLog, AuditOptions, AuditStats, BatchObserver, Pending};
 pub use prune::{Anchor, PruneReport, prune};
 pub use query::{Filter, Records, Scope, records, replay_reader, tail};
 pub use record::{Entry, Event, Outcome, PolicyRecord, Receipt, Record, UnknownEvent};
-pub use redact::{ArgumentRule, RedactionRules};
+pub use redact::{ArgumentRule, REDACTION_KEY_FILE, RedactionRules, load_redaction_key};
+pub use redacted::RedactionKey;
 pub use segment::data_len;
 pub use signed::{
     CheckpointKey, CheckpointOptions, CheckpointSet, CheckpointSetError, CheckpointSink, KEY_FILE,

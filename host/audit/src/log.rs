@@ -32,9 +32,10 @@ use super::compress::Compressor;
 use super::error::{AuditError, arc};
 use super::query::{Filter, Records, Scope};
 use super::record::{Entry, Receipt, Record};
-use super::redact::RedactionRules;
+use super::redact::{REDACTION_KEY_FILE, RedactionRules, load_or_create_key};
 use super::signed::{self, CheckpointKey, CheckpointOptions};
 use super::writer::Writer;
+use crate::redacted::RedactionKey;
 use std::thread::JoinHandle;
 
 #[cfg(test)]
@@ -131,6 +132,8 @@ type Exporter = (Arc<signed::Shared>, Mutex<Option<JoinHandle<()>>>);
 pub struct AuditLog {
     dir: PathBuf,
     redaction: RedactionRules,
+    /// Digests the redacted values (`redaction.key` beside the log).
+    redaction_key: RedactionKey,
     core: Arc<Core>,
     repaired: Vec<Map<String, Value>>,
     /// The checkpoint exporter, when `checkpoints` are configured.
@@ -170,6 +173,11 @@ impl AuditLog {
         let dir = dir.as_ref().to_owned();
         let (mut writer, repaired) =
             Writer::open(&dir, options.max_file_bytes, options.preallocate_bytes)?;
+        let redaction_key =
+            load_or_create_key(&dir).map_err(|source| AuditError::RedactionKey {
+                path: dir.join(REDACTION_KEY_FILE),
+                source: super::error::arc(source),
+            })?;
         let exporter = match options.checkpoints {
             None => None,
             Some(checkpoints) => {
@@ -206,6 +214,7 @@ impl AuditLog {
         Ok(AuditLog {
             dir,
             redaction: options.redaction,
+            redaction_key,
             core: Arc::new(core),
             repaired,
             exporter,
@@ -280,8 +289,8 @@ impl AuditLog {
         let bodies = entries
             .into_iter()
             .map(|mut entry| {
-                self.redaction.apply(&mut entry);
-                bounded_body(&mut entry)
+                self.redaction.apply(&mut entry, &self.redaction_key);
+                bounded_body(&mut entry, &self.redaction_key)
             })
             .collect();
         let mut queue = self.core.lock_queue();

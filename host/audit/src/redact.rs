@@ -1,18 +1,35 @@
 //! Redaction: large or secret argument values are replaced before a record is written.
 //!
-//! A redacted value becomes `{"redacted": true, "sha256": "<hex>", "bytes": n}` — the digest
-//! of the string's UTF-8 bytes (of the compact JSON text for other values) — so an auditor can
-//! still prove *which* content was written without the log holding it. Redaction is idempotent
-//! (an already redacted value is left alone), which keeps replayed rewrite decisions equal to the
-//! recorded ones. Policies saw the real value; a replay sees the redacted one, so a policy that
+//! A redacted value becomes `{"redacted": true, "hmac_sha256": "<hex>", "key": "<key id>",
+//! "bytes": n}` (see [`crate::redacted`]): a digest keyed with the log's `redaction.key` (0600,
+//! beside the log, created on first use), so whoever holds the key can still prove *which*
+//! content was written, and whoever reads the log without it cannot try guesses of a short
+//! secret against it. Redaction is idempotent (a value this log's key already redacted is left
+//! alone). Policies saw the real value; a replay sees the redacted one, so a policy that
 //! inspects a redacted argument may decide differently offline.
 
+use crate::redacted::RedactionKey;
 use hpcgate_policy_sdk::glob::Glob;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
+use serde_json::{Map, Value};
 
+use super::keyfile;
 use super::record::Entry;
+
+/// The redaction key's file inside the audit directory.
+pub const REDACTION_KEY_FILE: &str = "redaction.key";
+
+/// The log's redaction key in `dir` (its audit directory), made on first use.
+pub(crate) fn load_or_create_key(dir: &std::path::Path) -> std::io::Result<RedactionKey> {
+    keyfile::load_or_create(dir, REDACTION_KEY_FILE, "a redaction key")
+        .map(RedactionKey::from_bytes)
+}
+
+/// Reads a redaction key file (`<state_dir>/audit/redaction.key`, or a copy of it); refuses one
+/// others can read.
+pub fn load_redaction_key(path: &std::path::Path) -> std::io::Result<RedactionKey> {
+    keyfile::load(path, "a redaction key").map(RedactionKey::from_bytes)
+}
 
 /// One argument whose value is replaced by its digest, for tools matching a glob.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -114,17 +131,17 @@ impl RedactionRules {
     /// Redacts every argument object in the entry: the call's, the final decision's and each
     /// rewriting policy's; and in an event of a call, the detail values named as the tool's
     /// arguments are (`job.submitted` holds `submit_job`'s `command`).
-    pub fn apply(&self, entry: &mut Entry) {
+    pub fn apply(&self, entry: &mut Entry, key: &RedactionKey) {
         let tool = entry.tool.clone().unwrap_or_default();
         if let Some(call) = &mut entry.call {
-            self.redact_arguments(&call.tool.clone(), &mut call.arguments);
+            self.redact_arguments(&call.tool.clone(), &mut call.arguments, key);
         }
         if let Some(arguments) = entry.decision.as_mut().and_then(|d| d.arguments.as_mut()) {
-            self.redact_arguments(&tool, arguments);
+            self.redact_arguments(&tool, arguments, key);
         }
         for policy in &mut entry.policies {
             if let Some(arguments) = &mut policy.arguments {
-                self.redact_arguments(&tool, arguments);
+                self.redact_arguments(&tool, arguments, key);
             }
         }
         if entry.call.is_none()
@@ -132,38 +149,43 @@ impl RedactionRules {
         {
             for rule in self.arguments.iter().filter(|r| r.tool.matches(&tool)) {
                 if let Some(value) = detail.get_mut(&rule.argument) {
-                    redact(value);
+                    redact(value, key);
                 }
             }
         }
     }
 
     /// Redacts one tool's arguments in place.
-    pub fn redact_arguments(&self, tool: &str, arguments: &mut Map<String, Value>) {
+    pub fn redact_arguments(
+        &self,
+        tool: &str,
+        arguments: &mut Map<String, Value>,
+        key: &RedactionKey,
+    ) {
         for rule in self.arguments.iter().filter(|r| r.tool.matches(tool)) {
             if let Some(value) = arguments.get_mut(&rule.argument) {
-                redact(value);
+                redact(value, key);
             }
         }
         if !self.secret_keys.is_empty() {
-            self.redact_secrets(arguments);
+            self.redact_secrets(arguments, key);
         }
     }
 
-    fn redact_secrets(&self, object: &mut Map<String, Value>) {
-        for (key, value) in object.iter_mut() {
-            if self.is_secret(key, value) {
-                redact(value);
+    fn redact_secrets(&self, object: &mut Map<String, Value>, key: &RedactionKey) {
+        for (name, value) in object.iter_mut() {
+            if self.is_secret(name, value) {
+                redact(value, key);
             } else {
-                self.redact_secrets_in(value);
+                self.redact_secrets_in(value, key);
             }
         }
     }
 
-    fn redact_secrets_in(&self, value: &mut Value) {
+    fn redact_secrets_in(&self, value: &mut Value, key: &RedactionKey) {
         match value {
-            Value::Object(object) if !is_redacted(object) => self.redact_secrets(object),
-            Value::Array(items) => items.iter_mut().for_each(|v| self.redact_secrets_in(v)),
+            Value::Object(object) if !key.redacted_here(object) => self.redact_secrets(object, key),
+            Value::Array(items) => (items.iter_mut()).for_each(|v| self.redact_secrets_in(v, key)),
             _ => {}
         }
     }
@@ -199,45 +221,37 @@ fn without_separators(key: &str) -> String {
         .collect()
 }
 
-/// Replaces a value by its digest form, unless it already is one.
-pub(crate) fn redact(value: &mut Value) {
-    if matches!(value, Value::Object(o) if is_redacted(o)) {
+/// Replaces a value by its digest form, unless it already is one made with `key` (redacting
+/// twice, as the bound does after the rules, changes nothing; an object a caller shaped like
+/// a digest is digested like any other value).
+pub(crate) fn redact(value: &mut Value, key: &RedactionKey) {
+    if matches!(value, Value::Object(o) if key.redacted_here(o)) {
         return;
     }
-    let bytes = match &mut *value {
-        Value::String(s) => std::mem::take(s).into_bytes(),
-        other => serde_json::to_vec(other).expect("a JSON value serialises"),
-    };
-    *value = json!({
-        "redacted": true,
-        "sha256": hex::encode(Sha256::digest(&bytes)),
-        "bytes": bytes.len(),
-    });
+    *value = key.redact(value);
 }
 
-/// Replaces a whole argument object by its digest form (the object becomes `{"redacted": true,
-/// "sha256", "bytes"}`, the digest of its compact JSON text), unless it already is one.
-pub(crate) fn redact_whole(arguments: &mut Map<String, Value>) {
-    if is_redacted(arguments) {
+/// Replaces a whole argument object by its digest form (the object becomes the redacted form
+/// of its compact JSON text), unless it already is one made with `key`.
+pub(crate) fn redact_whole(arguments: &mut Map<String, Value>, key: &RedactionKey) {
+    if key.redacted_here(arguments) {
         return;
     }
     let mut value = Value::Object(std::mem::take(arguments));
-    redact(&mut value);
+    redact(&mut value, key);
     if let Value::Object(digest) = value {
         *arguments = digest;
     }
 }
 
-fn is_redacted(object: &Map<String, Value>) -> bool {
-    object.len() == 3
-        && object.get("redacted") == Some(&Value::Bool(true))
-        && object.get("sha256").is_some_and(Value::is_string)
-        && object.get("bytes").is_some_and(Value::is_u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn key() -> RedactionKey {
+        RedactionKey::from_bytes([3; 32])
+    }
 
     #[test]
     fn content_and_secrets_become_digests_idempotently() {
@@ -249,24 +263,36 @@ mod tests {
         .as_object()
         .unwrap()
         .clone();
-        rules.redact_arguments("write_file", &mut args);
-        let hello = hex::encode(Sha256::digest(b"hello"));
+        rules.redact_arguments("write_file", &mut args, &key());
+        let hello = key().digest(b"hello");
         assert_eq!(
             args["content"],
-            json!({"redacted": true, "sha256": hello, "bytes": 5})
+            json!({"redacted": true, "hmac_sha256": hello, "key": key().id(), "bytes": 5})
         );
         assert_eq!(args["env"]["API_TOKEN"]["bytes"], 3);
         assert_eq!(args["env"]["list"][0]["password"]["bytes"], 1);
         assert_eq!(args["env"]["plain"], "ok");
         assert_eq!(args["path"], "a.txt");
         let once = args.clone();
-        rules.redact_arguments("write_file", &mut args);
+        rules.redact_arguments("write_file", &mut args, &key());
         assert_eq!(args, once, "redaction is idempotent");
+        // A caller's object shaped like a digest (another key's, or a plain one) is no digest
+        // of ours: it is redacted like any value, so it cannot carry text past the rules.
+        for shaped in [
+            json!({"redacted": true, "sha256": "my password", "bytes": 5}),
+            json!({"redacted": true, "hmac_sha256": "my password", "key": key().id(), "bytes": 5}),
+        ] {
+            let mut sent = json!({"content": shaped, "env": {"token": shaped}});
+            rules.redact_arguments("write_file", sent.as_object_mut().unwrap(), &key());
+            assert!(!sent.to_string().contains("my password"), "{sent}");
+            assert_eq!(sent["content"]["key"], key().id());
+            assert_eq!(sent["env"]["token"]["key"], key().id());
+        }
 
         let mut read = json!({"content": "keep"}).as_object().unwrap().clone();
-        rules.redact_arguments("read_file", &mut read);
+        rules.redact_arguments("read_file", &mut read, &key());
         assert_eq!(read["content"], "keep", "only the configured tools");
-        rules.redact_arguments("fs__write_file", &mut read);
+        rules.redact_arguments("fs__write_file", &mut read, &key());
         assert_eq!(read["content"]["bytes"], 4, "proxied write_file too");
     }
 
@@ -281,11 +307,11 @@ mod tests {
             .as_object()
             .unwrap()
             .clone();
-        rules.redact_arguments("submit_job", &mut args);
+        rules.redact_arguments("submit_job", &mut args, &key());
         assert_eq!(args["command"]["bytes"], 4);
         assert_eq!(args["token"]["bytes"], 1);
         let mut args = json!({"token": "x"}).as_object().unwrap().clone();
-        RedactionRules::none().redact_arguments("t", &mut args);
+        RedactionRules::none().redact_arguments("t", &mut args, &key());
         assert_eq!(args["token"], "x");
         assert!(
             serde_json::from_value::<RedactionRules>(json!({"argumnts": []})).is_err(),
@@ -309,7 +335,7 @@ mod tests {
                 .detail("mode", "local")
         };
         let mut submitted = event().tool("submit_job");
-        rules.apply(&mut submitted);
+        rules.apply(&mut submitted, &key());
         let detail = submitted.detail.as_ref().unwrap();
         assert_eq!(detail["command"]["bytes"], secret.len());
         assert_eq!(detail["mode"], "local");
@@ -319,7 +345,7 @@ mod tests {
                 .contains("hf_secret")
         );
         let mut other = event().tool("run_python");
-        rules.apply(&mut other);
+        rules.apply(&mut other, &key());
         assert_eq!(other.detail.unwrap()["command"], secret);
     }
 
@@ -334,7 +360,7 @@ mod tests {
         .as_object()
         .unwrap()
         .clone();
-        rules.redact_arguments("call_model", &mut args);
+        rules.redact_arguments("call_model", &mut args, &key());
         assert_eq!(args["max_tokens"], 4096);
         assert_eq!(args["maxTokens"], 10);
         assert_eq!(args["Prompt-Tokens"], 7);
@@ -354,7 +380,7 @@ mod tests {
             .as_object()
             .unwrap()
             .clone();
-        rules.redact_arguments("call_model", &mut text);
+        rules.redact_arguments("call_model", &mut text, &key());
         assert_eq!(
             text["max_tokens"]["redacted"], true,
             "only numbers (and true, false, null) are let through"
@@ -367,7 +393,7 @@ mod tests {
             .as_object()
             .unwrap()
             .clone();
-        rules.redact_arguments("t", &mut args);
+        rules.redact_arguments("t", &mut args, &key());
         assert_eq!(args["token_budget"], 5);
         assert_eq!(
             args["max_tokens"]["redacted"], true,

@@ -14,9 +14,9 @@
 //! The call path pays nothing: the batch leader stores the newest receipt (one uncontended
 //! mutex per batch) and the thread reads it; signing and writing happen on that thread only.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::fs::OpenOptions;
+use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -25,6 +25,7 @@ use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::Checkpoint;
+use super::keyfile;
 use super::record::Receipt;
 use crate::time::Timestamp;
 
@@ -91,55 +92,17 @@ impl std::fmt::Debug for CheckpointKey {
 }
 
 impl CheckpointKey {
-    /// Reads `dir/checkpoint.key`, creating it (0600, exclusively) with a fresh key if absent.
+    /// Reads `dir/checkpoint.key`, creating it (0600) with a fresh key if absent.
     pub fn load_or_create(dir: &Path) -> io::Result<CheckpointKey> {
-        let path = dir.join(KEY_FILE);
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-        {
-            Ok(mut file) => {
-                let mut seed = [0u8; 32];
-                getrandom::fill(&mut seed).map_err(|e| io::Error::other(e.to_string()))?;
-                file.write_all(hex::encode(seed).as_bytes())?;
-                file.sync_all()?;
-                File::open(dir)?.sync_all()?;
-                Ok(CheckpointKey {
-                    signing: SigningKey::from_bytes(&seed),
-                })
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => CheckpointKey::load(dir),
-            Err(e) => Err(e),
-        }
+        let seed = keyfile::load_or_create(dir, KEY_FILE, "a checkpoint key")?;
+        Ok(CheckpointKey {
+            signing: SigningKey::from_bytes(&seed),
+        })
     }
 
     /// Reads `dir/checkpoint.key`; refuses one others can read.
     pub fn load(dir: &Path) -> io::Result<CheckpointKey> {
-        let path = dir.join(KEY_FILE);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)?;
-        if file.metadata()?.permissions().mode() & 0o077 != 0 {
-            return Err(io::Error::other(format!(
-                "`{}` is readable by others; `chmod 600` it (and consider the key leaked)",
-                path.display()
-            )));
-        }
-        let mut text = String::new();
-        file.read_to_string(&mut text)?;
-        let seed: [u8; 32] = hex::decode(text.trim())
-            .ok()
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| {
-                io::Error::other(format!(
-                    "`{}` is not a checkpoint key (64 hex digits)",
-                    path.display()
-                ))
-            })?;
+        let seed = keyfile::load(&dir.join(KEY_FILE), "a checkpoint key")?;
         Ok(CheckpointKey {
             signing: SigningKey::from_bytes(&seed),
         })

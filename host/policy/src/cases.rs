@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use super::chain::Chain;
 use super::normalize::normalize_call;
+use hpcgate_audit::redacted::{Recorded, RedactionKey};
 use hpcgate_policy_sdk::Call;
 use hpcgate_policy_sdk::outcome::{DecisionKind, FinalDecision};
 
@@ -171,20 +172,21 @@ pub struct Mismatch {
     pub actual: FinalDecision,
 }
 
-/// Evaluates every case; returns the mismatches.
-pub fn run_cases(chain: &Chain, cases: &[Case]) -> Vec<Mismatch> {
+/// Evaluates every case; returns the mismatches. `key` is the audit log's redaction key, to
+/// compare a replayed rewrite with the keyed digests of the values it recorded redacted.
+pub fn run_cases(chain: &Chain, cases: &[Case], key: Option<&RedactionKey>) -> Vec<Mismatch> {
     cases
         .iter()
-        .filter_map(|case| run_case(chain, case))
+        .filter_map(|case| run_case(chain, case, key))
         .collect()
 }
 
 /// Evaluates one case; its mismatch, if any.
-pub fn run_case(chain: &Chain, case: &Case) -> Option<Mismatch> {
+pub fn run_case(chain: &Chain, case: &Case, key: Option<&RedactionKey>) -> Option<Mismatch> {
     let mut call = case.call.clone();
     normalize_call(&mut call);
     let actual = chain.evaluate(&call).decision;
-    compare(&case.expect, &actual).map(|problem| Mismatch {
+    compare(&case.expect, &actual, key).map(|problem| Mismatch {
         name: case.label.clone(),
         line: case.line,
         problem,
@@ -193,53 +195,80 @@ pub fn run_case(chain: &Chain, case: &Case) -> Option<Mismatch> {
     })
 }
 
-/// Whether `actual` (a replayed rewrite's arguments) is what `recorded` holds, where the audit
-/// log kept a redacted value (`{"redacted": true, "sha256", "bytes"}`) as its digest: the
-/// replayed value matches it if its digest is the same (of a string's UTF-8 bytes, of the
-/// compact JSON text of anything else, as the log computes it).
-fn same_as_recorded(recorded: &Map<String, Value>, actual: &Map<String, Value>) -> bool {
-    if recorded == actual {
-        return true;
-    }
-    if let Some(digest) = redacted(recorded) {
-        return digest == digest_of(&Value::Object(actual.clone()));
-    }
-    recorded.len() == actual.len()
-        && (recorded.iter()).all(|(key, r)| actual.get(key).is_some_and(|a| same_value(r, a)))
+/// How a replayed rewrite's arguments compare with those recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Likeness {
+    Same,
+    Differs,
+    /// Nothing differs but values the log redacted with the key named here, which was not
+    /// given: they cannot be compared.
+    NeedsKey(String),
 }
 
-fn same_value(recorded: &Value, actual: &Value) -> bool {
-    match (recorded, actual) {
-        (Value::Object(r), Value::Object(a)) => same_as_recorded(r, a),
-        (Value::Object(r), a) => redacted(r).is_some_and(|digest| digest == digest_of(a)),
-        (Value::Array(r), Value::Array(a)) => {
-            r.len() == a.len() && r.iter().zip(a).all(|(r, a)| same_value(r, a))
+impl Likeness {
+    /// Both parts together: any difference wins over a value that could not be compared.
+    fn and(self, other: impl FnOnce() -> Likeness) -> Likeness {
+        match self {
+            Likeness::Differs => Likeness::Differs,
+            Likeness::Same => other(),
+            Likeness::NeedsKey(id) => match other() {
+                Likeness::Differs => Likeness::Differs,
+                _ => Likeness::NeedsKey(id),
+            },
         }
-        (r, a) => r == a,
     }
 }
 
-/// The (sha256, bytes) of a redacted value's record.
-fn redacted(object: &Map<String, Value>) -> Option<(String, u64)> {
-    if object.len() != 3 || object.get("redacted") != Some(&Value::Bool(true)) {
-        return None;
+/// Whether `actual` (a replayed rewrite's arguments) is what `recorded` holds, where the audit
+/// log kept a redacted value as its digest (see [`hpcgate_audit::redacted`]): the replayed
+/// value matches it if its digest is the same. A keyed digest is checked only with its key.
+fn same_as_recorded(
+    recorded: &Map<String, Value>,
+    actual: &Map<String, Value>,
+    key: Option<&RedactionKey>,
+) -> Likeness {
+    if recorded == actual {
+        return Likeness::Same;
     }
-    Some((
-        object.get("sha256")?.as_str()?.to_owned(),
-        object.get("bytes")?.as_u64()?,
-    ))
+    if let Some(digest) = Recorded::parse(recorded) {
+        return against_digest(digest, &Value::Object(actual.clone()), key);
+    }
+    if recorded.len() != actual.len() {
+        return Likeness::Differs;
+    }
+    (recorded.iter()).fold(Likeness::Same, |likeness, (name, r)| {
+        likeness.and(|| match actual.get(name) {
+            Some(a) => same_value(r, a, key),
+            None => Likeness::Differs,
+        })
+    })
 }
 
-fn digest_of(value: &Value) -> (String, u64) {
-    use sha2::{Digest, Sha256};
-    let bytes = match value {
-        Value::String(s) => s.as_bytes().to_vec(),
-        other => serde_json::to_vec(other).unwrap_or_default(),
-    };
-    (hex::encode(Sha256::digest(&bytes)), bytes.len() as u64)
+fn same_value(recorded: &Value, actual: &Value, key: Option<&RedactionKey>) -> Likeness {
+    match (recorded, actual) {
+        (Value::Object(r), Value::Object(a)) => same_as_recorded(r, a, key),
+        (Value::Object(r), a) => match Recorded::parse(r) {
+            Some(digest) => against_digest(digest, a, key),
+            None => Likeness::Differs,
+        },
+        (Value::Array(r), Value::Array(a)) if r.len() == a.len() => (r.iter().zip(a))
+            .fold(Likeness::Same, |likeness, (r, a)| {
+                likeness.and(|| same_value(r, a, key))
+            }),
+        (r, a) if r == a => Likeness::Same,
+        _ => Likeness::Differs,
+    }
 }
 
-fn compare(expect: &Expect, actual: &FinalDecision) -> Option<String> {
+fn against_digest(digest: Recorded<'_>, actual: &Value, key: Option<&RedactionKey>) -> Likeness {
+    match (digest.matches(actual, key), digest) {
+        (Some(true), _) => Likeness::Same,
+        (None, Recorded::Keyed { key: id, .. }) => Likeness::NeedsKey(id.to_owned()),
+        _ => Likeness::Differs,
+    }
+}
+
+fn compare(expect: &Expect, actual: &FinalDecision, key: Option<&RedactionKey>) -> Option<String> {
     let show = |kind: DecisionKind, policy: Option<&String>| match policy {
         Some(p) => format!("{} by `{p}`", kind_name(kind)),
         None => kind_name(kind).to_owned(),
@@ -264,18 +293,25 @@ fn compare(expect: &Expect, actual: &FinalDecision) -> Option<String> {
             show(actual.decision, actual.policy.as_ref())
         ));
     }
-    if let Some(arguments) = &expect.arguments
-        && !(actual.arguments.as_ref()).is_some_and(|actual| same_as_recorded(arguments, actual))
-    {
-        return Some(format!(
-            "expected rewrite to {}, got {} (another rewrite)",
-            Value::Object(arguments.clone()),
-            actual
-                .arguments
-                .clone()
-                .map(Value::Object)
-                .unwrap_or(Value::Null)
-        ));
+    if let Some(arguments) = &expect.arguments {
+        let likeness = match &actual.arguments {
+            Some(a) => same_as_recorded(arguments, a, key),
+            None => Likeness::Differs,
+        };
+        let why = match likeness {
+            Likeness::Same => None,
+            Likeness::Differs => Some("another rewrite".to_owned()),
+            Likeness::NeedsKey(id) => Some(format!(
+                "the rest is the same, but the record holds values redacted with key `{id}`, which were not compared: give `--redaction-key` the log's `redaction.key` (in its audit directory) whose id that is"
+            )),
+        };
+        if let Some(why) = why {
+            return Some(format!(
+                "expected rewrite to {}, got {} ({why})",
+                Value::Object(arguments.clone()),
+                (actual.arguments.clone().map(Value::Object)).unwrap_or(Value::Null)
+            ));
+        }
     }
     if let Some(needle) = &expect.reason_contains {
         let reason = actual.reason.as_deref().unwrap_or("");
@@ -328,6 +364,7 @@ pub fn run_stream<R: std::io::BufRead + Send>(
     chain: &Chain,
     mut input: R,
     workers: usize,
+    key: Option<&RedactionKey>,
     mut report: impl FnMut(Mismatch),
 ) -> Result<StreamSummary, StreamError> {
     use std::collections::BTreeMap;
@@ -438,7 +475,7 @@ pub fn run_stream<R: std::io::BufRead + Send>(
                         match parsed {
                             Ok(Parsed::Case(case)) => {
                                 chunk.total += 1;
-                                chunk.mismatches.extend(run_case(chain, &case));
+                                chunk.mismatches.extend(run_case(chain, &case, key));
                             }
                             Ok(Parsed::Skipped) => chunk.skipped += 1,
                             Ok(Parsed::Blank) => {}
@@ -513,34 +550,94 @@ mod tests {
         value.as_object().unwrap().clone()
     }
 
-    /// A value as the audit log redacts it.
-    fn redacted_form(value: &Value) -> Value {
-        let (sha256, bytes) = digest_of(value);
-        json!({"redacted": true, "sha256": sha256, "bytes": bytes})
+    /// A value as the audit log redacts it (`None`: as logs before keyed digests did).
+    fn redacted_form(value: &Value, key: Option<&RedactionKey>) -> Value {
+        use sha2::{Digest, Sha256};
+        let bytes = hpcgate_audit::redacted::bytes_of(value);
+        match key {
+            Some(key) => key.redact(value),
+            None => json!({
+                "redacted": true,
+                "sha256": hex::encode(Sha256::digest(&bytes)),
+                "bytes": bytes.len()
+            }),
+        }
     }
 
     #[test]
     fn a_replayed_rewrite_matches_its_redacted_record() {
-        let replayed = map(json!({"command": "make", "env": {"API_TOKEN": "s3cret", "n": [1, 2]}}));
+        let key = RedactionKey::from_bytes([5; 32]);
+        for key in [None, Some(&key)] {
+            let replayed =
+                map(json!({"command": "make", "env": {"API_TOKEN": "s3cret", "n": [1, 2]}}));
+            let mut recorded = replayed.clone();
+            recorded["env"]["API_TOKEN"] = redacted_form(&json!("s3cret"), key);
+            let same = |recorded: &Map<String, Value>, actual: &Map<String, Value>, key| {
+                same_as_recorded(recorded, actual, key) == Likeness::Same
+            };
+            assert!(same(&recorded, &replayed, key));
+            assert!(
+                same(&recorded, &recorded.clone(), None),
+                "passed through as recorded"
+            );
+            let mut other = replayed.clone();
+            other["env"]["API_TOKEN"] = json!("other");
+            assert!(!same(&recorded, &other, key), "another secret");
+            other["env"]["API_TOKEN"] = json!("s3cret");
+            other["env"]["n"] = json!([1]);
+            assert!(!same(&recorded, &other, key), "a plain value differs");
+            // Arguments kept whole as their digest (a record that was too large).
+            let whole = map(redacted_form(&Value::Object(replayed.clone()), key));
+            assert!(same(&whole, &replayed, key));
+            assert!(!same(&whole, &other, key));
+        }
+    }
+
+    /// A keyed digest is compared only with its own key; without it the mismatch says which
+    /// key it needs, and the key itself is nowhere in the report.
+    #[test]
+    fn a_keyed_digest_needs_its_key_to_be_compared() {
+        let key = RedactionKey::from_bytes([5; 32]);
+        let other = RedactionKey::from_bytes([6; 32]);
+        let replayed = map(json!({"env": {"API_TOKEN": "s3cret"}}));
         let mut recorded = replayed.clone();
-        recorded["env"]["API_TOKEN"] = redacted_form(&json!("s3cret"));
-        assert!(same_as_recorded(&recorded, &replayed));
-        assert!(
-            same_as_recorded(&recorded, &recorded.clone()),
-            "passed through as recorded"
+        recorded["env"]["API_TOKEN"] = key.redact(&json!("s3cret"));
+        let needs = Likeness::NeedsKey(key.id().to_owned());
+        assert_eq!(
+            same_as_recorded(&recorded, &replayed, Some(&key)),
+            Likeness::Same
         );
-        let mut other = replayed.clone();
-        other["env"]["API_TOKEN"] = json!("other");
-        assert!(!same_as_recorded(&recorded, &other), "another secret");
-        other["env"]["API_TOKEN"] = json!("s3cret");
-        other["env"]["n"] = json!([1]);
-        assert!(
-            !same_as_recorded(&recorded, &other),
-            "a plain value differs"
+        assert_eq!(same_as_recorded(&recorded, &replayed, None), needs);
+        assert_eq!(same_as_recorded(&recorded, &replayed, Some(&other)), needs);
+        // A plain difference beside it is a difference, whatever the key.
+        let mut elsewhere = replayed.clone();
+        elsewhere["env"]["n"] = json!(1);
+        let mut recorded_too = recorded.clone();
+        recorded_too["env"]["n"] = json!(2);
+        assert_eq!(
+            same_as_recorded(&recorded_too, &elsewhere, None),
+            Likeness::Differs
         );
-        // Arguments kept whole as their digest (a record that was too large).
-        let whole = map(redacted_form(&Value::Object(replayed.clone())));
-        assert!(same_as_recorded(&whole, &replayed));
-        assert!(!same_as_recorded(&whole, &other));
+        let expect = Expect {
+            decision: DecisionKind::Rewrite,
+            policy: None,
+            arguments: Some(recorded),
+            reason_contains: None,
+        };
+        let actual = FinalDecision {
+            decision: DecisionKind::Rewrite,
+            policy: None,
+            reason: None,
+            arguments: Some(replayed),
+        };
+        assert_eq!(compare(&expect, &actual, Some(&key)), None);
+        for wrong in [None, Some(&other)] {
+            let problem = compare(&expect, &actual, wrong).expect("not comparable");
+            assert!(
+                problem.contains(&format!("redacted with key `{}`", key.id()))
+                    && problem.contains("--redaction-key"),
+                "{problem}"
+            );
+        }
     }
 }

@@ -36,6 +36,12 @@ pub(crate) enum PolicyCommand {
         /// Print `{"total", "matched", "mismatched", "mismatches"}` as JSON.
         #[arg(long)]
         json: bool,
+        /// The log's redaction key (`<state_dir>/audit/redaction.key`, or a copy, 0600), to
+        /// compare replayed rewrites with the values the log recorded redacted. By default the
+        /// `redaction.key` in the `--calls` directory (or beside the `--calls` file), when it
+        /// is there and readable.
+        #[arg(long)]
+        redaction_key: Option<PathBuf>,
     },
     /// Measure latency and throughput per policy and for the whole chain.
     Bench {
@@ -82,7 +88,8 @@ pub(crate) fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
             config,
             calls,
             json,
-        } => test(&config, &calls, json),
+            redaction_key,
+        } => test(&config, &calls, json, redaction_key.as_deref()),
         PolicyCommand::Bench {
             config,
             calls,
@@ -191,9 +198,39 @@ fn load_chain_policies(config: &Path) -> anyhow::Result<Vec<ChainPolicy>> {
     config.chain_policies(&engine, &base)
 }
 
-fn test(config: &Path, calls: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    use std::io::Write as _;
+fn test(
+    config: &Path,
+    calls: &Path,
+    json: bool,
+    redaction_key: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
+    use std::io::{ErrorKind, Write as _};
     let chain = Chain::new(load_chain_policies(config)?)?;
+    let key = match redaction_key {
+        Some(path) => Some(
+            crate::audit::load_redaction_key(path)
+                .with_context(|| format!("cannot read the redaction key `{}`", path.display()))?,
+        ),
+        // The log's own key, beside the audit directory's segments, where whoever replays it may
+        // read it (its owner, root).
+        None => {
+            let dir = if calls.is_dir() {
+                Some(calls)
+            } else {
+                calls.parent()
+            };
+            let path = dir
+                .unwrap_or(Path::new("."))
+                .join(crate::audit::REDACTION_KEY_FILE);
+            match crate::audit::load_redaction_key(&path) {
+                Ok(key) => Some(key),
+                Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::PermissionDenied) => {
+                    None
+                }
+                Err(e) => return Err(e).context(format!("`{}`", path.display())),
+            }
+        }
+    };
     // An audit directory's chain is verified beside the replay: a log that does not verify
     // holds calls that may not be the ones recorded, which the report says.
     let verifying = calls.is_dir().then(|| {
@@ -228,7 +265,7 @@ fn test(config: &Path, calls: &Path, json: bool) -> anyhow::Result<ExitCode> {
     if json {
         let _ = write!(sink, "{{\"mismatches\": [");
     }
-    let result = run_stream(&chain, input, workers, |m| {
+    let result = run_stream(&chain, input, workers, key.as_ref(), |m| {
         let _ = if json {
             let sep = if std::mem::take(&mut first) { "" } else { ", " };
             write!(

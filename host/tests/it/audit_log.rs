@@ -250,19 +250,50 @@ fn queries_stay_inside_the_tenant_and_apply_filters() {
     assert_eq!(seqs(newest), [13, 11, 9]);
 }
 
+/// A redacted value is recorded as its HMAC under the log's own key (`redaction.key`, 0600,
+/// made once), not as a plain SHA-256 that whoever reads the log could try guesses against:
+/// neither the secret nor its plain digest is in the file; the same value digests the same
+/// in one log (so an auditor with the key can prove it) and differently in another.
 #[test]
 fn call_records_are_redacted_before_they_are_written() {
+    use std::os::unix::fs::PermissionsExt;
+    let content_of = |dir: &Path| {
+        let text = std::fs::read_to_string(file(dir, 1)).unwrap();
+        assert!(!text.contains("secret data"), "{text}");
+        let plain = hex::encode(Sha256::digest(b"secret data"));
+        assert!(
+            !text.contains(&plain),
+            "a plain digest can be guessed at: {text}"
+        );
+        text.lines()
+            .map(|line| serde_json::from_str::<Record>(line).unwrap())
+            .map(|record| record.entry.call.unwrap().arguments["content"].clone())
+            .collect::<Vec<_>>()
+    };
     let dir = tempfile::tempdir().unwrap();
     let log = AuditLog::open(dir.path(), AuditOptions::default()).unwrap();
     log.append(entry(1)).unwrap();
     drop(log);
-    let text = std::fs::read_to_string(file(dir.path(), 1)).unwrap();
-    assert!(!text.contains("secret data"), "{text}");
-    let record: Record = serde_json::from_str(text.lines().next().unwrap()).unwrap();
-    let content = &record.entry.call.unwrap().arguments["content"];
-    assert_eq!(content["bytes"], 11);
+    let log = AuditLog::open(dir.path(), AuditOptions::default()).unwrap();
+    log.append(entry(1)).unwrap();
+    drop(log);
+    let key_file = dir.path().join(hpcgate::audit::REDACTION_KEY_FILE);
+    let mode = std::fs::metadata(&key_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let key = hpcgate::audit::load_redaction_key(&key_file).unwrap();
+    let contents = content_of(dir.path());
+    assert_eq!(contents.len(), 2);
+    assert_eq!(contents[0], contents[1], "one key across opens of the log");
     assert_eq!(
-        content["sha256"],
-        hex::encode(Sha256::digest(b"secret data"))
+        contents[0],
+        json!({"redacted": true, "hmac_sha256": key.digest(b"secret data"), "key": key.id(), "bytes": 11})
     );
+
+    let elsewhere = tempfile::tempdir().unwrap();
+    let log = AuditLog::open(elsewhere.path(), AuditOptions::default()).unwrap();
+    log.append(entry(1)).unwrap();
+    drop(log);
+    let other = &content_of(elsewhere.path())[0];
+    assert_ne!(other["hmac_sha256"], contents[0]["hmac_sha256"]);
+    assert_ne!(other["key"], contents[0]["key"]);
 }

@@ -110,7 +110,7 @@ fn create_write_read_round_trip_is_audited_and_replays() {
     let (config, base) = hpcgate::config::Config::load(&dir.path().join("gateway.toml")).unwrap();
     let chain = config.build_chain(&engine, &base).unwrap();
     assert!(
-        run_cases(&chain, &cases).is_empty(),
+        run_cases(&chain, &cases, None).is_empty(),
         "the audit log replays to the same decisions"
     );
 }

@@ -14,6 +14,7 @@ mod audit_checkpoints;
 mod audit_cli;
 mod audit_disk_full;
 mod audit_log;
+mod audit_redaction;
 mod audit_verify;
 mod bench_gateway;
 mod cli;

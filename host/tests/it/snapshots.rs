@@ -127,6 +127,9 @@ async fn audit_records_of_every_kind_a_session_writes() {
         "[].detail.version" => "[version]",
         "[].policies[].duration_us" => "[µs]",
         "[].policies[].module" => "[module digest]",
+        // Keyed with this run's `redaction.key`.
+        "[].call.arguments.content.hmac_sha256" => "[hmac]",
+        "[].call.arguments.content.key" => "[key id]",
         // `uid:N` of whoever runs the tests.
         "[].principal" => "[local user]",
         "[].call.principal" => "[local user]",
