@@ -233,9 +233,10 @@ fn state_dir(dir: &Path) -> Check {
 fn audit_dir(dir: &Path, state: &Path) -> Check {
     const NAME: &str = "audit dir";
     match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() && writable(dir) => {
-            pass(NAME, format!("`{}` is writable", dir.display()))
-        }
+        Ok(m) if m.is_dir() && writable(dir) => match audit_keys(dir) {
+            Some((problem, hint)) => fail(NAME, problem, hint),
+            None => pass(NAME, format!("`{}` is writable", dir.display())),
+        },
         Ok(_) => fail(
             NAME,
             format!("`{}` is not a writable directory", dir.display()),
@@ -253,6 +254,30 @@ fn audit_dir(dir: &Path, state: &Path) -> Check {
             "fix the state dir first",
         ),
     }
+}
+
+/// What is wrong with the log's key files that exist (the redaction key, the checkpoint signing
+/// key), which the gateway would refuse to start with: the problem and what to do.
+fn audit_keys(dir: &Path) -> Option<(String, String)> {
+    let redaction = dir.join(crate::audit::REDACTION_KEY_FILE);
+    let signing = dir.join(crate::audit::KEY_FILE);
+    let problem = if redaction.exists() {
+        crate::audit::load_redaction_key(&redaction).err()
+    } else {
+        None
+    };
+    let problem = problem.or_else(|| {
+        signing
+            .exists()
+            .then(|| crate::audit::CheckpointKey::load(dir).err())
+            .flatten()
+    })?;
+    let hint = if problem.to_string().contains("readable by others") {
+        "`chmod 600` it, and consider it leaked: a new key (the file moved aside) cannot check what the old one digested or signed"
+    } else {
+        "restore it from a backup of the state directory; moved aside, a new key is made, which cannot check what the old one digested or signed"
+    };
+    Some((problem.to_string(), hint.to_owned()))
 }
 
 fn writable(path: &Path) -> bool {

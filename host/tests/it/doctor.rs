@@ -212,6 +212,43 @@ fn a_state_dir_others_can_read_fails_and_says_chmod() {
     assert_eq!(code, Some(0), "{report:#}");
 }
 
+/// The audit log's key files, which the gateway refuses to start with when others can read
+/// them or they are damaged: the doctor says which and what to do.
+#[test]
+fn an_audit_key_others_can_read_or_a_damaged_one_fails() {
+    let home = tempfile::tempdir().unwrap();
+    let state = home.path().join("state");
+    let audit = state.join("audit");
+    std::fs::create_dir_all(&audit).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    drop(hpcgate::audit::AuditLog::open(&audit, hpcgate::audit::AuditOptions::default()).unwrap());
+    let key = audit.join(hpcgate::audit::REDACTION_KEY_FILE);
+    let (code, report) = doctor(home.path(), &state_config(home.path()));
+    assert_eq!(code, Some(0), "{report:#}");
+
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, report) = doctor(home.path(), &state_config(home.path()));
+    assert_eq!(code, Some(1));
+    let failed = check(&report, "audit dir");
+    assert_eq!(failed["status"], "fail");
+    assert!(
+        failed.to_string().contains("readable by others")
+            && failed["hint"].to_string().contains("chmod 600"),
+        "{failed}"
+    );
+
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&key, "half a ke").unwrap();
+    let (code, report) = doctor(home.path(), &state_config(home.path()));
+    assert_eq!(code, Some(1));
+    let failed = check(&report, "audit dir");
+    assert!(
+        failed.to_string().contains("is not a redaction key")
+            && failed["hint"].to_string().contains("backup"),
+        "{failed}"
+    );
+}
+
 #[test]
 fn a_missing_bwrap_and_a_bad_policy_fail_by_name() {
     let home = tempfile::tempdir().unwrap();
