@@ -45,6 +45,15 @@ pub(crate) enum AuditCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Print the redacted form each file's content takes in this log (`write_file`'s `content`,
+    /// any redacted text): `{"redacted", "hmac_sha256", "key", "bytes"}` under the log's
+    /// `redaction.key`, one line per file, to find or compare in its records.
+    Digest {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
     /// Remove whole segments whose records are all older than `--before` (never the newest
     /// segment), leaving an anchor so the rest still verifies, and record that in the log.
     Prune {
@@ -228,6 +237,29 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
                 )
             })?;
             out(key.public_hex());
+            Ok(ExitCode::SUCCESS)
+        }
+        AuditCommand::Digest { dir, files } => {
+            let dir = resolve_dir(dir)?;
+            let path = dir.join(audit::REDACTION_KEY_FILE);
+            let key = audit::load_redaction_key(&path).with_context(|| {
+                format!(
+                    "cannot read the log's redaction key `{}` (its owner and root can)",
+                    path.display()
+                )
+            })?;
+            for file in files {
+                let content = std::fs::read(&file)
+                    .with_context(|| format!("cannot read `{}`", file.display()))?;
+                // A file's content is recorded as the text it was sent as: its bytes.
+                let form = serde_json::json!({
+                    "redacted": true,
+                    "hmac_sha256": key.digest(&content),
+                    "key": key.id(),
+                    "bytes": content.len(),
+                });
+                out(form.to_string());
+            }
             Ok(ExitCode::SUCCESS)
         }
         AuditCommand::Checkpoint { dir } => {

@@ -2,7 +2,7 @@
 //! compares a replayed rewrite with them using the log's key — read from the audit directory
 //! it replays (or beside the segment), or given with `--redaction-key` — and without the key
 //! says which one it needs instead of calling the policy wrong. A key file others can read is
-//! refused.
+//! refused. `audit digest` gives an auditor with the key a file's content as it was recorded.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -154,4 +154,69 @@ fn policy_test_compares_keyed_digests_only_with_the_logs_key() {
             "{stderr}"
         );
     }
+}
+
+/// An auditor with the key finds which content a `write_file` wrote: `audit digest` prints a
+/// file's content as the log recorded it redacted, equal to the record for that content only.
+#[test]
+fn audit_digest_prints_a_files_content_as_the_log_recorded_it() {
+    use hpcgate::policy::{Call, ChainOutcome, FinalDecision};
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit");
+    let call: Call = serde_json::from_value(serde_json::json!({
+        "phase": "call", "tenant": "chem", "principal": "alice", "tool": "write_file",
+        "server": "builtin", "remote_tool": null, "instance": "run1",
+        "arguments": {"instance_id": "run1", "path": "notes.txt", "content": "private notes\n"},
+        "read_only": false, "usage": {}
+    }))
+    .unwrap();
+    let allowed = ChainOutcome {
+        decision: FinalDecision {
+            decision: DecisionKind::Allow,
+            policy: None,
+            reason: None,
+            arguments: None,
+        },
+        policies: Vec::new(),
+    };
+    let log = AuditLog::open(&audit, AuditOptions::default()).unwrap();
+    log.append(Entry::call(&call, &allowed)).unwrap();
+    drop(log);
+    let text = std::fs::read_to_string(audit.join("audit-000001.jsonl")).unwrap();
+    let record: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let recorded = &record["call"]["arguments"]["content"];
+
+    let (written, other) = (dir.path().join("notes.txt"), dir.path().join("other.txt"));
+    std::fs::write(&written, "private notes\n").unwrap();
+    std::fs::write(&other, "private notes").unwrap();
+    let output = hpcgate(&[
+        "audit",
+        "digest",
+        "--dir",
+        audit.to_str().unwrap(),
+        written.to_str().unwrap(),
+        other.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let lines: Vec<serde_json::Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(&lines[0], recorded);
+    assert_ne!(lines[1]["hmac_sha256"], recorded["hmac_sha256"]);
+
+    let elsewhere = tempfile::tempdir().unwrap();
+    let output = hpcgate(&[
+        "audit",
+        "digest",
+        "--dir",
+        elsewhere.path().to_str().unwrap(),
+        written.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("cannot read the log's redaction key"),
+        "{stderr}"
+    );
 }
