@@ -8,10 +8,11 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use hpcgate::audit::{AuditLog, AuditOptions, Entry, Event, Filter, Record, Scope, verify};
-use hpcgate::config::Config;
+use hpcgate::policy::DecisionKind;
 use hpcgate::policy::cases::parse_cases;
 use hpcgate::policy::normalize::normalize_call;
-use hpcgate::policy::{Chain, DecisionKind, EngineSettings, PolicyEngine};
+
+use crate::support::audit::chain_of;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -45,22 +46,11 @@ fn stock_config(dir: &Path) -> PathBuf {
     path
 }
 
-/// The stock chain, as `policy test` builds it.
-fn stock_chain(config: &Path) -> Chain {
-    let (config, base) = Config::load(config).unwrap();
-    let engine = PolicyEngine::new(EngineSettings {
-        cache_dir: Some(crate::support::shared::policy_cache()),
-        ..config.engine_settings()
-    })
-    .unwrap();
-    Chain::new(config.chain_policies(&engine, &base).unwrap()).unwrap()
-}
-
 /// Judges every call of the stock acceptance cases plus a `write_file` with content and a
 /// secret, and audits each decision as the gateway will.
 fn audit_stock_calls(dir: &Path) -> usize {
     let scratch = tempfile::tempdir().unwrap();
-    let chain = stock_chain(&stock_config(scratch.path()));
+    let chain = chain_of(&stock_config(scratch.path()));
     let text = std::fs::read_to_string(repo().join("tests/cases/stock.jsonl")).unwrap();
     let (cases, _) = parse_cases(&text).unwrap();
     let extra = r#"{"call": {"phase": "call", "tenant": "chem", "principal": "alice", "tool": "write_file", "server": "builtin", "remote_tool": null, "instance": "run1", "arguments": {"instance_id": "run1", "path": "notes.txt", "content": "private notes", "env": {"API_TOKEN": "s3cret"}}, "read_only": false, "usage": {}}, "expect": {"decision": "allow"}}"#;
@@ -242,7 +232,7 @@ fn an_audit_directory_replays_streamed_in_input_order() {
     let audit = dir.path().join("audit");
     let scratch = tempfile::tempdir().unwrap();
     let config = stock_config(scratch.path());
-    let chain = stock_chain(&config);
+    let chain = chain_of(&config);
     let text = std::fs::read_to_string(repo().join("tests/cases/stock.jsonl")).unwrap();
     let (cases, _) = parse_cases(&text).unwrap();
     let log = AuditLog::open(
@@ -359,7 +349,7 @@ fn a_compressed_log_answers_every_command_as_before_and_still_prunes() {
     let audit = dir.path().join("audit");
     let scratch = tempfile::tempdir().unwrap();
     let config = stock_config(scratch.path());
-    let chain = stock_chain(&config);
+    let chain = chain_of(&config);
     let text = std::fs::read_to_string(repo().join("tests/cases/stock.jsonl")).unwrap();
     let (cases, _) = parse_cases(&text).unwrap();
     let log = AuditLog::open(

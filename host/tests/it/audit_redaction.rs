@@ -9,10 +9,9 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use hpcgate::audit::{AuditLog, AuditOptions, Entry, Event, REDACTION_KEY_FILE};
-use hpcgate::config::Config;
+use hpcgate::policy::DecisionKind;
 use hpcgate::policy::cases::parse_cases;
 use hpcgate::policy::normalize::normalize_call;
-use hpcgate::policy::{Chain, DecisionKind, EngineSettings, PolicyEngine};
 
 fn hpcgate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hpcgate"))
@@ -46,16 +45,6 @@ fn injecting_config(dir: &Path) -> std::path::PathBuf {
     config
 }
 
-fn chain(config: &Path) -> Chain {
-    let (config, base) = Config::load(config).unwrap();
-    let engine = PolicyEngine::new(EngineSettings {
-        cache_dir: Some(crate::support::shared::policy_cache()),
-        ..config.engine_settings()
-    })
-    .unwrap();
-    Chain::new(config.chain_policies(&engine, &base).unwrap()).unwrap()
-}
-
 fn report(output: &Output) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
         panic!(
@@ -70,7 +59,7 @@ fn report(output: &Output) -> serde_json::Value {
 fn policy_test_compares_keyed_digests_only_with_the_logs_key() {
     let dir = tempfile::tempdir().unwrap();
     let config = injecting_config(dir.path());
-    let chain = chain(&config);
+    let chain = crate::support::audit::chain_of(&config);
     let audit = dir.path().join("audit");
     let log = AuditLog::open(&audit, AuditOptions::default()).unwrap();
     let job = r#"{"call": {"phase": "call", "tenant": "chem", "principal": "alice", "tool": "submit_job", "server": "builtin", "remote_tool": null, "instance": "run1", "arguments": {"instance_id": "run1", "command": "make", "mode": "local"}, "read_only": false, "usage": {}}, "expect": {"decision": "allow"}}"#;

@@ -1,9 +1,23 @@
 //! Helpers shared by the audit log's test modules: write a numbered log, name its files,
-//! read a file's lines.
+//! read a file's lines, build a configuration's chain as `policy test` does.
 
 use std::path::{Path, PathBuf};
 
 use hpcgate::audit::{AuditLog, AuditOptions, Checkpoint, Entry};
+use hpcgate::config::Config;
+use hpcgate::policy::{Chain, EngineSettings, PolicyEngine};
+
+/// The chain of the policies in the configuration file `config`, as `policy test` builds it
+/// (compiled modules cached with the other tests').
+pub fn chain_of(config: &Path) -> Chain {
+    let (config, base) = Config::load(config).unwrap();
+    let engine = PolicyEngine::new(EngineSettings {
+        cache_dir: Some(crate::support::shared::policy_cache()),
+        ..config.engine_settings()
+    })
+    .unwrap();
+    Chain::new(config.chain_policies(&engine, &base).unwrap()).unwrap()
+}
 
 /// Writes records `entry(1..=n)`, rotating at `max_file_bytes`; returns their receipts as
 /// checkpoints.
