@@ -12,21 +12,13 @@ use hpcgate::policy::DecisionKind;
 use hpcgate::policy::cases::parse_cases;
 use hpcgate::policy::normalize::normalize_call;
 
-use crate::support::audit::chain_of;
+use crate::support::audit::{chain_of, hpcgate};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
         .to_path_buf()
-}
-
-fn hpcgate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hpcgate"))
-        .args(args)
-        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
-        .output()
-        .expect("run hpcgate")
 }
 
 fn stdout(output: &Output) -> String {

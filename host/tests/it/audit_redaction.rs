@@ -6,20 +6,14 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use hpcgate::audit::{AuditLog, AuditOptions, Entry, Event, REDACTION_KEY_FILE};
 use hpcgate::policy::DecisionKind;
+
+use crate::support::audit::hpcgate;
 use hpcgate::policy::cases::parse_cases;
 use hpcgate::policy::normalize::normalize_call;
-
-fn hpcgate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hpcgate"))
-        .args(args)
-        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
-        .output()
-        .expect("run hpcgate")
-}
 
 /// A chain whose one policy puts a token into every job's environment: the rewrite's new
 /// value is a secret the log records redacted, which only the key can compare.

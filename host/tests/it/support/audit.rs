@@ -7,6 +7,15 @@ use hpcgate::audit::{AuditLog, AuditOptions, Checkpoint, Entry};
 use hpcgate::config::Config;
 use hpcgate::policy::{Chain, EngineSettings, PolicyEngine};
 
+/// Runs the `hpcgate` binary with `args`, its policy cache shared with the other tests'.
+pub fn hpcgate(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_hpcgate"))
+        .args(args)
+        .env("XDG_CACHE_HOME", crate::support::shared::cache_home())
+        .output()
+        .expect("run hpcgate")
+}
+
 /// The chain of the policies in the configuration file `config`, as `policy test` builds it
 /// (compiled modules cached with the other tests').
 pub fn chain_of(config: &Path) -> Chain {
