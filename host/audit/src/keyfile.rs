@@ -4,14 +4,15 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 /// Reads the key in `dir/name`, creating it with fresh random bytes if absent. The new key is
-/// written to a draft of a random name and linked into place, so a process opening the same
-/// log at the same moment (on this host or another sharing the directory) reads either no key
-/// (and makes its own, which loses the race) or the whole of the winner's, never a
-/// half-written file. A filesystem without hard links gets the key written in place instead.
+/// written to a draft of a random name and published under its name only if none is there (a
+/// hard link, else a rename that replaces nothing), so a process opening the same log at the
+/// same moment (on this host or another sharing the directory) reads either no key (and makes
+/// its own, which loses the race) or the whole of the winner's. A filesystem with neither gets
+/// the key written in place: a reader that finds it half-written waits for the rest.
 pub(crate) fn load_or_create(dir: &Path, name: &str, what: &str) -> io::Result<[u8; 32]> {
     let path = dir.join(name);
     match load(&path, what) {
@@ -26,29 +27,69 @@ pub(crate) fn load_or_create(dir: &Path, name: &str, what: &str) -> io::Result<[
     let key = random()?;
     let draft = dir.join(format!(".{name}.{}.new", hex::encode(&random()?[..8])));
     let mut file = create_private(&draft)?;
-    let linked = (|| {
+    let published = (|| {
         file.write_all(hex::encode(key).as_bytes())?;
         file.sync_all()?;
-        std::fs::hard_link(&draft, &path)
+        match std::fs::hard_link(&draft, &path) {
+            Err(e) if unsupported(&e) => {
+                let flags = rustix::fs::RenameFlags::NOREPLACE;
+                let cwd = rustix::fs::CWD;
+                rustix::fs::renameat_with(cwd, &draft, cwd, &path, flags).map_err(io::Error::from)
+            }
+            linked => linked,
+        }
     })();
     drop(file);
     let _ = std::fs::remove_file(&draft);
-    let made = match linked {
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP)) => {
-            create_private(&path).and_then(|mut file| {
-                file.write_all(hex::encode(key).as_bytes())?;
-                file.sync_all()
-            })
+    let made = match published {
+        Err(e) if unsupported(&e) || e.raw_os_error() == Some(libc::EINVAL) => {
+            write_in_place(&path, &key)
         }
-        linked => linked,
+        published => published,
     };
     match made {
         Ok(()) => {
             File::open(dir)?.sync_all()?;
             Ok(key)
         }
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => load(&path, what),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => load_when_written(&path, what),
         Err(e) => Err(e),
+    }
+}
+
+/// An error of a filesystem that cannot do what was asked (no hard links, no `renameat2`).
+fn unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EPERM | libc::EOPNOTSUPP | libc::ENOSYS)
+    )
+}
+
+/// Writes the key as a new file named `path` (not atomic: see [`load_when_written`]); a file
+/// left half-written by a failure is removed.
+fn write_in_place(path: &Path, key: &[u8; 32]) -> io::Result<()> {
+    let mut file = create_private(path)?;
+    let written = file
+        .write_all(hex::encode(key).as_bytes())
+        .and_then(|()| file.sync_all());
+    if written.is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    written
+}
+
+/// [`load`], given a second for a key another process is writing in place to be whole.
+fn load_when_written(path: &Path, what: &str) -> io::Result<[u8; 32]> {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        match load(path, what) {
+            Err(e)
+                if e.kind() == io::ErrorKind::InvalidData && std::time::Instant::now() < until =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            loaded => return loaded,
+        }
     }
 }
 
@@ -62,28 +103,37 @@ fn create_private(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// Reads the key in `path`; refuses one others can read, or that is not 64 hex digits.
+/// Reads the key in `path`: a regular file (not a link, a FIFO or a device), this user's (or
+/// read by root), that others cannot read, of 64 hex digits.
 pub(crate) fn load(path: &Path, what: &str) -> io::Result<[u8; 32]> {
-    let mut file = OpenOptions::new()
+    let file = OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)?;
-    if file.metadata()?.permissions().mode() & 0o077 != 0 {
+    let meta = file.metadata()?;
+    let euid = rustix::process::geteuid().as_raw();
+    if !meta.is_file() || (euid != 0 && meta.uid() != euid) {
+        return Err(io::Error::other(format!(
+            "`{}` is not a regular file of this user's; a key is one",
+            path.display()
+        )));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
         return Err(io::Error::other(format!(
             "`{}` is readable by others; `chmod 600` it (and consider the key leaked)",
             path.display()
         )));
     }
     let mut text = String::new();
-    file.read_to_string(&mut text)?;
+    file.take(256).read_to_string(&mut text)?;
     hex::decode(text.trim())
         .ok()
         .and_then(|b| b.try_into().ok())
         .ok_or_else(|| {
-            io::Error::other(format!(
-                "`{}` is not {what} (64 hex digits)",
-                path.display()
-            ))
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("`{}` is not {what} (64 hex digits)", path.display()),
+            )
         })
 }
 
@@ -114,6 +164,59 @@ mod tests {
             garbled.to_string().contains("is not a key (64 hex digits)"),
             "{garbled}"
         );
+    }
+
+    /// Where neither a hard link nor a rename that replaces nothing is possible, the key is
+    /// written in place: never over one that is there, and a reader that finds it half-written
+    /// waits for the rest.
+    #[test]
+    fn a_key_written_in_place_is_private_and_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.key");
+        write_in_place(&path, &[9; 32]).unwrap();
+        assert_eq!(load(&path, "a key").unwrap(), [9; 32]);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let again = write_in_place(&path, &[8; 32]).unwrap_err();
+        assert_eq!(again.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(load(&path, "a key").unwrap(), [9; 32]);
+
+        let half = dir.path().join("half.key");
+        let mut file = create_private(&half).unwrap();
+        file.write_all(&hex::encode([7u8; 32]).as_bytes()[..20])
+            .unwrap();
+        let reader = std::thread::spawn({
+            let half = half.clone();
+            move || load_when_written(&half, "a key")
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        file.write_all(&hex::encode([7u8; 32]).as_bytes()[20..])
+            .unwrap();
+        assert_eq!(reader.join().unwrap().unwrap(), [7; 32]);
+    }
+
+    #[test]
+    fn a_fifo_or_a_link_is_no_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.key");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let refused = load(&fifo, "a key").unwrap_err();
+        assert!(
+            refused.to_string().contains("not a regular file"),
+            "{refused}"
+        );
+        let real = dir.path().join("real.key");
+        write_in_place(&real, &[1; 32]).unwrap();
+        let link = dir.path().join("link.key");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert!(load(&link, "a key").is_err(), "a link is not followed");
     }
 
     #[test]

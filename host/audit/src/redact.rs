@@ -4,8 +4,9 @@
 //! "bytes": n}` (see [`crate::redacted`]): a digest keyed with the log's `redaction.key` (0600,
 //! beside the log, created on first use), so whoever holds the key can still prove *which*
 //! content was written, and whoever reads the log without it cannot try guesses of a short
-//! secret against it. Redaction is idempotent (a value this log's key already redacted is left
-//! alone). Policies saw the real value; a replay sees the redacted one, so a policy that
+//! secret against it. The rules digest every value they match, whatever it is (an object a
+//! caller shapes like a digest too); the bound, cutting a record after them, leaves alone what
+//! this log's key digested. Policies saw the real value; a replay sees the redacted one, so a policy that
 //! inspects a redacted argument may decide differently offline.
 
 use crate::redacted::RedactionKey;
@@ -149,7 +150,7 @@ impl RedactionRules {
         {
             for rule in self.arguments.iter().filter(|r| r.tool.matches(&tool)) {
                 if let Some(value) = detail.get_mut(&rule.argument) {
-                    redact(value, key);
+                    *value = key.redact(value);
                 }
             }
         }
@@ -164,7 +165,7 @@ impl RedactionRules {
     ) {
         for rule in self.arguments.iter().filter(|r| r.tool.matches(tool)) {
             if let Some(value) = arguments.get_mut(&rule.argument) {
-                redact(value, key);
+                *value = key.redact(value);
             }
         }
         if !self.secret_keys.is_empty() {
@@ -175,7 +176,7 @@ impl RedactionRules {
     fn redact_secrets(&self, object: &mut Map<String, Value>, key: &RedactionKey) {
         for (name, value) in object.iter_mut() {
             if self.is_secret(name, value) {
-                redact(value, key);
+                *value = key.redact(value);
             } else {
                 self.redact_secrets_in(value, key);
             }
@@ -184,7 +185,7 @@ impl RedactionRules {
 
     fn redact_secrets_in(&self, value: &mut Value, key: &RedactionKey) {
         match value {
-            Value::Object(object) if !key.redacted_here(object) => self.redact_secrets(object, key),
+            Value::Object(object) => self.redact_secrets(object, key),
             Value::Array(items) => (items.iter_mut()).for_each(|v| self.redact_secrets_in(v, key)),
             _ => {}
         }
@@ -221,9 +222,10 @@ fn without_separators(key: &str) -> String {
         .collect()
 }
 
-/// Replaces a value by its digest form, unless it already is one made with `key` (redacting
-/// twice, as the bound does after the rules, changes nothing; an object a caller shaped like
-/// a digest is digested like any other value).
+/// Replaces a value by its digest form, unless it already is one made with `key`: for the
+/// bound, which cuts a record after the rules redacted it. (The rules digest every value they
+/// match, whatever it looks like: a caller may send an object shaped like one of this log's
+/// digests, which would otherwise carry its own text past them.)
 pub(crate) fn redact(value: &mut Value, key: &RedactionKey) {
     if matches!(value, Value::Object(o) if key.redacted_here(o)) {
         return;
@@ -254,7 +256,7 @@ mod tests {
     }
 
     #[test]
-    fn content_and_secrets_become_digests_idempotently() {
+    fn content_and_secrets_become_digests_whatever_they_look_like() {
         let rules = RedactionRules::default();
         let mut args = json!({
             "instance_id": "run1", "path": "a.txt", "content": "hello",
@@ -273,21 +275,29 @@ mod tests {
         assert_eq!(args["env"]["list"][0]["password"]["bytes"], 1);
         assert_eq!(args["env"]["plain"], "ok");
         assert_eq!(args["path"], "a.txt");
-        let once = args.clone();
-        rules.redact_arguments("write_file", &mut args, &key());
-        assert_eq!(args, once, "redaction is idempotent");
-        // A caller's object shaped like a digest (another key's, or a plain one) is no digest
-        // of ours: it is redacted like any value, so it cannot carry text past the rules.
+        // A caller's object shaped like a digest (a plain one, another key's, or exactly one of
+        // this log's, with its key id and 64 hex digits of the caller's choosing) is no digest
+        // of the rules': it is digested like any value, so it carries no text past them.
+        let chosen = "0123456789abcdef".repeat(4);
         for shaped in [
-            json!({"redacted": true, "sha256": "my password", "bytes": 5}),
-            json!({"redacted": true, "hmac_sha256": "my password", "key": key().id(), "bytes": 5}),
+            json!({"redacted": true, "sha256": chosen, "bytes": 5}),
+            json!({"redacted": true, "hmac_sha256": chosen, "key": "0000000000000000", "bytes": 5}),
+            json!({"redacted": true, "hmac_sha256": chosen, "key": key().id(), "bytes": 5}),
         ] {
+            assert_eq!(
+                key().redacted_here(shaped.as_object().unwrap()),
+                shaped["key"] == key().id()
+            );
             let mut sent = json!({"content": shaped, "env": {"token": shaped}});
             rules.redact_arguments("write_file", sent.as_object_mut().unwrap(), &key());
-            assert!(!sent.to_string().contains("my password"), "{sent}");
-            assert_eq!(sent["content"]["key"], key().id());
-            assert_eq!(sent["env"]["token"]["key"], key().id());
+            assert!(!sent.to_string().contains(&chosen), "{sent}");
+            assert_eq!(sent["content"], key().redact(&shaped));
+            assert_eq!(sent["env"]["token"], key().redact(&shaped));
         }
+        // The bound, after the rules, leaves what they digested as it is.
+        let mut value = args["content"].clone();
+        redact(&mut value, &key());
+        assert_eq!(value, args["content"]);
 
         let mut read = json!({"content": "keep"}).as_object().unwrap().clone();
         rules.redact_arguments("read_file", &mut read, &key());

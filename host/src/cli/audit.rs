@@ -51,6 +51,10 @@ pub(crate) enum AuditCommand {
     Digest {
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Digest the file's standard base64 text (padded, no line breaks), as a `write_file`
+        /// with `encoding = "base64"` sent and recorded it.
+        #[arg(long)]
+        base64: bool,
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -239,7 +243,7 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             out(key.public_hex());
             Ok(ExitCode::SUCCESS)
         }
-        AuditCommand::Digest { dir, files } => {
+        AuditCommand::Digest { dir, base64, files } => {
             let dir = resolve_dir(dir)?;
             let path = dir.join(audit::REDACTION_KEY_FILE);
             let key = audit::load_redaction_key(&path).with_context(|| {
@@ -249,9 +253,15 @@ pub(crate) fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
                 )
             })?;
             for file in files {
-                let content = std::fs::read(&file)
+                let mut content = std::fs::read(&file)
                     .with_context(|| format!("cannot read `{}`", file.display()))?;
-                // A file's content is recorded as the text it was sent as: its bytes.
+                // A file's content is recorded as the text it was sent as.
+                if base64 {
+                    use base64::Engine as _;
+                    content = base64::engine::general_purpose::STANDARD
+                        .encode(&content)
+                        .into_bytes();
+                }
                 let form = serde_json::json!({
                     "redacted": true,
                     "hmac_sha256": key.digest(&content),

@@ -165,6 +165,7 @@ fn checks(settings: &Settings) -> Vec<Check> {
     checks.push(audit_dir(
         &settings.fixed.audit_dir,
         &settings.fixed.state_dir,
+        settings.fixed.audit.checkpoints.is_some(),
     ));
     checks.push(policies(settings));
     checks.push(slurm(settings));
@@ -230,10 +231,10 @@ fn state_dir(dir: &Path) -> Check {
     }
 }
 
-fn audit_dir(dir: &Path, state: &Path) -> Check {
+fn audit_dir(dir: &Path, state: &Path, checkpoints: bool) -> Check {
     const NAME: &str = "audit dir";
     match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() && writable(dir) => match audit_keys(dir) {
+        Ok(m) if m.is_dir() && writable(dir) => match audit_keys(dir, checkpoints) {
             Some((problem, hint)) => fail(NAME, problem, hint),
             None => pass(NAME, format!("`{}` is writable", dir.display())),
         },
@@ -256,9 +257,10 @@ fn audit_dir(dir: &Path, state: &Path) -> Check {
     }
 }
 
-/// What is wrong with the log's key files that exist (the redaction key, the checkpoint signing
-/// key), which the gateway would refuse to start with: the problem and what to do.
-fn audit_keys(dir: &Path) -> Option<(String, String)> {
+/// What is wrong with the log's key files that exist and that the gateway would load (the
+/// redaction key; the checkpoint signing key when checkpoints are exported), which it would
+/// refuse to start with: the problem and what to do.
+fn audit_keys(dir: &Path, checkpoints: bool) -> Option<(String, String)> {
     let redaction = dir.join(crate::audit::REDACTION_KEY_FILE);
     let signing = dir.join(crate::audit::KEY_FILE);
     let problem = if redaction.exists() {
@@ -267,8 +269,7 @@ fn audit_keys(dir: &Path) -> Option<(String, String)> {
         None
     };
     let problem = problem.or_else(|| {
-        signing
-            .exists()
+        (checkpoints && signing.exists())
             .then(|| crate::audit::CheckpointKey::load(dir).err())
             .flatten()
     })?;

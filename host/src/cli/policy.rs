@@ -38,8 +38,8 @@ pub(crate) enum PolicyCommand {
         json: bool,
         /// The log's redaction key (`<state_dir>/audit/redaction.key`, or a copy, 0600), to
         /// compare replayed rewrites with the values the log recorded redacted. By default the
-        /// `redaction.key` in the `--calls` directory (or beside the `--calls` file), when it
-        /// is there and readable.
+        /// `redaction.key` in the `--calls` audit directory (or beside the `--calls` segment),
+        /// when it is there and readable.
         #[arg(long)]
         redaction_key: Option<PathBuf>,
     },
@@ -192,6 +192,12 @@ fn check(module: &str, settings: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Whether `path` is named as an audit segment (`audit-000001.jsonl`, compressed or not).
+fn is_segment(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.starts_with("audit-") && (name.ends_with(".jsonl") || name.ends_with(".jsonl.zst"))
+}
+
 fn load_chain_policies(config: &Path) -> anyhow::Result<Vec<ChainPolicy>> {
     let (config, base) = Config::load(config)?;
     let engine = PolicyEngine::new(config.engine_settings())?;
@@ -212,8 +218,8 @@ fn test(
                 .with_context(|| format!("cannot read the redaction key `{}`", path.display()))?,
         ),
         // The log's own key, beside the audit directory's segments, where whoever replays it may
-        // read it (its owner, root).
-        None => {
+        // read it (its owner, root); never beside a cases file, which may be anywhere.
+        None if calls.is_dir() || is_segment(calls) => {
             let dir = if calls.is_dir() {
                 Some(calls)
             } else {
@@ -230,6 +236,7 @@ fn test(
                 Err(e) => return Err(e).context(format!("`{}`", path.display())),
             }
         }
+        None => None,
     };
     // An audit directory's chain is verified beside the replay: a log that does not verify
     // holds calls that may not be the ones recorded, which the report says.

@@ -117,6 +117,19 @@ fn policy_test_compares_keyed_digests_only_with_the_logs_key() {
     let other = tempfile::tempdir().unwrap();
     drop(AuditLog::open(other.path(), AuditOptions::default()).unwrap());
     let output = test(&handed, Some(&other.path().join(REDACTION_KEY_FILE)));
+    let with_another = report(&output);
+    let problem = with_another["mismatches"][0]["problem"].as_str().unwrap();
+    assert!(
+        problem.contains(&format!("redacted with key `{}`", key.id())),
+        "{with_another}"
+    );
+
+    // A cases file is not an audit segment: a key that happens to lie beside it is not read.
+    let beside = dir.path().join("beside");
+    std::fs::create_dir(&beside).unwrap();
+    std::fs::copy(&segment, beside.join("calls.jsonl")).unwrap();
+    std::fs::copy(&key_file, beside.join(REDACTION_KEY_FILE)).unwrap();
+    let output = test(&beside.join("calls.jsonl"), None);
     assert_eq!(report(&output)["mismatched"], 1, "{}", report(&output));
 
     // A key file others can read is refused, saying so, and so is a missing one.
@@ -162,12 +175,23 @@ fn audit_digest_prints_a_files_content_as_the_log_recorded_it() {
         },
         policies: Vec::new(),
     };
+    // The same bytes sent base64-encoded (`encoding = "base64"`), as a binary file is.
+    let mut encoded = call.clone();
+    encoded
+        .arguments
+        .insert("content".into(), "cHJpdmF0ZSBub3Rlcwo=".into());
+    encoded.arguments.insert("encoding".into(), "base64".into());
     let log = AuditLog::open(&audit, AuditOptions::default()).unwrap();
     log.append(Entry::call(&call, &allowed)).unwrap();
+    log.append(Entry::call(&encoded, &allowed)).unwrap();
     drop(log);
     let text = std::fs::read_to_string(audit.join("audit-000001.jsonl")).unwrap();
-    let record: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
-    let recorded = &record["call"]["arguments"]["content"];
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let recorded = &records[0]["call"]["arguments"]["content"];
+    let recorded_base64 = &records[1]["call"]["arguments"]["content"];
 
     let (written, other) = (dir.path().join("notes.txt"), dir.path().join("other.txt"));
     std::fs::write(&written, "private notes\n").unwrap();
@@ -188,6 +212,16 @@ fn audit_digest_prints_a_files_content_as_the_log_recorded_it() {
         .collect();
     assert_eq!(&lines[0], recorded);
     assert_ne!(lines[1]["hmac_sha256"], recorded["hmac_sha256"]);
+    let output = hpcgate(&[
+        "audit",
+        "digest",
+        "--dir",
+        audit.to_str().unwrap(),
+        "--base64",
+        written.to_str().unwrap(),
+    ]);
+    let line: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(&line, recorded_base64);
 
     let elsewhere = tempfile::tempdir().unwrap();
     let output = hpcgate(&[
