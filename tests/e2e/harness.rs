@@ -132,7 +132,7 @@ impl Spec {
         self
     }
 
-    fn build(self) -> ChainPolicy {
+    pub fn build(self) -> ChainPolicy {
         self.build_in(engine())
     }
 
