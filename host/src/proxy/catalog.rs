@@ -149,6 +149,25 @@ impl Catalog {
         map.values().any(|d| matches!(d, Discovery::Pending))
     }
 
+    /// Waits, polling every 10 ms (discovery ends once per proxy per start), until `proxy`'s
+    /// discovery (any proxy's, for `None`) is not pending, `until` passes, or `cancel` is
+    /// cancelled; whether it was cancelled.
+    pub fn wait(
+        &self,
+        proxy: Option<&str>,
+        until: std::time::Instant,
+        cancel: Option<&tokio_util::sync::CancellationToken>,
+    ) -> bool {
+        let pending = || proxy.map_or_else(|| self.any_pending(), |p| self.is_pending(p));
+        while pending() && std::time::Instant::now() < until {
+            if cancel.is_some_and(|c| c.is_cancelled()) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        false
+    }
+
     /// Each proxy's state, for `doctor` and tests.
     pub fn snapshot(&self) -> BTreeMap<String, Discovery> {
         self.map.read().unwrap_or_else(|e| e.into_inner()).clone()

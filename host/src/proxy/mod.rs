@@ -190,14 +190,10 @@ impl ProxyManager {
 
     /// Waits, at most `bound`, until no proxy's discovery is pending (a `tools/list` right
     /// after start then shows the proxied tools, for clients that list once and ignore
-    /// `list_changed`). Polls like [`Self::find`]: discovery ends once per proxy per start.
+    /// `list_changed`).
     pub fn settle(&self, bound: Duration) {
-        let Some(inner) = self.inner.as_ref() else {
-            return;
-        };
-        let until = Instant::now() + bound;
-        while inner.catalog.any_pending() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(10));
+        if let Some(inner) = self.inner.as_ref() {
+            inner.catalog.wait(None, Instant::now() + bound, None);
         }
     }
 
@@ -216,13 +212,9 @@ impl ProxyManager {
         let inner = self.inner.as_ref()?;
         let (proxy, _) = name.split_once("__")?;
         let settings = inner.proxies.get(proxy)?;
-        let until = std::time::Instant::now() + settings.start_timeout * 2;
-        let given_up = || cancel.is_some_and(CancellationToken::is_cancelled);
-        while inner.catalog.is_pending(proxy) && Instant::now() < until {
-            if given_up() {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        let until = Instant::now() + settings.start_timeout * 2;
+        if inner.catalog.wait(Some(proxy), until, cancel) {
+            return None;
         }
         inner.overlays.find(tenant, instance, name)
     }
