@@ -17,22 +17,14 @@ fn denied_with_fault(spec: Spec) -> (String, String) {
     (outcome.decision.reason.unwrap(), fault)
 }
 
-/// A `configure` that never ends stops the load, after three tries: a deadline missed at load
-/// is tried again twice (a busy machine's stall is not the policy's), so the load took at least
-/// three deadlines.
+/// A `configure` that never ends stops the load.
 #[test]
 fn a_loop_in_configure_stops_the_load() {
     let spin = Spec::hostile("spin", json!({"behaviour": "spin", "in": "configure"}))
         .deadline_ms(20)
         .build();
-    let started = std::time::Instant::now();
     let error = Chain::new(vec![spin]).map(|_| ()).unwrap_err().to_string();
     assert_eq!(error, "policy `spin` timed out after 20 ms");
-    assert!(
-        started.elapsed() >= std::time::Duration::from_millis(58),
-        "not tried three times: {:?}",
-        started.elapsed()
-    );
 }
 
 #[test]

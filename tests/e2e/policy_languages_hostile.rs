@@ -2,7 +2,7 @@
 //! comprehension that fills memory, mutual recursion, huge `data`, a Cedar policy set of 10,000
 //! rules, a JavaScript `while (true)` and allocation loop, a Python loop and memory hog. Each is
 //! refused at load or denied as a fault naming the policy, and the engine keeps serving. (The
-//! wall-clock bound, deadline + 5 ms, is measured in `tests/deadline`.)
+//! bound on a quiet machine, deadline + 5 ms by the wall clock, is measured in `tests/deadline`.)
 
 use hpcgate::policy::DecisionKind;
 use serde_json::{Value, json};

@@ -9,8 +9,9 @@ use serde_json::{Map, Value};
 use wasmtime::{ResourceLimiter, Store, Trap};
 
 use super::bindings::{self, Level, Policy, WitCall, WitDecision};
+use super::deadline::{self, RunClock};
 use super::module::PolicyModule;
-use super::ticker::{EPOCH_TICK, Ticker};
+use super::ticker::Ticker;
 use super::wasi::WasiState;
 use hpcgate_policy_sdk::outcome::Verdict;
 
@@ -28,14 +29,6 @@ pub(crate) struct Limits {
     pub(crate) memory_bytes: usize,
 }
 
-impl Limits {
-    pub(crate) fn deadline_ticks(&self) -> u64 {
-        // The deadline fires when the epoch has advanced this many times; the next tick may be
-        // a moment away, so one more tick makes a deadline of N ms fire between N and N + 1 ms.
-        (self.deadline.as_millis() / EPOCH_TICK.as_millis()) as u64 + 1
-    }
-}
-
 /// The data a policy's store carries.
 pub(crate) struct GuestState {
     /// The bytes all of the instance's linear memories may hold together.
@@ -49,11 +42,13 @@ pub(crate) struct GuestState {
     logs: Vec<String>,
     /// Set for a component that imports WASI (made here if a call comes without it).
     wasi: Option<Box<WasiState>>,
+    /// The deadline of the guest run in progress.
+    pub(crate) clock: RunClock,
 }
 
 impl GuestState {
-    /// A store for one instance of `module` under `limits`' memory cap (the caller sets the
-    /// deadline once the ticker runs).
+    /// A store for one instance of `module` under `limits`' memory cap (the caller starts each
+    /// run's deadline once the ticker runs).
     pub(crate) fn store(module: &PolicyModule, limits: &Limits) -> Store<GuestState> {
         let inner = &module.inner;
         let state = GuestState {
@@ -63,9 +58,11 @@ impl GuestState {
             memory_cap_hit: false,
             logs: Vec::new(),
             wasi: inner.imports_wasi.then(|| Box::new(WasiState::new())),
+            clock: RunClock::new(),
         };
         let mut store = Store::new(&inner.engine.engine, state);
         store.limiter(|state| state);
+        deadline::watch(&mut store);
         store
     }
 
@@ -188,7 +185,7 @@ impl Instance {
         let inner = &module.inner;
         let mut store = GuestState::store(module, limits);
         let _ticking = inner.engine.ticker.guest_run();
-        store.set_epoch_deadline(limits.deadline_ticks());
+        deadline::start(&mut store, limits.deadline);
         let policy = inner.pre.instantiate(&mut store).map_err(|e| {
             classify(&e, &store, limits).unwrap_or_else(|| Fault::Instantiate(format!("{e:#}")))
         })?;
@@ -203,7 +200,7 @@ impl Instance {
     pub(crate) fn configure(&mut self, settings: &str, limits: &Limits) -> Result<(), Fault> {
         let _ticking = self.ticker.guest_run();
         self.store.data_mut().memory_cap_hit = false;
-        self.store.set_epoch_deadline(limits.deadline_ticks());
+        deadline::start(&mut self.store, limits.deadline);
         match self.policy.call_configure(&mut self.store, settings) {
             Ok(Ok(())) => Ok(()),
             Ok(Err(message)) => Err(Fault::Configure(truncate(&message, MAX_REASON))),
@@ -225,7 +222,7 @@ impl Instance {
             wasi.take_output();
         }
         let ticking = self.ticker.guest_run();
-        self.store.set_epoch_deadline(limits.deadline_ticks());
+        deadline::start(&mut self.store, limits.deadline);
         let result = match self.policy.call_evaluate(&mut self.store, call) {
             Ok(decision) => verdict(decision),
             Err(e) => Err(classify(&e, &self.store, limits).unwrap_or_else(|| host_fault(&e))),

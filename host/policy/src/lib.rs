@@ -16,6 +16,7 @@ mod bindings;
 mod cache;
 pub mod cases;
 mod chain;
+mod deadline;
 mod engine;
 mod instance;
 mod module;

@@ -29,7 +29,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::bindings::WitCall;
 use super::instance::{Fault, Instance, Limits};
 use super::module::PolicyModule;
-use super::snapshot;
+use super::{deadline, snapshot};
 use hpcgate_policy_sdk::outcome::Verdict;
 
 /// Used instances waiting to be dropped, at most; past that the caller drops its own.
@@ -103,24 +103,11 @@ impl InstancePool {
         // snapshot should not depend on what else the machine was doing.
         let mut configured = Vec::with_capacity(2);
         let mut fastest = Duration::MAX;
-        // A deadline missed here is tried again, twice: a load may meet a busy machine (a
-        // reload beside running calls, a start beside other services) whose stall is not the
-        // policy's, while one that always needs more than its deadline still fails the load.
         for _ in 0..2 {
-            let mut attempts = 0;
-            let instance = loop {
-                attempts += 1;
-                let prepared = Instance::instantiate(&module, &limits).and_then(|mut instance| {
-                    let started = snapshot::thread_cpu_time();
-                    instance.configure(&settings, &limits)?;
-                    fastest = fastest.min(snapshot::thread_cpu_time().saturating_sub(started));
-                    Ok(instance)
-                });
-                match prepared {
-                    Err(Fault::Timeout(_)) if attempts < 3 => continue,
-                    prepared => break prepared?,
-                }
-            };
+            let mut instance = Instance::instantiate(&module, &limits)?;
+            let started = deadline::thread_cpu_time();
+            instance.configure(&settings, &limits)?;
+            fastest = fastest.min(deadline::thread_cpu_time().saturating_sub(started));
             configured.push(instance);
         }
         let worth_it = fastest >= module.inner.engine.settings.snapshot_threshold;

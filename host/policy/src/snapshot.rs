@@ -16,7 +16,6 @@
 
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use wasmtime::Store;
@@ -24,23 +23,9 @@ use wasmtime::component::{Component, Instance, Lift, WasmList};
 use wasmtime_wizer::{ComponentInstanceState, Wizer};
 
 use super::bindings::Policy;
+use super::deadline;
 use super::instance::{GuestState, Limits};
 use super::module::PolicyModule;
-
-/// The CPU time the calling thread has used (zero if the clock cannot be read).
-pub(crate) fn thread_cpu_time() -> Duration {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `clock_gettime` writes one `timespec` through the valid pointer it is given.
-    #[allow(unsafe_code)]
-    let read = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    match read {
-        0 => Duration::new(now.tv_sec as u64, now.tv_nsec as u32),
-        _ => Duration::ZERO,
-    }
-}
 
 /// The module's component, configured with `settings`, as a module whose fresh instances need
 /// no `configure`. Cached on disk like any compiled module.
@@ -79,7 +64,7 @@ pub(crate) fn configured(
     let instrumented_module = module.with_component(&instrumented)?;
     let mut store = GuestState::store(&instrumented_module, limits);
     let ticking = engine.ticker.guest_run();
-    store.set_epoch_deadline(limits.deadline_ticks());
+    deadline::start(&mut store, limits.deadline);
     let instance = instrumented_module
         .inner
         .pre
@@ -93,7 +78,9 @@ pub(crate) fn configured(
         Ok(Err(message)) => return Err(format!("configure refused: {message}")),
         Err(e) => return Err(format!("configure failed: {e:#}")),
     }
-    drop(ticking);
+    // Wizer's accessors, which read the configured state back, are guest code too: a run of
+    // their own.
+    deadline::start(&mut store, limits.deadline);
     let mut state = Snapshotting {
         store: &mut store,
         instance,
@@ -101,6 +88,7 @@ pub(crate) fn configured(
     };
     let snapshot = ready(wizer.snapshot_component(&context, &mut state))
         .ok_or("the snapshot waited for something, which its accessors never do")?;
+    drop(ticking);
     if let Some(failed) = state.failed {
         return Err(failed);
     }

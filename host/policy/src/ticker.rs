@@ -1,5 +1,6 @@
 //! The epoch ticker: advances the engine's epoch every [`EPOCH_TICK`] while guest code may run,
-//! which is what gives every instantiation and evaluation its millisecond deadline.
+//! which is when a run's deadline is looked at (`deadline.rs`: each look counts the run's CPU
+//! time, so a late tick stretches nothing and a catch-up charges nothing).
 //!
 //! A gateway is idle most of the time, and a thread waking a thousand times a second costs CPU
 //! and keeps the core from resting. So the ticker rests (parks) once no guest code has begun
@@ -8,7 +9,7 @@
 //! rests. The run that wakes it notes when it began, and the ticker counts its ticks from
 //! then, catching up at once on the milliseconds it took to wake (a millisecond or two on a
 //! virtual machine whose idle core was halted): the epoch stays a clock of real milliseconds,
-//! and that run's deadline is not stretched by the wake-up. A run that began while the ticker
+//! and that run is looked at when it would have been without the rest. A run that began while the ticker
 //! was waking counts from the same clock, as does one that begins while a busy ticker is late.
 //!
 //! The hand-off cannot lose a wake-up: a guest run counts itself in `begun` and then looks at

@@ -55,6 +55,8 @@ mod guest {
         counter: String,
         max: u64,
         via: String,
+        /// For `busy`: how many rounds of arithmetic an evaluation does.
+        rounds: u64,
     }
 
     static SETTINGS: Mutex<Option<Settings>> = Mutex::new(None);
@@ -102,6 +104,7 @@ mod guest {
                 counter: value["counter"].as_str().unwrap_or_default().to_owned(),
                 max: value["max"].as_u64().unwrap_or(u64::MAX),
                 via: value["via"].as_str().unwrap_or_default().to_owned(),
+                rounds: value["rounds"].as_u64().unwrap_or(0),
             });
             Ok(())
         }
@@ -120,6 +123,15 @@ mod guest {
                     Decision::Deny(format!("count={count}"))
                 }
                 "echo" => Decision::Deny(call.arguments),
+                "busy" => {
+                    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+                    for _ in 0..settings.rounds {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x = std::hint::black_box(x ^ (x << 17));
+                    }
+                    Decision::Deny(format!("busy={x}"))
+                }
                 "ballast" => {
                     let sum: u64 = BALLAST.lock().unwrap().iter().map(|b| u64::from(*b)).sum();
                     Decision::Deny(format!("ballast={sum}"))
