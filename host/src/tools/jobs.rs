@@ -248,7 +248,12 @@ fn default_wait(cx: &Context<'_>, detach: Option<bool>) -> u64 {
 ///   leave a `json.py` there that every later `run_python`, with tools, would import. So the
 ///   path is cleaned before anything is imported but `sys` (built in): even the check's
 ///   `hashlib`.
-/// - The file is read once and run from memory only if its SHA-256 is the one written.
+/// - The file is read once and run from memory only if its SHA-256 is the one written. The
+///   file is the code and a last line of its own, `# hpcgate run_python <random>`: the digest,
+///   which the job's command (and so the audit log) shows, is of that, so it says nothing of
+///   the code to whoever reads the log and might guess it (an admin who redacts `code` keeps
+///   it private). A job that reads the random line first still cannot write other code that
+///   passes.
 ///
 /// With tools, the script is not in the workspace at all but beside the job's door
 /// ([`SANDBOX_SCRIPT`]), which no job can write: another job of the instance could otherwise
@@ -274,6 +279,22 @@ const RUN_SCRIPT: &str = r#"def _hpcgate_run():
     exec(compile(source, path, 'exec'), main.__dict__)
 _hpcgate_run()"#;
 
+/// The script `run_python` writes: the code, then a comment line of its own with a random part
+/// (see [`RUN_SCRIPT`]). Last, so the code's line numbers and tracebacks are its own.
+fn salted(code: &str) -> Result<Vec<u8>, ToolError> {
+    let salt = random_hex::<16>("salt the script's digest")?;
+    let ending = if code.ends_with('\n') { "" } else { "\n" };
+    Ok(format!("{code}{ending}# hpcgate run_python {salt}\n").into_bytes())
+}
+
+/// `N` random bytes as hex, or an error saying what they were for.
+fn random_hex<const N: usize>(what: &str) -> Result<String, ToolError> {
+    let mut random = [0u8; N];
+    getrandom::fill(&mut random)
+        .map_err(|e| ToolError::new(format!("cannot {what} ({e}); retry")))?;
+    Ok(random.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// Runs the code with [`RUN_SCRIPT`] as a local job. With tools (the default) the script is
 /// placed beside the job's door, within `[files] max_write_bytes`; without, it is written to
 /// the workspace through the files executor (size caps and the workspace quota apply).
@@ -292,7 +313,8 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
         args.detach,
         args.tail,
     )?;
-    let digest: String = sha2::Sha256::digest(args.code.as_bytes())
+    let script = salted(&args.code)?;
+    let digest: String = sha2::Sha256::digest(&script)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
@@ -302,7 +324,7 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
             .to_vec()
     };
     if args.tools.unwrap_or(true) {
-        let size = args.code.len() as u64;
+        let size = script.len() as u64;
         if size > cx.files.max_write_bytes {
             return Err(FileError::TooLarge {
                 path: SANDBOX_SCRIPT.to_owned(),
@@ -319,26 +341,23 @@ fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, ToolError> {
             command(SANDBOX_SCRIPT),
             args.resources,
         );
-        return start(cx, new, &wait, true, Some(args.code.as_bytes()));
+        return start(cx, new, &wait, true, Some(&script));
     }
-    let mut random = [0u8; 8];
-    getrandom::fill(&mut random)
-        .map_err(|e| ToolError::new(format!("cannot name the script ({e}); retry")))?;
-    let name: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let name = random_hex::<8>("name the script")?;
     let path = format!("/workspace/.hpcgate/run-{name}.py");
     // Held until the script is in place, like any write's.
     let hold = super::hold_room(
         cx,
         &instance,
         super::Area::Workspace,
-        Some(args.code.len() as u64),
+        Some(script.len() as u64),
         u64::MAX,
     )?;
     let paths = cx.state.instance_paths_ambient(cx.tenant, &instance)?;
     let roots = InstanceRoots::ambient(&paths.workspace, &paths.output);
     let request = WriteRequest {
         path: path.clone(),
-        data: args.code.into_bytes(),
+        data: script,
         mode: WriteMode::Replace,
         create_dirs: true,
     };

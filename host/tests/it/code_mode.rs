@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{Value, json};
+use sha2::Digest as _;
 
 use crate::support::served::{self, Served};
 
@@ -212,6 +213,25 @@ async fn run_python_lists_reads_and_writes_through_the_pipeline_as_the_job() {
     // The audit log: each inner call as the job, via = job, with its id and instance.
     let job_id = job["job_id"].as_str().unwrap();
     let records = audit_records(dir.path());
+    // The job's command carries the digest the script is checked against: salted, so it says
+    // nothing of the code to a reader of the log (an admin who redacts `code` keeps it private).
+    let submitted = records
+        .iter()
+        .find(|r| r["event"] == "job.submitted" && r["tool"] == "run_python")
+        .expect("run_python's job.submitted");
+    let command = submitted["detail"]["command"].as_array().unwrap();
+    let digest = command.last().and_then(Value::as_str).unwrap();
+    let code = SUMMARY_SCRIPT.as_bytes();
+    let mut with_newline = code.to_vec();
+    with_newline.push(b'\n');
+    assert_eq!(digest.len(), 64, "{command:?}");
+    for unsalted in [code, &with_newline[..]] {
+        assert_ne!(
+            digest,
+            hex::encode(sha2::Sha256::digest(unsalted)),
+            "{command:?}"
+        );
+    }
     let inner = job_calls(&records, job_id);
     let tools: Vec<&str> = inner
         .iter()
