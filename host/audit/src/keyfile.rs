@@ -103,6 +103,17 @@ fn create_private(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// A key file others can read: the key must be taken as leaked.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is readable by others; `chmod 600` it (and consider the key leaked)")]
+struct ExposedKey(String);
+
+/// Whether `error`, from reading a key file, is that others can read it (the key may have
+/// leaked), rather than that it is missing, damaged or not a regular file.
+pub fn is_exposed_key(error: &io::Error) -> bool {
+    error.get_ref().is_some_and(|e| e.is::<ExposedKey>())
+}
+
 /// Reads the key in `path`: a regular file (not a link, a FIFO or a device), this user's (or
 /// read by root), that others cannot read, of 64 hex digits.
 pub(crate) fn load(path: &Path, what: &str) -> io::Result<[u8; 32]> {
@@ -119,10 +130,7 @@ pub(crate) fn load(path: &Path, what: &str) -> io::Result<[u8; 32]> {
         )));
     }
     if meta.permissions().mode() & 0o077 != 0 {
-        return Err(io::Error::other(format!(
-            "`{}` is readable by others; `chmod 600` it (and consider the key leaked)",
-            path.display()
-        )));
+        return Err(io::Error::other(ExposedKey(path.display().to_string())));
     }
     let mut text = String::new();
     file.take(256).read_to_string(&mut text)?;
@@ -154,7 +162,7 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
         let readable = load_or_create(dir.path(), "k.key", "a key").unwrap_err();
         assert!(
-            readable.to_string().contains("readable by others"),
+            readable.to_string().contains("readable by others") && is_exposed_key(&readable),
             "{readable}"
         );
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();

@@ -81,6 +81,7 @@ pub use checkpoint::{Checkpoint, CheckpointError};
 pub use compress::{CompressReport, compress_closed};
 pub use error::AuditError;
 pub use index::SegmentIndex;
+pub use keyfile::is_exposed_key;
 pub use log::{AuditLog, AuditOptions, AuditStats, BatchObserver, Pending};
 pub use prune::{Anchor, PruneReport, prune};
 pub use query::{Filter, Records, Scope, records, replay_reader, tail};

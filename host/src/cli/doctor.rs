@@ -273,7 +273,7 @@ fn audit_keys(dir: &Path, checkpoints: bool) -> Option<(String, String)> {
             .then(|| crate::audit::CheckpointKey::load(dir).err())
             .flatten()
     })?;
-    let hint = if problem.to_string().contains("readable by others") {
+    let hint = if crate::audit::is_exposed_key(&problem) {
         "`chmod 600` it, and consider it leaked: a new key (the file moved aside) cannot check what the old one digested or signed"
     } else {
         "restore it from a backup of the state directory; moved aside, a new key is made, which cannot check what the old one digested or signed"
