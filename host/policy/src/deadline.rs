@@ -54,10 +54,15 @@ pub(crate) struct RunClock {
 
 impl RunClock {
     pub(crate) fn new() -> RunClock {
+        RunClock::started(Duration::ZERO, None)
+    }
+
+    /// A run beginning now with `deadline`, its CPU counted from `counted_from` if read.
+    fn started(deadline: Duration, counted_from: Option<(Duration, Duration)>) -> RunClock {
         RunClock {
-            deadline: Duration::ZERO,
+            deadline,
             began: Instant::now(),
-            counted_from: None,
+            counted_from,
         }
     }
 
@@ -89,11 +94,8 @@ pub(crate) fn watch(store: &mut Store<GuestState>) {
 /// Starts a guest run on `store` with `deadline` of CPU time; the caller runs it on this thread.
 pub(crate) fn start(store: &mut Store<GuestState>, deadline: Duration) {
     let short = deadline < FIRST_LOOK;
-    store.data_mut().clock = RunClock {
-        deadline,
-        began: Instant::now(),
-        counted_from: short.then(|| (thread_cpu_time(), Duration::ZERO)),
-    };
+    let counted_from = short.then(|| (thread_cpu_time(), Duration::ZERO));
+    store.data_mut().clock = RunClock::started(deadline, counted_from);
     store.set_epoch_deadline(if short {
         ticks(deadline)
     } else {
@@ -132,14 +134,6 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
-    fn clock(deadline: Duration, counted_from: Option<(Duration, Duration)>) -> RunClock {
-        RunClock {
-            deadline,
-            began: Instant::now(),
-            counted_from,
-        }
-    }
-
     fn left(update: UpdateDeadline) -> Option<u64> {
         match update {
             UpdateDeadline::Continue(ticks) => Some(ticks),
@@ -151,7 +145,7 @@ mod tests {
     fn a_run_held_off_its_core_is_charged_only_what_it_computed() {
         // Held for 300 ms before its first look, having computed 1 ms: charged the first look's
         // 3 ms at most, then only the CPU it uses.
-        let mut run = clock(100 * MS, None);
+        let mut run = RunClock::started(100 * MS, None);
         assert_eq!(left(run.decide(300 * MS, 50 * MS)), Some(98));
         // Held again for 500 ms, 1 ms more of CPU.
         assert_eq!(left(run.decide(800 * MS, 51 * MS)), Some(97));
@@ -161,7 +155,7 @@ mod tests {
 
     #[test]
     fn a_run_that_computes_its_deadline_is_interrupted_when_the_ticks_run_out() {
-        let mut run = clock(20 * MS, None);
+        let mut run = RunClock::started(20 * MS, None);
         assert_eq!(left(run.decide(2 * MS, 7 * MS)), Some(19));
         assert_eq!(left(run.decide(12 * MS, 17 * MS)), Some(9));
         assert_eq!(left(run.decide(21 * MS, 26 * MS)), None);
@@ -170,26 +164,26 @@ mod tests {
     #[test]
     fn a_short_deadline_is_counted_from_the_start_and_not_charged_a_first_look() {
         // 1 ms, its CPU read at the start (10 ms): held for 50 ms having computed 0.5 ms.
-        let mut run = clock(MS, Some((10 * MS, Duration::ZERO)));
+        let mut run = RunClock::started(MS, Some((10 * MS, Duration::ZERO)));
         assert_eq!(left(run.decide(50 * MS, 10 * MS + MS / 2)), Some(1));
         assert_eq!(left(run.decide(60 * MS, 11 * MS)), None);
     }
 
     #[test]
     fn a_run_held_for_ten_deadlines_and_a_second_is_interrupted() {
-        let mut run = clock(200 * MS, None);
+        let mut run = RunClock::started(200 * MS, None);
         assert_eq!(left(run.decide(MS, Duration::ZERO)), Some(200));
         // Whatever it computed, the ticks never go past the wall-clock limit.
         assert_eq!(left(run.decide(1_995 * MS, MS)), Some(6));
         assert_eq!(left(run.decide(2_000 * MS, MS)), None);
-        let mut short = clock(5 * MS, None);
+        let mut short = RunClock::started(5 * MS, None);
         assert_eq!(left(short.decide(999 * MS, Duration::ZERO)), Some(2));
         assert_eq!(left(short.decide(1_000 * MS, Duration::ZERO)), None);
     }
 
     #[test]
     fn a_huge_deadline_neither_overflows_nor_panics() {
-        let mut run = clock(Duration::MAX, None);
+        let mut run = RunClock::started(Duration::MAX, None);
         assert!(left(run.decide(MS, MS)).is_some_and(|t| t > 1 << 40));
         assert_eq!(ticks(Duration::MAX), u64::MAX / 2 + 1);
     }

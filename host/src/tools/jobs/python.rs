@@ -59,7 +59,7 @@ fn random_hex<const N: usize>(what: &str) -> Result<String, ToolError> {
     let mut random = [0u8; N];
     getrandom::fill(&mut random)
         .map_err(|e| ToolError::new(format!("cannot {what} ({e}); retry")))?;
-    Ok(random.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex::encode(random))
 }
 
 /// Runs the code with [`RUN_SCRIPT`] as a local job. With tools (the default) the script is
@@ -81,10 +81,7 @@ pub(super) fn run_python(cx: &Context<'_>, args: RunPython) -> Result<Output, To
         args.tail,
     )?;
     let script = salted(&args.code)?;
-    let digest: String = sha2::Sha256::digest(&script)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let digest = hex::encode(sha2::Sha256::digest(&script));
     let command = |path: &str| {
         ["python3", "-c", RUN_SCRIPT, path, &digest]
             .map(str::to_owned)
