@@ -87,6 +87,23 @@ fn boot_id() -> io::Result<String> {
         .to_owned())
 }
 
+/// The system call `pid` is blocked in (`/proc/<pid>/syscall`), or `None` while it runs.
+/// Reading it needs the right to trace `pid`; an error means it cannot be told.
+pub(crate) fn blocked_in(pid: i32) -> io::Result<Option<libc::c_long>> {
+    parse_syscall(&fs::read_to_string(format!("/proc/{pid}/syscall"))?)
+}
+
+fn parse_syscall(text: &str) -> io::Result<Option<libc::c_long>> {
+    match text.split_ascii_whitespace().next() {
+        Some("running") => Ok(None),
+        Some(nr) => nr
+            .parse()
+            .map(Some)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not a system call number")),
+        None => Err(io::ErrorKind::UnexpectedEof.into()),
+    }
+}
+
 /// All live descendants of `root` (not `root` itself), with their stat. Walks the
 /// `/proc/<pid>/task/<tid>/children` lists, so the cost follows the size of the sandbox, not
 /// of the host; falls back to a scan of `/proc` on kernels without those lists.
@@ -262,6 +279,39 @@ mod tests {
             pids(&found).iter().all(|p| scanned.contains(p)),
             "{found:?} ⊄ {scanned:?}"
         );
+    }
+
+    #[test]
+    fn syscall_lines_parse() {
+        assert_eq!(parse_syscall("running\n").expect("running"), None);
+        assert_eq!(
+            parse_syscall("61 0xffffffffffffffff 0x7ffd 0x0 0x0 0x0 0x0 0x7ffd 0x7f\n")
+                .expect("nr"),
+            Some(61)
+        );
+        assert!(parse_syscall("").is_err());
+        assert!(parse_syscall("x 0x0").is_err());
+    }
+
+    #[test]
+    #[allow(clippy::disallowed_methods)] // a test makes a process that waits for its child
+    fn a_shell_waiting_for_its_child_is_blocked_in_wait4() {
+        // A foreground command: the shell blocks in `wait4` (its `wait` builtin would suspend
+        // for SIGCHLD instead).
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 5; true"])
+            .spawn()
+            .expect("sh");
+        let sh = child.id() as i32;
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        let mut seen = blocked_in(sh).expect("own child's syscall file");
+        while seen != Some(libc::SYS_wait4) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+            seen = blocked_in(sh).expect("own child's syscall file");
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(seen, Some(libc::SYS_wait4));
     }
 
     #[test]

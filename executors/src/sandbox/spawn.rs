@@ -228,12 +228,24 @@ fn die_with_parent(parent: libc::pid_t) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Waits (≤ 2 s) until the sandboxed command runs: bwrap's init has a child. Until then bwrap
-/// is still setting up and has not armed the namespace's parent-death signal.
-pub(crate) fn wait_until_running(child: &mut std::process::Child, init_pid: i32) {
-    let until = std::time::Instant::now() + Duration::from_secs(2);
+/// Waits (≤ 5 s) until the sandbox would die with bwrap: its init waits for its children.
+///
+/// bwrap's init arms the namespace's parent-death signal (`--die-with-parent`) only after it
+/// has forked the command, just before its first `wait`. A command that already runs is not
+/// enough: had bwrap died in that instant, the init would have gone on, orphaned, with the
+/// command. So this waits until the init is blocked in `wait4` (`/proc/<pid>/syscall`), or
+/// bwrap has exited. Where that file cannot be read, it falls back to the command running.
+pub(crate) fn wait_until_armed(child: &mut std::process::Child, init_pid: i32) {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
     while std::time::Instant::now() < until {
-        if !super::proc::descendants(init_pid).is_empty() || !matches!(child.try_wait(), Ok(None)) {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        let armed = match super::proc::blocked_in(init_pid) {
+            Ok(syscall) => syscall == Some(libc::SYS_wait4),
+            Err(_) => !super::proc::descendants(init_pid).is_empty(),
+        };
+        if armed {
             return;
         }
         std::thread::sleep(Duration::from_millis(1));

@@ -27,7 +27,7 @@ use super::state::{
 };
 use crate::sandbox::monitor::{EndReason, ExitInfo, Watch, monitor};
 use crate::sandbox::proc::ProcessIdentity;
-use crate::sandbox::spawn::{Containment, prepare, sandbox_init, wait_until_running};
+use crate::sandbox::spawn::{Containment, prepare, sandbox_init, wait_until_armed};
 
 /// The flag before the job directory that makes the supervisor a batch job's body.
 pub const BATCH_FLAG: &str = "--batch";
@@ -223,7 +223,7 @@ fn supervise(job_dir: &Path, mode: Mode) -> Result<JobState, String> {
     let init = sandbox_init(&mut prepared.info, child.id() as i32);
     state.sandbox_init = init.as_ref().map(|(_, id)| id.clone());
     if let Some((_, id)) = &init {
-        wait_until_running(&mut child, id.pid);
+        wait_until_armed(&mut child, id.pid);
     }
     state.limits = Some(prepared.plan.enforced.clone());
     record(&state)?;
