@@ -47,8 +47,12 @@ mod templates {
     pub(super) const CONFIG: &str = include_str!("scaffold/policy.toml");
 }
 
-const SDK_FILES: [(&str, &str); 10] = [
+const SDK_FILES: [(&str, &str); 11] = [
     ("lib.rs", include_str!("../../../policies/sdk/src/lib.rs")),
+    (
+        "bindings.rs",
+        include_str!("../../../policies/sdk/src/bindings.rs"),
+    ),
     (
         "arena.rs",
         include_str!("../../../policies/sdk/src/arena.rs"),
@@ -211,7 +215,7 @@ serde = { version = "1", features = ["derive"] }
 serde_json = "1"
 
 [target.'cfg(target_arch = "wasm32")'.dependencies]
-wit-bindgen = { version = "0.63", default-features = false, features = ["macros", "realloc", "std"] }
+wit-bindgen = { version = "0.63", default-features = false, features = ["realloc", "std"] }
 "#;
 
 fn readme(name: &str, ident: &str) -> String {

@@ -10,6 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[cfg(test)]
+mod sdk_bindings;
+
 /// A built guest: the package name and the path of its component.
 #[derive(Debug)]
 pub struct Guest {
