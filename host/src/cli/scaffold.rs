@@ -1,9 +1,10 @@
 //! `hpcgate policy new <name> [--lang rust|js|python]`: a self-contained policy project.
 //!
-//! Rust: the crate vendors the policy SDK and the WIT contract (embedded in this binary), so it
-//! builds anywhere, inside this workspace or outside it, with nothing but crates.io. `cargo test`
-//! runs its logic natively; `cargo build --release --target wasm32-unknown-unknown` produces a
-//! core module carrying its component type, which `hpcgate` loads directly.
+//! Rust: the crate vendors the policy SDK with its generated bindings (embedded in this binary),
+//! so it builds anywhere, inside this workspace or outside it, with nothing but crates.io; the
+//! WIT contract beside it is for reading. `cargo test` runs its logic natively; `cargo build
+//! --release --target wasm32-unknown-unknown` produces a core module carrying its component
+//! type, which `hpcgate` loads directly.
 //!
 //! JavaScript and Python (templates in `scaffold/`): the source, the WIT contract, `build.sh`
 //! (jco's componentizer from npm, `componentize-py` from PyPI, both with every WASI import

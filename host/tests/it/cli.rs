@@ -380,8 +380,8 @@ fn pinned_toolchain() -> String {
 }
 
 /// One target dir for every scaffolded crate, kept under the workspace's own target dir: the
-/// policy's build dependencies (wit-component, wit-bindgen) compile once, not once per run in a
-/// fresh temp dir.
+/// policy's dependencies (serde and its derive macros, wit-bindgen's runtime) compile once, not
+/// once per run in a fresh temp dir.
 fn scaffold_target() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("scaffold-target")
 }
