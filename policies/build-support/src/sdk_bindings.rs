@@ -1,8 +1,9 @@
 //! The policy SDK's `src/bindings.rs` is what wit-bindgen generates for the `policy` world of
-//! `wit/policy.wit`, checked in. A policy's build then compiles the bindings' small runtime and no generator:
-//! wit-bindgen's macro and the WebAssembly and WIT parsers under it were most of the CPU of a
-//! fresh policy build, and every guest build paid it again. The test below generates them again
-//! and fails when the file differs; with `HPCGATE_REGENERATE_BINDINGS=1` it writes the file.
+//! `wit/policy.wit`, checked in. A policy's build then compiles the bindings' small runtime and
+//! no generator: wit-bindgen's macro and the WebAssembly and WIT parsers under it were most of
+//! the CPU of a fresh policy build, and every guest build paid it again. The test below
+//! generates them again and fails when the file differs; with `HPCGATE_REGENERATE_BINDINGS=1`
+//! it writes the file.
 
 use std::path::Path;
 
