@@ -234,8 +234,13 @@ fn mcp_routes(
         Flavor::Streamable(path) => {
             let server = McpServer::per_request(gateway.clone());
             let max_bytes = config.max_request_body_bytes;
+            let jobs_counted = (Arc::downgrade(&gateway), None);
             Router::new()
                 .nest_service(path, mcp_service(move || Ok(server.clone()), config))
+                .layer(from_fn_with_state(
+                    jobs_counted,
+                    crate::code_mode::count_requests,
+                ))
                 .layer(from_fn_with_state(max_bytes, crate::bounded_json::bounded))
         }
         Flavor::Sse => crate::sse::routes(gateway.clone()),

@@ -102,16 +102,6 @@ impl McpServer {
         (if job.is_some() { Via::Job } else { Via::Mcp }, job)
     }
 
-    /// Counts a request other than a tool call against its job's `max_calls_per_job`, when a
-    /// job's code sent it (tool calls are counted as they are admitted).
-    fn count_job_request(&self, context: &RequestContext<RoleServer>) -> Result<(), McpError> {
-        match self.job(context) {
-            (_, Some(job)) => (self.gateway.count_job_request(&job))
-                .map_err(|message| McpError::invalid_request(message, None)),
-            (_, None) => Ok(()),
-        }
-    }
-
     /// Who sent this request: the session's caller, else the one the transport attached.
     fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
         self.caller
@@ -249,7 +239,6 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         self.gateway.metrics().request("tools/list");
-        self.count_job_request(&context)?;
         let (via, _) = self.job(&context);
         let (specs, proxied, result_type) = self
             .blocking(self.caller(&context)?, false, move |gateway, caller| {
@@ -273,7 +262,6 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         self.gateway.metrics().request("resources/list");
-        self.count_job_request(&context)?;
         let entries = self
             .blocking(self.caller(&context)?, false, |gateway, _| {
                 gateway.resources()
@@ -297,7 +285,6 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         self.gateway.metrics().request("resources/read");
-        self.count_job_request(&context)?;
         let uri = request.uri;
         let read = self
             .blocking(self.caller(&context)?, false, move |gateway, _| {
@@ -375,7 +362,11 @@ impl ServerHandler for McpServer {
         } else {
             let snapshot = live.clone();
             let given_up = cancel.clone();
+            // A stopping gateway waits for a door's call to be recorded, not only answered:
+            // the door answers a call given up on at once, while it still ends and records.
+            let held = door.then(|| self.gateway.code_mode().holding_a_call());
             let work = move |gateway: &Gateway, caller| {
+                let _held = held;
                 if given_up.is_cancelled() {
                     // Given up on while it waited for its place: it does not run.
                     return CallResult::error(GIVEN_UP.to_owned());
@@ -465,7 +456,6 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.gateway.metrics().request("tasks/update");
-        self.count_job_request(&context)?;
         let (via, job) = self.job(&context);
         let found = self
             .blocking(self.caller(&context)?, false, move |gateway, caller| {

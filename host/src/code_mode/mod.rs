@@ -54,6 +54,7 @@ use tokio_util::sync::CancellationToken;
 pub use door::JobScope;
 use owners::Owner;
 pub use serve::DOOR_PATH;
+pub(crate) use serve::count_requests;
 
 use crate::gateway::Gateway;
 use crate::state::{InstanceId, JobId, JobRecord, State, TenantName};
@@ -101,6 +102,8 @@ pub struct CodeMode {
     remote: Arc<Mutex<HashMap<JobId, remote::Remote>>>,
     /// `<state_dir>/job-tokens`: the stored hashes of those tokens.
     tokens: PathBuf,
+    /// The doors' servers and their calls, waited for at a stop ([`CodeMode::stop_serving`]).
+    serving: tokio_util::task::TaskTracker,
 }
 
 struct Door {
@@ -125,7 +128,25 @@ impl CodeMode {
             doors: Arc::new(Mutex::new(HashMap::new())),
             held: Arc::new(Mutex::new(HashSet::new())),
             peers: Arc::from([rustix::process::geteuid().as_raw()]),
+            serving: tokio_util::task::TaskTracker::new(),
         }
+    }
+
+    /// Held while a door's call runs: [`CodeMode::stop_serving`] waits for it.
+    pub(crate) fn holding_a_call(&self) -> tokio_util::task::task_tracker::TaskTrackerToken {
+        self.serving.token()
+    }
+
+    /// At a stop: every door stops taking requests, its calls in flight are cancelled, and
+    /// this waits (until `until` at the latest) for them to end and be recorded, before the
+    /// gateway's last record. The doors' directories stay: the next start serves the running
+    /// jobs again.
+    pub async fn stop_serving(&self, until: tokio::time::Instant) {
+        for door in lock(&self.doors).values() {
+            door.stop.cancel();
+        }
+        self.serving.close();
+        let _ = tokio::time::timeout_at(until, self.serving.wait()).await;
     }
 
     /// Lets doors serve through `gateway` (called once, when the gateway is shared).
@@ -274,13 +295,13 @@ impl CodeMode {
         ));
         let stop = CancellationToken::new();
         let peers = self.peers.clone();
-        runtime.spawn(serve::serve(
+        runtime.spawn(self.serving.track_future(serve::serve(
             listener,
             gateway,
             scope.clone(),
             peers,
             stop.clone(),
-        ));
+        )));
         let door = Door {
             scope,
             stop,

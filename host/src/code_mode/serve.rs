@@ -65,6 +65,7 @@ pub(super) async fn serve(
         return;
     };
     let listener = Bounded::new(listener, CONNECTIONS);
+    let (gateway_of_requests, scope_of_requests) = (gateway.clone(), Some(scope.clone()));
     let config = stateless_config(stop.clone()).with_max_request_body_bytes(MAX_BODY_BYTES);
     let places = Arc::new(Permits::new(PLACES));
     let make = move || {
@@ -74,8 +75,10 @@ pub(super) async fn serve(
         Ok(McpServer::for_job(gateway, scope.clone(), places.clone()))
     };
     let requests = Arc::new(Semaphore::new(REQUESTS));
+    let counted = (gateway_of_requests, scope_of_requests);
     let app = Router::new()
         .nest_service(DOOR_PATH, mcp_service(make, config))
+        .layer(from_fn_with_state(counted, count_requests))
         .layer(from_fn_with_state(
             MAX_BODY_BYTES,
             crate::bounded_json::bounded,
@@ -89,6 +92,47 @@ pub(super) async fn serve(
     )
     .with_graceful_shutdown(stop.cancelled_owned())
     .await;
+}
+
+/// Counts each request of a job's code against `[code_mode] max_calls_per_job`, whatever it
+/// is (a ping, a notification, a listing, a task lookup), but for tool calls: the pipeline
+/// counts those as it admits them, and records a refusal. The job is the door's (`Some`) or the
+/// one a job's token named (attached to the request by the listener). Inside
+/// [`crate::bounded_json::bounded`]: the body is read whole and bounded already.
+pub(crate) async fn count_requests(
+    State((gateway, door)): State<(Weak<Gateway>, Option<Arc<JobScope>>)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(job) = door.or_else(|| request.extensions().get::<Arc<JobScope>>().cloned()) else {
+        return next.run(request).await;
+    };
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return (StatusCode::BAD_REQUEST, "the request body was cut off").into_response();
+    };
+    if !is_tool_call(&bytes) {
+        let Some(gateway) = gateway.upgrade() else {
+            let why = "the gateway is stopping; the job's tools are gone with it";
+            return (StatusCode::SERVICE_UNAVAILABLE, why).into_response();
+        };
+        if let Err(why) = gateway.count_job_request(&job) {
+            return (StatusCode::TOO_MANY_REQUESTS, why).into_response();
+        }
+    }
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
+}
+
+/// Whether a request body is one JSON-RPC `tools/call` (batches are not MCP's any more).
+fn is_tool_call(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow)]
+        method: Option<std::borrow::Cow<'a, str>>,
+    }
+    serde_json::from_slice::<Message<'_>>(body)
+        .is_ok_and(|m| m.method.as_deref() == Some("tools/call"))
 }
 
 /// Holds one of the door's few request places while a request is read and answered.

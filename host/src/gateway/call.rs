@@ -184,7 +184,18 @@ impl Gateway {
             _ => None,
         };
         let visible = |path: &str| call.may_see(live, listing.as_ref(), path);
-        let cx = self.context(live, &call, &visible);
+        let ahead = matches!(recorded, Recorded::Ahead(_));
+        let commit = |events: Vec<Entry>| {
+            if !ahead || events.is_empty() {
+                return Err(events);
+            }
+            let attributed = events.iter().cloned().map(|e| call.attribute(e)).collect();
+            self.audit
+                .append_all(attributed)
+                .map(drop)
+                .map_err(|_| events)
+        };
+        let cx = self.context(live, &call, &visible, &commit);
         let tail = arguments.get("tail").and_then(Value::as_u64);
         let trace = watch.span.traceparent();
         let (result, proxied) = self.run(&call, &cx, arguments, trace);
@@ -430,6 +441,7 @@ impl Gateway {
         live: &'a Snapshot,
         call: &'a Prepared<'a>,
         visible: &'a dyn Fn(&str) -> bool,
+        commit: &'a dyn Fn(Vec<Entry>) -> Result<(), Vec<Entry>>,
     ) -> Context<'a> {
         let settings = &live.settings;
         let quotas = settings.tenants.get(&call.caller.tenant).map(|t| t.quotas);
@@ -445,6 +457,7 @@ impl Gateway {
             host_commands: &settings.host_commands,
             progress: call.progress,
             events: RefCell::new(Vec::new()),
+            commit,
             measured: &call.measured,
             transfer: call.transfer,
             room: &self.room,

@@ -455,11 +455,14 @@ impl Gateway {
         self.finishing.spawn(work)
     }
 
-    /// Waits, at most `within`, for the work started with [`Gateway::finish`] (called once
-    /// the doors have closed, so that nothing starts more).
+    /// Waits, at most `within` in all, for the jobs' doors to answer their calls in flight
+    /// ([`CodeMode::stop_serving`]) and for the work started with [`Gateway::finish`] (called
+    /// once the listeners have closed, so that nothing starts more).
     pub async fn let_finish(&self, within: std::time::Duration) {
+        let until = tokio::time::Instant::now() + within;
+        self.code_mode.stop_serving(until).await;
         self.finishing.close();
-        let _ = tokio::time::timeout(within, self.finishing.wait()).await;
+        let _ = tokio::time::timeout_at(until, self.finishing.wait()).await;
     }
 
     /// Stops the proxied servers (each audited) and records a clean stop, with how many

@@ -294,6 +294,10 @@ fn start(
     if submitted.changed {
         cx.record(state_event(&record));
     }
+    // The job runs from here on: its record must not wait for the end of the wait.
+    if !wait.timeout.is_zero() {
+        cx.record_now();
+    }
     finish(cx, record, wait, "submitted")
 }
 

@@ -53,6 +53,9 @@ pub struct Context<'a> {
     /// Audit events the tool produced (instance lifecycle, job state changes), appended by
     /// the gateway before the call's outcome record — also when the tool then fails.
     pub events: RefCell<Vec<Entry>>,
+    /// Makes events durable now, attributed as [`Context::events`] are; gives them back if
+    /// it cannot (or if the call's decision is not in the log yet: they must not precede it).
+    pub commit: &'a dyn Fn(Vec<Entry>) -> Result<(), Vec<Entry>>,
     /// The call's instance as measured for the policies, for the space quotas.
     pub measured: &'a crate::usage::Measured,
     /// A streamed body lent by the door (see [`crate::gateway::Transfer`]).
@@ -88,6 +91,16 @@ impl Context<'_> {
     /// Queues an audit event; the gateway adds tenant, principal and tool.
     pub fn record(&self, entry: Entry) {
         self.events.borrow_mut().push(entry);
+    }
+
+    /// Makes the events queued so far durable now rather than with the call's outcome: before
+    /// a long wait, so that what the call started is in the log even if the gateway is killed
+    /// during it. Those that cannot be written now stay queued.
+    pub fn record_now(&self) {
+        let events = self.events.take();
+        if let Err(events) = (self.commit)(events) {
+            self.events.borrow_mut().splice(0..0, events);
+        }
     }
 }
 

@@ -542,13 +542,14 @@ async fn running_jobs_with_tools_hold_no_thread_each() {
     );
 }
 
-/// A job's requests other than tool calls count against its `max_calls_per_job` too: a
-/// listing asks the policies about every tool, and a job's code could ask for one forever.
+/// A job's requests other than tool calls count against its `max_calls_per_job` too, of
+/// whatever kind: a listing asks the policies about every tool, and a ping or a notification
+/// costs the door's shared threads, so a job's code could send any of them forever.
 #[tokio::test]
-async fn a_jobs_listings_count_against_its_calls() {
+async fn a_jobs_requests_of_every_kind_count_against_its_calls() {
     use std::io::{Read as _, Write as _};
     let dir = tempfile::tempdir().unwrap();
-    let extra = format!("{CHAIN}\n[code_mode]\nmax_calls_per_job = 5\n");
+    let extra = format!("{CHAIN}\n[code_mode]\nmax_calls_per_job = 6\n");
     let config = served::config(dir.path(), &extra);
     let served = Served::http(dir.path(), &config).await;
     let submit = call(
@@ -562,9 +563,8 @@ async fn a_jobs_listings_count_against_its_calls() {
         .unwrap()
         .to_owned();
     let socket = dir.path().join(format!("state/run/{job_id}/tools.sock"));
-    let list = || {
+    let send = |body: &str| {
         let mut door = std::os::unix::net::UnixStream::connect(&socket).unwrap();
-        let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#;
         let request = format!(
             "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
@@ -574,7 +574,21 @@ async fn a_jobs_listings_count_against_its_calls() {
         door.read_to_string(&mut answer).unwrap();
         answer
     };
-    let answers: Vec<String> = (0..6).map(|_| list()).collect();
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let stat = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"stat_path","arguments":{"path":"."}}}"#;
+    let answers: Vec<String> = [
+        initialize,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"resources/templates/list","params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":4,"method":"tasks/get","params":{"taskId":"t-nosuchtask"}}"#,
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":6,"method":"ping"}"#,
+        stat,
+    ]
+    .iter()
+    .map(|body| send(body))
+    .collect();
     drive(
         &served,
         &json!([call(
@@ -586,11 +600,10 @@ async fn a_jobs_listings_count_against_its_calls() {
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{stderr}");
     for answer in &answers[..5] {
-        assert!(answer.contains("\"tools\""), "{answer}");
+        assert!(!answer.contains("max_calls_per_job"), "{answer}");
     }
-    assert!(
-        !answers[5].contains("\"tools\"") && answers[5].contains("max_calls_per_job"),
-        "{}",
-        answers[5]
-    );
+    assert!(answers[5].contains("\"tools\""), "{}", answers[5]);
+    for answer in &answers[6..] {
+        assert!(answer.contains("max_calls_per_job"), "{answer}");
+    }
 }

@@ -33,7 +33,6 @@ SOCKET = os.environ.get("HPCGATE_TOOLS", "/run/hpcgate/tools.sock")
 URL = os.environ.get("HPCGATE_TOOLS_URL")
 TOKEN_FILE = os.environ.get("HPCGATE_TOOLS_TOKEN_FILE", "/run/hpcgate/token")
 _ids = itertools.count(1)
-_conn = None
 # How long a call waits for a gateway that is not listening (restarting) before it fails.
 RESTART_WAIT_S = 30
 
@@ -76,9 +75,13 @@ def _door():
             {"Authorization": f"Bearer {token}"}, f"the gateway at `{URL}`")
 
 
-def _post(message):
-    """One JSON-RPC message; the decoded response, or None for a notification."""
-    global _conn
+def _post(message, resend=False):
+    """One JSON-RPC message; the decoded response, or None for a notification.
+
+    A gateway that is not listening (restarting) is waited for: nothing was sent. Once the
+    message may have reached it, it is not sent again, unless `resend` (a message that changes
+    nothing): a call the gateway ran would run twice.
+    """
     connect, path, extra, name = _door()
     body = json.dumps(message).encode()
     headers = {
@@ -90,21 +93,13 @@ def _post(message):
         "Connection": "close",
         **extra,
     }
-    retried, waited_until, pause = False, None, 0.05
+    waited_until, pause, resent = None, 0.05, False
     while True:
-        if _conn is None:
-            _conn = connect()
+        conn = connect()
         try:
-            _conn.request("POST", path, body, headers)
-            response = _conn.getresponse()
-            data = response.read()
-            _conn.close()
-            _conn = None
-            break
+            conn.connect()
         except (ConnectionRefusedError, FileNotFoundError) as e:
-            # Nobody listens (the gateway is restarting) and nothing was sent: wait for it.
-            _conn.close()
-            _conn = None
+            conn.close()
             now = time.monotonic()
             waited_until = waited_until or now + RESTART_WAIT_S
             if now >= waited_until:
@@ -113,14 +108,28 @@ def _post(message):
                                 "and the gateway runs") from None
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
+            continue
+        except OSError as e:
+            conn.close()
+            raise ToolError("hpcgate", f"cannot reach {name} ({e}); "
+                            "it serves only while this job runs") from None
+        try:
+            conn.request("POST", path, body, headers)
+            response = conn.getresponse()
+            data = response.read()
+            break
         except (OSError, http.client.HTTPException) as e:
-            # A kept-alive connection the gateway closed: once more on a new one.
-            _conn.close()
-            _conn = None
-            if retried:
+            if resend and not resent:
+                resent = True
+                continue
+            if resend:
                 raise ToolError("hpcgate", f"{name} does not answer ({e}); "
                                 "it serves only while this job runs") from None
-            retried = True
+            raise ToolError("hpcgate", f"the connection to {name} broke during the call ({e}): "
+                            "the call may or may not have run (a restarting gateway ends the "
+                            "calls in flight); look before calling again") from None
+        finally:
+            conn.close()
     if response.status == 202 or not data:
         return None
     if response.status != 200:
@@ -141,8 +150,9 @@ def _last_sse_data(data):
     return last
 
 
-def _request(method, params):
-    return _post({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
+def _request(method, params, resend=False):
+    message = {"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params}
+    return _post(message, resend)
 
 
 _initialized = False
@@ -156,8 +166,8 @@ def _initialize():
         "protocolVersion": PROTOCOL_VERSION,
         "capabilities": {},
         "clientInfo": {"name": "hpcgate_tools", "version": "1"},
-    })
-    _post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    }, resend=True)
+    _post({"jsonrpc": "2.0", "method": "notifications/initialized"}, resend=True)
     _initialized = True
 
 
@@ -176,7 +186,7 @@ def call(tool, /, **arguments):
 def tools():
     """The tools this job may use, as the gateway lists them (name, description, schema)."""
     _initialize()
-    return _request("tools/list", {}).get("tools", [])
+    return _request("tools/list", {}, resend=True).get("tools", [])
 
 
 def _make(tool):

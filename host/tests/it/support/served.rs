@@ -86,9 +86,14 @@ impl Served {
     }
 
     /// SIGTERM, then the exit status and everything the gateway wrote on stderr.
-    pub async fn stop(mut self) -> (ExitStatus, String) {
+    pub async fn stop(self) -> (ExitStatus, String) {
+        self.signal(rustix::process::Signal::TERM).await
+    }
+
+    /// `signal`, then the exit status and everything the gateway wrote on stderr.
+    pub async fn signal(mut self, signal: rustix::process::Signal) -> (ExitStatus, String) {
         let pid = rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap();
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        rustix::process::kill_process(pid, signal).unwrap();
         let status = self.child.wait().await.unwrap();
         (status, self.stderr.await.unwrap())
     }
