@@ -7,7 +7,7 @@
 //! arguments are a few values, or one long string (a file's content); so a body is refused
 //! unread when it holds more than [`MAX_VALUES`] values, counted by one pass over its bytes.
 
-use axum::body::{Body, to_bytes};
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
@@ -57,12 +57,9 @@ pub async fn bounded(State(max_bytes): State<usize>, request: Request, next: Nex
         return next.run(request).await;
     }
     let (parts, body) = request.into_parts();
-    let bytes = match to_bytes(body, max_bytes).await {
+    let bytes = match crate::min_rate::read_whole(body, max_bytes).await {
         Ok(bytes) => bytes,
-        Err(_) => {
-            let why = format!("the request body is larger than {max_bytes} bytes or was cut off");
-            return (StatusCode::PAYLOAD_TOO_LARGE, why).into_response();
-        }
+        Err(refused) => return refused,
     };
     if let Err(why) = check_values(&bytes, MAX_VALUES) {
         return (StatusCode::PAYLOAD_TOO_LARGE, why).into_response();

@@ -57,7 +57,7 @@ use crate::metrics::Access;
 use crate::state::TenantName;
 use connections::{Activity, Bounded, Counted, InFlight};
 pub(crate) use guards::host_name;
-use guards::{allowed_hosts, check_host, confine_job_tokens};
+use guards::{check_host, confine_job_tokens};
 use unix_socket::{RemoveOnDrop, bind_unix};
 
 pub(crate) mod connections;
@@ -107,6 +107,8 @@ pub struct Identity {
     host_network: Vec<String>,
     /// `[http] max_connections` and `idle_timeout_s`.
     connections: connections::ConnectionLimits,
+    /// `[http] allowed_hosts` (and the OAuth resource's host).
+    allowed_hosts: Vec<String>,
 }
 
 impl Identity {
@@ -122,6 +124,7 @@ impl Identity {
                 .any(|&uid| uid != own),
             host_network: host_network(settings),
             connections: settings.fixed.connections,
+            allowed_hosts: settings.fixed.allowed_hosts.clone(),
         }
     }
 
@@ -149,6 +152,7 @@ pub async fn serve(
     let path = flavor.path();
     check(&listen, &identity, path)?;
     let connections = identity.connections;
+    let allowed_hosts = identity.allowed_hosts.clone();
     let shutdown = CancellationToken::new();
     let config = stateless_config(shutdown.clone());
     let signalled = {
@@ -160,7 +164,7 @@ pub async fn serve(
     };
     match listen {
         Listen::Tcp { host, port } => {
-            let hosts = allowed_hosts(&host);
+            let hosts = guards::allowed_hosts(&host, &allowed_hosts);
             let config = config.with_allowed_hosts(hosts.clone());
             let listener = TcpListener::bind((host.as_str(), port))
                 .await

@@ -40,6 +40,7 @@ pub mod http;
 pub mod jobs;
 pub mod mcp;
 pub mod metrics;
+mod min_rate;
 mod permits;
 pub mod proxy;
 pub mod resources;

@@ -251,14 +251,10 @@ async fn message(State(shared): State<Shared>, request: Request) -> Response {
             _ => return unknown(),
         }
     };
-    let body = match axum::body::to_bytes(request.into_body(), MAX_BODY).await {
+    // At the door's minimum rate: a body promised and never sent would hold its connection.
+    let body = match crate::min_rate::read_whole(request.into_body(), MAX_BODY).await {
         Ok(body) => body,
-        Err(_) => {
-            return refuse(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "the message is larger than 32 MiB or was cut off",
-            );
-        }
+        Err(refused) => return refused,
     };
     if let Err(why) = crate::bounded_json::check_values(&body, crate::bounded_json::MAX_VALUES) {
         return refuse(StatusCode::PAYLOAD_TOO_LARGE, &why);

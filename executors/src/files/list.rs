@@ -70,6 +70,9 @@ pub fn list_directory(
     let mut entries = Vec::new();
     let mut over_cap = false;
     let stopped = walk(&start, &bounds, |v| {
+        if v.is_temporary() {
+            return ControlFlow::Continue(());
+        }
         if entries.len() >= cap {
             over_cap = true;
             return ControlFlow::Break(());

@@ -84,6 +84,17 @@ impl SandboxPath {
             match part {
                 "" | "." => {}
                 ".." => return Err(FileError::EscapeAttempt { path: shown() }),
+                temporary if temporary.starts_with(super::atomic::TEMP_PREFIX) => {
+                    return Err(FileError::InvalidPath {
+                        path: shown(),
+                        reason: format!(
+                            "names starting with `{}` are the gateway's own temporary files (a \
+                             write or an upload in progress): they cannot be read, changed or \
+                             made; choose another name",
+                            super::atomic::TEMP_PREFIX
+                        ),
+                    });
+                }
                 normal => components.push(normal.to_owned()),
             }
         }
@@ -136,8 +147,8 @@ impl SandboxPath {
 
     /// Refuses names that the gateway must never create: anything [`super::names`] would escape
     /// (control characters, backslashes, bidi overrides; such names could not be passed back as
-    /// listed), names of its own temporary files (the usage walk deletes one left behind) and
-    /// names over 255 bytes.
+    /// listed) and names over 255 bytes. Names of its own temporary files are refused by
+    /// [`SandboxPath::parse`] already (the usage walk deletes one left behind).
     pub fn check_creatable(&self) -> Result<(), FileError> {
         for name in &self.components {
             if name.chars().any(super::names::needs_escape) {
@@ -146,16 +157,6 @@ impl SandboxPath {
                     reason:
                         "new names may not contain control characters, backslashes or bidirectional overrides"
                             .into(),
-                });
-            }
-            if name.starts_with(super::atomic::TEMP_PREFIX) {
-                return Err(FileError::InvalidPath {
-                    path: self.to_string(),
-                    reason: format!(
-                        "names starting with `{}` are the gateway's own temporary files, deleted \
-                         when left behind; choose another name",
-                        super::atomic::TEMP_PREFIX
-                    ),
                 });
             }
             if name.len() > 255 {

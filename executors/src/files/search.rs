@@ -75,7 +75,7 @@ pub fn search_files(
     let base_escaped = base.contains('\\');
     let mut matches = Vec::new();
     let stopped = walk(&start, &bounds, |v| {
-        if !matcher.is_match(&v.rel) {
+        if v.is_temporary() || !matcher.is_match(&v.rel) {
             return ControlFlow::Continue(());
         }
         if matches.len() >= cap {

@@ -28,6 +28,14 @@ pub(crate) struct Visit {
     pub facts: EntryFacts,
 }
 
+impl Visit {
+    /// Whether this is (or lies in) one of the gateway's own temporary files: a write or an
+    /// upload in progress, which no listing shows ([`super::SandboxPath::parse`] refuses it).
+    pub(crate) fn is_temporary(&self) -> bool {
+        (self.rel.split('/')).any(|name| name.starts_with(super::atomic::TEMP_PREFIX))
+    }
+}
+
 /// Bounds of one walk.
 pub(crate) struct WalkBounds {
     /// Deepest level to descend to (0: only the start directory's own entries).

@@ -57,6 +57,10 @@ pub struct JwtConfig {
 pub struct HttpConfig {
     /// Browser origins allowed to call (`scheme://host[:port]`); loopback origins always are.
     pub allowed_origins: Option<Vec<String>>,
+    /// Names and addresses clients reach the gateway's TCP listener by (`gw.example.org`,
+    /// `192.0.2.7`), besides loopback names, `--host` and `[auth.oauth] resource`'s host:
+    /// every request's `Host` must name one of them.
+    pub allowed_hosts: Option<Vec<String>>,
     /// Connections open at once on the gateway's listener (default 512); more wait unaccepted.
     pub max_connections: Option<usize>,
     /// Seconds a connection may stay open with no request in flight and nothing written to it
@@ -367,6 +371,31 @@ mod tests {
             ..Environment::default()
         };
         Settings::resolve(&config, &env, &Origins::single("t.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn allowed_hosts_are_names_or_addresses_alone() {
+        let hosts = |text: &str| resolve(text).map(|s| s.fixed.allowed_hosts);
+        assert_eq!(
+            hosts(
+                "[http]\nallowed_hosts = [\"GW.example.org\", \"[2001:db8::7]\", \"192.0.2.7\"]\n"
+            )
+            .unwrap(),
+            ["gw.example.org", "2001:db8::7", "192.0.2.7"]
+        );
+        for bad in [
+            "https://gw.example.org",
+            "gw.example.org:8000",
+            "gw/mcp",
+            "",
+            "*",
+        ] {
+            let refused = hosts(&format!("[http]\nallowed_hosts = [\"{bad}\"]\n")).unwrap_err();
+            assert!(
+                refused.contains("http.allowed_hosts[0]"),
+                "{bad}: {refused}"
+            );
+        }
     }
 
     #[test]

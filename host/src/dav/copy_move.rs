@@ -44,9 +44,17 @@ pub async fn copy_or_move(cx: &Cx<'_>, headers: &HeaderMap, moving: bool) -> Res
         )
             .into_response();
     }
-    let overwrite = headers
-        .get("Overwrite")
-        .is_none_or(|v| v.as_bytes() != b"F");
+    // RFC 4918: `T` or `F` (case-insensitive, as every header token), `T` when absent; a
+    // value it does not define is refused rather than read as "replace".
+    let overwrite = match headers.get("Overwrite").map(|v| v.as_bytes().trim_ascii()) {
+        None => true,
+        Some(b"T" | b"t") => true,
+        Some(b"F" | b"f") => false,
+        Some(_) => {
+            let why = "`Overwrite` is `T` or `F`";
+            return (StatusCode::BAD_REQUEST, why).into_response();
+        }
+    };
     if let Err(unmet) = super::conditions::check(cx, view, headers).await {
         return unmet.into_response();
     }

@@ -402,7 +402,16 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
         };
     }
     let exclusive = !elements.iter().any(|e| e.is(DAV, "shared"));
-    let infinite = headers.get("Depth").is_none_or(|d| d.as_bytes() != b"0");
+    // RFC 4918 9.10.3: a LOCK's depth is 0 or infinity (the default).
+    let infinite = match headers.get("Depth").map(|d| d.as_bytes().trim_ascii()) {
+        None => true,
+        Some(b"0") => false,
+        Some(d) if d.eq_ignore_ascii_case(b"infinity") => true,
+        Some(_) => {
+            let why = "a LOCK's `Depth` is `0` or `infinity`\n";
+            return (StatusCode::BAD_REQUEST, why).into_response();
+        }
+    };
     if view.is_area() {
         // A lock of the whole area would stop every other writer of the tenant.
         return (

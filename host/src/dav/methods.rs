@@ -12,12 +12,12 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 use tokio_util::io::{ReaderStream, StreamReader, SyncIoBridge};
 
-use super::min_rate::MinRate;
 use super::status::{self, Op};
 use super::target::{SandboxView, Target};
 use super::{Dav, Refusal};
 use crate::auth::Caller;
 use crate::gateway::{Failure, Transfer, Upload};
+use crate::min_rate::MinRate;
 use crate::state::InstanceId;
 use hpcgate_executors::files::OpenedFile;
 

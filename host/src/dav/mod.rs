@@ -37,7 +37,6 @@ mod copy_move;
 mod extras;
 mod locks;
 mod methods;
-mod min_rate;
 mod props;
 mod status;
 mod target;

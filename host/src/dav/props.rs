@@ -9,7 +9,7 @@
 //! collection, as RFC 4918 §9.1 provides for truncated results; so does `/dav/instances/`,
 //! whose instances are asked of `list_instances` a page at a time up to the same cap.
 
-use axum::body::{Body, to_bytes};
+use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -49,10 +49,7 @@ pub async fn body_elements(body: Body) -> Result<Vec<Element>, Response> {
 
 /// Reads a request body up to [`xml::MAX_BODY_BYTES`]: its text and its elements.
 pub async fn body_xml(body: Body) -> Result<(String, Vec<Element>), Response> {
-    let bytes = to_bytes(body, xml::MAX_BODY_BYTES).await.map_err(|_| {
-        let why = format!("the XML body is larger than {} bytes", xml::MAX_BODY_BYTES);
-        (StatusCode::PAYLOAD_TOO_LARGE, why).into_response()
-    })?;
+    let bytes = crate::min_rate::read_whole(body, xml::MAX_BODY_BYTES).await?;
     if bytes.is_empty() {
         return Ok((String::new(), Vec::new()));
     }

@@ -225,7 +225,10 @@ pub fn inner_text(body: &str, local: &str) -> Option<String> {
     None
 }
 
-/// Escapes text for element content and attribute values.
+/// Escapes text for element content and attribute values. A character XML 1.0 does not allow
+/// at all (controls but tab and line ends, U+FFFE, U+FFFF: not even as a character reference)
+/// becomes U+FFFD: a lock's owner or a file's name holding one would otherwise make the whole
+/// answer unreadable to every client listing that collection.
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -235,6 +238,8 @@ pub fn escape(text: &str) -> String {
             '&' => out.push_str("&amp;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&apos;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            '\0'..='\u{1f}' | '\u{fffe}' | '\u{ffff}' => out.push('\u{fffd}'),
             c => out.push(c),
         }
     }
@@ -250,6 +255,17 @@ pub const MULTISTATUS_CLOSE: &str = "</D:multistatus>\n";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escaped_text_holds_only_characters_xml_allows() {
+        assert_eq!(escape("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&apos;");
+        assert_eq!(escape("tab\tline\nend\r"), "tab\tline\nend\r");
+        assert_eq!(
+            escape("\u{1}owner\u{0}\u{1f}x\u{fffe}\u{ffff}"),
+            "\u{fffd}owner\u{fffd}\u{fffd}x\u{fffd}\u{fffd}"
+        );
+        assert_eq!(escape("élan 名前 \u{fffd}"), "élan 名前 \u{fffd}");
+    }
 
     #[test]
     fn names_resolve_through_prefixes() {

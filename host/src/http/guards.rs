@@ -10,7 +10,8 @@ use axum::response::{IntoResponse, Response};
 use rmcp::transport::StreamableHttpServerConfig;
 
 /// Over TCP, every request but `/healthz` must name in its `Host` header an address this gateway
-/// listens on (a loopback name, or the `--host` given), as rmcp requires at the MCP path. A web
+/// listens on (a loopback name, the `--host` given, or a name of `[http] allowed_hosts`), as
+/// rmcp requires at the MCP path. A web
 /// page whose name was rebound to 127.0.0.1 sends its own name, and no `Origin` on a same-origin
 /// `GET`: without this it could read `/dav` and `/metrics` of a gateway that trusts loopback.
 pub(super) async fn check_host(
@@ -65,12 +66,15 @@ pub(super) async fn confine_job_tokens(
     next.run(request).await
 }
 
-/// rmcp's loopback `Host` names, plus the host we listen on (e.g. `127.0.0.2`).
-pub(super) fn allowed_hosts(host: &str) -> Vec<String> {
+/// rmcp's loopback `Host` names, plus the host we listen on (e.g. `127.0.0.2`) and `extra`
+/// (`[http] allowed_hosts`, the OAuth resource's host).
+pub(super) fn allowed_hosts(host: &str, extra: &[String]) -> Vec<String> {
     let mut hosts = StreamableHttpServerConfig::default().allowed_hosts;
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    if !hosts.iter().any(|h| h == host) {
-        hosts.push(host.to_owned());
+    for host in std::iter::once(host).chain(extra.iter().map(String::as_str)) {
+        if !hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+            hosts.push(host.to_owned());
+        }
     }
     hosts
 }

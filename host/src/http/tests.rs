@@ -3,11 +3,10 @@
 
 use super::*;
 
-#[test]
-fn single_tenant_tcp_listens_only_on_loopback() {
-    let identity = Identity {
+fn bare_identity(multi_tenant: bool) -> Identity {
+    Identity {
         stdio_tenant: TenantName::parse("default").unwrap(),
-        multi_tenant: false,
+        multi_tenant,
         foreign_unix_uids: false,
         host_network: Vec::new(),
         connections: crate::config::ConnectionLimits {
@@ -15,7 +14,13 @@ fn single_tenant_tcp_listens_only_on_loopback() {
             per_peer: 1,
             idle: std::time::Duration::from_secs(1),
         },
-    };
+        allowed_hosts: Vec::new(),
+    }
+}
+
+#[test]
+fn single_tenant_tcp_listens_only_on_loopback() {
+    let identity = bare_identity(false);
     for host in ["127.0.0.1", "::1", "localhost"] {
         assert!(check_tcp_host(host, &identity).is_ok(), "{host}");
     }
@@ -27,17 +32,7 @@ fn single_tenant_tcp_listens_only_on_loopback() {
 
 #[test]
 fn with_tenants_tcp_may_listen_anywhere_since_every_request_authenticates() {
-    let identity = Identity {
-        stdio_tenant: TenantName::parse("default").unwrap(),
-        multi_tenant: true,
-        foreign_unix_uids: false,
-        host_network: Vec::new(),
-        connections: crate::config::ConnectionLimits {
-            max: 1,
-            per_peer: 1,
-            idle: std::time::Duration::from_secs(1),
-        },
-    };
+    let identity = bare_identity(true);
     for host in ["127.0.0.1", "0.0.0.0", "login1.cluster"] {
         assert!(check_tcp_host(host, &identity).is_ok(), "{host}");
     }

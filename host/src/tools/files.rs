@@ -376,7 +376,10 @@ fn write_upload(
                 ),
             ));
         }
-        Err(exec::FileError::TooLarge { size, .. }) if room.is_some_and(|r| size > r) => {
+        // Past the quota's room, when that room (not the upload cap) was the limit.
+        Err(exec::FileError::TooLarge { size, .. })
+            if room.is_some_and(|r| size > r && r < upload.max_bytes) =>
+        {
             drop(hold);
             super::check_space(cx, instance, area, size)?;
             return Err(ToolError::of(

@@ -485,6 +485,97 @@ pub fn attacks(s: &Setup, sc: &Path, base: &str, chem: &dyn Fn(&[&str]) -> Reply
         .status,
         413
     );
+    // The gateway's own temporary file (an upload or a write in progress, here planted as one):
+    // never listed, read, moved or deleted by anyone, even its tenant.
+    let temp = ".hpcgate-tmp-999-0-0";
+    std::fs::write(s.workspace.join(temp), "half an upload").unwrap();
+    let listing = chem(&["-X", "PROPFIND", "-H", "Depth: 1", &format!("{ws}/")]);
+    assert_eq!(listing.status, 207);
+    assert!(!listing.body.contains("hpcgate-tmp"), "{}", listing.body);
+    for args in [
+        vec![],
+        vec!["-X", "DELETE"],
+        vec![
+            "-X",
+            "MOVE",
+            "-H",
+            "Destination: /dav/instances/run1/workspace/stolen",
+        ],
+        vec![
+            "-X",
+            "COPY",
+            "-H",
+            "Destination: /dav/instances/run1/workspace/stolen",
+        ],
+    ] {
+        let url = format!("{ws}/{temp}");
+        let reply = chem(&[args.as_slice(), &[url.as_str()]].concat());
+        assert_eq!(reply.status, 403, "{args:?}: {}", reply.body);
+        assert!(
+            reply.body.contains("temporary files"),
+            "{args:?}: {}",
+            reply.body
+        );
+    }
+    assert!(s.workspace.join(temp).exists() && !s.workspace.join("stolen").exists());
+    // `Overwrite` is `T` or `F` in any case; another value is refused, not read as `T`.
+    std::fs::write(s.workspace.join("keep.txt"), "kept").unwrap();
+    std::fs::write(s.workspace.join("other.txt"), "other").unwrap();
+    let copy_over = |overwrite: &str| {
+        chem(&[
+            "-X",
+            "COPY",
+            "-H",
+            "Destination: /dav/instances/run1/workspace/keep.txt",
+            "-H",
+            &format!("Overwrite: {overwrite}"),
+            &format!("{ws}/other.txt"),
+        ])
+    };
+    assert_eq!(copy_over("f").status, 412);
+    assert_eq!(copy_over("false").status, 400);
+    assert_eq!(
+        std::fs::read_to_string(s.workspace.join("keep.txt")).unwrap(),
+        "kept"
+    );
+    // Characters XML does not allow, in a lock's owner or a file's name, never reach a
+    // listing: it stays well-formed for everyone.
+    std::fs::create_dir(s.workspace.join("shared")).unwrap();
+    let odd = chem(&["-T", "/dev/null", &format!("{ws}/shared/odd%EF%BF%BFname")]);
+    assert_eq!(odd.status, 201, "{}", odd.body);
+    let owner = sc.join("owner.xml");
+    std::fs::write(
+        &owner,
+        "<?xml version=\"1.0\"?><D:lockinfo xmlns:D=\"DAV:\"><D:lockscope><D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype><D:owner>bad\u{1}owner</D:owner></D:lockinfo>",
+    )
+    .unwrap();
+    let body = format!("@{}", owner.display());
+    // A LOCK is of depth 0 or infinity.
+    let lock = chem(&[
+        "-X",
+        "LOCK",
+        "-H",
+        "Depth: 1",
+        "--data-binary",
+        &body,
+        &format!("{ws}/keep.txt"),
+    ]);
+    assert_eq!(lock.status, 400, "{}", lock.body);
+    let locked = chem(&[
+        "-X",
+        "LOCK",
+        "--data-binary",
+        &body,
+        &format!("{ws}/shared"),
+    ]);
+    assert_eq!(locked.status, 200, "{}", locked.body);
+    let listing = chem(&["-X", "PROPFIND", "-H", "Depth: 1", &format!("{ws}/shared/")]);
+    assert_eq!(listing.status, 207, "{}", listing.body);
+    assert!(
+        !listing.body.contains(['\u{1}', '\u{ffff}']) && listing.body.contains("odd"),
+        "{:?}",
+        listing.body
+    );
     // No credentials, a wrong token, a wrong Basic password: 401 with a Basic challenge.
     for args in [
         vec![],

@@ -83,6 +83,45 @@ fn slow_uploads_hold_only_their_tenants_places_and_are_given_up() {
     assert!(status.success(), "{status:?}: {stderr}");
 }
 
+/// A body promised and never sent holds its connection only until it falls behind the door's
+/// minimum rate, whatever reads it whole: an MCP message, a PROPFIND's or a LOCK's XML. Before,
+/// such requests were in flight for good, and one token could fill the listener.
+#[test]
+fn bodies_promised_and_never_sent_are_given_up() {
+    use std::io::{Read as _, Write as _};
+    let s = setup();
+    let (runtime, served) = serve(s.dir.path(), &s.dir.path().join("gateway.toml"));
+    let authority = served.authority();
+    let heads = [
+        "POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream",
+        "PROPFIND /dav/instances/run1/workspace/ HTTP/1.1\r\nDepth: 1",
+        "LOCK /dav/instances/run1/workspace/a.txt HTTP/1.1",
+    ];
+    let mut held: Vec<_> = heads
+        .iter()
+        .map(|head| {
+            let mut tcp = std::net::TcpStream::connect(&authority).unwrap();
+            let head = format!(
+                "{head}\r\nHost: localhost\r\nAuthorization: Bearer {}\r\nContent-Length: 100000\r\n\r\n",
+                s.chem
+            );
+            tcp.write_all(head.as_bytes()).unwrap();
+            tcp
+        })
+        .collect();
+    for (tcp, head) in held.iter_mut().zip(heads) {
+        tcp.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        let mut answer = String::new();
+        let _ = tcp.read_to_string(&mut answer);
+        let status = answer.split(' ').nth(1).unwrap_or("none");
+        assert_eq!(status, "408", "{head}: {answer:?}");
+        assert!(answer.contains("slower than"), "{head}: {answer}");
+    }
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{status:?}: {stderr}");
+}
+
 /// PROPFIND Depth 1 of `/dav/instances/` lists every instance past `list_instances`' page of
 /// 500, up to `[files] max_list_entries`; past that, a 507 for the collection says it is cut.
 #[test]
@@ -529,4 +568,49 @@ fn an_upload_in_flight_counts_once_against_the_quota() {
     assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
     let (status, stderr) = runtime.block_on(served.stop());
     assert!(status.success(), "{stderr}");
+}
+
+/// An upload of unknown size (chunked) past `[dav] max_upload_bytes` is too large (413), also
+/// where a quota leaves more room than that: the cap, not the quota, stopped it (it said 507).
+#[test]
+fn a_chunked_upload_past_the_cap_is_too_large_under_a_roomy_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = generate_token().unwrap();
+    let config = format!(
+        "[dav]\nenabled = true\nmax_upload_bytes = 1000\n[tenants.chem]\ntokens = [{{ label = \"a\", sha256 = \"{}\" }}]\nquotas = {{ max_workspace_bytes = 1048576 }}\n",
+        hex::encode(hash_token(&token))
+    );
+    {
+        let gw = in_process::open(dir.path(), &config);
+        in_process::ok(gw.call(
+            &in_process::caller("chem"),
+            "create_instance",
+            in_process::args(json!({ "instance_id": "run1" })),
+        ));
+    }
+    let sc = tempfile::tempdir().unwrap();
+    let upload = sc.path().join("upload.bin");
+    std::fs::write(&upload, vec![b'x'; 5000]).unwrap();
+    let (runtime, served) = serve(dir.path(), &dir.path().join("gateway.toml"));
+    let url = format!(
+        "http://{}/dav/instances/run1/workspace/big.bin",
+        served.authority()
+    );
+    let auth = format!("Authorization: Bearer {token}");
+    let upload = upload.display().to_string();
+    let chunked = [
+        "-H",
+        &auth,
+        "-H",
+        "Transfer-Encoding: chunked",
+        "-T",
+        &upload,
+        &url,
+    ];
+    let reply = curl(sc.path(), &chunked);
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert_eq!(reply.status, 413, "{}", reply.body);
+    let workspace = find_workspace(&dir.path().join("state"), "chem", "run1");
+    assert!(!workspace.join("big.bin").exists());
 }

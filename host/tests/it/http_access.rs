@@ -96,6 +96,37 @@ async fn a_rebound_host_name_is_refused_on_every_route_but_healthz() {
     assert!(status.success(), "{status:?}: {stderr}");
 }
 
+/// `[http] allowed_hosts` names the gateway's other names (a listener on every interface is
+/// reached by the machine's name or address): those pass, in any case, with or without a port;
+/// any other name is still refused.
+#[tokio::test]
+async fn the_allowed_host_names_pass_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra =
+        "\n[http]\nallowed_hosts = [\"gw.example.org\", \"192.0.2.7\", \"[2001:db8::7]\"]\n";
+    let config = config(dir.path(), &format!("{POLICIES}{extra}"));
+    let served = Served::http(dir.path(), &config).await;
+    let authority = served.authority();
+    let port = authority.rsplit(':').next().unwrap();
+    for (host, allowed) in [
+        (format!("gw.example.org:{port}"), true),
+        ("GW.Example.ORG".to_owned(), true),
+        (format!("192.0.2.7:{port}"), true),
+        (format!("[2001:db8::7]:{port}"), true),
+        (format!("evil.example:{port}"), false),
+        (format!("gw.example.org.evil.example:{port}"), false),
+        (format!("192.0.2.8:{port}"), false),
+    ] {
+        let tcp = TcpStream::connect(authority.as_str()).await.unwrap();
+        let headers = [MCP_POST[0], MCP_POST[1], ("Host", host.as_str())];
+        let (status, body) = exchange(tcp, "POST", "/mcp", &headers, INITIALIZE).await;
+        let expected = if allowed { 200 } else { 403 };
+        assert_eq!(status, expected, "Host {host:?}: {body}");
+    }
+    let (status, stderr) = served.stop().await;
+    assert!(status.success(), "{status:?}: {stderr}");
+}
+
 /// `[http] allowed_origins` lets a listed web origin through (the authenticator decides, no
 /// outer check refuses it first); other foreign origins stay refused, loopback ones pass.
 #[tokio::test]

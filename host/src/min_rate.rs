@@ -1,9 +1,12 @@
 //! A request body that must keep coming: at least [`MIN_BYTES_PER_S`] on average after a grace
-//! of [`GRACE`], and some of it every [`MAX_IDLE`], else it ends in an error.
+//! of [`GRACE`], and some of it every [`MAX_IDLE`], else it ends in an error. Every body the
+//! gateway reads goes through it: a WebDAV PUT's stream, and the bodies read whole first
+//! ([`read_whole`]: MCP messages, WebDAV's XML).
 //!
-//! A PUT holds one of its tenant's places on the WebDAV door while its body streams in. A
-//! client that promises a large body and sends a byte now and then would hold that place for
-//! as long as it likes; with enough such uploads a tenant could stall its own door for good.
+//! A request holds one of its tenant's places on a door, and its connection, while its body
+//! streams in. A client that promises a body and sends a byte now and then (or nothing) would
+//! hold both for as long as it likes; with enough such requests one token could fill the
+//! listener's connections for good.
 //! Like Kestrel's minimum request body data rate, the body is given up once it falls behind a
 //! low average rate: the upload then fails like any interrupted one (nothing is left behind).
 //! An average alone can be gamed (a gigabyte sent fast buys days of silence), so, like nginx's
@@ -13,20 +16,23 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_util::Stream;
+use axum::body::{Body, Bytes};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use futures_util::{Stream, StreamExt as _, TryStreamExt as _};
 use tokio::time::{Instant, Sleep};
 
 /// The average rate a body must keep after [`GRACE`].
-pub(super) const MIN_BYTES_PER_S: u64 = 1024;
+pub(crate) const MIN_BYTES_PER_S: u64 = 1024;
 /// How long a body may take before the rate counts (a client's start, a slow first chunk).
-pub(super) const GRACE: Duration = Duration::from_secs(10);
+pub(crate) const GRACE: Duration = Duration::from_secs(10);
 /// The longest a body may send nothing, however fast it was before.
-pub(super) const MAX_IDLE: Duration = Duration::from_secs(60);
+pub(crate) const MAX_IDLE: Duration = Duration::from_secs(60);
 
 /// `inner`, ending in a `TimedOut` error once it falls behind the minimum rate. The clock
 /// starts when the body is first asked for: a PUT that waited for its tenant's place, or
 /// for the checks before the write, has not been slow.
-pub(super) struct MinRate<S> {
+pub(crate) struct MinRate<S> {
     inner: S,
     started: Instant,
     bytes: u64,
@@ -36,7 +42,7 @@ pub(super) struct MinRate<S> {
 }
 
 impl<S> MinRate<S> {
-    pub(super) fn new(inner: S) -> MinRate<S> {
+    pub(crate) fn new(inner: S) -> MinRate<S> {
         MinRate {
             inner,
             started: Instant::now(),
@@ -109,6 +115,30 @@ where
             },
         }
     }
+}
+
+/// Reads `body` whole, at most `max_bytes`, at the minimum rate; else the answer to give:
+/// 413 (larger), 408 (slower than the rate, or silent), 400 (cut off).
+pub(crate) async fn read_whole(body: Body, max_bytes: usize) -> Result<Bytes, Response> {
+    let stream = body.into_data_stream().map_err(std::io::Error::other);
+    let mut stream = MinRate::new(stream);
+    let mut whole = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                (StatusCode::REQUEST_TIMEOUT, e.to_string()).into_response()
+            } else {
+                let why = format!("the request body was cut off ({e}); send it again");
+                (StatusCode::BAD_REQUEST, why).into_response()
+            }
+        })?;
+        if whole.len() + chunk.len() > max_bytes {
+            let why = format!("the request body is larger than {max_bytes} bytes");
+            return Err((StatusCode::PAYLOAD_TOO_LARGE, why).into_response());
+        }
+        whole.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(whole))
 }
 
 #[cfg(test)]
