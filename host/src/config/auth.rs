@@ -66,8 +66,9 @@ pub struct HttpConfig {
     /// Seconds a connection may stay open with no request in flight and nothing written to it
     /// (default 60): a request's headers must arrive within this time.
     pub idle_timeout_s: Option<u64>,
-    /// Connections open at once from one TCP peer (one IPv4 address, one IPv6 /64; default
-    /// 128); more are closed as they come. Behind a reverse proxy, every connection is its.
+    /// Connections open at once from one peer (a local user, by uid, on the Unix socket and on
+    /// loopback; else one IPv4 address or IPv6 /64; default 128); more are closed as they
+    /// come. Behind a reverse proxy, every connection is its.
     pub max_connections_per_peer: Option<usize>,
 }
 

@@ -98,7 +98,8 @@ pub struct FixedSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
     pub max: usize,
-    /// Of `max`, for one IPv4 address or IPv6 /64 (a Unix socket's peers are not counted).
+    /// Of `max`, for one peer: a local user (Unix socket, loopback), else an IPv4 address
+    /// or an IPv6 /64.
     pub per_peer: usize,
     pub idle: Duration,
 }

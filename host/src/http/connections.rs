@@ -16,9 +16,13 @@
 //! axum's `serve` does not let hyper's own header timeout be set (it gives hyper no timer), so
 //! the bound is kept here, on the connection's reads and writes.
 //!
-//! One TCP peer (an IPv4 address, an IPv6 /64, which one host commonly has whole) may hold at
-//! most [`ConnectionLimits::per_peer`] of the places: a connection past that is closed as soon
-//! as it is accepted, so one peer cannot keep every other waiting.
+//! One peer may hold at most [`ConnectionLimits::per_peer`] of the places: a connection past
+//! that is closed as soon as it is accepted, so one peer cannot keep every other waiting. A
+//! peer is a uid on this host (a Unix socket's, from `SO_PEERCRED`; a loopback TCP client's,
+//! the owner of its socket, see [`super::tcp_owner`]): every local user is 127.0.0.1, so by
+//! address one user holding connections, with no token or request, would lock out all the
+//! others. Any other TCP peer is its address: an IPv4 address, an IPv6 /64 (which one host
+//! commonly has whole).
 
 use std::collections::HashMap;
 use std::future::Future as _;
@@ -57,7 +61,7 @@ impl<L> Bounded<L> {
 
 impl<L: Listener> Listener for Bounded<L>
 where
-    L::Addr: PeerAddr,
+    L::Io: CountedPeer,
 {
     type Io = Guarded<L::Io>;
     type Addr = L::Addr;
@@ -67,7 +71,7 @@ where
             let place = (Arc::clone(&self.places).acquire_owned().await)
                 .expect("the semaphore is never closed");
             let (io, addr) = self.inner.accept().await;
-            let peer = match addr.peer() {
+            let peer = match io.peer() {
                 None => None,
                 Some(peer) => match self.peers.admit(peer, self.limits.per_peer) {
                     Some(held) => Some(held),
@@ -89,7 +93,7 @@ where
 
 /// Says on the gateway's log that `peer`'s connection was closed, at most once a minute (a
 /// peer that holds its share may try thousands of times).
-fn say_refused(peer: IpAddr, share: usize) {
+fn say_refused(peer: Peer, share: usize) {
     static LAST: Mutex<Option<Instant>> = Mutex::new(None);
     let mut last = LAST
         .lock()
@@ -103,16 +107,28 @@ fn say_refused(peer: IpAddr, share: usize) {
     ));
 }
 
-/// A listener address that may name a peer whose connections are counted.
-pub(crate) trait PeerAddr {
-    /// The peer as counted: an IPv4 address, or the /64 of an IPv6 one; `None` for peers
-    /// that are not counted (a Unix socket's).
-    fn peer(&self) -> Option<IpAddr>;
+/// Whose a connection is, as its places are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Peer {
+    /// A TCP peer elsewhere: an IPv4 address, or the /64 of an IPv6 one.
+    Net(IpAddr),
+    /// A user of this host.
+    Uid(u32),
 }
 
-impl PeerAddr for std::net::SocketAddr {
-    fn peer(&self) -> Option<IpAddr> {
-        Some(match self.ip().to_canonical() {
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::Net(address) => write!(f, "{address}"),
+            Peer::Uid(uid) => write!(f, "uid {uid}"),
+        }
+    }
+}
+
+impl Peer {
+    /// A TCP peer by its address: an IPv4 address (an IPv4-mapped one too), an IPv6 /64.
+    pub(crate) fn of_address(address: IpAddr) -> Peer {
+        Peer::Net(match address.to_canonical() {
             IpAddr::V6(v6) => {
                 let prefix = u128::from(v6) & !((1u128 << 64) - 1);
                 IpAddr::V6(prefix.into())
@@ -122,19 +138,38 @@ impl PeerAddr for std::net::SocketAddr {
     }
 }
 
-impl PeerAddr for tokio::net::unix::SocketAddr {
-    fn peer(&self) -> Option<IpAddr> {
-        None
+/// An accepted connection whose peer is counted; `None`: not counted.
+pub(crate) trait CountedPeer {
+    fn peer(&self) -> Option<Peer>;
+}
+
+impl CountedPeer for tokio::net::TcpStream {
+    fn peer(&self) -> Option<Peer> {
+        let remote = self.peer_addr().ok()?;
+        if remote.ip().to_canonical().is_loopback()
+            && let Ok(local) = self.local_addr()
+            && let crate::auth::SocketOwner::Uid(uid) =
+                super::tcp_owner::owner_ambient(remote, local)
+        {
+            return Some(Peer::Uid(uid));
+        }
+        Some(Peer::of_address(remote.ip()))
+    }
+}
+
+impl CountedPeer for tokio::net::UnixStream {
+    fn peer(&self) -> Option<Peer> {
+        self.peer_cred().ok().map(|cred| Peer::Uid(cred.uid()))
     }
 }
 
 /// The connections each counted peer holds now.
 #[derive(Clone, Default)]
-struct Peers(Arc<Mutex<HashMap<IpAddr, usize>>>);
+struct Peers(Arc<Mutex<HashMap<Peer, usize>>>);
 
 impl Peers {
     /// One more connection of `peer`, unless it holds `most` already.
-    fn admit(&self, peer: IpAddr, most: usize) -> Option<PeerHeld> {
+    fn admit(&self, peer: Peer, most: usize) -> Option<PeerHeld> {
         let mut held = self
             .0
             .lock()
@@ -154,7 +189,7 @@ impl Peers {
 /// One connection counted against its peer, until it is dropped.
 struct PeerHeld {
     peers: Peers,
-    peer: IpAddr,
+    peer: Peer,
 }
 
 impl Drop for PeerHeld {

@@ -239,8 +239,10 @@ async fn a_reader_gone_gives_its_place_back(path: &str) {
     drop(reader_gone);
 }
 
-/// One TCP peer holds at most `per_peer` of the places: its next connection is closed as it
-/// comes, another peer's is served, and one of its own is again once it closed one.
+/// One peer holds at most `per_peer` of the places: its next connection is closed as it comes,
+/// another peer's is served, and one of its own is again once it closed one. On loopback a
+/// peer is the uid owning the client's socket, not its address: every local user is
+/// 127.0.0.1 (or any 127.x), so by address one of them could lock all the others out.
 #[tokio::test]
 async fn one_peer_holds_at_most_its_share() {
     use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -266,9 +268,29 @@ async fn one_peer_holds_at_most_its_share() {
         String::from_utf8_lossy(&answer).ends_with("ok")
     };
     let (first, second) = (from([127, 0, 0, 1]).await, from([127, 0, 0, 1]).await);
-    // The third of that peer is closed unanswered, while its first two wait, unused.
+    // The third of that peer is closed unanswered, while its first two wait, unused; from
+    // another loopback address it is the same user, so the same peer.
     assert!(!ask(from([127, 0, 0, 1]).await).await, "a third was served");
-    assert!(ask(from([127, 0, 0, 2]).await).await, "another peer waits");
+    assert!(
+        !ask(from([127, 0, 0, 2]).await).await,
+        "the same user from 127.0.0.2 was served"
+    );
+    // Another user of this host is another peer (it needs root to be one).
+    if rustix::process::geteuid().is_root() {
+        let port = address.port().to_string();
+        let other = tokio::process::Command::new("python3")
+            .args(["-c", OTHER_USER_ASKS, &port])
+            .uid(65534)
+            .output()
+            .await
+            .unwrap();
+        let said = String::from_utf8_lossy(&other.stdout);
+        assert_eq!(said.trim(), "ok", "another user waits: {other:?}");
+    } else {
+        use std::io::Write as _;
+        let skipped = "skipped: another user's connection is served needs root";
+        let _ = writeln!(std::io::stderr(), "{skipped}");
+    }
     assert!(ask(first).await, "the first is served");
     // Its first is closed now: a new one of its own is served once the listener has seen it.
     let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -282,16 +304,88 @@ async fn one_peer_holds_at_most_its_share() {
     drop(second);
 }
 
+/// On a Unix socket a peer is its uid too (`SO_PEERCRED`): one user past its share is closed
+/// at once, and another user is still served.
+#[tokio::test]
+async fn one_user_holds_at_most_its_share_of_a_unix_socket() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let limits = ConnectionLimits {
+        max: 8,
+        per_peer: 2,
+        idle: PATIENCE,
+    };
+    let socket = serve_with(dir.path(), limits).await;
+    let held = [
+        UnixStream::connect(&socket).await.unwrap(),
+        UnixStream::connect(&socket).await.unwrap(),
+    ];
+    let mut third = UnixStream::connect(&socket).await.unwrap();
+    assert!(
+        closed(&mut third).await,
+        "a third of the same user's was kept"
+    );
+    if rustix::process::geteuid().is_root() {
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let other = tokio::process::Command::new("python3")
+            .args(["-c", OTHER_USER_ASKS_ON_A_SOCKET, socket.to_str().unwrap()])
+            .uid(65534)
+            .output()
+            .await
+            .unwrap();
+        let said = String::from_utf8_lossy(&other.stdout);
+        assert_eq!(said.trim(), "ok", "another user waits: {other:?}");
+    } else {
+        use std::io::Write as _;
+        let skipped = "skipped: another user's connection is served needs root";
+        let _ = writeln!(std::io::stderr(), "{skipped}");
+    }
+    drop(held);
+}
+
+/// [`OTHER_USER_ASKS`] on the Unix socket at `argv[1]`.
+const OTHER_USER_ASKS_ON_A_SOCKET: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+s.connect(sys.argv[1])
+s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+answer = b""
+while True:
+    try:
+        piece = s.recv(4096)
+    except OSError:
+        break
+    if not piece:
+        break
+    answer += piece
+print("ok" if answer.endswith(b"ok") else repr(answer))
+"#;
+
+/// A request to `127.0.0.1:<argv[1]>` whose answer ends in `ok`: prints `ok`, else what came.
+const OTHER_USER_ASKS: &str = r#"
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+answer = b""
+while True:
+    try:
+        piece = s.recv(4096)
+    except OSError:
+        break
+    if not piece:
+        break
+    answer += piece
+print("ok" if answer.endswith(b"ok") else repr(answer))
+"#;
+
 /// An IPv6 peer is its /64 (one host commonly has all of it), an IPv4-mapped one its IPv4.
 #[test]
 fn a_peer_is_an_ipv4_address_or_an_ipv6_64() {
-    use super::PeerAddr as _;
-    let peer = |text: &str| text.parse::<std::net::SocketAddr>().unwrap().peer();
-    assert_eq!(
-        peer("[2001:db8:1:2::1]:1"),
-        peer("[2001:db8:1:2:ffff::9]:2")
-    );
-    assert_ne!(peer("[2001:db8:1:2::1]:1"), peer("[2001:db8:1:3::1]:1"));
-    assert_eq!(peer("[::ffff:10.0.0.1]:1"), peer("10.0.0.1:2"));
-    assert_ne!(peer("10.0.0.1:1"), peer("10.0.0.2:1"));
+    let peer = |text: &str| super::Peer::of_address(text.parse().unwrap());
+    assert_eq!(peer("2001:db8:1:2::1"), peer("2001:db8:1:2:ffff::9"));
+    assert_ne!(peer("2001:db8:1:2::1"), peer("2001:db8:1:3::1"));
+    assert_eq!(peer("::ffff:10.0.0.1"), peer("10.0.0.1"));
+    assert_ne!(peer("10.0.0.1"), peer("10.0.0.2"));
 }
