@@ -56,10 +56,15 @@ pub enum Event {
     /// A tenant's calls that did not run, refused over its `[audit] refusals_per_minute`
     /// and not recorded one by one; `detail` says how many, between when, by whom and why.
     RefusalsSummarised,
+    /// A WebDAV lock was taken or refreshed (`detail.refreshed`): it blocks others' writes.
+    /// `detail` has the path, scope, depth, timeout and a digest of its token.
+    DavLocked,
+    /// A WebDAV lock was given back by its holder (UNLOCK); `detail` as for `dav.locked`.
+    DavUnlocked,
 }
 
 impl Event {
-    pub const ALL: [Event; 21] = [
+    pub const ALL: [Event; 23] = [
         Event::Call,
         Event::InstanceCreated,
         Event::InstanceArchived,
@@ -81,6 +86,8 @@ impl Event {
         Event::ProxyDiscoveryFailed,
         Event::TaskCreated,
         Event::RefusalsSummarised,
+        Event::DavLocked,
+        Event::DavUnlocked,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -106,6 +113,8 @@ impl Event {
             Event::ProxyDiscoveryFailed => "proxy.discovery_failed",
             Event::TaskCreated => "task.created",
             Event::RefusalsSummarised => "refusals.summarised",
+            Event::DavLocked => "dav.locked",
+            Event::DavUnlocked => "dav.unlocked",
         }
     }
 }

@@ -3,6 +3,10 @@
 //! write, can write — and so that a write to a path another client locked is refused with 423
 //! unless the request's `If` header holds the lock's token.
 //!
+//! Taking, refreshing and giving back a lock is audited (`dav.locked`, `dav.unlocked`: who
+//! blocked whose writes, where and when), with a digest of the token, not the token; a lock
+//! whose record cannot be written is not taken (503). One that times out is not recorded.
+//!
 //! Locks are per tenant and instance: a lock never covers, reveals or blocks another tenant's
 //! paths. A lock belongs to the principal that took it (RFC 4918 §6.4): another principal of
 //! the tenant sees it and is blocked by it, but its token does not work for them. A lock changes no file and runs no tool; LOCK first asks the pipeline for the
@@ -31,6 +35,7 @@ use super::methods::Cx;
 use super::status::{self, Op};
 use super::target::{SandboxView, Target};
 use super::xml::{DAV, escape};
+use crate::audit::{Entry, Event};
 use crate::auth::Caller;
 use crate::gateway::{Failure, Transfer, Upload};
 use crate::policy::Via;
@@ -71,6 +76,27 @@ struct Lock {
 }
 
 impl Lock {
+    /// The audit record of this lock as `event` (taken, refreshed, given back).
+    fn record(&self, event: Event) -> Entry {
+        use sha2::Digest as _;
+        let digest = hex::encode(&sha2::Sha256::digest(self.token.as_bytes())[..8]);
+        Entry::new(event)
+            .who(&self.tenant, &self.principal)
+            .instance(&self.instance)
+            .detail("path", self.path.path())
+            .detail("lock", digest)
+            .detail(
+                "scope",
+                if self.exclusive {
+                    "exclusive"
+                } else {
+                    "shared"
+                },
+            )
+            .detail("depth", if self.infinite { "infinity" } else { "0" })
+            .detail("timeout_s", self.timeout.as_secs())
+    }
+
     /// Whether this lock bears on a change at `view` (of a tree, when `tree`).
     fn covers(&self, view: &SandboxView, tree: bool) -> bool {
         self.path == *view
@@ -390,10 +416,13 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
             })?;
             found.timeout = timeout;
             found.expires = Instant::now() + timeout;
-            Some(found.activelock())
+            Some((found.activelock(), found.record(Event::DavLocked)))
         });
         return match refreshed {
-            Some(active) => answer(StatusCode::OK, &active, None),
+            Some((active, record)) => match recorded(cx, record.detail("refreshed", true)).await {
+                Ok(()) => answer(StatusCode::OK, &active, None),
+                Err(refused) => refused,
+            },
             None => (
                 StatusCode::PRECONDITION_FAILED,
                 "no lock of yours to refresh here; send its token in an If header\n",
@@ -503,12 +532,30 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
             return status::failed(&made, Op::Create);
         }
     }
+    if let Err(refused) = recorded(cx, new.record(Event::DavLocked)).await {
+        cx.dav
+            .locks
+            .with(&new.tenant, |locks| locks.retain(|l| l.token != new.token));
+        return refused;
+    }
     let status = if missing {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
     answer(status, &new.activelock(), Some(&token))
+}
+
+/// Makes `record` durable; a 503 to answer if it cannot be.
+async fn recorded(cx: &Cx<'_>, record: Entry) -> Result<(), Response> {
+    match cx.dav.gateway.audit().submit(vec![record]).await {
+        Ok(_) => Ok(()),
+        Err(e) => Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the lock could not be recorded in the audit log ({e}); retry\n"),
+        )
+            .into_response()),
+    }
 }
 
 /// `owner` cut to [`MAX_OWNER_BYTES`] (at a character boundary).
@@ -554,7 +601,7 @@ fn answer(status: StatusCode, active: &str, token: Option<&str>) -> Response {
 }
 
 /// UNLOCK: removes the lock named by `Lock-Token` if the caller took it and it covers the path.
-pub fn unlock(cx: &Cx<'_>, headers: &HeaderMap) -> Response {
+pub async fn unlock(cx: &Cx<'_>, headers: &HeaderMap) -> Response {
     let Target::File(id, view) = &cx.target else {
         return (StatusCode::CONFLICT, "nothing is locked here\n").into_response();
     };
@@ -572,18 +619,23 @@ pub fn unlock(cx: &Cx<'_>, headers: &HeaderMap) -> Response {
     };
     let tenant = cx.caller.tenant.as_ref();
     let found = cx.dav.locks.with(tenant, |locks| {
-        let at = locks
+        let lock = locks
             .iter()
-            .position(|l| l.instance == id.as_str() && l.token == token && l.covers(view, false))?;
-        let theirs = locks[at].principal == cx.caller.principal;
-        if theirs {
-            locks.remove(at);
-        }
-        Some(theirs)
+            .find(|l| l.instance == id.as_str() && l.token == token && l.covers(view, false))?;
+        Some((lock.principal == cx.caller.principal).then(|| lock.record(Event::DavUnlocked)))
     });
     match found {
-        Some(true) => StatusCode::NO_CONTENT.into_response(),
-        Some(false) => (
+        // Recorded, then given back: a lock whose giving back is not in the log stays.
+        Some(Some(record)) => match recorded(cx, record).await {
+            Ok(()) => {
+                cx.dav
+                    .locks
+                    .with(tenant, |locks| locks.retain(|l| l.token != token));
+                StatusCode::NO_CONTENT.into_response()
+            }
+            Err(refused) => refused,
+        },
+        Some(None) => (
             StatusCode::FORBIDDEN,
             "the lock was taken by another principal; only its owner may unlock it\n",
         )

@@ -138,7 +138,7 @@ async fn handle(State(dav): State<Dav>, request: Request) -> Response {
         "PROPFIND" => props::propfind(&cx, request).await,
         "PROPPATCH" => props::proppatch(&cx, request).await,
         "LOCK" => locks::lock(&cx, request).await,
-        "UNLOCK" => locks::unlock(&cx, request.headers()),
+        "UNLOCK" => locks::unlock(&cx, request.headers()).await,
         _ => {
             let mut response =
                 (StatusCode::METHOD_NOT_ALLOWED, "method not supported").into_response();

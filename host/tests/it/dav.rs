@@ -395,6 +395,30 @@ fn curl_uses_the_one_pipeline_and_attacks_fail() {
     assert!(audit.lines().any(|l| l.contains(r#""via":"dav""#)
         && l.contains(r#""decision":"deny""#)
         && l.contains("paths")));
+    // Who locked and unlocked what is in the log (carol's refused UNLOCK is not), with a
+    // digest of the lock's token, never the token.
+    let records: Vec<serde_json::Value> = (audit.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |event: &str| -> Vec<&serde_json::Value> {
+        (records.iter())
+            .filter(|r| r["event"] == event && r["detail"]["path"] == "/workspace/data.bin")
+            .collect()
+    };
+    let (locked, unlocked) = (of("dav.locked"), of("dav.unlocked"));
+    assert_eq!(
+        (locked.len(), unlocked.len()),
+        (1, 1),
+        "{locked:?} {unlocked:?}"
+    );
+    assert_eq!(locked[0]["detail"]["lock"], unlocked[0]["detail"]["lock"]);
+    assert_eq!(locked[0]["principal"], unlocked[0]["principal"]);
+    assert_eq!(locked[0]["detail"]["scope"], "exclusive");
+    assert_eq!(locked[0]["instance"], "run1");
+    let token_hex = token
+        .trim_start_matches("opaquelocktoken:")
+        .replace('-', "");
+    assert!(!audit.contains(&token_hex[..16]), "a lock token in the log");
 
     // Still serving; then stopped cleanly, and the chain verifies.
     assert_eq!(
