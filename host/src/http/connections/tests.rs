@@ -276,21 +276,7 @@ async fn one_peer_holds_at_most_its_share() {
         "the same user from 127.0.0.2 was served"
     );
     // Another user of this host is another peer (it needs root to be one).
-    if rustix::process::geteuid().is_root() {
-        let port = address.port().to_string();
-        let other = tokio::process::Command::new("python3")
-            .args(["-c", OTHER_USER_ASKS, &port])
-            .uid(65534)
-            .output()
-            .await
-            .unwrap();
-        let said = String::from_utf8_lossy(&other.stdout);
-        assert_eq!(said.trim(), "ok", "another user waits: {other:?}");
-    } else {
-        use std::io::Write as _;
-        let skipped = "skipped: another user's connection is served needs root";
-        let _ = writeln!(std::io::stderr(), "{skipped}");
-    }
+    another_user_is_served(&address.port().to_string()).await;
     assert!(ask(first).await, "the first is served");
     // Its first is closed now: a new one of its own is served once the listener has seen it.
     let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -325,48 +311,42 @@ async fn one_user_holds_at_most_its_share_of_a_unix_socket() {
         closed(&mut third).await,
         "a third of the same user's was kept"
     );
-    if rustix::process::geteuid().is_root() {
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let other = tokio::process::Command::new("python3")
-            .args(["-c", OTHER_USER_ASKS_ON_A_SOCKET, socket.to_str().unwrap()])
-            .uid(65534)
-            .output()
-            .await
-            .unwrap();
-        let said = String::from_utf8_lossy(&other.stdout);
-        assert_eq!(said.trim(), "ok", "another user waits: {other:?}");
-    } else {
-        use std::io::Write as _;
-        let skipped = "skipped: another user's connection is served needs root";
-        let _ = writeln!(std::io::stderr(), "{skipped}");
-    }
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    another_user_is_served(socket.to_str().unwrap()).await;
     drop(held);
 }
 
-/// [`OTHER_USER_ASKS`] on the Unix socket at `argv[1]`.
-const OTHER_USER_ASKS_ON_A_SOCKET: &str = r#"
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.settimeout(10)
-s.connect(sys.argv[1])
-s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-answer = b""
-while True:
-    try:
-        piece = s.recv(4096)
-    except OSError:
-        break
-    if not piece:
-        break
-    answer += piece
-print("ok" if answer.endswith(b"ok") else repr(answer))
-"#;
+/// Asserts that user 65534 (another user of this host: it needs root to be one) is answered
+/// `ok` at `target`, a loopback port or a Unix socket's path; says it skipped when not root.
+async fn another_user_is_served(target: &str) {
+    if !rustix::process::geteuid().is_root() {
+        use std::io::Write as _;
+        let skipped = "skipped: another user's connection is served needs root";
+        let _ = writeln!(std::io::stderr(), "{skipped}");
+        return;
+    }
+    let other = tokio::process::Command::new("python3")
+        .args(["-c", OTHER_USER_ASKS, target])
+        .uid(65534)
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&other.stdout);
+    assert_eq!(said.trim(), "ok", "another user waits: {other:?}");
+}
 
-/// A request to `127.0.0.1:<argv[1]>` whose answer ends in `ok`: prints `ok`, else what came.
+/// A request to `argv[1]` (a port on 127.0.0.1, or a Unix socket's path) whose answer ends in
+/// `ok`: prints `ok`, else what came.
 const OTHER_USER_ASKS: &str = r#"
 import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+target = sys.argv[1]
+if target.startswith("/"):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    s.connect(target)
+else:
+    s = socket.create_connection(("127.0.0.1", int(target)), timeout=10)
 s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 answer = b""
 while True:
