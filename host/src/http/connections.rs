@@ -146,10 +146,11 @@ pub(crate) trait CountedPeer {
 impl CountedPeer for tokio::net::TcpStream {
     fn peer(&self) -> Option<Peer> {
         let remote = self.peer_addr().ok()?;
+        // By netlink only: reading `/proc/net/tcp` (its fallback) takes milliseconds, too long
+        // for the thread that accepts; without netlink a local client counts by its address.
         if remote.ip().to_canonical().is_loopback()
             && let Ok(local) = self.local_addr()
-            && let crate::auth::SocketOwner::Uid(uid) =
-                super::tcp_owner::owner_ambient(remote, local)
+            && let Some(uid) = super::tcp_owner::owner_by_netlink(remote, local)
         {
             return Some(Peer::Uid(uid));
         }

@@ -12,7 +12,8 @@
 //! the authenticator refuses.
 //!
 //! The lookup runs once per connection ([`TcpPeer::owner`]), on a blocking thread, and only
-//! when the gateway needs it (single-tenant).
+//! when the gateway needs it (single-tenant). The listener also asks netlink alone, as it
+//! accepts a loopback connection, whose user it counts ([`super::connections`]).
 
 mod proc_net;
 mod sock_diag;
@@ -80,6 +81,14 @@ pub(crate) fn owner_ambient(peer: SocketAddr, ours: SocketAddr) -> SocketOwner {
         Err(_) => proc_net::owner_ambient(peer, ours),
     };
     found.map_or(SocketOwner::NotFound, SocketOwner::Uid)
+}
+
+/// [`owner_ambient`] by netlink alone (microseconds, so it may run where connections are
+/// accepted); `None` where the kernel cannot be asked so, or the socket is not found.
+pub(crate) fn owner_by_netlink(peer: SocketAddr, ours: SocketAddr) -> Option<u32> {
+    sock_diag::owner_ambient(canonical(peer), canonical(ours))
+        .ok()
+        .flatten()
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it is: as the kernel keys a dual-stack
