@@ -239,12 +239,12 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         self.gateway.metrics().request("tools/list");
-        let (via, _) = self.job(&context);
+        let (via, job) = self.job(&context);
         let (specs, proxied, result_type) = self
             .blocking(self.caller(&context)?, false, move |gateway, caller| {
                 gateway.proxies().settle(LIST_WAITS_FOR_DISCOVERY);
                 let live = gateway.snapshot();
-                let (specs, proxied) = gateway.list(&live, &caller, via);
+                let (specs, proxied) = gateway.list(&live, &caller, via, job.as_deref());
                 (specs, proxied, live.result_type())
             })
             .await?;

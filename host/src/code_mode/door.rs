@@ -141,6 +141,18 @@ impl JobScope {
     }
 }
 
+impl JobScope {
+    /// What the policies see of this job in a listing's input, as in the call's
+    /// ([`JobScope::admit`] fills in the instance): its id, and its instance when the tool
+    /// takes one. So a policy keyed on either hides from a job's listing what it would refuse.
+    pub fn mark_listing(&self, input: &mut crate::policy::Call) {
+        input.job = Some(self.job_id.to_string());
+        if takes_instance(&input.tool) {
+            input.instance = Some(self.instance.to_string());
+        }
+    }
+}
+
 /// Whether `tool` has an `instance_id` argument: every proxied tool does, and the builtin
 /// ones whose schema declares it.
 fn takes_instance(tool: &str) -> bool {

@@ -495,8 +495,8 @@ impl Gateway {
         &self.proxies
     }
 
-    /// The tools `caller` may see through `via`, as the list phase of the chain in `live`
-    /// allows: the builtin ones in their fixed order, and the proxied ones by name, as their
+    /// The tools `caller` may see through `via` (from `job`'s code, when `Some`), as the list
+    /// phase of the chain in `live` allows: the builtin ones in their fixed order, and the proxied ones by name, as their
     /// servers describe them
     /// (discovery's, plus those the caller's own tenant's servers announced since).
     pub fn list(
@@ -504,9 +504,13 @@ impl Gateway {
         live: &Snapshot,
         caller: &Caller,
         via: Via,
+        job: Option<&crate::code_mode::JobScope>,
     ) -> (Vec<&'static ToolSpec>, Vec<Arc<ProxiedTool>>) {
         let allows = |target: &Target| {
-            let call = target.input(caller, via, Phase::List, Map::new());
+            let mut call = target.input(caller, via, Phase::List, Map::new());
+            if let Some(job) = job {
+                job.mark_listing(&mut call);
+            }
             !live.chain.evaluate(&call).is_denied()
         };
         let builtin = Tool::all()
@@ -523,12 +527,12 @@ impl Gateway {
 
     /// The builtin tools an MCP client of `caller` sees.
     pub fn tools(&self, caller: &Caller) -> Vec<&'static ToolSpec> {
-        self.list(&self.snapshot(), caller, Via::Mcp).0
+        self.list(&self.snapshot(), caller, Via::Mcp, None).0
     }
 
     /// The proxied tools an MCP client of `caller` sees.
     pub fn proxied_tools(&self, caller: &Caller) -> Vec<Arc<ProxiedTool>> {
-        self.list(&self.snapshot(), caller, Via::Mcp).1
+        self.list(&self.snapshot(), caller, Via::Mcp, None).1
     }
 
     /// One MCP call of `caller`, with the settings in force now and no progress reports.

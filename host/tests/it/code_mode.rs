@@ -278,6 +278,28 @@ async fn run_python_lists_reads_and_writes_through_the_pipeline_as_the_job() {
 
 #[tokio::test]
 async fn a_policy_can_refuse_a_tool_to_scripts_and_allow_it_to_agents() {
+    refused_to_scripts(
+        "behaviour = \"deny-via\"\nvia = \"job\"\n",
+        "`write_file` is refused to calls via `job`",
+    )
+    .await;
+}
+
+/// The same with a policy keyed on the job: a listing of a job's code carries its `job` (and
+/// instance) as its calls do, so the tool it would refuse is not offered either.
+#[tokio::test]
+async fn a_policy_keyed_on_the_job_hides_what_it_refuses_from_the_jobs_listing() {
+    refused_to_scripts(
+        "behaviour = \"deny-job\"\n",
+        "`write_file` is refused to a job's code",
+    )
+    .await;
+}
+
+/// A policy (the hostile guest configured with `settings`) on `write_file` that refuses it
+/// to a job's code with `reason`: the agent writes, the job's code is not offered the tool,
+/// and its call is refused.
+async fn refused_to_scripts(settings: &str, reason: &str) {
     let dir = tempfile::tempdir().unwrap();
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let guests = hpcgate_policy_build::build_guests(
@@ -287,7 +309,7 @@ async fn a_policy_can_refuse_a_tool_to_scripts_and_allow_it_to_agents() {
         dir.path(),
     );
     let extra = format!(
-        "{CHAIN}\n[[policies]]\nname = \"no-job-writes\"\nmodule = {:?}\ntools = [\"write_file\"]\n[policies.config]\nbehaviour = \"deny-via\"\nvia = \"job\"\n",
+        "{CHAIN}\n[[policies]]\nname = \"no-job-writes\"\nmodule = {:?}\ntools = [\"write_file\"]\n[policies.config]\n{settings}",
         guests[0].component.display().to_string()
     );
     let config = served::config(dir.path(), &extra);
@@ -333,11 +355,11 @@ print(json.dumps(seen))
     let seen: Value = serde_json::from_str(job["stdout_tail"].as_str().unwrap().trim())
         .unwrap_or_else(|_| panic!("{}", results[2]));
     assert_eq!(seen["read"], "from the agent");
-    // The list phase sees `via = job` too: the script is not even offered the tool.
+    // The list phase sees `via = job` and the job too: the script is not even offered the tool.
     assert_eq!(seen["listed"], false);
     assert_eq!(
         seen["write"],
-        "write_file: denied by policy `no-job-writes`: `write_file` is refused to calls via `job`"
+        format!("write_file: denied by policy `no-job-writes`: {reason}")
     );
     assert_eq!(
         results[3]["is_error"], true,

@@ -140,6 +140,9 @@ mod guest {
                     let job = call.job.as_deref().unwrap_or("-");
                     Decision::Deny(format!("via={} job={job}", via_name(call.via)))
                 }
+                "deny-job" if call.job.is_some() => {
+                    Decision::Deny(format!("`{}` is refused to a job's code", call.tool))
+                }
                 "deny-via" if via_name(call.via) == settings.via => Decision::Deny(format!(
                     "`{}` is refused to calls via `{}`",
                     call.tool, settings.via
