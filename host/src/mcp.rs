@@ -344,17 +344,20 @@ impl ServerHandler for McpServer {
         // One snapshot of the settings and policies for the whole call: whether it may run
         // here, the pipeline, the shape of its result.
         let live = self.gateway.snapshot();
-        // A job's door never runs a call on its runtime's thread: every door of every job
-        // shares that runtime's few threads, and each door would think itself alone, so a
-        // job's reads from a stalled filesystem would hold up every other job's tools.
-        let door = self.job.is_some();
-        let brief = live.runs_inline(&name) && !door;
+        // A job's call never runs on a runtime's thread: every door of every job shares the
+        // code-mode runtime's few threads, and each door would think itself alone, so a job's
+        // reads from a stalled filesystem would hold up every other job's tools; and a job's
+        // call (through its door or with its token) is held for the stop (below).
         let (via, job) = self.job(&context);
+        let door = job.is_some();
+        let brief = live.runs_inline(&name) && !door;
+        let counted = door_count(&context.extensions);
         let cancel = context.ct.clone();
         let result = if live.runs_on_runtime(&name) && !self.alone() && !door {
             drop(progress_tx);
             let request = Request::new(caller, via, &name, arguments)
                 .for_job(job)
+                .counted_at_door(counted)
                 .in_trace(trace)
                 .accepting_task(accepts_task)
                 .cancelled_by(cancel);
@@ -362,7 +365,7 @@ impl ServerHandler for McpServer {
         } else {
             let snapshot = live.clone();
             let given_up = cancel.clone();
-            // A stopping gateway waits for a door's call to be recorded, not only answered:
+            // A stopping gateway waits for a job's call to be recorded, not only answered:
             // the door answers a call given up on at once, while it still ends and records.
             let held = door.then(|| self.gateway.code_mode().holding_a_call());
             let work = move |gateway: &Gateway, caller| {
@@ -376,6 +379,7 @@ impl ServerHandler for McpServer {
                 };
                 let request = Request::new(caller, via, &name, arguments)
                     .for_job(job)
+                    .counted_at_door(counted)
                     .in_trace(trace)
                     .accepting_task(accepts_task)
                     .cancelled_by(given_up);
@@ -409,11 +413,17 @@ impl ServerHandler for McpServer {
         let live = self.gateway.snapshot();
         let snapshot = live.clone();
         let (via, job) = self.job(&context);
+        let counted = door_count(&context.extensions);
+        let held = job
+            .is_some()
+            .then(|| self.gateway.code_mode().holding_a_call());
         let task_id = request.task_id;
         let polled = self
             .blocking(self.caller(&context)?, false, move |gateway, caller| {
+                let _held = held;
                 let request = Request::new(caller, via, "poll_job", Default::default());
-                gateway.poll_task(&snapshot, request.for_job(job), &task_id)
+                let request = request.for_job(job).counted_at_door(counted);
+                gateway.poll_task(&snapshot, request, &task_id)
             })
             .await?;
         tasks::detailed(polled.map_err(tasks::error)?, |r| mcp_result(&live, r))
@@ -427,10 +437,16 @@ impl ServerHandler for McpServer {
         self.gateway.metrics().request("tasks/cancel");
         let live = self.gateway.snapshot();
         let (via, job) = self.job(&context);
+        let counted = door_count(&context.extensions);
+        let held = job
+            .is_some()
+            .then(|| self.gateway.code_mode().holding_a_call());
         let cancelled = self
             .blocking(self.caller(&context)?, false, move |gateway, caller| {
+                let _held = held;
                 let call = Request::new(caller, via, "cancel_job", Default::default());
-                gateway.cancel_task(&live, call.for_job(job), &request.task_id)
+                let call = call.for_job(job).counted_at_door(counted);
+                gateway.cancel_task(&live, call, &request.task_id)
             })
             .await?;
         let cancelled = cancelled.map_err(tasks::error)?;
@@ -543,6 +559,19 @@ fn trace_parent(meta: &rmcp::model::JsonObject) -> Option<TraceParent> {
 
 /// The job door a transport attached to this MCP request (a job's token, see
 /// [`crate::code_mode::remote`]), if any.
+/// How the job's door counted this request, when a job's code sent it over HTTP (see
+/// [`crate::code_mode::count_requests`]).
+fn door_count(extensions: &rmcp::model::Extensions) -> Option<Result<(), String>> {
+    extensions
+        .get::<::http::request::Parts>()
+        .and_then(|parts| {
+            parts
+                .extensions
+                .get::<crate::code_mode::JobRequestCounted>()
+        })
+        .map(|counted| counted.0.clone())
+}
+
 fn request_job(extensions: &rmcp::model::Extensions) -> Option<Arc<JobScope>> {
     extensions
         .get::<::http::request::Parts>()

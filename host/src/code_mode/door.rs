@@ -60,15 +60,21 @@ impl JobScope {
         self.closed.load(Ordering::SeqCst)
     }
 
-    /// Counts one request of the job's code against `max_calls_per_job`: a tool call, or any
-    /// other request (a listing asks the policies about every tool, so it is not free).
-    pub fn count(&self, limits: &CodeModeSettings) -> Result<(), String> {
+    /// Refuses every request once the job has ended.
+    fn check_open(&self) -> Result<(), String> {
         if self.is_closed() {
             return Err(format!(
                 "refused: job `{}` has ended; its tools socket serves only while the job runs",
                 self.job_id
             ));
         }
+        Ok(())
+    }
+
+    /// Counts one request of the job's code against `max_calls_per_job`: a tool call, or any
+    /// other request (a listing asks the policies about every tool, so it is not free).
+    pub fn count(&self, limits: &CodeModeSettings) -> Result<(), String> {
+        self.check_open()?;
         let made = self.calls.fetch_add(1, Ordering::SeqCst);
         if made >= limits.max_calls_per_job {
             return Err(format!(
@@ -80,15 +86,21 @@ impl JobScope {
     }
 
     /// Admits one call of `tool` under `limits`, filling in the job's `instance_id` when the
-    /// call has none, and counts it in flight until [`JobScope::release`]. `Err` is the
-    /// refusal message for the caller (and the audit log); nothing is then counted in flight.
+    /// call has none, and counts it in flight until [`JobScope::release`]. `counted` is how
+    /// the door counted the request (`None`: not counted yet, it is counted here). `Err` is
+    /// the refusal message for the caller (and the audit log); nothing is then counted in
+    /// flight.
     pub fn admit(
         &self,
         limits: &CodeModeSettings,
         tool: &str,
         arguments: &mut Map<String, Value>,
+        counted: Option<Result<(), String>>,
     ) -> Result<(), String> {
-        self.count(limits)?;
+        match counted {
+            Some(counted) => self.check_open().and(counted)?,
+            None => self.count(limits)?,
+        }
         if SUBMITTING_TOOLS.contains(&tool) && !limits.allow_submit {
             return Err(format!(
                 "refused: a job's code may not start jobs (`{tool}`) unless the admin sets `[code_mode] allow_submit = true`; return the work to the agent, which can submit it"
@@ -186,18 +198,18 @@ mod tests {
         let s = scope();
         let limits = CodeModeSettings::default();
         let mut a = args(json!({"path": "x"}));
-        s.admit(&limits, "read_file", &mut a).unwrap();
+        s.admit(&limits, "read_file", &mut a, None).unwrap();
         s.release();
         assert_eq!(a["instance_id"], json!(s.instance.as_str()));
         let mut same = args(json!({"instance_id": s.instance.as_str()}));
-        assert!(s.admit(&limits, "read_file", &mut same).is_ok());
+        assert!(s.admit(&limits, "read_file", &mut same, None).is_ok());
         let mut none = Map::new();
-        s.admit(&limits, "list_instances", &mut none).unwrap();
+        s.admit(&limits, "list_instances", &mut none, None).unwrap();
         s.release();
         assert!(none.is_empty(), "a tool without `instance_id` gets none");
         for forged in [json!("run2"), json!(7), json!(["x"])] {
             let mut a = args(json!({ "instance_id": forged }));
-            let e = s.admit(&limits, "read_file", &mut a).unwrap_err();
+            let e = s.admit(&limits, "read_file", &mut a, None).unwrap_err();
             assert!(e.contains("its own instance"), "{e}");
         }
     }
@@ -210,15 +222,20 @@ mod tests {
             max_concurrent_calls: 1,
             allow_submit: false,
         };
-        s.admit(&limits, "stat_path", &mut Map::new()).unwrap();
-        let e = s.admit(&limits, "stat_path", &mut Map::new()).unwrap_err();
+        s.admit(&limits, "stat_path", &mut Map::new(), None)
+            .unwrap();
+        let e = s
+            .admit(&limits, "stat_path", &mut Map::new(), None)
+            .unwrap_err();
         assert!(e.contains("max_concurrent_calls"), "{e}");
         s.release();
-        let e = s.admit(&limits, "stat_path", &mut Map::new()).unwrap_err();
+        let e = s
+            .admit(&limits, "stat_path", &mut Map::new(), None)
+            .unwrap_err();
         assert!(e.contains("max_calls_per_job"), "{e}");
         let fresh = scope();
         let e = fresh
-            .admit(&limits, "submit_job", &mut Map::new())
+            .admit(&limits, "submit_job", &mut Map::new(), None)
             .unwrap_err();
         assert!(e.contains("allow_submit"), "{e}");
         let nesting = CodeModeSettings {
@@ -226,17 +243,17 @@ mod tests {
             ..CodeModeSettings::default()
         };
         let mut run = args(json!({"code": "print(1)"}));
-        fresh.admit(&nesting, "run_python", &mut run).unwrap();
+        fresh.admit(&nesting, "run_python", &mut run, None).unwrap();
         fresh.release();
         assert_eq!(run["tools"], json!(false), "a child gets no tools");
         let mut with_tools = args(json!({"command": "true", "tools": true}));
         let e = fresh
-            .admit(&nesting, "submit_job", &mut with_tools)
+            .admit(&nesting, "submit_job", &mut with_tools, None)
             .unwrap_err();
         assert!(e.contains("cannot call tools itself"), "{e}");
         fresh.close();
         let e = fresh
-            .admit(&limits, "stat_path", &mut Map::new())
+            .admit(&limits, "stat_path", &mut Map::new(), None)
             .unwrap_err();
         assert!(e.contains("has ended"), "{e}");
     }

@@ -54,6 +54,7 @@ use tokio_util::sync::CancellationToken;
 pub use door::JobScope;
 use owners::Owner;
 pub use serve::DOOR_PATH;
+pub use serve::JobRequestCounted;
 pub(crate) use serve::count_requests;
 
 use crate::gateway::Gateway;

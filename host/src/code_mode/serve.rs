@@ -94,11 +94,18 @@ pub(super) async fn serve(
     .await;
 }
 
-/// Counts each request of a job's code against `[code_mode] max_calls_per_job`, whatever it
-/// is (a ping, a notification, a listing, a task lookup), but for tool calls: the pipeline
-/// counts those as it admits them, and records a refusal. The job is the door's (`Some`) or the
-/// one a job's token named (attached to the request by the listener). Inside
-/// [`crate::bounded_json::bounded`]: the body is read whole and bounded already.
+/// How the door counted one request of a job's code (see [`count_requests`]), attached to the
+/// request for the pipeline, which then does not count it again.
+#[derive(Debug, Clone)]
+pub struct JobRequestCounted(pub Result<(), String>);
+
+/// Counts every request of a job's code against `[code_mode] max_calls_per_job`, once, before
+/// MCP: a tool call, a ping, a notification, a listing, a task lookup, a malformed body, any
+/// method. One past the limit is refused here (403 once the job has ended, else 429), but for a
+/// tool call, which goes on with the count attached ([`JobRequestCounted`]) so that the
+/// pipeline refuses and records it. The job is the door's (`Some`) or the one a job's token
+/// named (attached to the request by the listener). A POST's body is read whole already
+/// ([`crate::bounded_json::bounded`], bounded); no other method's body is read here.
 pub(crate) async fn count_requests(
     State((gateway, door)): State<(Weak<Gateway>, Option<Arc<JobScope>>)>,
     request: Request,
@@ -107,32 +114,46 @@ pub(crate) async fn count_requests(
     let Some(job) = door.or_else(|| request.extensions().get::<Arc<JobScope>>().cloned()) else {
         return next.run(request).await;
     };
-    let (parts, body) = request.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
-        return (StatusCode::BAD_REQUEST, "the request body was cut off").into_response();
+    let Some(gateway) = gateway.upgrade() else {
+        let why = "the gateway is stopping; the job's tools are gone with it";
+        return (StatusCode::SERVICE_UNAVAILABLE, why).into_response();
     };
-    if !is_tool_call(&bytes) {
-        let Some(gateway) = gateway.upgrade() else {
-            let why = "the gateway is stopping; the job's tools are gone with it";
-            return (StatusCode::SERVICE_UNAVAILABLE, why).into_response();
+    let counted = gateway.count_job_request(&job);
+    let (mut parts, body) = request.into_parts();
+    let (body, tool_call) = if parts.method == axum::http::Method::POST {
+        let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+            return (StatusCode::BAD_REQUEST, "the request body was cut off").into_response();
         };
-        if let Err(why) = gateway.count_job_request(&job) {
-            return (StatusCode::TOO_MANY_REQUESTS, why).into_response();
-        }
+        let tool_call = is_tool_call(&bytes);
+        (axum::body::Body::from(bytes), tool_call)
+    } else {
+        (body, false)
+    };
+    if let Err(why) = &counted
+        && !tool_call
+    {
+        let status = if job.is_closed() {
+            StatusCode::FORBIDDEN
+        } else {
+            StatusCode::TOO_MANY_REQUESTS
+        };
+        return (status, why.clone()).into_response();
     }
-    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
-        .await
+    parts.extensions.insert(JobRequestCounted(counted));
+    next.run(Request::from_parts(parts, body)).await
 }
 
-/// Whether a request body is one JSON-RPC `tools/call` (batches are not MCP's any more).
+/// Whether a request body is one JSON-RPC `tools/call` message (an object: batches are not
+/// MCP's any more).
 fn is_tool_call(body: &[u8]) -> bool {
     #[derive(serde::Deserialize)]
     struct Message<'a> {
         #[serde(borrow)]
         method: Option<std::borrow::Cow<'a, str>>,
     }
-    serde_json::from_slice::<Message<'_>>(body)
-        .is_ok_and(|m| m.method.as_deref() == Some("tools/call"))
+    body.trim_ascii_start().starts_with(b"{")
+        && serde_json::from_slice::<Message<'_>>(body)
+            .is_ok_and(|m| m.method.as_deref() == Some("tools/call"))
 }
 
 /// Holds one of the door's few request places while a request is read and answered.
@@ -167,5 +188,25 @@ async fn check_peer(State(peers): State<Arc<[u32]>>, request: Request, next: Nex
             "refused: the peer's credentials (SO_PEERCRED) are unavailable",
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_an_object_naming_tools_call_is_a_tool_call() {
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#;
+        assert!(super::is_tool_call(call.as_bytes()));
+        assert!(super::is_tool_call(b"  \n{\"method\":\"tools/call\"}"));
+        for other in [
+            r#"["tools/call"]"#,
+            r#"[{"method":"tools/call"}]"#,
+            r#"{"method":"tools/list"}"#,
+            r#"{"params":{"method":"tools/call"}}"#,
+            "",
+            "not json",
+        ] {
+            assert!(!super::is_tool_call(other.as_bytes()), "{other}");
+        }
     }
 }

@@ -414,14 +414,24 @@ pub async fn lock(cx: &Cx<'_>, request: Request) -> Response {
                     && l.covers(view, false)
                     && submitted.contains(&l.token)
             })?;
+            let before = (found.timeout, found.expires);
             found.timeout = timeout;
             found.expires = Instant::now() + timeout;
-            Some((found.activelock(), found.record(Event::DavLocked)))
+            let record = found.record(Event::DavLocked).detail("refreshed", true);
+            Some((found.activelock(), record, found.token.clone(), before))
         });
         return match refreshed {
-            Some((active, record)) => match recorded(cx, record.detail("refreshed", true)).await {
+            Some((active, record, token, before)) => match recorded(cx, record).await {
                 Ok(()) => answer(StatusCode::OK, &active, None),
-                Err(refused) => refused,
+                // Not in the log: the lock keeps the timeout it had.
+                Err(refused) => {
+                    cx.dav.locks.with(&tenant, |locks| {
+                        if let Some(lock) = locks.iter_mut().find(|l| l.token == token) {
+                            (lock.timeout, lock.expires) = before;
+                        }
+                    });
+                    refused
+                }
             },
             None => (
                 StatusCode::PRECONDITION_FAILED,
@@ -619,21 +629,20 @@ pub async fn unlock(cx: &Cx<'_>, headers: &HeaderMap) -> Response {
     };
     let tenant = cx.caller.tenant.as_ref();
     let found = cx.dav.locks.with(tenant, |locks| {
-        let lock = locks
+        let at = locks
             .iter()
-            .find(|l| l.instance == id.as_str() && l.token == token && l.covers(view, false))?;
-        Some((lock.principal == cx.caller.principal).then(|| lock.record(Event::DavUnlocked)))
+            .position(|l| l.instance == id.as_str() && l.token == token && l.covers(view, false))?;
+        Some((locks[at].principal == cx.caller.principal).then(|| locks.remove(at)))
     });
     match found {
-        // Recorded, then given back: a lock whose giving back is not in the log stays.
-        Some(Some(record)) => match recorded(cx, record).await {
-            Ok(()) => {
-                cx.dav
-                    .locks
-                    .with(tenant, |locks| locks.retain(|l| l.token != token));
-                StatusCode::NO_CONTENT.into_response()
+        // Given back, then recorded (a client that leaves meanwhile does not stop the record);
+        // a lock whose giving back cannot be recorded is put back.
+        Some(Some(lock)) => match recorded(cx, lock.record(Event::DavUnlocked)).await {
+            Ok(()) => StatusCode::NO_CONTENT.into_response(),
+            Err(refused) => {
+                cx.dav.locks.with(tenant, |locks| locks.push(lock));
+                refused
             }
-            Err(refused) => refused,
         },
         Some(None) => (
             StatusCode::FORBIDDEN,

@@ -276,6 +276,7 @@ impl Gateway {
             progress,
             transfer,
             job,
+            job_counted,
             trace: _,
             accepts_task,
             observes,
@@ -305,10 +306,12 @@ impl Gateway {
                     ),
                 ));
             }
-            Some(scope) => match scope.admit(&live.settings.code_mode, &tool, &mut arguments) {
-                Ok(()) => Some(JobCall { scope }),
-                Err(message) => return Err(stop(message)),
-            },
+            Some(scope) => {
+                match scope.admit(&live.settings.code_mode, &tool, &mut arguments, job_counted) {
+                    Ok(()) => Some(JobCall { scope }),
+                    Err(message) => return Err(stop(message)),
+                }
+            }
         };
         let raw_instance = arguments.get("instance_id").and_then(Value::as_str);
         let Some(target) = self.target(&caller, raw_instance, &tool, cancel.as_ref()) else {

@@ -27,6 +27,9 @@ pub struct Request<'a> {
     pub transfer: Option<&'a Transfer>,
     /// The job whose code sent the call (`via = job`): its door's identity and limits.
     pub job: Option<Arc<JobScope>>,
+    /// How the door counted this request of the job's code against `max_calls_per_job`
+    /// ([`crate::code_mode::count_requests`]): not counted again; `None`: count it here.
+    pub job_counted: Option<Result<(), String>>,
     /// The caller's trace (MCP `_meta.traceparent`): the call's span continues it.
     pub trace: Option<TraceParent>,
     /// The client takes an MCP task in lieu of the result: a job call whose job outlives its
@@ -56,6 +59,7 @@ impl Request<'static> {
             progress: &no_progress,
             transfer: None,
             job: None,
+            job_counted: None,
             trace: None,
             accepts_task: false,
             observes: false,
@@ -79,6 +83,7 @@ impl<'a> Request<'a> {
             progress,
             transfer: self.transfer,
             job: self.job,
+            job_counted: self.job_counted,
             trace: self.trace,
             accepts_task: self.accepts_task,
             observes: self.observes,
@@ -98,6 +103,15 @@ impl<'a> Request<'a> {
     /// The same call, sent by the code of the job behind `job`'s door (none: not a job).
     pub fn for_job(self, job: Option<Arc<JobScope>>) -> Self {
         Request { job, ..self }
+    }
+
+    /// The same call, counted already by the job's door as `counted` (see
+    /// [`Request::job_counted`]).
+    pub fn counted_at_door(self, counted: Option<Result<(), String>>) -> Self {
+        Request {
+            job_counted: counted,
+            ..self
+        }
     }
 
     /// The same call, continuing the caller's trace.

@@ -542,14 +542,16 @@ async fn running_jobs_with_tools_hold_no_thread_each() {
     );
 }
 
-/// A job's requests other than tool calls count against its `max_calls_per_job` too, of
-/// whatever kind: a listing asks the policies about every tool, and a ping or a notification
-/// costs the door's shared threads, so a job's code could send any of them forever.
+/// Every request of a job's code counts against its `max_calls_per_job` once, of whatever
+/// kind: a listing asks the policies about every tool, a ping or a notification costs the
+/// door's shared threads, a malformed body or another method is work too, so a job's code
+/// could send any of them forever. No body but a POST's is read: a `PUT` that promises a
+/// terabyte is answered at once.
 #[tokio::test]
 async fn a_jobs_requests_of_every_kind_count_against_its_calls() {
     use std::io::{Read as _, Write as _};
     let dir = tempfile::tempdir().unwrap();
-    let extra = format!("{CHAIN}\n[code_mode]\nmax_calls_per_job = 6\n");
+    let extra = format!("{CHAIN}\n[code_mode]\nmax_calls_per_job = 8\n");
     let config = served::config(dir.path(), &extra);
     let served = Served::http(dir.path(), &config).await;
     let submit = call(
@@ -563,32 +565,50 @@ async fn a_jobs_requests_of_every_kind_count_against_its_calls() {
         .unwrap()
         .to_owned();
     let socket = dir.path().join(format!("state/run/{job_id}/tools.sock"));
-    let send = |body: &str| {
+    let exchange = |head: &str, body: &str| {
         let mut door = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        door.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
         let request = format!(
-            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
+            "{head}\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nConnection: close\r\n\r\n{body}"
         );
         door.write_all(request.as_bytes()).unwrap();
         let mut answer = String::new();
-        door.read_to_string(&mut answer).unwrap();
+        let _ = door.read_to_string(&mut answer);
         answer
+    };
+    let post = |body: &str| {
+        exchange(
+            &format!("POST /mcp HTTP/1.1\r\nContent-Length: {}", body.len()),
+            body,
+        )
     };
     let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
     let stat = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"stat_path","arguments":{"path":"."}}}"#;
-    let answers: Vec<String> = [
+    let mut answers: Vec<String> = [
         initialize,
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
         r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
         r#"{"jsonrpc":"2.0","id":3,"method":"resources/templates/list","params":{}}"#,
         r#"{"jsonrpc":"2.0","id":4,"method":"tasks/get","params":{"taskId":"t-nosuchtask"}}"#,
-        r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{}}"#,
-        r#"{"jsonrpc":"2.0","id":6,"method":"ping"}"#,
-        stat,
+        r#"["tools/call"]"#,
     ]
     .iter()
-    .map(|body| send(body))
+    .map(|body| post(body))
     .collect();
+    answers.push(exchange(
+        "PUT /mcp HTTP/1.1\r\nContent-Length: 1000000000000",
+        "",
+    ));
+    answers.extend(
+        [
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":6,"method":"ping"}"#,
+            stat,
+        ]
+        .iter()
+        .map(|body| post(body)),
+    );
     drive(
         &served,
         &json!([call(
@@ -599,11 +619,14 @@ async fn a_jobs_requests_of_every_kind_count_against_its_calls() {
     .await;
     let (status, stderr) = served.stop().await;
     assert!(status.success(), "{stderr}");
-    for answer in &answers[..5] {
+    for answer in &answers[..7] {
+        assert!(answer.starts_with("HTTP/1.1 "), "answered: {answer:?}");
         assert!(!answer.contains("max_calls_per_job"), "{answer}");
     }
-    assert!(answers[5].contains("\"tools\""), "{}", answers[5]);
-    for answer in &answers[6..] {
+    assert!(answers[6].starts_with("HTTP/1.1 405"), "{}", answers[6]);
+    assert!(answers[7].contains("\"tools\""), "{}", answers[7]);
+    assert!(answers[8].starts_with("HTTP/1.1 429"), "{}", answers[8]);
+    for answer in &answers[8..] {
         assert!(answer.contains("max_calls_per_job"), "{answer}");
     }
 }

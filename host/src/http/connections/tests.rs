@@ -271,10 +271,18 @@ async fn one_peer_holds_at_most_its_share() {
     // The third of that peer is closed unanswered, while its first two wait, unused; from
     // another loopback address it is the same user, so the same peer.
     assert!(!ask(from([127, 0, 0, 1]).await).await, "a third was served");
-    assert!(
-        !ask(from([127, 0, 0, 2]).await).await,
-        "the same user from 127.0.0.2 was served"
-    );
+    // Where netlink does not answer (no `sock_diag`), a local client counts by its address.
+    let netlink = crate::http::tcp_owner::owner_by_netlink(first.local_addr().unwrap(), address);
+    if netlink.is_some() {
+        assert!(
+            !ask(from([127, 0, 0, 2]).await).await,
+            "the same user from 127.0.0.2 was served"
+        );
+    } else {
+        use std::io::Write as _;
+        let skipped = "skipped: the same user from 127.0.0.2 is refused needs netlink's sock_diag";
+        let _ = writeln!(std::io::stderr(), "{skipped}");
+    }
     // Another user of this host is another peer (it needs root to be one).
     another_user_is_served(&address.port().to_string()).await;
     assert!(ask(first).await, "the first is served");
