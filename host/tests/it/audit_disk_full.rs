@@ -3,52 +3,11 @@
 //! again and the chain continues without a gap. The state directory is a real 1 MiB tmpfs
 //! (needs root to mount).
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use hpcgate::audit::verify;
 use serde_json::json;
 
+use crate::support::disk::{Tmpfs, fill};
 use crate::support::gateway::{args, caller, err, ok, open};
-
-/// A tmpfs mounted at a path, unmounted on drop.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(at: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(at).unwrap();
-        let status = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(at)
-            .status()
-            .unwrap();
-        assert!(status.success(), "mount tmpfs at {}", at.display());
-        Tmpfs(at.to_owned())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
-/// Writes a file until the file system is full; returns its path.
-fn fill(dir: &Path) -> PathBuf {
-    let path = dir.join("filler");
-    let mut file = std::fs::File::create(&path).unwrap();
-    let block = vec![0u8; 4096];
-    while file.write_all(&block).is_ok() {}
-    let _ = file.sync_all();
-    path
-}
 
 #[test]
 fn a_full_audit_disk_refuses_the_call_and_serving_resumes_when_space_returns() {

@@ -614,3 +614,79 @@ fn a_chunked_upload_past_the_cap_is_too_large_under_a_roomy_quota() {
     let workspace = find_workspace(&dir.path().join("state"), "chem", "run1");
     assert!(!workspace.join("big.bin").exists());
 }
+
+/// An UNLOCK whose record cannot be written (the audit disk is full) leaves the lock where it
+/// was (503): another user is still kept out, and the lock is given back, with its record, once
+/// the disk has room. The log never says a lock was given back that still blocks writes.
+#[test]
+fn an_unlock_that_cannot_be_recorded_leaves_the_lock() {
+    use crate::support::disk::{Tmpfs, fill};
+    if !crate::support::root_else_skip("mounting a tmpfs") {
+        return;
+    }
+    let s = setup();
+    // The audit directory alone on a small tmpfs, with its files.
+    let audit = s.dir.path().join("state/audit");
+    let kept = s.dir.path().join("audit-kept");
+    std::fs::rename(&audit, &kept).unwrap();
+    let _mount = Tmpfs::mount(&audit, "2m");
+    for entry in std::fs::read_dir(&kept).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), audit.join(entry.file_name())).unwrap();
+    }
+    // The lock to give back is on a long name, so its record is longer than a refresh of the
+    // lock on a short one: once a refresh no longer fits on the disk, the UNLOCK cannot.
+    let long = format!("{}.txt", "l".repeat(200));
+    std::fs::write(s.workspace.join(&long), "held").unwrap();
+    std::fs::write(s.workspace.join("s.txt"), "short").unwrap();
+    let (runtime, served) = serve(s.dir.path(), &s.dir.path().join("gateway.toml"));
+    let sc = tempfile::tempdir().unwrap();
+    let ws = format!("http://{}/dav/instances/run1/workspace", served.authority());
+    let (file, short) = (format!("{ws}/{long}"), format!("{ws}/s.txt"));
+    let (alice, carol) = (
+        format!("Authorization: Bearer {}", s.chem),
+        format!("Authorization: Bearer {}", s.carol),
+    );
+    let as_user = |auth: &str, args: &[&str]| curl(sc.path(), &[&["-H", auth], args].concat());
+    let lock_body = r#"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype></D:lockinfo>"#;
+    let lock = |url: &str| {
+        let locked = as_user(&alice, &["-X", "LOCK", "--data-binary", lock_body, url]);
+        assert_eq!(locked.status, 200, "{}", locked.body);
+        (locked.headers.lines())
+            .find_map(|l| l.strip_prefix("lock-token: "))
+            .expect("a Lock-Token header")
+            .trim()
+            .to_owned()
+    };
+    let (token, short_token) = (lock(&file), lock(&short));
+    let unlock = format!("Lock-Token: {token}");
+
+    let filler = fill(&audit);
+    // The segment's last page may still take a few records; refresh until none fits.
+    let refresh = format!("If: ({short_token})");
+    let mut tries = 0;
+    while as_user(&alice, &["-X", "LOCK", "-H", &refresh, &short]).status == 200 {
+        tries += 1;
+        assert!(
+            tries < 200,
+            "the full audit disk never refused a lock's record"
+        );
+    }
+    let refused = as_user(&alice, &["-X", "UNLOCK", "-H", &unlock, &file]);
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    std::fs::remove_file(filler).unwrap();
+
+    let upload = sc.path().join("new.txt");
+    std::fs::write(&upload, "carol's").unwrap();
+    let put = as_user(&carol, &["-T", upload.to_str().unwrap(), &file]);
+    assert_eq!(put.status, 423, "the lock still holds: {}", put.body);
+    let given_back = as_user(&alice, &["-X", "UNLOCK", "-H", &unlock, &file]);
+    assert_eq!(given_back.status, 204, "{}", given_back.body);
+    let (status, stderr) = runtime.block_on(served.stop());
+    assert!(status.success(), "{status:?}: {stderr}");
+    let unlocked = crate::support::served::audit_text(&audit)
+        .lines()
+        .filter(|l| l.contains(r#""event":"dav.unlocked""#))
+        .count();
+    assert_eq!(unlocked, 1, "one UNLOCK took effect, one record");
+}

@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod code_mode;
 pub mod dav;
+pub mod disk;
 pub mod gateway;
 pub mod matrix;
 pub mod proxy;
