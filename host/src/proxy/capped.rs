@@ -27,6 +27,8 @@ pub struct CappedLines<R> {
     limit: u64,
     line: u64,
     tripped: Arc<AtomicBool>,
+    /// The writer to the server, whose wait the messages read here count against.
+    backlog: Option<Arc<super::stall::Backlog>>,
 }
 
 impl<R> CappedLines<R> {
@@ -36,6 +38,16 @@ impl<R> CappedLines<R> {
             limit,
             line: 0,
             tripped: Arc::new(AtomicBool::new(false)),
+            backlog: None,
+        }
+    }
+
+    /// The same, counting each message read against `backlog` (see [`super::stall`]): once
+    /// the server counts as stalled, reading fails.
+    pub fn counting(self, backlog: Arc<super::stall::Backlog>) -> CappedLines<R> {
+        CappedLines {
+            backlog: Some(backlog),
+            ..self
         }
     }
 
@@ -77,6 +89,17 @@ impl<R: AsyncRead + Unpin> AsyncRead for CappedLines<R> {
             buf.set_filled(before);
             this.tripped.store(true, Ordering::SeqCst);
             return Poll::Ready(Err(this.over()));
+        }
+        let messages = buf.filled()[before..]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count();
+        if let Some(backlog) = &this.backlog
+            && backlog.came(messages as u64)
+        {
+            buf.set_filled(before);
+            let why = "the server sent on while it did not read its stdin; stopped reading";
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, why)));
         }
         Poll::Ready(Ok(()))
     }

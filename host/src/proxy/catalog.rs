@@ -174,10 +174,23 @@ impl Catalog {
     }
 }
 
-/// `remote` as exposed for `proxy`, skipping (and logging) names hpcgate would not expose.
+/// `remote` as exposed for `proxy`, skipping (and logging) names hpcgate would not expose, and
+/// every tool whose name the server lists more than once: which of them a call would run, and
+/// so what a policy judged, could not be told (MCP wants names unique).
 pub fn expose_all(proxy: &str, remote: &[Tool]) -> Vec<ProxiedTool> {
+    let mut times: BTreeMap<&str, usize> = BTreeMap::new();
+    for tool in remote {
+        *times.entry(&tool.name).or_default() += 1;
+    }
+    for (name, _) in times.iter().filter(|(_, n)| **n > 1) {
+        super::log(&format!(
+            "proxied server `{proxy}`: tool `{}` not exposed: the server lists that name more than once",
+            name.escape_debug()
+        ));
+    }
     remote
         .iter()
+        .filter(|t| times.get(t.name.as_ref()) == Some(&1))
         .filter_map(|t| {
             let exposed = ProxiedTool::expose(proxy, t);
             if exposed.is_none() {
@@ -193,4 +206,22 @@ fn tracing_skip(proxy: &str, name: &str) {
         "proxied server `{proxy}`: tool `{}` not exposed: its name is not 1–128 letters, digits, `_`, `-` or `.`",
         name.escape_debug()
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::Tool;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_name_the_server_lists_twice_is_not_exposed() {
+        let tool = |name: &'static str, description: &'static str| {
+            Tool::new(name, description, Arc::new(serde_json::Map::new()))
+        };
+        let remote = [tool("dup", "one"), tool("ok", "fine"), tool("dup", "other")];
+        let exposed: Vec<_> = (super::expose_all("evil", &remote).into_iter())
+            .map(|t| t.exposed_name)
+            .collect();
+        assert_eq!(exposed, ["evil__ok"]);
+    }
 }

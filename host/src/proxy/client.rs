@@ -268,10 +268,11 @@ impl Client {
         };
         let tail = Arc::new(Mutex::new(Vec::new()));
         tokio::spawn(drain(stderr, tail.clone()));
-        let stdout = CappedLines::new(stdout, max_result_bytes.saturating_add(MESSAGE_MARGIN));
-        let overflowed = stdout.tripped();
         let stdin = StallGuard::new(stdin, stall);
         let stalled = stdin.stalled();
+        let stdout = CappedLines::new(stdout, max_result_bytes.saturating_add(MESSAGE_MARGIN))
+            .counting(stdin.backlog());
+        let overflowed = stdout.tripped();
         // The cap is ours (`CappedLines` stops the stream); rmcp's own line limit would
         // instead drop an over-long line and leave the call waiting for its timeout.
         let transport = AsyncRwTransport::<RoleClient, _, _>::new(stdout, stdin)

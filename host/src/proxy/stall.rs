@@ -9,34 +9,77 @@
 //! ([`StallGuard::stalled`]) and is stopped like one (the next call starts a fresh server).
 //! The limit is the proxy's `call_timeout`: by then every call that was in flight when the
 //! write began has timed out, and a write cut short has broken the stream anyway.
+//!
+//! Time alone does not bound the memory: within that limit a server can send requests by the
+//! hundred thousand. So the reader of the server's stdout counts the messages that come while
+//! a write waits ([`Backlog`]); past [`MAX_MESSAGES_WHILE_WAITING`] the server counts as stalled
+//! at once, stopped as above. A server that does not read its stdin has no use for more.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use tokio::io::AsyncWrite;
 use tokio::time::Sleep;
 
-/// `inner`, failing for good once a write has waited `limit` for the reader.
+/// Messages the server may send while a write to it waits: past that it is stalled.
+pub const MAX_MESSAGES_WHILE_WAITING: u64 = 4096;
+
+/// What the reader of the server's stdout learns of the writer to its stdin: whether a write
+/// waits, and how many messages came in meanwhile.
+#[derive(Debug, Default)]
+pub struct Backlog {
+    waiting: AtomicBool,
+    messages: AtomicU64,
+    stalled: Arc<AtomicBool>,
+}
+
+impl Backlog {
+    /// Counts `messages` that came in; true once the server is to count as stalled.
+    pub fn came(&self, messages: u64) -> bool {
+        if messages > 0
+            && self.waiting.load(Ordering::SeqCst)
+            && self.messages.fetch_add(messages, Ordering::SeqCst) + messages
+                > MAX_MESSAGES_WHILE_WAITING
+        {
+            self.stalled.store(true, Ordering::SeqCst);
+        }
+        self.stalled.load(Ordering::SeqCst)
+    }
+}
+
+/// `inner`, failing for good once a write has waited `limit` for the reader, or the server
+/// sent too many messages meanwhile ([`Backlog`]).
 pub struct StallGuard<W> {
     inner: W,
     limit: Duration,
     /// Started when a write or flush has to wait; dropped on any progress.
     waiting: Option<Pin<Box<Sleep>>>,
     stalled: Arc<AtomicBool>,
+    backlog: Arc<Backlog>,
 }
 
 impl<W> StallGuard<W> {
     pub fn new(inner: W, limit: Duration) -> StallGuard<W> {
+        let stalled = Arc::new(AtomicBool::new(false));
         StallGuard {
             inner,
             limit,
             waiting: None,
-            stalled: Arc::new(AtomicBool::new(false)),
+            stalled: stalled.clone(),
+            backlog: Arc::new(Backlog {
+                stalled,
+                ..Backlog::default()
+            }),
         }
+    }
+
+    /// What the reader of the server's stdout counts against this writer.
+    pub fn backlog(&self) -> Arc<Backlog> {
+        self.backlog.clone()
     }
 
     /// Set once a write waited the limit out (and stays set: every write fails after that).
@@ -48,7 +91,7 @@ impl<W> StallGuard<W> {
         io::Error::new(
             io::ErrorKind::TimedOut,
             format!(
-                "the server did not read its stdin for {}s; writing to it stopped",
+                "the server did not read its stdin for {}s, or sent over {MAX_MESSAGES_WHILE_WAITING} messages meanwhile; writing to it stopped",
                 self.limit.as_secs_f64()
             ),
         )
@@ -62,8 +105,14 @@ impl<W> StallGuard<W> {
     ) -> Poll<io::Result<T>> {
         if polled.is_ready() {
             self.waiting = None;
+            self.backlog.waiting.store(false, Ordering::SeqCst);
+            self.backlog.messages.store(0, Ordering::SeqCst);
             return polled;
         }
+        if let Some(e) = self.refused() {
+            return Poll::Ready(Err(e));
+        }
+        self.backlog.waiting.store(true, Ordering::SeqCst);
         let limit = self.limit;
         let timer = (self.waiting).get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
         ready!(timer.as_mut().poll(cx));
@@ -133,6 +182,42 @@ mod tests {
         let again = guarded.write_all(b"1").await.unwrap_err();
         assert_eq!(again.kind(), io::ErrorKind::TimedOut);
         assert_eq!(started.elapsed(), Duration::from_secs(30), "at once");
+    }
+
+    /// A server flooding the gateway with requests while it does not read the replies: the
+    /// messages that came while a write to it waited are counted, and past the allowance the
+    /// server is stalled at once (each would have left a reply waiting in memory). Without a
+    /// write waiting, any number of messages is read.
+    #[tokio::test]
+    async fn a_server_that_sends_on_while_a_write_to_it_waits_is_stalled() {
+        use crate::proxy::capped::CappedLines;
+        let (to_server, _unread) = tokio::io::duplex(4);
+        let mut guarded = StallGuard::new(to_server, Duration::from_secs(3600));
+        let (stalled, backlog) = (guarded.stalled(), guarded.backlog());
+        let (mut server_out, from_server) = tokio::io::duplex(1 << 20);
+        let mut reader = CappedLines::new(from_server, 1 << 20).counting(backlog);
+        let mut buf = vec![0u8; 1 << 20];
+        let lines = |n: usize| b"{}\n".repeat(n);
+        // No write waits: a chatty server is read whatever it sends.
+        server_out.write_all(&lines(10_000)).await.unwrap();
+        let mut read = 0;
+        while read < 30_000 {
+            read += reader.read(&mut buf).await.unwrap();
+        }
+        // A write waits (nobody reads the server's stdin): the allowance, then no more.
+        let write = tokio::spawn(async move { guarded.write_all(b"0123456789").await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        server_out.write_all(&lines(4096)).await.unwrap();
+        let mut read = 0;
+        while read < 4096 * 3 {
+            read += reader.read(&mut buf).await.unwrap();
+        }
+        assert!(!stalled.load(Ordering::SeqCst), "within the allowance");
+        server_out.write_all(&lines(1)).await.unwrap();
+        let e = reader.read(&mut buf).await.unwrap_err();
+        assert!(e.to_string().contains("did not read its stdin"), "{e}");
+        assert!(stalled.load(Ordering::SeqCst));
+        write.abort();
     }
 
     #[tokio::test(start_paused = true)]
