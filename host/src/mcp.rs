@@ -557,8 +557,6 @@ fn trace_parent(meta: &rmcp::model::JsonObject) -> Option<TraceParent> {
     TraceParent::parse(parent, meta.get("tracestate").and_then(|s| s.as_str()))
 }
 
-/// The job door a transport attached to this MCP request (a job's token, see
-/// [`crate::code_mode::remote`]), if any.
 /// How the job's door counted this request, when a job's code sent it over HTTP (see
 /// [`crate::code_mode::count_requests`]).
 fn door_count(extensions: &rmcp::model::Extensions) -> Option<Result<(), String>> {
@@ -572,6 +570,8 @@ fn door_count(extensions: &rmcp::model::Extensions) -> Option<Result<(), String>
         .map(|counted| counted.0.clone())
 }
 
+/// The job door a transport attached to this MCP request (a job's token, see
+/// [`crate::code_mode::remote`]), if any.
 fn request_job(extensions: &rmcp::model::Extensions) -> Option<Arc<JobScope>> {
     extensions
         .get::<::http::request::Parts>()

@@ -358,6 +358,39 @@ pub(crate) fn resolve_origins(raw: &HttpConfig, bad: &Bad) -> Result<Vec<String>
     Ok(origins)
 }
 
+/// `[http] allowed_hosts`, each a DNS name or an IP address (no scheme, port or path), and the
+/// host of `[auth.oauth] resource` (its clients reach the gateway by that name).
+pub(crate) fn resolve_hosts(config: &super::Config, bad: &Bad) -> Result<Vec<String>, ConfigError> {
+    let mut hosts = Vec::new();
+    for (i, host) in config.http.allowed_hosts.iter().flatten().enumerate() {
+        let name = host.trim().trim_start_matches('[').trim_end_matches(']');
+        let is_name = !name.is_empty()
+            && name.len() <= 253
+            && (name.bytes()).all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b));
+        if !is_name && name.parse::<std::net::IpAddr>().is_err() {
+            return Err(bad(
+                &format!("http.allowed_hosts[{i}]"),
+                format!(
+                    "`{host}` is not a host name or an IP address; write the name alone, e.g. \"gw.example.org\" (no scheme, port or path)"
+                ),
+            ));
+        }
+        hosts.push(name.to_ascii_lowercase());
+    }
+    let resource = config
+        .auth
+        .oauth
+        .as_ref()
+        .and_then(|o| o.resource.as_deref());
+    let authority = resource
+        .and_then(|r| r.split_once("://"))
+        .map(|(_, rest)| rest.split('/').next().unwrap_or(rest));
+    if let Some((host, _)) = authority.and_then(super::web_origin::split_port) {
+        hosts.push(host.to_ascii_lowercase());
+    }
+    Ok(hosts)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

@@ -24,6 +24,7 @@ mod code_mode_attacks;
 mod code_mode_shared;
 mod code_mode_slurm;
 mod code_mode_slurm_restart;
+mod code_mode_stop;
 mod config_cli;
 mod dav;
 mod dav_attacks;
